@@ -1,0 +1,154 @@
+//! `check`: is this Redis reachable, and is it fit to hold locks?
+//!
+//! The seed's step 1 only asks whether a connection opens. A lock also needs a server recent
+//! enough (6.0, the seed's prerequisite), working scripts (release and renewal are scripts), and
+//! settings that do not drop lock keys behind the holder's back: an eviction policy that can
+//! evict keys with a TTL, no persistence, or asynchronous replicas that a failover promotes
+//! without the lock. Problems make the server unfit; risks are warnings.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::conn::Conn;
+use crate::error::Result;
+
+/// The oldest server accepted.
+pub const MIN_VERSION: (u32, u32) = (6, 0);
+
+/// How many PINGs the round-trip time is measured over.
+const RTT_SAMPLES: usize = 30;
+
+/// What `check` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// True when nothing in `problems`.
+    pub ok: bool,
+    /// `host:port` of the server.
+    pub addr: String,
+    pub redis_version: String,
+    /// `master` or `slave`, as INFO says.
+    pub role: String,
+    /// Median round-trip time of a PING, in milliseconds.
+    pub rtt_ms: f64,
+    /// Slowest PING seen, in milliseconds.
+    pub rtt_max_ms: f64,
+    /// What makes the server unfit for locking.
+    pub problems: Vec<String>,
+    /// Settings that can silently break a lock.
+    pub warnings: Vec<String>,
+}
+
+/// Runs every check on `conn`. Fails only when the server cannot be talked to at all.
+pub fn check(conn: &mut Conn) -> Result<CheckReport> {
+    let mut rtts = Vec::with_capacity(RTT_SAMPLES);
+    for _ in 0..RTT_SAMPLES {
+        let t = Instant::now();
+        conn.query::<String>(&redis::cmd("PING"))?;
+        rtts.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    rtts.sort_by(f64::total_cmp);
+    let info: String = conn.query(&redis::cmd("INFO"))?;
+    let field = |name: &str| -> Option<String> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    let version = field("redis_version").unwrap_or_else(|| "unknown".into());
+    let role = field("role").unwrap_or_else(|| "unknown".into());
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+
+    match parse_version(&version) {
+        Some(v) if v >= MIN_VERSION => {}
+        _ => problems.push(format!(
+            "Redis {version} is older than {}.{}, the oldest this lock is built for",
+            MIN_VERSION.0, MIN_VERSION.1
+        )),
+    }
+    match conn.query::<i64>(redis::cmd("EVAL").arg("return 7").arg(0)) {
+        Ok(7) => {}
+        Ok(n) => problems.push(format!("EVAL 'return 7' answered {n}: scripting is broken")),
+        Err(e) => problems.push(format!(
+            "scripts do not run (EVAL failed: {e}); release and renewal need them"
+        )),
+    }
+    if role == "slave" {
+        problems
+            .push("this server is a replica: writes fail here; point --redis at the master".into());
+    } else {
+        let replicas: u64 = field("connected_slaves")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if replicas > 0 {
+            warnings.push(format!(
+                "this master has {replicas} replica(s), copied asynchronously: a failover can \
+                 promote one that never saw a held lock (use the fenced or atomic strategy, or \
+                 Redlock with --lock-node)"
+            ));
+        }
+    }
+    match config(conn, "maxmemory-policy") {
+        Some(p) if p == "noeviction" => {}
+        Some(p) if p.starts_with("allkeys-") || p.starts_with("volatile-") => {
+            warnings.push(format!(
+                "maxmemory-policy is '{p}': under memory pressure Redis may evict lock keys (they \
+             carry a TTL) and stock; set it to 'noeviction'"
+            ))
+        }
+        Some(_) => {}
+        None => warnings.push(
+            "could not read maxmemory-policy (CONFIG is not allowed): eviction not checked".into(),
+        ),
+    }
+    let save = config(conn, "save");
+    let aof = config(conn, "appendonly");
+    if save.as_deref() == Some("") && aof.as_deref() == Some("no") {
+        warnings.push(
+            "no persistence (save \"\" and appendonly no): stock and locks vanish on restart"
+                .into(),
+        );
+    }
+
+    Ok(CheckReport {
+        ok: problems.is_empty(),
+        addr: conn.addr().to_string(),
+        redis_version: version,
+        role,
+        rtt_ms: round3(rtts[rtts.len() / 2]),
+        rtt_max_ms: round3(rtts[rtts.len() - 1]),
+        problems,
+        warnings,
+    })
+}
+
+fn config(conn: &mut Conn, name: &str) -> Option<String> {
+    let pairs: Vec<String> = conn.query(redis::cmd("CONFIG").arg("GET").arg(name)).ok()?;
+    pairs.get(1).cloned()
+}
+
+/// `"7.0.15"` -> `(7, 0)`.
+pub fn parse_version(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_by_major_then_minor() {
+        assert!(parse_version("7.0.15").unwrap() >= MIN_VERSION);
+        assert!(parse_version("6.0.0").unwrap() >= MIN_VERSION);
+        assert!(parse_version("5.0.14").unwrap() < MIN_VERSION);
+        assert!(parse_version("10.2.1").unwrap() >= MIN_VERSION);
+        assert_eq!(parse_version("garbage"), None);
+    }
+}

@@ -1,0 +1,161 @@
+//! The command line: clap definitions, parsed at the boundary into the library's types.
+
+use clap::{Args, Parser, Subcommand, value_parser};
+
+use lockctl::hammer::Mode;
+use lockctl::sku::{Sku, check_name};
+use lockctl::stock::{MAX_STOCK, Strategy};
+
+/// Flash-sale stock deduction under a Redis distributed lock.
+///
+/// Seed a SKU's stock, buy it under a lock the way the tutorial does (or with a safer strategy),
+/// and hammer it with concurrent buyers to prove nothing is oversold.
+#[derive(Debug, Parser)]
+#[command(name = "lockctl", version, propagate_version = true)]
+pub struct Cli {
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// (TLS), redis+unix:///path.
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis: String,
+
+    /// Limit on each Redis call, in ms; a slower call is an error, never a hang.
+    #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
+    pub timeout_ms: u64,
+
+    /// Limit on opening a connection (including AUTH), in ms.
+    #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
+    pub connect_timeout_ms: u64,
+
+    /// Print exactly one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Is this Redis reachable and fit for locking? (version, scripting, eviction, persistence,
+    /// replication, round-trip time)
+    Check,
+    /// Set the stock of SKU to COUNT and clear its order ledger.
+    Seed {
+        /// The product, e.g. sku_886 (write {sku_886} to keep its keys in one cluster slot).
+        sku: Sku,
+        /// The new stock, a whole number from 0.
+        #[arg(value_parser = value_parser!(u64).range(0..=MAX_STOCK))]
+        count: u64,
+    },
+    /// One purchase: take the lock, read the stock, deduct if enough, release.
+    Buy(BuyArgs),
+    /// N purchases, C at a time, then verify from Redis that nothing was oversold.
+    Hammer(HammerArgs),
+}
+
+/// How each purchase is made (shared by `buy` and `hammer`).
+#[derive(Debug, Args)]
+pub struct PurchaseArgs {
+    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
+    #[arg(long, value_enum, default_value_t = Strategy::Lock)]
+    pub strategy: Strategy,
+
+    /// Lock lease in ms: the lock frees itself this long after it was taken (or renewed).
+    #[arg(long, default_value_t = 5000, value_parser = value_parser!(u64).range(1..=86_400_000))]
+    pub ttl_ms: u64,
+
+    /// How long to wait for a held lock, in ms; 0 tries once, as the tutorial does.
+    /// [default: 0 for buy, 5000 for hammer, so that a hammer sells its whole stock]
+    #[arg(long, value_parser = value_parser!(u64).range(0..=86_400_000))]
+    pub wait_ms: Option<u64>,
+
+    /// Simulated business time inside the critical section, in ms (after the read, before the
+    /// write).
+    #[arg(long, default_value_t = 0, value_parser = value_parser!(u64).range(0..=3_600_000))]
+    pub work_ms: u64,
+
+    /// Renew the lease every TTL/3 while the purchase holds the lock.
+    #[arg(long)]
+    pub watchdog: bool,
+
+    /// Units per purchase.
+    #[arg(long, default_value_t = 1, value_parser = value_parser!(u64).range(1..=1_000_000))]
+    pub qty: u64,
+
+    /// At most this many units per user (with --user on buy, --users on hammer).
+    #[arg(long, value_parser = value_parser!(u64).range(1..=MAX_STOCK))]
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct BuyArgs {
+    /// The product, e.g. sku_886.
+    pub sku: Sku,
+
+    #[command(flatten)]
+    pub purchase: PurchaseArgs,
+
+    /// Idempotency key: repeating an order id that bought reports that purchase and deducts
+    /// nothing (fenced and atomic strategies). Default: a fresh random id.
+    #[arg(long, value_parser = order_id)]
+    pub order_id: Option<String>,
+
+    /// Who is buying, for --limit.
+    #[arg(long, value_parser = user_id, requires = "limit")]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HammerArgs {
+    /// The product to hammer.
+    #[arg(long, default_value = "sku_886")]
+    pub sku: Sku,
+
+    /// Purchases in all.
+    #[arg(short = 'n', long = "requests", default_value_t = 100, value_parser = value_parser!(u64).range(1..=100_000_000))]
+    pub requests: u64,
+
+    /// Purchases in flight at once.
+    #[arg(short = 'c', long = "concurrency", default_value_t = 10, value_parser = value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+
+    /// threads: workers in this process; procs: one child `lockctl buy` per purchase.
+    #[arg(long, value_enum, default_value_t = Mode::Threads)]
+    pub mode: Mode,
+
+    /// Seed the stock to this first (and clear the ledger); without it the stock already in
+    /// Redis is used.
+    #[arg(long, value_parser = value_parser!(u64).range(0..=MAX_STOCK))]
+    pub stock: Option<u64>,
+
+    /// Spread purchases over this many simulated users (u0, u1, ...), for --limit.
+    #[arg(long, value_parser = value_parser!(u64).range(1..=100_000_000), requires = "limit")]
+    pub users: Option<u64>,
+
+    #[command(flatten)]
+    pub purchase: PurchaseArgs,
+}
+
+fn order_id(s: &str) -> Result<String, String> {
+    check_name("an order id", "order-42", s).map(|()| s.to_string())
+}
+
+fn user_id(s: &str) -> Result<String, String> {
+    check_name("a user id", "alice", s).map(|()| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

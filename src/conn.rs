@@ -1,0 +1,258 @@
+//! Connections to Redis with bounded waits and errors that never leak a password.
+//!
+//! Every call goes through [`Conn`], which sets a read and write timeout on the socket, so a
+//! paused or partitioned server turns into a [`Error::Timeout`] after `--timeout-ms` instead of
+//! a hang, and which maps the driver's errors to [`Error`] in one place. Scripts run through
+//! `redis::Script` (EVALSHA first, loading the script on `NOSCRIPT`), so a flushed script cache
+//! or a restarted server costs one extra round trip, not a failure.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+
+use crate::error::{Error, Result};
+
+/// How long to wait for Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Limit on opening a connection, including AUTH and SELECT. Default: 2000 ms.
+    pub connect_timeout: Duration,
+    /// Limit on each call, from sending the command to reading the reply. Default: 2000 ms.
+    pub call_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            connect_timeout: Duration::from_millis(2000),
+            call_timeout: Duration::from_millis(2000),
+        }
+    }
+}
+
+/// A Redis server to connect to: the parsed URL plus the limits that every connection gets.
+#[derive(Clone)]
+pub struct Target {
+    client: redis::Client,
+    url: Arc<str>,
+    addr: Arc<str>,
+    options: ConnectOptions,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the URL itself: it may carry a password.
+        f.debug_struct("Target").field("addr", &self.addr).finish()
+    }
+}
+
+impl Target {
+    /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
+    /// processes through the environment; it is never displayed.
+    pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
+        let client = redis::Client::open(url).map_err(|e| Error::BadUrl {
+            url: redact_url(url),
+            reason: e.to_string(),
+        })?;
+        let addr = client.get_connection_info().addr().to_string();
+        Ok(Target {
+            client,
+            url: url.into(),
+            addr: addr.into(),
+            options,
+        })
+    }
+
+    /// `host:port` (or the socket path): safe to print.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The URL as given, password included: for a child process's environment only.
+    pub fn secret_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The limits every connection gets.
+    pub fn options(&self) -> &ConnectOptions {
+        &self.options
+    }
+
+    /// Opens a connection whose every call is bounded by the call timeout.
+    pub fn connect(&self) -> Result<Conn> {
+        let connect_timeout = self.options.connect_timeout;
+        let inner = self
+            .client
+            .get_connection_with_timeout(connect_timeout)
+            .map_err(|e| {
+                if e.is_timeout() {
+                    Error::Connect {
+                        addr: self.addr.to_string(),
+                        reason: format!(
+                            "no answer within {} ms (see --connect-timeout-ms)",
+                            connect_timeout.as_millis()
+                        ),
+                    }
+                } else if is_auth_error(&e) {
+                    Error::Auth {
+                        addr: self.addr.to_string(),
+                        reason: scrub(&e.to_string(), &self.url),
+                    }
+                } else if e.is_connection_refusal() {
+                    Error::Connect {
+                        addr: self.addr.to_string(),
+                        reason: "connection refused".into(),
+                    }
+                } else {
+                    Error::Connect {
+                        addr: self.addr.to_string(),
+                        reason: scrub(&e.to_string(), &self.url),
+                    }
+                }
+            })?;
+        let mut conn = Conn {
+            inner,
+            addr: self.addr.clone(),
+            url: self.url.clone(),
+            call_timeout: self.options.call_timeout,
+        };
+        conn.set_call_timeout(self.options.call_timeout)?;
+        Ok(conn)
+    }
+}
+
+/// One connection. Not shared between threads: each worker opens its own.
+pub struct Conn {
+    inner: redis::Connection,
+    addr: Arc<str>,
+    url: Arc<str>,
+    call_timeout: Duration,
+}
+
+impl Conn {
+    /// `host:port` of the server.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Changes the per-call limit (a blocking command needs more than its own block time).
+    pub fn set_call_timeout(&mut self, limit: Duration) -> Result<()> {
+        let limit = limit.max(Duration::from_millis(1));
+        self.call_timeout = limit;
+        let (r, w) = (
+            self.inner.set_read_timeout(Some(limit)),
+            self.inner.set_write_timeout(Some(limit)),
+        );
+        r.and(w).map_err(|e| self.map_err(e))
+    }
+
+    /// Runs one command.
+    pub fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
+        let r = cmd.query(&mut self.inner as &mut dyn ConnectionLike);
+        r.map_err(|e| self.map_err(e))
+    }
+
+    /// Runs a pipeline (or a MULTI/EXEC transaction when the pipeline is atomic).
+    pub fn pipe<T: FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T> {
+        let r = pipe.query(&mut self.inner as &mut dyn ConnectionLike);
+        r.map_err(|e| self.map_err(e))
+    }
+
+    /// Runs a script by EVALSHA, loading it first if the server does not know it.
+    pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
+        let r = inv.invoke(&mut self.inner as &mut dyn ConnectionLike);
+        r.map_err(|e| self.map_err(e))
+    }
+
+    /// Maps a driver error to the library's error, naming this connection's address.
+    pub fn map_err(&self, e: RedisError) -> Error {
+        let addr = self.addr.to_string();
+        if e.is_timeout() {
+            Error::Timeout {
+                addr,
+                after: self.call_timeout,
+            }
+        } else if is_auth_error(&e) {
+            Error::Auth {
+                addr,
+                reason: scrub(&e.to_string(), &self.url),
+            }
+        } else if e.is_connection_refusal() {
+            Error::Connect {
+                addr,
+                reason: "connection refused".into(),
+            }
+        } else {
+            // An I/O failure after the command was written may have been applied; a reply from
+            // the server (an error string) means it was processed and rejected.
+            let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
+            Error::Redis {
+                addr,
+                reason: scrub(&e.to_string(), &self.url),
+                code: e.code().map(str::to_string),
+                indeterminate,
+            }
+        }
+    }
+}
+
+fn is_auth_error(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
+    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// Removes `url`'s password from `text`, in case a driver message ever quotes the URL.
+fn scrub(text: &str, url: &str) -> String {
+    match password_of(url) {
+        Some(p) if !p.is_empty() => text.replace(p, "***"),
+        _ => text.to_string(),
+    }
+}
+
+fn password_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let userinfo = &rest[..rest.find('@')?];
+    userinfo.split_once(':').map(|(_, p)| p)
+}
+
+/// `url` with any password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    match password_of(url) {
+        Some(p) if !p.is_empty() => url.replacen(&format!(":{p}@"), ":***@", 1),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_the_password_only() {
+        assert_eq!(
+            redact_url("redis://alice:s3cret@host:6380/2"),
+            "redis://alice:***@host:6380/2"
+        );
+        assert_eq!(redact_url("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn scrub_removes_the_password_from_any_text() {
+        let url = "redis://u:hunter2@h:1";
+        assert_eq!(scrub("bad hunter2 here", url), "bad *** here");
+    }
+
+    #[test]
+    fn a_malformed_url_is_an_error_that_hides_the_password() {
+        let err = Target::open("redis://u:hunter2@host:notaport", ConnectOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("--redis"), "{err}");
+    }
+}

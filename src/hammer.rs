@@ -1,0 +1,735 @@
+//! The hammer: N purchases, C at a time, then proof from Redis that nothing was oversold.
+//!
+//! It trusts nothing the buyers say on their own. Workers only record what each request was
+//! told; afterwards the stock and the ledger are read back from Redis, and [`judge`], a pure
+//! function, holds the two accounts against each other: stock consumed, units the buyers were
+//! told they bought, and units in the ledger must agree (within what failed requests might have
+//! done), per order as well as in total, and the stock must never go below zero. The hammer
+//! measures and never prints; `render` turns its [`Report`] into text or JSON.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::conn::{Conn, Target};
+use crate::error::{Error, Result};
+use crate::sku::{Sku, StockKeys};
+use crate::stock::{self, Buy, BuyOptions, Buyer, Strategy};
+
+/// How the purchases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Worker threads in this process, one connection each.
+    Threads,
+    /// Each purchase is a child `lockctl buy` process, like the seed's "several terminals".
+    Procs,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct HammerOptions {
+    /// Default: `sku_886`.
+    pub sku: Sku,
+    /// Purchases in all. Default: 100.
+    pub requests: u64,
+    /// Purchases in flight at once. Default: 10.
+    pub concurrency: u64,
+    /// Default: [`Mode::Threads`].
+    pub mode: Mode,
+    /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
+    pub stock: Option<u64>,
+    /// How each purchase is made. Default: [`BuyOptions::default`].
+    pub buy: BuyOptions,
+    /// Spread purchases over this many simulated users (`u0`, `u1`, ...), so a per-user
+    /// limit applies. Default: none (anonymous buyers).
+    pub users: Option<u64>,
+    /// The `lockctl` binary, for [`Mode::Procs`]. Default: this process's own executable.
+    pub exe: Option<PathBuf>,
+}
+
+impl Default for HammerOptions {
+    fn default() -> Self {
+        HammerOptions {
+            sku: "sku_886".parse().expect("a valid SKU"),
+            requests: 100,
+            concurrency: 10,
+            mode: Mode::Threads,
+            stock: None,
+            buy: BuyOptions::default(),
+            users: None,
+            exe: None,
+        }
+    }
+}
+
+/// How one request ended, as its buyer was told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// A purchase outcome. `replayed` is set when the order id had bought before.
+    Done {
+        outcome: Buy,
+        replayed: bool,
+        overran_lease: bool,
+    },
+    /// A failure. `indeterminate` when it may have been applied anyway.
+    Failed {
+        kind: String,
+        indeterminate: bool,
+        message: String,
+    },
+}
+
+/// One request's record.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Request number, 0-based; the order id is `<run id>-<index>`.
+    pub index: u64,
+    pub ended: Ended,
+    pub latency: Duration,
+    pub lock_wait: Option<Duration>,
+    pub lock_hold: Option<Duration>,
+}
+
+/// What the run found in Redis afterwards.
+#[derive(Clone, Debug, Default)]
+pub struct Readback {
+    pub final_stock: i64,
+    /// This run's ledger entries: request index -> units recorded under its order id.
+    pub ledger: HashMap<u64, i64>,
+}
+
+/// Everything [`judge`] needs besides the samples and the readback.
+#[derive(Clone, Debug)]
+pub struct RunFacts {
+    pub sku: String,
+    pub run_id: String,
+    pub requests: u64,
+    pub concurrency: u64,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub qty: u64,
+    pub ttl_ms: u64,
+    pub wait_ms: u64,
+    pub work_ms: u64,
+    pub watchdog: bool,
+    pub seeded: bool,
+    pub initial_stock: i64,
+    pub elapsed: Duration,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// Whether every invariant held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+}
+
+/// The hammer's findings.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub verdict: Verdict,
+    pub sku: String,
+    pub run_id: String,
+    pub requests: u64,
+    pub concurrency: u64,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub qty: u64,
+    pub ttl_ms: u64,
+    pub wait_ms: u64,
+    pub work_ms: u64,
+    pub watchdog: bool,
+    /// Whether the hammer seeded the stock itself (`--stock`).
+    pub seeded: bool,
+    pub initial_stock: i64,
+    pub final_stock: i64,
+    /// `initial_stock - final_stock`, read from Redis.
+    pub consumed: i64,
+    /// Requests told "bought" (replays of an earlier order included).
+    pub bought: u64,
+    /// Units the buyers were told they bought now (replays excluded).
+    pub sold_qty: u64,
+    /// Requests whose order id had bought before: nothing deducted.
+    pub replayed: u64,
+    pub sold_out: u64,
+    pub busy: u64,
+    pub lease_lost: u64,
+    pub limit_reached: u64,
+    pub errors: u64,
+    /// Errors whose effect is unknown (they may have deducted).
+    pub indeterminate: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Lock-strategy buyers who deducted and then found their lease gone at release.
+    pub lease_overrun: u64,
+    /// Units sold beyond the initial stock.
+    pub oversold: u64,
+    /// This run's orders in the ledger, and their units.
+    pub ledger_orders: u64,
+    pub ledger_qty: i64,
+    pub elapsed_s: f64,
+    pub throughput_rps: f64,
+    pub latency_ms: Percentiles,
+    /// Time to acquire the lock, for the lock strategies.
+    pub lock_wait_ms: Option<Percentiles>,
+    /// Time the lock was held, for the lock strategies.
+    pub lock_hold_ms: Option<Percentiles>,
+    /// Every invariant that did not hold, in words. Empty on a pass.
+    pub violations: Vec<String>,
+    /// What happened, in words, for a person reading the report.
+    pub notes: Vec<String>,
+    /// The first error message seen, if any.
+    pub first_error: Option<String>,
+}
+
+/// Runs the hammer against `target` and judges the result.
+pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
+    let keys = StockKeys::new(&opts.sku);
+    let mut conn = target.connect()?;
+    let initial_stock = match opts.stock {
+        Some(n) => {
+            stock::seed(&mut conn, &opts.sku, n)?;
+            n as i64
+        }
+        None => stock::read_stock(&mut conn, &opts.sku, &keys)?.ok_or_else(|| Error::Unseeded {
+            sku: opts.sku.to_string(),
+        })?,
+    };
+    let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
+    let started = Instant::now();
+    let samples = match opts.mode {
+        Mode::Threads => run_threads(target, opts, &run_id),
+        Mode::Procs => run_procs(target, opts, &run_id)?,
+    };
+    let elapsed = started.elapsed();
+    let readback = read_back(&mut conn, &opts.sku, &keys, &run_id)?;
+    let facts = RunFacts {
+        sku: opts.sku.to_string(),
+        run_id,
+        requests: opts.requests,
+        concurrency: opts.concurrency,
+        strategy: opts.buy.strategy,
+        mode: opts.mode,
+        qty: opts.buy.qty,
+        ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
+        wait_ms: opts.buy.lock.wait.as_millis() as u64,
+        work_ms: opts.buy.work.as_millis() as u64,
+        watchdog: opts.buy.lock.watchdog,
+        seeded: opts.stock.is_some(),
+        initial_stock,
+        elapsed,
+    };
+    Ok(judge(&facts, &samples, &readback))
+}
+
+fn read_back(conn: &mut Conn, sku: &Sku, keys: &StockKeys, run_id: &str) -> Result<Readback> {
+    let final_stock = stock::read_stock(conn, sku, keys)?.ok_or_else(|| Error::Unseeded {
+        sku: sku.to_string(),
+    })?;
+    let prefix = format!("{run_id}-");
+    let ledger = stock::ledger(conn, sku)?
+        .into_iter()
+        .filter_map(|(order, units)| {
+            let index = order.strip_prefix(&prefix)?.parse().ok()?;
+            Some((index, units))
+        })
+        .collect();
+    Ok(Readback {
+        final_stock,
+        ledger,
+    })
+}
+
+fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
+    opts.users.map(|k| format!("u{}", index % k.max(1)))
+}
+
+/// Runs `one` for every request index on `concurrency` threads, each with its own state.
+fn fan_out<S>(
+    opts: &HammerOptions,
+    init: impl Fn() -> S + Sync,
+    one: impl Fn(&mut S, u64) -> Sample + Sync,
+) -> Vec<Sample> {
+    let next = AtomicU64::new(0);
+    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    let mut all = Vec::with_capacity(opts.requests as usize);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut state = init();
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= opts.requests {
+                            return mine;
+                        }
+                        mine.push(one(&mut state, i));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            // A worker that panicked loses its samples; judge() reports them unaccounted for.
+            if let Ok(mine) = h.join() {
+                all.extend(mine);
+            }
+        }
+    });
+    all
+}
+
+fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sample> {
+    let buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    fan_out(
+        opts,
+        || None::<Conn>,
+        |conn, i| {
+            let t = Instant::now();
+            let order_id = format!("{run_id}-{i}");
+            let user = user_of(opts, i);
+            let result = match conn {
+                Some(c) => Ok(c),
+                None => target.connect().map(|c| conn.insert(c)),
+            }
+            .and_then(|c| buyer.buy(c, &order_id, user.as_deref()));
+            let latency = t.elapsed();
+            match result {
+                Ok(p) => Sample {
+                    index: i,
+                    ended: Ended::Done {
+                        outcome: p.outcome,
+                        replayed: p.replayed.is_some(),
+                        overran_lease: p.overran_lease,
+                    },
+                    latency,
+                    lock_wait: p.lock_wait,
+                    lock_hold: p.lock_hold,
+                },
+                Err(e) => {
+                    // The connection may be in any state now: start the next request afresh.
+                    *conn = None;
+                    failed(i, latency, &e)
+                }
+            }
+        },
+    )
+}
+
+fn failed(index: u64, latency: Duration, e: &Error) -> Sample {
+    Sample {
+        index,
+        ended: Ended::Failed {
+            kind: e.kind().to_string(),
+            indeterminate: e.is_indeterminate(),
+            message: e.to_string(),
+        },
+        latency,
+        lock_wait: None,
+        lock_hold: None,
+    }
+}
+
+fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<Sample>> {
+    let exe = match &opts.exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|e| Error::Redis {
+            addr: target.addr().to_string(),
+            reason: format!("cannot find the lockctl binary for --mode procs: {e}"),
+            code: None,
+            indeterminate: false,
+        })?,
+    };
+    let b = &opts.buy;
+    let co = target.options();
+    let mut common: Vec<String> = vec![
+        "--json".into(),
+        "--timeout-ms".into(),
+        co.call_timeout.as_millis().to_string(),
+        "--connect-timeout-ms".into(),
+        co.connect_timeout.as_millis().to_string(),
+        "buy".into(),
+        opts.sku.to_string(),
+        "--strategy".into(),
+        b.strategy.name().into(),
+        "--qty".into(),
+        b.qty.to_string(),
+        "--ttl-ms".into(),
+        b.lock.ttl.as_millis().to_string(),
+        "--wait-ms".into(),
+        b.lock.wait.as_millis().to_string(),
+        "--work-ms".into(),
+        b.work.as_millis().to_string(),
+    ];
+    if b.lock.watchdog {
+        common.push("--watchdog".into());
+    }
+    if let Some(limit) = b.limit {
+        common.extend(["--limit".into(), limit.to_string()]);
+    }
+    Ok(fan_out(
+        opts,
+        || (),
+        |_, i| {
+            let t = Instant::now();
+            let mut cmd = Command::new(&exe);
+            cmd.args(&common)
+                .args(["--order-id", &format!("{run_id}-{i}")])
+                // The URL travels in the environment, so no password shows in `ps`.
+                .env("REDIS_URL", target.secret_url())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(u) = user_of(opts, i) {
+                cmd.args(["--user", &u]);
+            }
+            let out = child_outcome(cmd);
+            let latency = t.elapsed();
+            match out {
+                Ok((ended, wait, hold)) => Sample {
+                    index: i,
+                    ended,
+                    latency,
+                    lock_wait: wait,
+                    lock_hold: hold,
+                },
+                Err(message) => Sample {
+                    index: i,
+                    // A child that died without saying what happened may have deducted.
+                    ended: Ended::Failed {
+                        kind: "child".into(),
+                        indeterminate: true,
+                        message,
+                    },
+                    latency,
+                    lock_wait: None,
+                    lock_hold: None,
+                },
+            }
+        },
+    ))
+}
+
+type ChildResult = (Ended, Option<Duration>, Option<Duration>);
+
+/// Runs one child `lockctl buy --json` and reads its one JSON object.
+fn child_outcome(mut cmd: Command) -> Result<ChildResult, String> {
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start lockctl: {e}"))?;
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut stdout);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_string(&mut stderr);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("lockctl did not finish: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|_| {
+        format!(
+            "lockctl buy exited with {status} and no JSON: {}",
+            stderr.trim()
+        )
+    })?;
+    let ms = |name: &str| {
+        v[name]
+            .as_f64()
+            .map(|x| Duration::from_secs_f64(x / 1000.0))
+    };
+    if let Some(message) = v["error"].as_str() {
+        return Ok((
+            Ended::Failed {
+                kind: v["error_kind"].as_str().unwrap_or("child").into(),
+                indeterminate: v["indeterminate"].as_bool().unwrap_or(true),
+                message: message.into(),
+            },
+            None,
+            None,
+        ));
+    }
+    let remaining = v["remaining"].as_i64().unwrap_or(0);
+    let outcome = match v["outcome"].as_str() {
+        Some("bought") => Buy::Bought { remaining },
+        Some("sold_out") => Buy::SoldOut { remaining },
+        Some("busy") => Buy::Busy,
+        Some("lease_lost") => Buy::LeaseLost,
+        Some("limit_reached") => Buy::LimitReached {
+            bought: v["user_bought"].as_u64().unwrap_or(0),
+            limit: v["limit"].as_u64().unwrap_or(0),
+        },
+        other => return Err(format!("lockctl buy answered an unknown outcome {other:?}")),
+    };
+    Ok((
+        Ended::Done {
+            outcome,
+            replayed: v["replayed"].as_bool().unwrap_or(false),
+            overran_lease: v["lease_overrun"].as_bool().unwrap_or(false),
+        },
+        ms("lock_wait_ms"),
+        ms("lock_hold_ms"),
+    ))
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // Microseconds from 1 µs to one hour at three significant figures.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    let ms = |us: u64| (us as f64 / 1000.0 * 1000.0).round() / 1000.0;
+    Percentiles {
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: (h.mean() / 1000.0 * 1000.0).round() / 1000.0,
+    }
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record((d.as_micros() as u64).max(1));
+}
+
+/// Holds what the buyers were told against what Redis holds, and says whether it adds up.
+pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
+    let qty = facts.qty;
+    let mut latency = new_histogram();
+    let mut wait = new_histogram();
+    let mut hold = new_histogram();
+    let (mut bought, mut replayed, mut sold_out, mut busy, mut lease_lost, mut limit_reached) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut errors, mut indeterminate, mut lease_overrun) = (0u64, 0u64, 0u64);
+    let mut errors_by_kind = BTreeMap::new();
+    let mut first_error = None;
+    let mut violations = Vec::new();
+    // Per request: what the ledger may hold for it.
+    let mut told_bought = HashMap::new();
+    let mut maybe_applied = std::collections::HashSet::new();
+
+    for s in samples {
+        record(&mut latency, s.latency);
+        if let Some(w) = s.lock_wait {
+            record(&mut wait, w);
+        }
+        if let Some(h) = s.lock_hold {
+            record(&mut hold, h);
+        }
+        match &s.ended {
+            Ended::Done {
+                outcome,
+                replayed: was_replay,
+                overran_lease,
+            } => match outcome {
+                Buy::Bought { .. } => {
+                    bought += 1;
+                    if *was_replay {
+                        replayed += 1;
+                    } else {
+                        told_bought.insert(s.index, qty as i64);
+                    }
+                    lease_overrun += u64::from(*overran_lease);
+                }
+                Buy::SoldOut { .. } => sold_out += 1,
+                Buy::Busy => busy += 1,
+                Buy::LeaseLost => lease_lost += 1,
+                Buy::LimitReached { .. } => limit_reached += 1,
+            },
+            Ended::Failed {
+                kind,
+                indeterminate: ind,
+                message,
+            } => {
+                errors += 1;
+                *errors_by_kind.entry(kind.clone()).or_insert(0) += 1;
+                if *ind {
+                    indeterminate += 1;
+                    maybe_applied.insert(s.index);
+                }
+                first_error.get_or_insert_with(|| message.clone());
+            }
+        }
+    }
+
+    let sold_qty = (bought - replayed) * qty;
+    let consumed = facts.initial_stock - rb.final_stock;
+    let ledger_qty: i64 = rb.ledger.values().sum();
+    let accounted = bought + sold_out + busy + lease_lost + limit_reached + errors;
+    if accounted != facts.requests || samples.len() as u64 != facts.requests {
+        violations.push(format!(
+            "{} of {} requests are unaccounted for",
+            facts.requests.abs_diff(accounted),
+            facts.requests
+        ));
+    }
+    if rb.final_stock < 0 {
+        violations.push(format!("the stock went negative: {}", rb.final_stock));
+    }
+    let oversold = (sold_qty as i64 - facts.initial_stock)
+        .max(-rb.final_stock)
+        .max(0) as u64;
+    if oversold > 0 {
+        violations.push(format!(
+            "oversold by {oversold}: {sold_qty} units sold from a stock of {}",
+            facts.initial_stock
+        ));
+    }
+    // Jepsen's counter bound: every unit told "bought" was consumed, and at most the
+    // indeterminate requests' units on top of those.
+    let upper = sold_qty as i64 + (indeterminate * qty) as i64;
+    if consumed < sold_qty as i64 || consumed > upper {
+        violations.push(format!(
+            "the stock fell by {consumed} but buyers were told they bought {sold_qty}{}",
+            if indeterminate > 0 {
+                format!(" (and {indeterminate} requests may have bought)")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if ledger_qty != consumed {
+        violations.push(format!(
+            "the ledger records {ledger_qty} units but the stock fell by {consumed}"
+        ));
+    }
+    let mut per_order = Vec::new();
+    for (index, &units) in &rb.ledger {
+        match told_bought.get(index) {
+            Some(&q) if units == q => {}
+            Some(&q) if units > q => per_order.push(format!(
+                "order {}-{index} was deducted {} times ({units} units for a {q}-unit order)",
+                facts.run_id,
+                units / q.max(1)
+            )),
+            Some(&q) => per_order.push(format!(
+                "order {}-{index} was told it bought {q} but the ledger has {units}",
+                facts.run_id
+            )),
+            None if maybe_applied.contains(index) && units == qty as i64 => {}
+            None => per_order.push(format!(
+                "order {}-{index} is in the ledger ({units} units) but its buyer was not told it bought",
+                facts.run_id
+            )),
+        }
+    }
+    for index in told_bought.keys() {
+        if !rb.ledger.contains_key(index) {
+            per_order.push(format!(
+                "order {}-{index} was told it bought but is not in the ledger",
+                facts.run_id
+            ));
+        }
+    }
+    per_order.sort();
+    let shown = per_order.len().min(5);
+    if per_order.len() > shown {
+        let more = per_order.len() - shown;
+        per_order.truncate(shown);
+        per_order.push(format!("... and {more} more order mismatches"));
+    }
+    violations.extend(per_order);
+    // Stock only goes down, so "sold out" while enough stock is left at the end was wrong.
+    if sold_out > 0 && rb.final_stock >= qty as i64 && errors == 0 {
+        violations.push(format!(
+            "under-sold: {sold_out} buyers were told sold out but {} units are left",
+            rb.final_stock
+        ));
+    }
+
+    let mut notes = Vec::new();
+    if lease_overrun > 0 {
+        notes.push(format!(
+            "{lease_overrun} buyers worked past their lease (the lock had expired before they \
+             released it); stock went to {}",
+            rb.final_stock
+        ));
+    }
+    if lease_lost > 0 {
+        notes.push(format!(
+            "{lease_lost} buyers lost their lease before deducting and deducted nothing"
+        ));
+    }
+    if busy > 0 && rb.final_stock > 0 {
+        notes.push(format!(
+            "{busy} buyers were turned away busy while stock remained (raise --wait-ms to wait for the lock)"
+        ));
+    }
+    if errors > 0 {
+        notes.push(format!(
+            "{errors} requests failed ({indeterminate} of them may have deducted)"
+        ));
+    }
+
+    let elapsed_s = facts.elapsed.as_secs_f64();
+    let locks = facts.strategy.locks() && !wait.is_empty();
+    Report {
+        verdict: if violations.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        sku: facts.sku.clone(),
+        run_id: facts.run_id.clone(),
+        requests: facts.requests,
+        concurrency: facts.concurrency,
+        strategy: facts.strategy,
+        mode: facts.mode,
+        qty,
+        ttl_ms: facts.ttl_ms,
+        wait_ms: facts.wait_ms,
+        work_ms: facts.work_ms,
+        watchdog: facts.watchdog,
+        seeded: facts.seeded,
+        initial_stock: facts.initial_stock,
+        final_stock: rb.final_stock,
+        consumed,
+        bought,
+        sold_qty,
+        replayed,
+        sold_out,
+        busy,
+        lease_lost,
+        limit_reached,
+        errors,
+        indeterminate,
+        errors_by_kind,
+        lease_overrun,
+        oversold,
+        ledger_orders: rb.ledger.len() as u64,
+        ledger_qty,
+        elapsed_s: (elapsed_s * 1000.0).round() / 1000.0,
+        throughput_rps: if elapsed_s > 0.0 {
+            (facts.requests as f64 / elapsed_s * 10.0).round() / 10.0
+        } else {
+            0.0
+        },
+        latency_ms: percentiles(&latency),
+        lock_wait_ms: locks.then(|| percentiles(&wait)),
+        lock_hold_ms: (locks && !hold.is_empty()).then(|| percentiles(&hold)),
+        violations,
+        notes,
+        first_error,
+    }
+}

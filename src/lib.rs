@@ -1,0 +1,29 @@
+//! lockctl: flash-sale ("秒杀") stock deduction under a Redis distributed lock, and the
+//! instrument that proves nothing was oversold.
+//!
+//! It grew from a tutorial whose PHP `DistributedLock` takes `SET dist_lock:<sku> <token> NX PX
+//! <ttl>`, reads `item:stock:<sku>`, decrements it if positive, and releases with a Lua
+//! compare-and-delete. lockctl keeps those keys and that protocol (a PHP client and lockctl
+//! exclude each other), and adds what the tutorial leaves as homework: lease-loss detection, a
+//! watchdog, fenced and atomic deductions, and a hammer that reads Redis back to check the books.
+//!
+//! Layout:
+//! - [`conn`]: connections with bounded waits and errors that never show a password.
+//! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
+//! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
+//! - [`check`]: is a server fit to hold locks?
+//! - [`hammer`]: many purchases at once, then the verdict; measures and never prints.
+//! - [`render`]: reports as text or JSON.
+//! - [`sku`]: the names that become keys, checked at the boundary.
+//! - [`error`]: the library's failures (expected outcomes are values, not errors).
+
+pub mod check;
+pub mod conn;
+pub mod error;
+pub mod hammer;
+pub mod lock;
+pub mod render;
+pub mod sku;
+pub mod stock;
+
+pub use error::{Error, Result};

@@ -1,0 +1,162 @@
+//! The `lockctl` binary: parses the command line, calls the library, prints, and maps the
+//! result to the contract's exit codes in one place.
+
+mod cli;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::{Value, json};
+
+use cli::{Cli, Command, PurchaseArgs};
+use lockctl::conn::{ConnectOptions, Target};
+use lockctl::hammer::{self, HammerOptions, Verdict};
+use lockctl::lock::LockOptions;
+use lockctl::stock::{self, Buy, BuyOptions, Buyer};
+use lockctl::{Error, check, render};
+
+/// The contract's exit codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    Ok = 0,
+    Error = 1,
+    /// Sold out, limit reached, an invariant violated, or a server unfit for locking.
+    Refused = 3,
+    Busy = 4,
+    LeaseLost = 5,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.json;
+    match run(cli) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("lockctl: error: {err:#}");
+            if json {
+                let lib = err.downcast_ref::<Error>();
+                let _ = emit_json(&json!({
+                    "error": format!("{err:#}"),
+                    "error_kind": lib.map_or("internal", Error::kind),
+                    "indeterminate": lib.is_some_and(Error::is_indeterminate),
+                }));
+            }
+            ExitCode::from(Exit::Error as u8)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let target = Target::open(
+        &cli.redis,
+        ConnectOptions {
+            connect_timeout: Duration::from_millis(cli.connect_timeout_ms),
+            call_timeout: Duration::from_millis(cli.timeout_ms),
+        },
+    )?;
+    match cli.command {
+        Command::Check => {
+            let report = check::check(&mut target.connect()?)?;
+            if cli.json {
+                emit_json(&render::check_json(&report))?;
+            } else {
+                emit(&render::check_text(&report))?;
+            }
+            Ok(if report.ok { Exit::Ok } else { Exit::Refused })
+        }
+        Command::Seed { sku, count } => {
+            stock::seed(&mut target.connect()?, &sku, count)
+                .with_context(|| format!("could not seed '{sku}'"))?;
+            if cli.json {
+                emit_json(&json!({ "sku": sku.as_str(), "stock": count, "ledger_cleared": true }))?;
+            } else {
+                emit(&format!("seeded {sku}: stock {count}, ledger cleared\n"))?;
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Buy(args) => {
+            let options = buy_options(&args.purchase, 0);
+            let strategy = options.strategy;
+            let buyer = Buyer::new(&target, &args.sku, options);
+            let order_id = args.order_id.unwrap_or_else(stock::new_order_id);
+            let purchase = buyer.buy(&mut target.connect()?, &order_id, args.user.as_deref())?;
+            if cli.json {
+                emit_json(&render::buy_json(args.sku.as_str(), strategy, &purchase))?;
+            } else {
+                emit(&render::buy_text(args.sku.as_str(), &purchase))?;
+            }
+            Ok(match purchase.outcome {
+                Buy::Bought { .. } => Exit::Ok,
+                Buy::SoldOut { .. } | Buy::LimitReached { .. } => Exit::Refused,
+                Buy::Busy => Exit::Busy,
+                Buy::LeaseLost => Exit::LeaseLost,
+            })
+        }
+        Command::Hammer(args) => {
+            let opts = HammerOptions {
+                sku: args.sku.clone(),
+                requests: args.requests,
+                concurrency: args.concurrency,
+                mode: args.mode,
+                stock: args.stock,
+                buy: buy_options(&args.purchase, HAMMER_WAIT_MS),
+                users: args.users,
+                exe: None,
+            };
+            let report = hammer::run(&target, &opts).map_err(|e| match e {
+                Error::Unseeded { sku } => anyhow::anyhow!(
+                    "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: lockctl seed {sku} <COUNT>"
+                ),
+                e => e.into(),
+            })?;
+            if cli.json {
+                emit_json(&render::hammer_json(&report))?;
+            } else {
+                emit(&render::hammer_text(&report))?;
+            }
+            Ok(match report.verdict {
+                Verdict::Pass => Exit::Ok,
+                Verdict::Fail => Exit::Refused,
+            })
+        }
+    }
+}
+
+/// The hammer waits for the lock by default: with the seed's one try, most of a fast run's
+/// buyers would be turned away busy and the stock would not sell out.
+const HAMMER_WAIT_MS: u64 = 5000;
+
+fn buy_options(p: &PurchaseArgs, default_wait_ms: u64) -> BuyOptions {
+    BuyOptions {
+        strategy: p.strategy,
+        qty: p.qty,
+        work: Duration::from_millis(p.work_ms),
+        lock: LockOptions {
+            ttl: Duration::from_millis(p.ttl_ms),
+            wait: Duration::from_millis(p.wait_ms.unwrap_or(default_wait_ms)),
+            watchdog: p.watchdog,
+        },
+        limit: p.limit,
+    }
+}
+
+fn emit(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+fn emit_json(v: &Value) -> io::Result<()> {
+    emit(&format!("{v}\n"))
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,462 @@
+//! Stock deduction: the seed's purchase and the strategies that fix or break it.
+//!
+//! The stock is `item:stock:<SKU>`, a string integer, as in the seed. Every deduction also
+//! records the order in a per-SKU ledger (`item:orders:<SKU>`, order id -> units deducted), in
+//! the same transaction or script as the deduction, so that stock consumed and ledger sum agree
+//! whatever crashes: that equality is what the hammer and `status` check.
+//!
+//! The one idea that makes each strategy correct (or not):
+//! - `lock` reads then writes under the lock, which is safe only while the lease outlives the
+//!   work; past it (the seed's homework) two buyers read the same stock.
+//! - `fenced` makes the write itself check the lease: one script deducts only while the lock
+//!   still holds this buyer's token, so an expired buyer deducts nothing.
+//! - `atomic` needs no lock: one script reads, checks and writes, and Redis runs scripts one at
+//!   a time. It still yields to a lock held by anyone else, to stay safe beside lock users.
+//! - `naive` reads then writes with no lock: the negative control that must be caught.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::LazyLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+use serde::Serialize;
+
+use crate::conn::{Conn, Target};
+use crate::error::{Error, Result};
+use crate::lock::{Acquire, Guard, Lock, LockKeys, LockOptions, Release};
+use crate::sku::{Sku, StockKeys};
+
+/// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
+pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
+
+/// Deducts `qty` and records the order, in one atomic step, after checking whatever the caller
+/// asked for: a replayed order id, the lock, the per-user limit and the stock.
+/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units).
+/// ARGV: 1 token ('' = we hold no lock: yield while anyone does), 2 qty, 3 order id,
+///       4 user ('' = no per-user limit), 5 the limit.
+/// Returns {status, n, text}:
+///   {'bought', stock left, ''}         {'replayed', units of the original order, stock now}
+///   {'sold_out', stock, ''}            {'limit', units this user already has, ''}
+///   {'busy', 0, ''}                    {'lease_lost', 0, ''}
+///   {'unseeded', 0, ''}                {'bad_stock', 0, what the key holds}
+/// The raw stock is matched against an integer pattern before use, because Lua's `tonumber`
+/// accepts '1e3' and ' 7', and `nil`/`false` would otherwise read as "sold out".
+const DEDUCT_LUA: &str = r"
+local prior = redis.call('HGET', KEYS[2], ARGV[3])
+if prior then
+  return {'replayed', tonumber(prior), redis.call('GET', KEYS[1]) or ''}
+end
+local holder = redis.call('GET', KEYS[3])
+if ARGV[1] == '' then
+  if holder then return {'busy', 0, ''} end
+elseif holder ~= ARGV[1] then
+  return {'lease_lost', 0, ''}
+end
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
+if not raw then return {'unseeded', 0, ''} end
+if not string.match(raw, '^%-?%d+$') or string.len(raw) > 17 then
+  return {'bad_stock', 0, raw}
+end
+local stock = tonumber(raw)
+local qty = tonumber(ARGV[2])
+if ARGV[4] ~= '' then
+  local had = tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0')
+  if had + qty > tonumber(ARGV[5]) then return {'limit', had, ''} end
+end
+if stock < qty then return {'sold_out', stock, ''} end
+local left = redis.call('DECRBY', KEYS[1], qty)
+redis.call('HSET', KEYS[2], ARGV[3], qty)
+if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
+return {'bought', left, ''}
+";
+
+static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(DEDUCT_LUA));
+
+/// How a purchase protects the stock. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// The seed: lock, GET, DECR if enough, release.
+    Lock,
+    /// The lock, but the deduction checks the lease atomically.
+    Fenced,
+    /// No lock: one script checks and deducts.
+    Atomic,
+    /// GET then DECR with no lock: the negative control.
+    Naive,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Lock => "lock",
+            Strategy::Fenced => "fenced",
+            Strategy::Atomic => "atomic",
+            Strategy::Naive => "naive",
+        }
+    }
+
+    /// Whether this strategy takes the lock.
+    pub fn locks(self) -> bool {
+        matches!(self, Strategy::Lock | Strategy::Fenced)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to buy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuyOptions {
+    /// Default: [`Strategy::Lock`], the seed's flow.
+    pub strategy: Strategy,
+    /// Units per purchase. Default: 1.
+    pub qty: u64,
+    /// Simulated business time between reading the stock and writing it. Default: zero.
+    pub work: Duration,
+    /// The lock's lease, wait and watchdog. Default: [`LockOptions::default`].
+    pub lock: LockOptions,
+    /// The most units one user may buy of the SKU in all; applies to purchases that name a
+    /// user. Default: none.
+    pub limit: Option<u64>,
+}
+
+impl Default for BuyOptions {
+    fn default() -> Self {
+        BuyOptions {
+            strategy: Strategy::Lock,
+            qty: 1,
+            work: Duration::ZERO,
+            lock: LockOptions::default(),
+            limit: None,
+        }
+    }
+}
+
+/// What a purchase came to. Only [`Buy::Bought`] deducted anything (and a replayed order id
+/// reports the original purchase without deducting again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buy {
+    /// Deducted; `remaining` is the stock right after the deduction (or now, when replayed).
+    Bought { remaining: i64 },
+    /// Not enough stock; `remaining` is what there was.
+    SoldOut { remaining: i64 },
+    /// The lock was held by someone else for the whole wait.
+    Busy,
+    /// The lease ran out before the deduction; nothing was deducted.
+    LeaseLost,
+    /// The user already has `bought` units and may have at most `limit`; nothing was deducted.
+    LimitReached { bought: u64, limit: u64 },
+}
+
+impl Buy {
+    /// The contract's outcome name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Buy::Bought { .. } => "bought",
+            Buy::SoldOut { .. } => "sold_out",
+            Buy::Busy => "busy",
+            Buy::LeaseLost => "lease_lost",
+            Buy::LimitReached { .. } => "limit_reached",
+        }
+    }
+
+    /// The stock the buyer was told about, if any.
+    pub fn remaining(&self) -> Option<i64> {
+        match self {
+            Buy::Bought { remaining } | Buy::SoldOut { remaining } => Some(*remaining),
+            _ => None,
+        }
+    }
+}
+
+/// One purchase and what is known about how it went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Purchase {
+    pub outcome: Buy,
+    pub order_id: String,
+    pub qty: u64,
+    /// The units of the original order, when this order id had already bought: nothing was
+    /// deducted this time.
+    pub replayed: Option<u64>,
+    /// The fencing token of the lock grant, for the lock strategies.
+    pub fence: Option<u64>,
+    /// The lock strategy deducted, and then the release found the lease gone: the buyer worked
+    /// past its lease, and another may have been inside the critical section too.
+    pub overran_lease: bool,
+    /// Time spent acquiring the lock (also when it ended busy).
+    pub lock_wait: Option<Duration>,
+    /// Time the lock was held.
+    pub lock_hold: Option<Duration>,
+    /// Watchdog renewals while held.
+    pub renewals: u64,
+}
+
+/// Buys one SKU with fixed options. Cheap to create; use one per thread or share it.
+#[derive(Clone, Debug)]
+pub struct Buyer {
+    sku: Sku,
+    keys: StockKeys,
+    lock: Lock,
+    options: BuyOptions,
+}
+
+impl Buyer {
+    pub fn new(target: &Target, sku: &Sku, options: BuyOptions) -> Buyer {
+        Buyer {
+            sku: sku.clone(),
+            keys: StockKeys::new(sku),
+            lock: Lock::new(target, sku.as_str(), options.lock.clone()),
+            options,
+        }
+    }
+
+    pub fn options(&self) -> &BuyOptions {
+        &self.options
+    }
+
+    /// One purchase under `order_id`, by `user` when the per-user limit should apply.
+    pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
+        let user_limit = user.zip(self.options.limit);
+        let mut p = Purchase {
+            outcome: Buy::Busy,
+            order_id: order_id.to_string(),
+            qty: self.options.qty,
+            replayed: None,
+            fence: None,
+            overran_lease: false,
+            lock_wait: None,
+            lock_hold: None,
+            renewals: 0,
+        };
+        match self.options.strategy {
+            Strategy::Naive => {
+                p.outcome = self.read_then_write(conn, order_id, user_limit, None)?;
+            }
+            Strategy::Atomic => {
+                thread::sleep(self.options.work);
+                self.atomic(conn, user_limit, &mut p)?;
+            }
+            Strategy::Lock | Strategy::Fenced => self.locked(conn, user_limit, &mut p)?,
+        }
+        Ok(p)
+    }
+
+    fn locked(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
+        let started = Instant::now();
+        let guard = match self.lock.acquire(conn)? {
+            Acquire::Acquired(g) => g,
+            Acquire::Busy => {
+                p.lock_wait = Some(started.elapsed());
+                return Ok(());
+            }
+        };
+        p.lock_wait = Some(guard.waited());
+        p.fence = Some(guard.fence());
+        let outcome = match self.options.strategy {
+            Strategy::Fenced => {
+                thread::sleep(self.options.work);
+                self.deduct_script(conn, guard.token(), ul, p)
+            }
+            _ => self.read_then_write(conn, &p.order_id, ul, Some(&guard)),
+        };
+        p.lock_hold = Some(guard.held_for());
+        p.renewals = guard.renewals();
+        // The seed's `finally`: release whatever happened in between. A failed release leaves
+        // the lock to expire by its TTL; the purchase itself stands.
+        let released = guard.release(conn);
+        p.outcome = outcome?;
+        if let (Buy::Bought { .. }, Ok(Release::NotOwner | Release::Expired)) =
+            (p.outcome, released)
+        {
+            p.overran_lease = p.replayed.is_none();
+        }
+        Ok(())
+    }
+
+    fn atomic(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            p.outcome = self.deduct_script(conn, "", ul, p)?;
+            let left = self.options.lock.wait.saturating_sub(started.elapsed());
+            if p.outcome != Buy::Busy || left.is_zero() {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_micros(rand::random_range(500..5_000)).min(left));
+        }
+    }
+
+    /// The seed's flow: GET, work, then DECRBY if there is enough, with the order recorded in
+    /// the same MULTI. Under a lock when `guard` is given, with no protection at all when not.
+    fn read_then_write(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        ul: Option<(&str, u64)>,
+        guard: Option<&Guard>,
+    ) -> Result<Buy> {
+        let stock = read_stock(conn, &self.sku, &self.keys)?.ok_or_else(|| Error::Unseeded {
+            sku: self.sku.to_string(),
+        })?;
+        thread::sleep(self.options.work);
+        if guard.is_some_and(Guard::lease_lost) {
+            return Ok(Buy::LeaseLost);
+        }
+        let qty = self.options.qty;
+        if let Some((user, limit)) = ul {
+            let had: Option<u64> =
+                conn.query(redis::cmd("HGET").arg(&self.keys.buyers).arg(user))?;
+            let had = had.unwrap_or(0);
+            if had.saturating_add(qty) > limit {
+                return Ok(Buy::LimitReached { bought: had, limit });
+            }
+        }
+        if stock < qty as i64 {
+            return Ok(Buy::SoldOut { remaining: stock });
+        }
+        let mut tx = redis::pipe();
+        tx.atomic()
+            .decr(&self.keys.stock, qty)
+            .hincr(&self.keys.ledger, order_id, qty)
+            .ignore();
+        if let Some((user, _)) = ul {
+            tx.hincr(&self.keys.buyers, user, qty).ignore();
+        }
+        let (left,): (i64,) = conn.pipe(&tx)?;
+        Ok(Buy::Bought { remaining: left })
+    }
+
+    fn deduct_script(
+        &self,
+        conn: &mut Conn,
+        token: &str,
+        ul: Option<(&str, u64)>,
+        p: &mut Purchase,
+    ) -> Result<Buy> {
+        let (user, limit) = ul.unwrap_or(("", 0));
+        let (status, n, text): (String, i64, String) = conn.script(
+            DEDUCT
+                .key(&self.keys.stock)
+                .key(&self.keys.ledger)
+                .key(LockKeys::new(self.sku.as_str()).lock)
+                .key(&self.keys.buyers)
+                .arg(token)
+                .arg(self.options.qty)
+                .arg(&p.order_id)
+                .arg(user)
+                .arg(limit),
+        )?;
+        Ok(match status.as_str() {
+            "bought" => Buy::Bought { remaining: n },
+            "replayed" => {
+                p.replayed = Some(n.max(0) as u64);
+                Buy::Bought {
+                    remaining: text.parse().unwrap_or(0),
+                }
+            }
+            "sold_out" => Buy::SoldOut { remaining: n },
+            "limit" => Buy::LimitReached {
+                bought: n.max(0) as u64,
+                limit,
+            },
+            "busy" => Buy::Busy,
+            "lease_lost" => Buy::LeaseLost,
+            "unseeded" => {
+                return Err(Error::Unseeded {
+                    sku: self.sku.to_string(),
+                });
+            }
+            "bad_stock" => return Err(self.bad_stock(format!("'{text}'"))),
+            other => {
+                return Err(Error::Redis {
+                    addr: conn.addr().to_string(),
+                    reason: format!("the deduct script answered '{other}'"),
+                    code: None,
+                    indeterminate: false,
+                });
+            }
+        })
+    }
+
+    fn bad_stock(&self, value: String) -> Error {
+        Error::BadStock {
+            sku: self.sku.to_string(),
+            key: self.keys.stock.clone(),
+            value,
+        }
+    }
+}
+
+/// Reads the stock: `None` when the key does not exist, an error when it holds anything but an
+/// integer.
+pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option<i64>> {
+    let bad = |value: String| Error::BadStock {
+        sku: sku.to_string(),
+        key: keys.stock.clone(),
+        value,
+    };
+    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.stock)) {
+        Ok(raw) => raw,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            return Err(bad("a value of the wrong type".into()));
+        }
+        Err(e) => return Err(e),
+    };
+    match raw {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| bad(format!("'{s}'"))),
+    }
+}
+
+/// Sets the stock to `count` and clears the SKU's ledger and per-user totals, in one MULTI.
+pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
+    let keys = StockKeys::new(sku);
+    conn.pipe::<()>(
+        redis::pipe()
+            .atomic()
+            .set(&keys.stock, count)
+            .ignore()
+            .set(&keys.seeded, count)
+            .ignore()
+            .del(&keys.ledger)
+            .ignore()
+            .del(&keys.buyers)
+            .ignore(),
+    )
+}
+
+/// The ledger of one SKU: order id -> units deducted under it. Read with HSCAN, a page at a
+/// time, so a large ledger does not block the server.
+pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
+    let keys = StockKeys::new(sku);
+    let mut out = HashMap::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<(String, i64)>) = conn.query(
+            redis::cmd("HSCAN")
+                .arg(&keys.ledger)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000),
+        )?;
+        out.extend(page);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// A fresh order id: `o-` and 16 random hex characters.
+pub fn new_order_id() -> String {
+    format!("o-{}", hex::encode(rand::random::<[u8; 8]>()))
+}
