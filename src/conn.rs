@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisError};
 
 use crate::error::{Error, Result};
 
@@ -98,7 +98,7 @@ impl Target {
                 } else if is_auth_error(&e) {
                     Error::Auth {
                         addr: self.addr.to_string(),
-                        reason: scrub(&e.to_string(), &self.url),
+                        reason: auth_reason(&e),
                     }
                 } else if e.is_connection_refusal() {
                     Error::Connect {
@@ -177,7 +177,7 @@ impl Conn {
         } else if is_auth_error(&e) {
             Error::Auth {
                 addr,
-                reason: scrub(&e.to_string(), &self.url),
+                reason: auth_reason(&e),
             }
         } else if e.is_connection_refusal() {
             Error::Connect {
@@ -199,10 +199,14 @@ impl Conn {
 }
 
 fn is_auth_error(e: &RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
-    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+fn auth_reason(e: &RedisError) -> String {
+    match e.code() {
+        Some("NOAUTH") => "this server requires a password".into(),
+        _ => "wrong user name or password".into(),
+    }
 }
 
 /// Removes `url`'s password from `text`, in case a driver message ever quotes the URL.

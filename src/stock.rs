@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
-use crate::lock::{Acquire, Guard, Lock, LockKeys, LockOptions, Release};
+use crate::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use crate::sku::{Sku, StockKeys};
 
 /// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
@@ -260,10 +260,14 @@ impl Buyer {
         p.lock_wait = Some(guard.waited());
         p.fence = Some(guard.fence());
         let outcome = match self.options.strategy {
-            Strategy::Fenced => {
-                thread::sleep(self.options.work);
-                self.deduct_script(conn, guard.token(), ul, p)
-            }
+            // The seed's read, then a write that checks the lease itself.
+            Strategy::Fenced => self.in_stock(conn).and_then(|enough| match enough {
+                Some(sold_out) => Ok(sold_out),
+                None => {
+                    thread::sleep(self.options.work);
+                    self.deduct_script(conn, guard.token(), ul, p)
+                }
+            }),
             _ => self.read_then_write(conn, &p.order_id, ul, Some(&guard)),
         };
         p.lock_hold = Some(guard.held_for());
@@ -292,8 +296,18 @@ impl Buyer {
         }
     }
 
-    /// The seed's flow: GET, work, then DECRBY if there is enough, with the order recorded in
-    /// the same MULTI. Under a lock when `guard` is given, with no protection at all when not.
+    /// The seed's `GET`: `Some(SoldOut)` when there is not enough for this purchase, `None`
+    /// when there is.
+    fn in_stock(&self, conn: &mut Conn) -> Result<Option<Buy>> {
+        let stock = read_stock(conn, &self.sku, &self.keys)?.ok_or_else(|| Error::Unseeded {
+            sku: self.sku.to_string(),
+        })?;
+        Ok((stock < self.options.qty as i64).then_some(Buy::SoldOut { remaining: stock }))
+    }
+
+    /// The seed's flow: GET, and if there is enough, work, then DECRBY with the order recorded
+    /// in the same MULTI. Under a lock when `guard` is given, with no protection at all when
+    /// not. Nothing here checks that the stock read is still current: that is the lock's job.
     fn read_then_write(
         &self,
         conn: &mut Conn,
@@ -301,9 +315,9 @@ impl Buyer {
         ul: Option<(&str, u64)>,
         guard: Option<&Guard>,
     ) -> Result<Buy> {
-        let stock = read_stock(conn, &self.sku, &self.keys)?.ok_or_else(|| Error::Unseeded {
-            sku: self.sku.to_string(),
-        })?;
+        if let Some(sold_out) = self.in_stock(conn)? {
+            return Ok(sold_out);
+        }
         thread::sleep(self.options.work);
         if guard.is_some_and(Guard::lease_lost) {
             return Ok(Buy::LeaseLost);
@@ -316,9 +330,6 @@ impl Buyer {
             if had.saturating_add(qty) > limit {
                 return Ok(Buy::LimitReached { bought: had, limit });
             }
-        }
-        if stock < qty as i64 {
-            return Ok(Buy::SoldOut { remaining: stock });
         }
         let mut tx = redis::pipe();
         tx.atomic()
@@ -344,7 +355,7 @@ impl Buyer {
             DEDUCT
                 .key(&self.keys.stock)
                 .key(&self.keys.ledger)
-                .key(LockKeys::new(self.sku.as_str()).lock)
+                .key(&self.lock.keys().lock)
                 .key(&self.keys.buyers)
                 .arg(token)
                 .arg(self.options.qty)

@@ -1,0 +1,328 @@
+//! The real `lockctl` binary: every subcommand, its exit codes, JSON fields and messages.
+
+mod common;
+
+use common::{RedisServer, code, json, lockctl, stderr, stdout};
+use redis::Commands;
+
+#[test]
+fn check_passes_on_a_fresh_server_and_reports_the_contract_fields() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["check", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["ok"], true);
+    assert!(v["redis_version"].as_str().unwrap().contains('.'));
+    assert!(v["rtt_ms"].as_f64().unwrap() >= 0.0);
+    // Test servers run with no persistence, which check must point out.
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("persistence")),
+        "{warnings:?}"
+    );
+    let human = lockctl(&server.url(), &["check"]);
+    assert!(stdout(&human).contains("ok: fit for locking"));
+}
+
+#[test]
+fn check_warns_about_an_eviction_policy_that_can_drop_locks() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
+    let v = json(&lockctl(&server.url(), &["--json", "check"]));
+    let warnings = v["warnings"].to_string();
+    assert!(warnings.contains("volatile-lru"), "{warnings}");
+}
+
+#[test]
+fn check_refuses_a_replica() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let out = lockctl(&replica.url(), &["check", "--json"]);
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(v["ok"], false);
+    assert!(v["problems"].to_string().contains("replica"));
+    // And the master is told about its replica.
+    let m = json(&lockctl(&master.url(), &["check", "--json"]));
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || {
+            json(&lockctl(&master.url(), &["check", "--json"]))["warnings"]
+                .to_string()
+                .contains("replica")
+        }),
+        "{m}"
+    );
+}
+
+#[test]
+fn an_unreachable_redis_is_a_one_line_error_with_exit_1() {
+    // A port nobody listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    for args in [
+        &["check"][..],
+        &["seed", "s", "1"],
+        &["buy", "s"],
+        &["hammer"],
+    ] {
+        let out = lockctl(&url, args);
+        assert_eq!(code(&out), 1, "{args:?}");
+        let err = stderr(&out);
+        assert!(err.starts_with("lockctl: error: "), "{err}");
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(err.contains("--redis"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_wrong_password_is_one_clear_error_that_never_shows_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right-pass"]);
+    let url = format!("redis://:hunter2-wrong@127.0.0.1:{}", server.port);
+    for args in [&["check"][..], &["buy", "s"], &["--json", "check"]] {
+        let out = lockctl(&url, args);
+        assert_eq!(code(&out), 1, "{args:?}");
+        let all = stdout(&out) + &stderr(&out);
+        assert!(!all.contains("hunter2"), "{all}");
+        assert!(stderr(&out).contains("credentials"), "{}", stderr(&out));
+    }
+    let ok = format!("redis://:right-pass@127.0.0.1:{}", server.port);
+    let out = lockctl(&ok, &["seed", "s", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stdout(&out).contains("right-pass"));
+}
+
+#[test]
+fn seed_sets_the_stock_and_refuses_bad_counts_with_exit_2() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["seed", "sku_886", "10"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("stock 10"));
+    let mut raw = server.raw();
+    let v: String = raw.get("item:stock:sku_886").unwrap();
+    assert_eq!(v, "10");
+    for bad in ["-1", "ten", "1.5", "", "99999999999999999999"] {
+        let out = lockctl(&server.url(), &["seed", "sku_886", bad]);
+        assert_eq!(code(&out), 2, "{bad:?}: {}", stderr(&out));
+        let v: String = raw.get("item:stock:sku_886").unwrap();
+        assert_eq!(v, "10", "a refused seed changed the stock");
+    }
+    let out = lockctl(&server.url(), &["seed", "bad sku", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("no spaces"), "{}", stderr(&out));
+}
+
+#[test]
+fn buy_reports_each_outcome_with_its_exit_code_and_json_fields() {
+    let server = RedisServer::start();
+    let url = server.url();
+    lockctl(&url, &["seed", "sku_886", "1"]);
+    let out = lockctl(&url, &["buy", "sku_886"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("bought, 0 left"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = lockctl(&url, &["buy", "sku_886", "--json"]);
+    assert_eq!(code(&out), 3);
+    let v = json(&out);
+    assert_eq!(v["outcome"], "sold_out");
+    assert_eq!(v["remaining"], 0);
+    assert_eq!(v["sku"], "sku_886");
+    assert_eq!(v["qty"], 1);
+    assert!(v["order_id"].is_string());
+    assert!(stdout(&lockctl(&url, &["buy", "sku_886"])).starts_with("sold out"));
+
+    lockctl(&url, &["seed", "sku_886", "5"]);
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:sku_886", "another-holder", 10_000)
+        .unwrap();
+    let out = lockctl(&url, &["buy", "sku_886", "--json"]);
+    assert_eq!(code(&out), 4);
+    assert_eq!(json(&out)["outcome"], "busy");
+    assert_eq!(json(&out)["remaining"], serde_json::Value::Null);
+    assert!(stdout(&lockctl(&url, &["buy", "sku_886"])).starts_with("busy, try again"));
+    let _: () = server.raw().del("dist_lock:sku_886").unwrap();
+
+    let out = lockctl(
+        &url,
+        &[
+            "buy",
+            "sku_886",
+            "--json",
+            "--strategy",
+            "fenced",
+            "--ttl-ms",
+            "50",
+            "--work-ms",
+            "200",
+        ],
+    );
+    assert_eq!(code(&out), 5, "{}", stdout(&out));
+    assert_eq!(json(&out)["outcome"], "lease_lost");
+    let v: String = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(v, "5", "a lost lease deducted");
+}
+
+#[test]
+fn buy_on_an_unseeded_or_corrupt_sku_fails_clearly_and_leaves_no_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = lockctl(&url, &["buy", "nothing"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("seed it first: lockctl seed nothing <COUNT>"),
+        "{}",
+        stderr(&out)
+    );
+    let mut raw = server.raw();
+    let _: () = raw.set("item:stock:corrupt", "lots").unwrap();
+    let out = lockctl(&url, &["buy", "corrupt", "--json"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("'lots'"), "{}", stderr(&out));
+    assert_eq!(json(&out)["error_kind"], "bad_stock");
+    let v: String = raw.get("item:stock:corrupt").unwrap();
+    assert_eq!(v, "lots");
+    for sku in ["nothing", "corrupt"] {
+        let held: bool = raw.exists(format!("dist_lock:{sku}")).unwrap();
+        assert!(!held, "{sku}: lock left behind");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let server = RedisServer::start();
+    for args in [
+        &["buy"][..],
+        &["buy", "s", "--strategy", "optimistic"],
+        &["buy", "s", "--ttl-ms", "0"],
+        &["buy", "s", "--qty", "0"],
+        &["buy", "s", "--wait-ms", "-5"],
+        &["buy", "s", "--user", "alice"],
+        &["hammer", "-n", "0"],
+        &["hammer", "-c", "0"],
+        &["hammer", "--mode", "fibers"],
+        &["frobnicate"],
+    ] {
+        let out = lockctl(&server.url(), args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+    }
+}
+
+fn hammer_passes_in(mode: &str) {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer", "-n", "100", "-c", "10", "--stock", "10", "--mode", mode, "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let v = json(&out);
+    for field in [
+        "verdict",
+        "requests",
+        "concurrency",
+        "strategy",
+        "initial_stock",
+        "final_stock",
+        "bought",
+        "sold_qty",
+        "sold_out",
+        "busy",
+        "lease_lost",
+        "errors",
+        "oversold",
+        "elapsed_s",
+        "throughput_rps",
+    ] {
+        assert!(!v[field].is_null(), "missing {field}: {v}");
+    }
+    for p in ["p50", "p99", "max"] {
+        assert!(v["latency_ms"][p].is_number(), "latency_ms.{p}: {v}");
+    }
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["requests"], 100);
+    assert_eq!(v["concurrency"], 10);
+    assert_eq!(v["strategy"], "lock");
+    assert_eq!(v["initial_stock"], 10);
+    assert_eq!(v["final_stock"], 0);
+    assert_eq!(v["bought"], 10);
+    assert_eq!(v["sold_qty"], 10);
+    assert_eq!(v["oversold"], 0);
+    let total: u64 = ["bought", "sold_out", "busy", "lease_lost", "errors"]
+        .iter()
+        .map(|f| v[f].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 100);
+    let stock: String = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(stock, "0");
+    let orders: u64 = server.raw().hlen("item:orders:sku_886").unwrap();
+    assert_eq!(orders, 10);
+}
+
+#[test]
+fn hammer_with_threads_sells_exactly_the_stock() {
+    hammer_passes_in("threads");
+}
+
+#[test]
+fn hammer_with_processes_sells_exactly_the_stock() {
+    hammer_passes_in("procs");
+}
+
+#[test]
+fn hammer_prints_a_readable_summary() {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &["hammer", "-n", "20", "-c", "4", "--stock", "5"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "bought 5",
+        "sold out 15",
+        "5 -> 0",
+        "p99",
+        "purchases/s",
+        "PASS",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn hammer_without_stock_says_how_to_seed() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["hammer", "--sku", "empty"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("--stock"), "{}", stderr(&out));
+    // With stock already there it uses it, and says so.
+    lockctl(&server.url(), &["seed", "there", "3"]);
+    let out = lockctl(&server.url(), &["hammer", "--sku", "there", "-n", "5"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("already in Redis"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn json_errors_are_one_object_on_stdout() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["--json", "buy", "unseeded"]);
+    assert_eq!(code(&out), 1);
+    let v = json(&out);
+    assert_eq!(v["error_kind"], "unseeded");
+    assert!(v["error"].as_str().unwrap().contains("seed it first"));
+}
