@@ -137,6 +137,11 @@ impl Conn {
         &self.addr
     }
 
+    /// The per-call limit now in force.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
     /// Changes the per-call limit (a blocking command needs more than its own block time).
     pub fn set_call_timeout(&mut self, limit: Duration) -> Result<()> {
         let limit = limit.max(Duration::from_millis(1));
@@ -164,6 +169,16 @@ impl Conn {
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
         let r = inv.invoke(&mut self.inner as &mut dyn ConnectionLike);
         r.map_err(|e| self.map_err(e))
+    }
+
+    /// An error for a reply that makes no sense here.
+    pub fn unexpected(&self, reason: String) -> Error {
+        Error::Redis {
+            addr: self.addr.to_string(),
+            reason,
+            code: None,
+            indeterminate: false,
+        }
     }
 
     /// Maps a driver error to the library's error, naming this connection's address.

@@ -176,6 +176,14 @@ impl Buy {
     }
 }
 
+/// Where a purchase stands once the stock has been read.
+enum Step {
+    /// Decided without a write.
+    Done(Buy),
+    /// Enough stock and nothing against it: deduct.
+    Deduct,
+}
+
 /// One purchase and what is known about how it went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Purchase {
@@ -237,7 +245,10 @@ impl Buyer {
         };
         match self.options.strategy {
             Strategy::Naive => {
-                p.outcome = self.read_then_write(conn, order_id, user_limit, None)?;
+                p.outcome = match self.read_and_decide(conn, user_limit, None)? {
+                    Step::Done(b) => b,
+                    Step::Deduct => self.deduct_unlocked(conn, order_id, user_limit)?,
+                };
             }
             Strategy::Atomic => {
                 thread::sleep(self.options.work);
@@ -262,21 +273,34 @@ impl Buyer {
         let outcome = match self.options.strategy {
             // The seed's read, then a write that checks the lease itself.
             Strategy::Fenced => self.in_stock(conn).and_then(|enough| match enough {
-                Some(sold_out) => Ok(sold_out),
+                Some(sold_out) => Ok(Step::Done(sold_out)),
                 None => {
                     thread::sleep(self.options.work);
                     self.deduct_script(conn, guard.token(), ul, p)
+                        .map(Step::Done)
                 }
             }),
-            _ => self.read_then_write(conn, &p.order_id, ul, Some(&guard)),
+            _ => self.read_and_decide(conn, ul, Some(&guard)),
         };
-        p.lock_hold = Some(guard.held_for());
         p.renewals = guard.renewals();
         // The seed's `finally`: release whatever happened in between. A failed release leaves
         // the lock to expire by its TTL; the purchase itself stands.
-        let released = guard.release(conn);
+        let hold_started = Instant::now() - guard.held_for();
+        let (outcome, released) = match outcome {
+            Ok(Step::Deduct) => {
+                // The write and the release travel together: one round trip fewer inside the
+                // critical section.
+                match guard.release_after(conn, &self.deduct_commands(&p.order_id, ul)) {
+                    Ok((replies, released)) => (self.bought(conn, &replies), Some(released)),
+                    Err(e) => (Err(e), None),
+                }
+            }
+            Ok(Step::Done(b)) => (Ok(b), guard.release(conn).ok()),
+            Err(e) => (Err(e), guard.release(conn).ok()),
+        };
+        p.lock_hold = Some(hold_started.elapsed());
         p.outcome = outcome?;
-        if let (Buy::Bought { .. }, Ok(Release::NotOwner | Release::Expired)) =
+        if let (Buy::Bought { .. }, Some(Release::NotOwner | Release::Expired)) =
             (p.outcome, released)
         {
             p.overran_lease = p.replayed.is_none();
@@ -305,42 +329,70 @@ impl Buyer {
         Ok((stock < self.options.qty as i64).then_some(Buy::SoldOut { remaining: stock }))
     }
 
-    /// The seed's flow: GET, and if there is enough, work, then DECRBY with the order recorded
-    /// in the same MULTI. Under a lock when `guard` is given, with no protection at all when
-    /// not. Nothing here checks that the stock read is still current: that is the lock's job.
-    fn read_then_write(
+    /// The seed's flow up to the write: GET, and if there is enough, work, then the checks
+    /// that may still refuse. Under a lock when `guard` is given, with no protection at all
+    /// when not. Nothing here checks that the stock read is still current: that is the lock's
+    /// job.
+    fn read_and_decide(
         &self,
         conn: &mut Conn,
-        order_id: &str,
         ul: Option<(&str, u64)>,
         guard: Option<&Guard>,
-    ) -> Result<Buy> {
+    ) -> Result<Step> {
         if let Some(sold_out) = self.in_stock(conn)? {
-            return Ok(sold_out);
+            return Ok(Step::Done(sold_out));
         }
         thread::sleep(self.options.work);
         if guard.is_some_and(Guard::lease_lost) {
-            return Ok(Buy::LeaseLost);
+            return Ok(Step::Done(Buy::LeaseLost));
         }
-        let qty = self.options.qty;
         if let Some((user, limit)) = ul {
             let had: Option<u64> =
                 conn.query(redis::cmd("HGET").arg(&self.keys.buyers).arg(user))?;
             let had = had.unwrap_or(0);
-            if had.saturating_add(qty) > limit {
-                return Ok(Buy::LimitReached { bought: had, limit });
+            if had.saturating_add(self.options.qty) > limit {
+                return Ok(Step::Done(Buy::LimitReached { bought: had, limit }));
             }
         }
-        let mut tx = redis::pipe();
-        tx.atomic()
-            .decr(&self.keys.stock, qty)
-            .hincr(&self.keys.ledger, order_id, qty)
-            .ignore();
+        Ok(Step::Deduct)
+    }
+
+    /// The seed's DECR, with the order recorded: to run inside one MULTI/EXEC. The first reply
+    /// is the stock left.
+    fn deduct_commands(&self, order_id: &str, ul: Option<(&str, u64)>) -> Vec<redis::Cmd> {
+        let qty = self.options.qty;
+        let mut cmds = vec![
+            redis::Cmd::decr(&self.keys.stock, qty),
+            redis::Cmd::hincr(&self.keys.ledger, order_id, qty),
+        ];
         if let Some((user, _)) = ul {
-            tx.hincr(&self.keys.buyers, user, qty).ignore();
+            cmds.push(redis::Cmd::hincr(&self.keys.buyers, user, qty));
         }
-        let (left,): (i64,) = conn.pipe(&tx)?;
-        Ok(Buy::Bought { remaining: left })
+        cmds
+    }
+
+    /// Reads the stock left from the transaction's replies.
+    fn bought(&self, conn: &Conn, replies: &[redis::Value]) -> Result<Buy> {
+        match replies.first() {
+            Some(redis::Value::Int(left)) => Ok(Buy::Bought { remaining: *left }),
+            other => Err(conn.unexpected(format!("DECRBY answered {other:?}"))),
+        }
+    }
+
+    /// The naive strategy's write: the same transaction, with no lock around it.
+    fn deduct_unlocked(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        ul: Option<(&str, u64)>,
+    ) -> Result<Buy> {
+        let mut tx = redis::pipe();
+        tx.atomic();
+        for c in self.deduct_commands(order_id, ul) {
+            tx.add_command(c);
+        }
+        let replies: Vec<redis::Value> = conn.pipe(&tx)?;
+        self.bought(conn, &replies)
     }
 
     fn deduct_script(
