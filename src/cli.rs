@@ -1,5 +1,7 @@
 //! The command line: clap definitions, parsed at the boundary into the library's types.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, value_parser};
 
 use lockctl::hammer::Mode;
@@ -61,10 +63,6 @@ pub enum Command {
 /// How each purchase is made (shared by `buy` and `hammer`).
 #[derive(Debug, Args)]
 pub struct PurchaseArgs {
-    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
-    #[arg(long, value_enum, default_value_t = Strategy::Lock)]
-    pub strategy: Strategy,
-
     /// Lock lease in ms: the lock frees itself this long after it was taken (or renewed).
     #[arg(long, default_value_t = 5000, value_parser = value_parser!(u64).range(1..=86_400_000))]
     pub ttl_ms: u64,
@@ -96,6 +94,10 @@ pub struct PurchaseArgs {
 pub struct BuyArgs {
     /// The product, e.g. sku_886.
     pub sku: Sku,
+
+    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
+    #[arg(long, value_enum, default_value_t = Strategy::Lock)]
+    pub strategy: Strategy,
 
     #[command(flatten)]
     pub purchase: PurchaseArgs,
@@ -137,8 +139,25 @@ pub struct HammerArgs {
     #[arg(long, value_parser = value_parser!(u64).range(1..=100_000_000), requires = "limit")]
     pub users: Option<u64>,
 
+    /// How the stock is protected; a comma-separated list (lock,fenced,atomic) runs the same
+    /// load once per strategy on a freshly seeded stock and compares them.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "lock")]
+    pub strategy: Vec<Strategy>,
+
     #[command(flatten)]
     pub purchase: PurchaseArgs,
+
+    /// Write the full report as JSON (latency buckets included) to FILE; - for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+
+    /// Write the summary table as Markdown to FILE; - for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
+
+    /// Write a self-contained HTML page with latency and stock charts to FILE; - for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub export_html: Option<PathBuf>,
 }
 
 fn order_id(s: &str) -> Result<String, String> {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -53,6 +54,8 @@ pub struct HammerOptions {
     pub users: Option<u64>,
     /// The `lockctl` binary, for [`Mode::Procs`]. Default: this process's own executable.
     pub exe: Option<PathBuf>,
+    /// Counts finished requests as they finish, for a progress display. Default: none.
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl Default for HammerOptions {
@@ -66,6 +69,7 @@ impl Default for HammerOptions {
             buy: BuyOptions::default(),
             users: None,
             exe: None,
+            progress: None,
         }
     }
 }
@@ -96,6 +100,8 @@ pub struct Sample {
     pub latency: Duration,
     pub lock_wait: Option<Duration>,
     pub lock_hold: Option<Duration>,
+    /// When the request finished, from the start of the run.
+    pub at: Duration,
 }
 
 /// What the run found in Redis afterwards.
@@ -199,7 +205,24 @@ pub struct Report {
     pub notes: Vec<String>,
     /// The first error message seen, if any.
     pub first_error: Option<String>,
+    /// The latency distribution: requests per bucket, each bucket up to `le_ms`.
+    pub latency_buckets: Vec<Bucket>,
+    /// Stock over time as the buyers were told it: `[seconds since start, stock]`, at most
+    /// [`TIMELINE_POINTS`] points.
+    pub stock_timeline: Vec<[f64; 2]>,
 }
+
+/// One bucket of a latency distribution.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Bucket {
+    /// Upper bound of the bucket, in milliseconds.
+    pub le_ms: f64,
+    /// Requests whose latency fell in this bucket.
+    pub count: u64,
+}
+
+/// The most points a report's stock timeline keeps.
+pub const TIMELINE_POINTS: usize = 400;
 
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
@@ -270,6 +293,7 @@ fn fan_out<S>(
     one: impl Fn(&mut S, u64) -> Sample + Sync,
 ) -> Vec<Sample> {
     let next = AtomicU64::new(0);
+    let started = Instant::now();
     let workers = opts.concurrency.clamp(1, opts.requests.max(1));
     let mut all = Vec::with_capacity(opts.requests as usize);
     thread::scope(|s| {
@@ -283,7 +307,12 @@ fn fan_out<S>(
                         if i >= opts.requests {
                             return mine;
                         }
-                        mine.push(one(&mut state, i));
+                        let mut sample = one(&mut state, i);
+                        sample.at = started.elapsed();
+                        mine.push(sample);
+                        if let Some(p) = &opts.progress {
+                            p.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 })
             })
@@ -324,6 +353,7 @@ fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sampl
                     latency,
                     lock_wait: p.lock_wait,
                     lock_hold: p.lock_hold,
+                    at: Duration::ZERO,
                 },
                 Err(e) => {
                     // The connection may be in any state now: start the next request afresh.
@@ -346,6 +376,7 @@ fn failed(index: u64, latency: Duration, e: &Error) -> Sample {
         latency,
         lock_wait: None,
         lock_hold: None,
+        at: Duration::ZERO,
     }
 }
 
@@ -411,6 +442,7 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
                     latency,
                     lock_wait: wait,
                     lock_hold: hold,
+                    at: Duration::ZERO,
                 },
                 Err(message) => Sample {
                     index: i,
@@ -423,6 +455,7 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
                     latency,
                     lock_wait: None,
                     lock_hold: None,
+                    at: Duration::ZERO,
                 },
             }
         },
@@ -684,6 +717,8 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
 
     let elapsed_s = facts.elapsed.as_secs_f64();
     let locks = facts.strategy.locks() && !wait.is_empty();
+    let latency_buckets = buckets(&latency);
+    let stock_timeline = timeline(facts, samples, rb.final_stock);
     Report {
         verdict: if violations.is_empty() {
             Verdict::Pass
@@ -731,5 +766,63 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         violations,
         notes,
         first_error,
+        latency_buckets,
+        stock_timeline,
     }
+}
+
+/// Log-spaced buckets, each 1.5 times as wide as the last, from the fastest request to the
+/// slowest; every recorded request falls in exactly one.
+fn buckets(h: &Histogram<u64>) -> Vec<Bucket> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut upper = h.min().max(1) as f64;
+    let mut out = vec![Bucket {
+        le_ms: upper,
+        count: 0,
+    }];
+    for v in h.iter_recorded() {
+        while v.value_iterated_to() as f64 > upper {
+            upper *= 1.5;
+            out.push(Bucket {
+                le_ms: upper,
+                count: 0,
+            });
+        }
+        if let Some(b) = out.last_mut() {
+            b.count += v.count_at_value();
+        }
+    }
+    for b in &mut out {
+        b.le_ms = (b.le_ms).round() / 1000.0;
+    }
+    out
+}
+
+/// The stock each buyer was told, in the order the purchases finished, thinned to at most
+/// [`TIMELINE_POINTS`] points, starting at the initial stock and ending at the final one.
+fn timeline(facts: &RunFacts, samples: &[Sample], final_stock: i64) -> Vec<[f64; 2]> {
+    let mut points: Vec<(Duration, i64)> = samples
+        .iter()
+        .filter_map(|s| match s.ended {
+            Ended::Done {
+                outcome: Buy::Bought { remaining },
+                replayed: false,
+                ..
+            } => Some((s.at, remaining)),
+            _ => None,
+        })
+        .collect();
+    points.sort_by_key(|p| p.0);
+    let step = points.len().div_ceil(TIMELINE_POINTS - 2).max(1);
+    let mut out = vec![[0.0, facts.initial_stock as f64]];
+    out.extend(
+        points
+            .iter()
+            .step_by(step)
+            .map(|(at, stock)| [at.as_secs_f64(), *stock as f64]),
+    );
+    out.push([facts.elapsed.as_secs_f64(), final_stock as f64]);
+    out
 }

@@ -2,8 +2,10 @@
 //! result to the contract's exit codes in one place.
 
 mod cli;
+mod export;
+mod progress;
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -11,18 +13,22 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::{Value, json};
 
-use cli::{Cli, Command, PurchaseArgs};
+use cli::{Cli, Command, HammerArgs, PurchaseArgs};
 use lockctl::conn::{ConnectOptions, Target};
-use lockctl::hammer::{self, HammerOptions, Verdict};
+use lockctl::hammer::{self, HammerOptions, Report, Verdict};
 use lockctl::lock::LockOptions;
-use lockctl::stock::{self, Buy, BuyOptions, Buyer};
+use lockctl::sku::StockKeys;
+use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 use lockctl::{Error, check, render};
+
+use export::{Exports, UsageError};
 
 /// The contract's exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exit {
     Ok = 0,
     Error = 1,
+    Usage = 2,
     /// Sold out, limit reached, an invariant violated, or a server unfit for locking.
     Refused = 3,
     Busy = 4,
@@ -35,6 +41,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if err.is::<UsageError>() => {
+            eprintln!("lockctl: error: {err:#}");
+            ExitCode::from(Exit::Usage as u8)
+        }
         Err(err) => {
             eprintln!("lockctl: error: {err:#}");
             if json {
@@ -79,7 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Buy(args) => {
-            let options = buy_options(&args.purchase, 0);
+            let options = buy_options(&args.purchase, args.strategy, 0);
             let strategy = options.strategy;
             let buyer = Buyer::new(&target, &args.sku, options);
             let order_id = args.order_id.unwrap_or_else(stock::new_order_id);
@@ -96,43 +106,94 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
                 Buy::LeaseLost => Exit::LeaseLost,
             })
         }
-        Command::Hammer(args) => {
-            let opts = HammerOptions {
-                sku: args.sku.clone(),
-                requests: args.requests,
-                concurrency: args.concurrency,
-                mode: args.mode,
-                stock: args.stock,
-                buy: buy_options(&args.purchase, HAMMER_WAIT_MS),
-                users: args.users,
-                exe: None,
-            };
-            let report = hammer::run(&target, &opts).map_err(|e| match e {
-                Error::Unseeded { sku } => anyhow::anyhow!(
-                    "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: lockctl seed {sku} <COUNT>"
-                ),
-                e => e.into(),
-            })?;
-            if cli.json {
-                emit_json(&render::hammer_json(&report))?;
-            } else {
-                emit(&render::hammer_text(&report))?;
+        Command::Hammer(args) => hammer_cmd(&target, args, cli.json),
+    }
+}
+
+/// Runs the hammer once per strategy, then prints and exports the reports.
+fn hammer_cmd(target: &Target, args: HammerArgs, json: bool) -> anyhow::Result<Exit> {
+    // A bad export path fails here, before any purchase is made.
+    let exports = Exports::open(&args)?;
+    let mut strategies = args.strategy.clone();
+    strategies.dedup();
+    // Several strategies each start from the same stock: the one given, or the one in Redis.
+    let stock = match args.stock {
+        None if strategies.len() > 1 => {
+            let keys = StockKeys::new(&args.sku);
+            let now = stock::read_stock(&mut target.connect()?, &args.sku, &keys)?;
+            Some(
+                now.map(|n| n.max(0) as u64)
+                    .ok_or_else(|| Error::Unseeded {
+                        sku: args.sku.to_string(),
+                    })?,
+            )
+        }
+        given => given,
+    };
+    let mut reports = Vec::new();
+    for &strategy in &strategies {
+        let bar = progress::Bar::start(args.requests, strategy.name(), strategies.len() > 1);
+        let opts = HammerOptions {
+            sku: args.sku.clone(),
+            requests: args.requests,
+            concurrency: args.concurrency,
+            mode: args.mode,
+            stock,
+            buy: buy_options(&args.purchase, strategy, HAMMER_WAIT_MS),
+            users: args.users,
+            exe: None,
+            progress: bar.as_ref().map(progress::Bar::counter),
+        };
+        let result = hammer::run(target, &opts);
+        drop(bar);
+        match result {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                exports.discard();
+                return Err(match e {
+                    Error::Unseeded { sku } => anyhow::anyhow!(
+                        "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: lockctl seed {sku} <COUNT>"
+                    ),
+                    e => e.into(),
+                });
             }
-            Ok(match report.verdict {
-                Verdict::Pass => Exit::Ok,
-                Verdict::Fail => Exit::Refused,
-            })
         }
     }
+    let document = render::hammer_document(&reports);
+    let stdout_taken = exports.write(&reports, &document)?;
+    if !stdout_taken {
+        if json {
+            emit_json(&document)?;
+        } else {
+            emit(&hammer_text(&reports))?;
+        }
+    }
+    Ok(if reports.iter().all(|r| r.verdict == Verdict::Pass) {
+        Exit::Ok
+    } else {
+        Exit::Refused
+    })
+}
+
+fn hammer_text(reports: &[Report]) -> String {
+    let color = std::env::var_os("NO_COLOR").is_none() && io::stdout().is_terminal();
+    let mut out: Vec<String> = reports
+        .iter()
+        .map(|r| render::hammer_text(r, color))
+        .collect();
+    if reports.len() > 1 {
+        out.push(render::comparison_text(reports));
+    }
+    out.join("\n")
 }
 
 /// The hammer waits for the lock by default: with the seed's one try, most of a fast run's
 /// buyers would be turned away busy and the stock would not sell out.
 const HAMMER_WAIT_MS: u64 = 5000;
 
-fn buy_options(p: &PurchaseArgs, default_wait_ms: u64) -> BuyOptions {
+fn buy_options(p: &PurchaseArgs, strategy: Strategy, default_wait_ms: u64) -> BuyOptions {
     BuyOptions {
-        strategy: p.strategy,
+        strategy,
         qty: p.qty,
         work: Duration::from_millis(p.work_ms),
         lock: LockOptions {

@@ -326,3 +326,127 @@ fn json_errors_are_one_object_on_stdout() {
     assert_eq!(v["error_kind"], "unseeded");
     assert!(v["error"].as_str().unwrap().contains("seed it first"));
 }
+
+#[test]
+fn hammer_exports_json_markdown_and_html_files() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (j, m, h) = (
+        dir.path().join("r.json"),
+        dir.path().join("r.md"),
+        dir.path().join("r.html"),
+    );
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "50",
+            "--stock",
+            "10",
+            "--strategy",
+            "lock,atomic",
+            "--export-json",
+            j.to_str().unwrap(),
+            "--export-markdown",
+            m.to_str().unwrap(),
+            "--export-html",
+            h.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("times faster than"),
+        "{}",
+        stdout(&out)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    assert_eq!(doc["verdict"], "pass");
+    assert_eq!(doc["runs"].as_array().unwrap().len(), 2);
+    assert!(doc["runs"][0]["latency_buckets"].as_array().unwrap().len() > 1);
+    let md = std::fs::read_to_string(&m).unwrap();
+    assert_eq!(
+        md.lines().filter(|l| l.starts_with("| ")).count(),
+        3,
+        "{md}"
+    );
+    let html = std::fs::read_to_string(&h).unwrap();
+    assert_eq!(html.matches("<svg").count(), 2);
+}
+
+#[test]
+fn a_bad_export_path_fails_before_anything_is_bought() {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "--sku",
+            "untouched",
+            "--stock",
+            "10",
+            "--export-json",
+            "/nonexistent-dir/report.json",
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent-dir/report.json"),
+        "{}",
+        stderr(&out)
+    );
+    let seeded: bool = server.raw().exists("item:stock:untouched").unwrap();
+    assert!(!seeded, "the run started despite the bad path");
+}
+
+#[test]
+fn an_export_to_stdout_is_all_that_stdout_carries() {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "20",
+            "--stock",
+            "5",
+            "--export-markdown",
+            "-",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("Hammer on `sku_886`"), "{text}");
+    assert!(!text.contains("verdict    PASS"), "{text}");
+    let both = lockctl(
+        &server.url(),
+        &["hammer", "--export-markdown", "-", "--export-json", "-"],
+    );
+    assert_eq!(code(&both), 2);
+}
+
+#[test]
+fn several_strategies_in_json_are_one_object() {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "30",
+            "--stock",
+            "5",
+            "--strategy",
+            "fenced,atomic",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass");
+    for run in v["runs"].as_array().unwrap() {
+        assert_eq!(run["final_stock"], 0);
+        assert_eq!(run["bought"], 5);
+    }
+}

@@ -1,0 +1,287 @@
+//! The hammer's judge and renderers on hand-built runs: no Redis, every verdict reasoned out.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lockctl::hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
+use lockctl::render;
+use lockctl::stock::{Buy, Strategy};
+
+fn facts(requests: u64, initial_stock: i64) -> RunFacts {
+    RunFacts {
+        sku: "sku_886".into(),
+        run_id: "hTEST".into(),
+        requests,
+        concurrency: 4,
+        strategy: Strategy::Lock,
+        mode: Mode::Threads,
+        qty: 1,
+        ttl_ms: 5000,
+        wait_ms: 5000,
+        work_ms: 0,
+        watchdog: false,
+        seeded: true,
+        initial_stock,
+        elapsed: Duration::from_millis(100),
+    }
+}
+
+fn done(index: u64, outcome: Buy) -> Sample {
+    Sample {
+        index,
+        ended: Ended::Done {
+            outcome,
+            replayed: false,
+            overran_lease: false,
+        },
+        latency: Duration::from_micros(300 + index * 10),
+        lock_wait: Some(Duration::from_micros(100)),
+        lock_hold: Some(Duration::from_micros(50)),
+        at: Duration::from_millis(index),
+    }
+}
+
+fn failed(index: u64, indeterminate: bool) -> Sample {
+    Sample {
+        index,
+        ended: Ended::Failed {
+            kind: "timed_out".into(),
+            indeterminate,
+            message: "timed out after 2000 ms talking to 127.0.0.1:6379".into(),
+        },
+        latency: Duration::from_secs(2),
+        lock_wait: None,
+        lock_hold: None,
+        at: Duration::from_millis(index),
+    }
+}
+
+/// `n` buyers told "bought", counting the stock down from `stock`, then sold-outs.
+fn clean_run(stock: i64, requests: u64) -> (Vec<Sample>, Readback) {
+    let mut samples = Vec::new();
+    let mut ledger = HashMap::new();
+    for i in 0..requests {
+        if (i as i64) < stock {
+            samples.push(done(
+                i,
+                Buy::Bought {
+                    remaining: stock - i as i64 - 1,
+                },
+            ));
+            ledger.insert(i, 1);
+        } else {
+            samples.push(done(i, Buy::SoldOut { remaining: 0 }));
+        }
+    }
+    (
+        samples,
+        Readback {
+            final_stock: 0,
+            ledger,
+        },
+    )
+}
+
+#[test]
+fn a_clean_run_passes_and_accounts_for_every_request() {
+    let (samples, rb) = clean_run(10, 100);
+    let r = judge(&facts(100, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+    assert_eq!(
+        (r.bought, r.sold_out, r.sold_qty, r.oversold),
+        (10, 90, 10, 0)
+    );
+    assert_eq!(r.consumed, 10);
+    assert_eq!(r.ledger_qty, 10);
+    assert_eq!(
+        r.latency_buckets.iter().map(|b| b.count).sum::<u64>(),
+        100,
+        "every request is in one latency bucket"
+    );
+    assert!(r.latency_ms.p50 <= r.latency_ms.p99 && r.latency_ms.p99 <= r.latency_ms.max);
+    assert_eq!(r.stock_timeline.first(), Some(&[0.0, 10.0]));
+    assert_eq!(r.stock_timeline.last().map(|p| p[1]), Some(0.0));
+}
+
+#[test]
+fn negative_stock_is_an_oversell() {
+    let (mut samples, mut rb) = clean_run(10, 20);
+    samples[10] = done(10, Buy::Bought { remaining: -1 });
+    rb.ledger.insert(10, 1);
+    rb.final_stock = -1;
+    let r = judge(&facts(20, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert_eq!(r.oversold, 1);
+    assert!(
+        r.violations.iter().any(|v| v.contains("negative")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn a_buyer_told_sold_out_while_stock_remained_is_an_under_sell() {
+    // Built on purpose: the last two buyers were told "sold out", yet 2 units are left.
+    let (mut samples, mut rb) = clean_run(10, 10);
+    samples[8] = done(8, Buy::SoldOut { remaining: 0 });
+    samples[9] = done(9, Buy::SoldOut { remaining: 0 });
+    rb.ledger.remove(&8);
+    rb.ledger.remove(&9);
+    rb.final_stock = 2;
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.violations.iter().any(|v| v.contains("under-sold")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn an_order_deducted_twice_is_named() {
+    let (samples, mut rb) = clean_run(10, 10);
+    rb.ledger.insert(3, 2);
+    rb.final_stock = -1;
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("hTEST-3 was deducted 2 times")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn stock_that_fell_without_a_buyer_being_told_is_caught() {
+    let (samples, mut rb) = clean_run(10, 10);
+    rb.final_stock = -1; // one unit gone with nobody told and nothing in the ledger
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("the stock fell by 11"))
+    );
+    assert!(r.violations.iter().any(|v| v.contains("ledger records 10")));
+}
+
+#[test]
+fn an_indeterminate_error_may_have_deducted_but_a_refused_one_may_not() {
+    // Request 9 timed out after sending: its deduction landed (it is in the ledger).
+    let (mut samples, rb) = clean_run(10, 10);
+    samples[9] = failed(9, true);
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+    assert_eq!((r.errors, r.indeterminate, r.bought), (1, 1, 9));
+
+    // The same, but the error is one that cannot have been applied: the books do not add up.
+    samples[9] = failed(9, false);
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert!(
+        r.violations.iter().any(|v| v.contains("hTEST-9")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn a_lost_request_is_unaccounted_for() {
+    let (mut samples, rb) = clean_run(10, 10);
+    samples.pop();
+    let mut rb = rb;
+    rb.ledger.remove(&9);
+    rb.final_stock = 1;
+    let r = judge(&facts(10, 10), &samples, &rb);
+    assert!(
+        r.violations.iter().any(|v| v.contains("unaccounted")),
+        "{:?}",
+        r.violations
+    );
+}
+
+fn two_reports() -> Vec<Report> {
+    let (samples, rb) = clean_run(10, 100);
+    let fast = judge(
+        &RunFacts {
+            strategy: Strategy::Atomic,
+            elapsed: Duration::from_millis(10),
+            ..facts(100, 10)
+        },
+        &samples,
+        &rb,
+    );
+    let slow = judge(&facts(100, 10), &samples, &rb);
+    vec![slow, fast]
+}
+
+#[test]
+fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
+    let reports = two_reports();
+    let text = render::hammer_text(&reports[0], false);
+    for needle in ["outcomes", "latency", "throughput", "verdict    PASS"] {
+        assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+    }
+    assert!(!text.contains('\x1b'), "no colour when not asked");
+    assert!(render::hammer_text(&reports[0], true).contains("\x1b[1;32mPASS"));
+    let cmp = render::comparison_text(&reports);
+    assert!(cmp.contains("atomic ran"), "{cmp}");
+    assert!(cmp.contains("10.00 times faster than lock"), "{cmp}");
+}
+
+#[test]
+fn the_json_document_carries_the_contract_fields_and_the_buckets() {
+    let reports = two_reports();
+    let one = render::hammer_document(&reports[..1]);
+    for f in [
+        "verdict",
+        "requests",
+        "concurrency",
+        "strategy",
+        "initial_stock",
+        "final_stock",
+        "bought",
+        "sold_qty",
+        "sold_out",
+        "busy",
+        "lease_lost",
+        "errors",
+        "oversold",
+        "elapsed_s",
+        "throughput_rps",
+        "latency_buckets",
+    ] {
+        assert!(!one[f].is_null(), "{f} missing");
+    }
+    let both = render::hammer_document(&reports);
+    assert_eq!(both["verdict"], "pass");
+    assert_eq!(both["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(both["comparison"][0]["strategy"], "atomic");
+    let text = serde_json::to_string(&both).unwrap();
+    let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, both);
+}
+
+#[test]
+fn the_markdown_table_has_a_row_per_strategy() {
+    let md = render::hammer_markdown(&two_reports());
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+    assert_eq!(rows.len(), 4, "header, rule and two rows:\n{md}");
+    let cells = rows[0].split('|').count();
+    assert!(rows.iter().all(|r| r.split('|').count() == cells), "{md}");
+    assert!(rows[2].starts_with("| atomic |"), "fastest first:\n{md}");
+}
+
+#[test]
+fn the_html_page_is_self_contained_with_both_charts() {
+    let html = render::hammer_html(&two_reports());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("<svg").count(), 2);
+    assert_eq!(html.matches("<polyline").count(), 4, "two series per chart");
+    for banned in ["<script", "http://", "https://", "src="] {
+        let outside_svg_ns = html.replace("http://www.w3.org/2000/svg", "");
+        assert!(!outside_svg_ns.contains(banned), "{banned} in the page");
+    }
+}
