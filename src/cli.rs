@@ -58,6 +58,31 @@ pub enum Command {
     Buy(BuyArgs),
     /// N purchases, C at a time, then verify from Redis that nothing was oversold.
     Hammer(HammerArgs),
+    /// Stock, sold, ledger, lock holder and TTL, waiters; checks that the books reconcile.
+    Status {
+        /// The product, e.g. sku_886.
+        sku: Sku,
+    },
+    /// Operator's escape hatch for a stuck lock: shows the holder; removes it with --force.
+    Unlock {
+        /// The product whose lock to remove.
+        sku: Sku,
+        /// Delete the lock whoever holds it (its holder is no longer excluded if still alive).
+        #[arg(long, conflicts_with = "token")]
+        force: bool,
+        /// Release only if this token still holds the lock (the safe form).
+        #[arg(long, value_parser = token)]
+        token: Option<String>,
+    },
+    /// Serve per-SKU state from Redis as Prometheus metrics, read fresh on every scrape.
+    Exporter {
+        /// A SKU to export (repeat for several).
+        #[arg(long, required = true)]
+        sku: Vec<Sku>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: String,
+    },
 }
 
 /// How each purchase is made (shared by `buy` and `hammer`).
@@ -158,10 +183,22 @@ pub struct HammerArgs {
     /// Write a self-contained HTML page with latency and stock charts to FILE; - for stdout.
     #[arg(long, value_name = "FILE")]
     pub export_html: Option<PathBuf>,
+
+    /// Serve Prometheus metrics on HOST:PORT at /metrics while the hammer runs.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+
+    /// Write the Prometheus metrics to FILE when the hammer ends.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
 }
 
 fn order_id(s: &str) -> Result<String, String> {
     check_name("an order id", "order-42", s).map(|()| s.to_string())
+}
+
+fn token(s: &str) -> Result<String, String> {
+    check_name("a token", "5f0c...e21a (see lockctl status)", s).map(|()| s.to_string())
 }
 
 fn user_id(s: &str) -> Result<String, String> {

@@ -1,4 +1,4 @@
-//! `hammer --export-json/--export-markdown/--export-html`: files opened before the run (so a
+//! `hammer --export-json/--export-markdown/--export-html/--metrics-file`: files opened before the run (so a
 //! bad path fails before any purchase), written after it, and removed if the run fails, so no
 //! half-written report is left behind. `-` means stdout, which then carries only that export.
 
@@ -30,6 +30,7 @@ enum Kind {
     Json,
     Markdown,
     Html,
+    Metrics,
 }
 
 struct Export {
@@ -46,6 +47,7 @@ impl Exports {
             (Kind::Json, "--export-json", &args.export_json),
             (Kind::Markdown, "--export-markdown", &args.export_markdown),
             (Kind::Html, "--export-html", &args.export_html),
+            (Kind::Metrics, "--metrics-file", &args.metrics_file),
         ];
         let mut out = Exports(Vec::new());
         let mut to_stdout = Vec::new();
@@ -90,6 +92,7 @@ impl Exports {
                 Kind::Json => format!("{document:#}\n"),
                 Kind::Markdown => render::hammer_markdown(reports),
                 Kind::Html => render::hammer_html(reports),
+                Kind::Metrics => lockctl::metrics::global().encode(),
             };
             match &e.target {
                 Some((path, file)) => {

@@ -12,18 +12,24 @@
 //! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
 //! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
 //! - [`check`]: is a server fit to hold locks?
+//! - [`metrics`]: the Prometheus metrics the lock and stock modules feed, and a `/metrics` endpoint.
 //! - [`hammer`]: many purchases at once, then the verdict; measures and never prints.
-//! - [`render`]: reports as text or JSON.
+//! - [`status`]: one SKU's books and lock, reconciled.
+//! - [`exporter`]: per-SKU state read from Redis for each Prometheus scrape.
+//! - [`render`]: reports as text, JSON, Markdown or HTML.
 //! - [`sku`]: the names that become keys, checked at the boundary.
 //! - [`error`]: the library's failures (expected outcomes are values, not errors).
 
 pub mod check;
 pub mod conn;
 pub mod error;
+pub mod exporter;
 pub mod hammer;
 pub mod lock;
+pub mod metrics;
 pub mod render;
 pub mod sku;
+pub mod status;
 pub mod stock;
 
 pub use error::{Error, Result};

@@ -20,6 +20,7 @@ use redis::Script;
 
 use crate::conn::{Conn, Target};
 use crate::error::Result;
+use crate::metrics;
 
 /// Shared by the scripts that can hand the lock over: waiter bookkeeping and the grant.
 ///
@@ -138,6 +139,17 @@ grant_head(now_ms())
 return -1
 ";
 
+/// The operator's escape hatch: deletes the lock whoever holds it, then hands it to the oldest
+/// live waiter as a release would. KEYS: 1-4 as in QUEUE_LUA. ARGV: 5 wake prefix.
+/// Returns the token that was removed, or nil when the lock was free.
+const FORCE_LUA: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if not holder then return false end
+redis.call('DEL', KEYS[1])
+grant_head(now_ms())
+return holder
+";
+
 /// Extends the lease only if the lock still holds this token.
 /// KEYS: 1 lock. ARGV: 1 token, 2 TTL in ms. Returns 1 renewed, 0 not the owner any more.
 const RENEW_LUA: &str = r"
@@ -162,6 +174,7 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| with_queue(LEAVE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(RELEASE_LUA));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 static WAITERS: LazyLock<Script> = LazyLock::new(|| with_queue(WAITERS_LUA));
+static FORCE: LazyLock<Script> = LazyLock::new(|| with_queue(FORCE_LUA));
 
 /// How long a waiter's place lasts without a refresh, on the server's clock. A waiter that dies
 /// leaves the queue at most this long after its last refresh.
@@ -310,6 +323,12 @@ impl Lock {
         let token = Token::random();
         let mut queued = false;
         let outcome = self.wait_for_grant(conn, &token, started, &mut queued);
+        let result = match outcome {
+            Ok(Some(_)) => "acquired",
+            Ok(None) => "busy",
+            Err(_) => "error",
+        };
+        metrics::global().observe_wait(started.elapsed(), result);
         let fence = match outcome {
             Ok(Some(fence)) => fence,
             Ok(None) => return Ok(Acquire::Busy),
@@ -425,6 +444,29 @@ impl Lock {
         Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
     }
 
+    /// Deletes the lock whoever holds it (a holder that is stuck, not one that is working: its
+    /// writes are no longer excluded), handing it to the next waiter. Returns the token removed.
+    pub fn force_unlock(&self, conn: &mut Conn) -> Result<Option<String>> {
+        let mut inv = self.keys.queue_script(&FORCE);
+        inv.arg("")
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg(&self.keys.wake_prefix);
+        conn.script(&inv)
+    }
+
+    /// Releases the lock only if `token` still holds it: the safe form of the escape hatch.
+    pub fn release_by_token(&self, conn: &mut Conn, token: &str) -> Result<Release> {
+        release_token(conn, &self.keys, &Token(token.to_string()))
+    }
+
+    /// The current value of the fencing counter (the last grant's fencing token).
+    pub fn last_fence(&self, conn: &mut Conn) -> Result<u64> {
+        let v: Option<u64> = conn.query(redis::cmd("GET").arg(&self.keys.fence))?;
+        Ok(v.unwrap_or(0))
+    }
+
     /// Clients waiting in the queue right now (live entries only): the wait-queue length.
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
         let mut inv = self.keys.queue_script(&WAITERS);
@@ -511,8 +553,10 @@ impl Guard {
     /// Stops the watchdog (waiting for any renewal in flight, so none can follow), then
     /// releases the lock if it still holds this token, handing it to the next waiter if any.
     pub fn release(mut self, conn: &mut Conn) -> Result<Release> {
-        self.stop_watchdog();
-        release_token(conn, &self.keys, &self.token)
+        let dog_lost = self.stop_watchdog();
+        let released = release_token(conn, &self.keys, &self.token);
+        self.record(released.as_ref().ok().copied(), dog_lost);
+        released
     }
 
     /// Runs `commands` as one MULTI/EXEC transaction and releases the lock, in a single round
@@ -525,7 +569,7 @@ impl Guard {
         conn: &mut Conn,
         commands: &[redis::Cmd],
     ) -> Result<(Vec<redis::Value>, Release)> {
-        self.stop_watchdog();
+        let dog_lost = self.stop_watchdog();
         let mut release = redis::cmd("EVALSHA");
         release
             .arg(RELEASE.get_hash())
@@ -552,6 +596,7 @@ impl Guard {
             // so run it now, loading the script.
             _ => release_token(conn, &self.keys, &self.token)?,
         };
+        self.record(Some(released), dog_lost);
         let exec = replies.pop().unwrap_or(Ok(redis::Value::Nil));
         match exec {
             Ok(redis::Value::Array(values)) => Ok((values, released)),
@@ -560,9 +605,24 @@ impl Guard {
         }
     }
 
-    fn stop_watchdog(&mut self) {
-        if let Some(mut w) = self.watchdog.take() {
-            w.stop();
+    /// Feeds the metrics once the release is done: the hold time, and a lost lease if the
+    /// watchdog lost it or the release found it gone.
+    fn record(&self, released: Option<Release>, dog_lost: bool) {
+        let m = metrics::global();
+        m.observe_hold(self.held_for());
+        if dog_lost || matches!(released, Some(Release::NotOwner | Release::Expired)) {
+            m.lease_lost();
+        }
+    }
+
+    /// Stops the watchdog and says whether it had lost the lease.
+    fn stop_watchdog(&mut self) -> bool {
+        match self.watchdog.take() {
+            Some(mut w) => {
+                w.stop();
+                w.lost.load(Ordering::SeqCst)
+            }
+            None => false,
         }
     }
 }
@@ -675,6 +735,7 @@ impl Watchdog {
                         return;
                     }
                     renewals_w.fetch_add(1, Ordering::Relaxed);
+                    metrics::global().renewed();
                 }
             })
             .map_err(|e| thread_error(target, "watchdog", e))?;

@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use cli::{Cli, Command, HammerArgs, PurchaseArgs};
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::{self, HammerOptions, Report, Verdict};
-use lockctl::lock::LockOptions;
+use lockctl::lock::{Lock, LockOptions, Release};
 use lockctl::sku::StockKeys;
 use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy};
-use lockctl::{Error, check, render};
+use lockctl::{Error, check, exporter, metrics, render, status};
 
 use export::{Exports, UsageError};
 
@@ -107,7 +107,112 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             })
         }
         Command::Hammer(args) => hammer_cmd(&target, args, cli.json),
+        Command::Status { sku } => {
+            let st = status::status(&mut target.connect()?, &target, &sku)?;
+            if cli.json {
+                emit_json(&render::status_json(&st))?;
+            } else {
+                emit(&render::status_text(&st))?;
+            }
+            Ok(if st.reconciled == Some(false) {
+                Exit::Refused
+            } else {
+                Exit::Ok
+            })
+        }
+        Command::Unlock { sku, force, token } => unlock_cmd(&target, &sku, force, token, cli.json),
+        Command::Exporter { sku, listen } => exporter_cmd(&target, sku, &listen),
     }
+}
+
+/// Serves the exporter until killed. One connection, reopened after a failed scrape.
+fn exporter_cmd(
+    target: &Target,
+    skus: Vec<lockctl::sku::Sku>,
+    listen: &str,
+) -> anyhow::Result<Exit> {
+    let conn = std::sync::Mutex::new(Some(target.connect()?));
+    let t = target.clone();
+    let bound = metrics::serve(
+        listen,
+        || {},
+        move || {
+            let mut guard = conn.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.is_none() {
+                *guard = t.connect().ok();
+            }
+            let Some(c) = guard.as_mut() else {
+                return "# Redis unreachable\n# EOF\n".into();
+            };
+            let (body, failed) = exporter::scrape(c, &t, &skus);
+            if failed {
+                *guard = None;
+            }
+            body
+        },
+    )
+    .map_err(|e| UsageError(format!("cannot listen on --listen '{listen}': {e}")))?;
+    eprintln!("lockctl: serving http://{bound}/metrics (Ctrl-C to stop)");
+    loop {
+        std::thread::park();
+    }
+}
+
+fn unlock_cmd(
+    target: &Target,
+    sku: &lockctl::sku::Sku,
+    force: bool,
+    token: Option<String>,
+    json: bool,
+) -> anyhow::Result<Exit> {
+    let mut conn = target.connect()?;
+    let lock = Lock::new(target, sku.as_str(), LockOptions::default());
+    let holder = lock.holder(&mut conn)?;
+    let key = &lock.keys().lock;
+    let (removed, message, exit) = match (&holder, force, token) {
+        (None, _, _) => (false, format!("{key} is not held: nothing to do"), Exit::Ok),
+        (Some(_), true, _) => match lock.force_unlock(&mut conn)? {
+            Some(t) => (true, format!("removed {key}, held by token {t}"), Exit::Ok),
+            None => (
+                false,
+                format!("{key} was released meanwhile: nothing to do"),
+                Exit::Ok,
+            ),
+        },
+        (Some((held, _)), false, Some(t)) => match lock.release_by_token(&mut conn, &t)? {
+            Release::Released => (true, format!("released {key}, held by token {t}"), Exit::Ok),
+            Release::Expired => (
+                false,
+                format!("{key} is not held any more: nothing to do"),
+                Exit::Ok,
+            ),
+            Release::NotOwner => (
+                false,
+                format!("not released: {key} is held by token {held}, not {t}"),
+                Exit::Refused,
+            ),
+        },
+        (Some((held, ttl)), false, None) => (
+            false,
+            format!(
+                "{key} is held by token {held} for {:.3} s more; not removed (pass --force to delete it, or --token {held} to release it only if that holder still has it)",
+                ttl.as_secs_f64()
+            ),
+            Exit::Refused,
+        ),
+    };
+    if json {
+        emit_json(&json!({
+            "sku": sku.as_str(),
+            "held_by": holder.as_ref().map(|(t, _)| t),
+            "ttl_ms": holder.as_ref().map(|(_, d)| d.as_millis() as u64),
+            "removed": removed,
+            "message": message,
+        }))?;
+    } else {
+        emit(&format!("{message}\n"))?;
+    }
+    Ok(exit)
 }
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
@@ -130,6 +235,28 @@ fn hammer_cmd(target: &Target, args: HammerArgs, json: bool) -> anyhow::Result<E
         }
         given => given,
     };
+    let waiting_lock = Lock::new(target, args.sku.as_str(), LockOptions::default());
+    let read_waiters = {
+        let (lock, target) = (waiting_lock.clone(), target.clone());
+        let conn = std::sync::Arc::new(std::sync::Mutex::new(None::<lockctl::conn::Conn>));
+        move || {
+            let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            if c.is_none() {
+                *c = target.connect().ok();
+            }
+            if let Some(n) = c.as_mut().and_then(|c| lock.waiters(c).ok()) {
+                metrics::global().set_waiters(n);
+            }
+        }
+    };
+    if let Some(addr) = &args.metrics_addr {
+        let bound = metrics::serve(addr, read_waiters.clone(), || metrics::global().encode())
+            .map_err(|e| {
+                exports.discard();
+                UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}"))
+            })?;
+        eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
+    }
     let mut reports = Vec::new();
     for &strategy in &strategies {
         let bar = progress::Bar::start(args.requests, strategy.name(), strategies.len() > 1);
@@ -159,6 +286,7 @@ fn hammer_cmd(target: &Target, args: HammerArgs, json: bool) -> anyhow::Result<E
             }
         }
     }
+    read_waiters();
     let document = render::hammer_document(&reports);
     let stdout_taken = exports.write(&reports, &document)?;
     if !stdout_taken {

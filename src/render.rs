@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::check::CheckReport;
 use crate::hammer::{Percentiles, Report, Verdict};
+use crate::status::Status;
 use crate::stock::{Buy, Purchase, Strategy};
 
 /// `check` for a person.
@@ -34,6 +35,49 @@ pub fn check_text(r: &CheckReport) -> String {
 /// `check --json`.
 pub fn check_json(r: &CheckReport) -> Value {
     serde_json::to_value(r).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+}
+
+/// `status` for a person.
+pub fn status_text(st: &Status) -> String {
+    let mut s = format!(
+        "{}: stock {}, seeded {}, sold {} (ledger: {} units in {} orders)\n",
+        st.sku,
+        st.stock,
+        st.seeded.map_or("unknown".into(), |n| n.to_string()),
+        st.sold,
+        st.ledger_qty,
+        st.ledger_orders
+    );
+    match st.reconciled {
+        Some(true) => s.push_str("books: reconciled (stock + sold == seeded, ledger == sold)\n"),
+        Some(false) => {
+            s.push_str("books: DO NOT RECONCILE\n");
+            for p in &st.problems {
+                let _ = writeln!(s, "  - {p}");
+            }
+        }
+        None => s.push_str(
+            "books: cannot reconcile: no seed record (the stock was not set by lockctl seed)\n",
+        ),
+    }
+    match &st.lock {
+        Some(h) => {
+            let _ = writeln!(
+                s,
+                "lock: held by {}, {:.3} s of lease left",
+                h.token,
+                h.ttl_ms as f64 / 1000.0
+            );
+        }
+        None => s.push_str("lock: free\n"),
+    }
+    let _ = writeln!(s, "fence: {}  waiters: {}", st.fence, st.waiters);
+    s
+}
+
+/// `status --json`.
+pub fn status_json(st: &Status) -> Value {
+    serde_json::to_value(st).unwrap_or_else(|e| json!({ "error": e.to_string() }))
 }
 
 /// `buy` for a person, after the seed's three messages.

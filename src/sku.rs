@@ -73,6 +73,9 @@ pub struct StockKeys {
     pub seeded: String,
     /// `item:buyers:<SKU>`: hash of user id -> units bought, for per-user limits.
     pub buyers: String,
+    /// `item:sold:<SKU>`: units sold since the last seed, kept with every deduction so that
+    /// `stock + sold == seeded` can be checked without reading the whole ledger.
+    pub sold: String,
 }
 
 impl StockKeys {
@@ -83,6 +86,7 @@ impl StockKeys {
             ledger: format!("item:orders:{s}"),
             seeded: format!("item:seeded:{s}"),
             buyers: format!("item:buyers:{s}"),
+            sold: format!("item:sold:{s}"),
         }
     }
 }
@@ -111,7 +115,7 @@ mod tests {
     fn every_key_contains_the_sku_verbatim() {
         let sku: Sku = "{t}".parse().unwrap();
         let k = StockKeys::new(&sku);
-        for key in [&k.stock, &k.ledger, &k.seeded, &k.buyers] {
+        for key in [&k.stock, &k.ledger, &k.seeded, &k.buyers, &k.sold] {
             assert!(key.ends_with(":{t}"), "{key}");
         }
         assert_eq!(k.stock, "item:stock:{t}");

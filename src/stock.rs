@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::lock::{Acquire, Guard, Lock, LockOptions, Release};
+use crate::metrics;
 use crate::sku::{Sku, StockKeys};
 
 /// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
@@ -33,7 +34,7 @@ pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
 
 /// Deducts `qty` and records the order, in one atomic step, after checking whatever the caller
 /// asked for: a replayed order id, the lock, the per-user limit and the stock.
-/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units).
+/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units), 5 sold counter.
 /// ARGV: 1 token ('' = we hold no lock: yield while anyone does), 2 qty, 3 order id,
 ///       4 user ('' = no per-user limit), 5 the limit.
 /// Returns {status, n, text}:
@@ -69,6 +70,7 @@ end
 if stock < qty then return {'sold_out', stock, ''} end
 local left = redis.call('DECRBY', KEYS[1], qty)
 redis.call('HSET', KEYS[2], ARGV[3], qty)
+redis.call('INCRBY', KEYS[5], qty)
 if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
 return {'bought', left, ''}
 ";
@@ -231,6 +233,26 @@ impl Buyer {
 
     /// One purchase under `order_id`, by `user` when the per-user limit should apply.
     pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
+        let result = self.buy_unmetered(conn, order_id, user);
+        let m = metrics::global();
+        match &result {
+            Ok(p) => {
+                m.bought(p.outcome.name());
+                if let Some(left) = p.outcome.remaining() {
+                    m.set_stock(self.sku.as_str(), left);
+                }
+            }
+            Err(_) => m.bought("error"),
+        }
+        result
+    }
+
+    fn buy_unmetered(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+    ) -> Result<Purchase> {
         let user_limit = user.zip(self.options.limit);
         let mut p = Purchase {
             outcome: Buy::Busy,
@@ -364,6 +386,7 @@ impl Buyer {
         let mut cmds = vec![
             redis::Cmd::decr(&self.keys.stock, qty),
             redis::Cmd::hincr(&self.keys.ledger, order_id, qty),
+            redis::Cmd::incr(&self.keys.sold, qty),
         ];
         if let Some((user, _)) = ul {
             cmds.push(redis::Cmd::hincr(&self.keys.buyers, user, qty));
@@ -409,6 +432,7 @@ impl Buyer {
                 .key(&self.keys.ledger)
                 .key(&self.lock.keys().lock)
                 .key(&self.keys.buyers)
+                .key(&self.keys.sold)
                 .arg(token)
                 .arg(self.options.qty)
                 .arg(&p.order_id)
@@ -480,7 +504,8 @@ pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option
     }
 }
 
-/// Sets the stock to `count` and clears the SKU's ledger and per-user totals, in one MULTI.
+/// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
+/// in one MULTI.
 pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
     conn.pipe::<()>(
@@ -490,11 +515,15 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
             .ignore()
             .set(&keys.seeded, count)
             .ignore()
+            .set(&keys.sold, 0)
+            .ignore()
             .del(&keys.ledger)
             .ignore()
             .del(&keys.buyers)
             .ignore(),
-    )
+    )?;
+    metrics::global().set_stock(sku.as_str(), count as i64);
+    Ok(())
 }
 
 /// The ledger of one SKU: order id -> units deducted under it. Read with HSCAN, a page at a

@@ -1,0 +1,102 @@
+//! `exporter`: per-SKU state read from Redis on every scrape, for production dashboards.
+//!
+//! Unlike the in-process metrics (which count what this process did), everything here is read
+//! fresh from Redis at scrape time, without taking any lock, so any number of buying processes
+//! (lockctl, the tutorial's PHP code) show up. Reads are O(1) per SKU: the sold counter stands
+//! in for the ledger, whose full check is `status`'s job.
+
+use std::fmt::Write as _;
+
+use crate::conn::{Conn, Target};
+use crate::lock::{Lock, LockOptions};
+use crate::sku::{Sku, StockKeys};
+
+/// The exported gauges, in the order [`read_one`] returns their values, with their help text.
+const GAUGES: [(&str, &str); 7] = [
+    ("lockctl_stock", "Stock now, per SKU"),
+    ("lockctl_sold", "Units sold since the last seed, per SKU"),
+    ("lockctl_seeded", "Stock given to the last seed, per SKU"),
+    (
+        "lockctl_reconciled",
+        "1 when stock + sold == seeded, 0 when not (missing or edited sales)",
+    ),
+    ("lockctl_lock_held", "1 while someone holds the SKU's lock"),
+    (
+        "lockctl_lock_ttl_seconds",
+        "Remaining lease of the lock holder (0 when free)",
+    ),
+    (
+        "lockctl_lock_waiters",
+        "Clients waiting for the lock right now (the wait-queue length)",
+    ),
+];
+
+/// One scrape in the Prometheus text format, and whether any SKU could not be read (the
+/// connection may then be broken; the caller should open a fresh one).
+pub fn scrape(conn: &mut Conn, target: &Target, skus: &[Sku]) -> (String, bool) {
+    let mut samples: Vec<Vec<String>> = vec![Vec::new(); GAUGES.len()];
+    let mut errors = Vec::new();
+    let mut failed = false;
+    for sku in skus {
+        let label = format!("sku=\"{}\"", escape_label(sku.as_str()));
+        let values = read_one(conn, target, sku);
+        failed |= values.is_err();
+        errors.push(format!("{{{label}}} {}", u8::from(values.is_err())));
+        for (i, v) in values.into_iter().flatten().enumerate() {
+            if let Some(v) = v {
+                samples[i].push(format!("{{{label}}} {v}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    let families = GAUGES.iter().zip(samples).chain(std::iter::once((
+        &(
+            "lockctl_scrape_error",
+            "1 when the SKU's state could not be read",
+        ),
+        errors,
+    )));
+    for ((name, help), lines) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for l in lines {
+            let _ = writeln!(out, "{name}{l}");
+        }
+    }
+    out.push_str("# EOF\n");
+    (out, failed)
+}
+
+/// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).
+fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Option<f64>; 7]> {
+    let keys = StockKeys::new(sku);
+    let (stock, sold, seeded): (Option<i64>, Option<i64>, Option<i64>) = conn.pipe(
+        redis::pipe()
+            .get(&keys.stock)
+            .get(&keys.sold)
+            .get(&keys.seeded),
+    )?;
+    let lock = Lock::new(target, sku.as_str(), LockOptions::default());
+    let holder = lock.holder(conn)?;
+    let waiters = lock.waiters(conn)?;
+    let reconciled = match (stock, seeded) {
+        (Some(st), Some(se)) => Some(if st + sold.unwrap_or(0) == se {
+            1.0
+        } else {
+            0.0
+        }),
+        _ => None,
+    };
+    Ok([
+        stock.map(|v| v as f64),
+        sold.map(|v| v as f64),
+        seeded.map(|v| v as f64),
+        reconciled,
+        Some(if holder.is_some() { 1.0 } else { 0.0 }),
+        Some(holder.map_or(0.0, |(_, ttl)| ttl.as_secs_f64())),
+        Some(waiters as f64),
+    ])
+}
+
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}

@@ -1,0 +1,207 @@
+//! Prometheus metrics for the lock and the stock, fed by those modules themselves.
+//!
+//! The tutorial's last step: collect the lock's wait-queue length and hold time, then decide.
+//! Every process has one registry ([`global`]); the lock records wait and hold times, grants,
+//! renewals and lost leases as they happen, the stock module records each purchase's outcome
+//! and the stock it saw. The wait-queue length is different: it belongs to Redis, not to this
+//! process, so [`Metrics::set_waiters`] is fed from the queue itself (`Lock::waiters`) by
+//! whoever serves the metrics, just before each scrape. [`serve`] is a minimal HTTP endpoint
+//! for `/metrics`, enough for a scrape without pulling in a web framework.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::LazyLock;
+use std::thread;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkuLabel {
+    sku: String,
+}
+
+/// The contract's metrics. Names are in `CONTRACT.md`; counters gain `_total` on the wire.
+pub struct Metrics {
+    registry: Registry,
+    lock_wait: Histogram,
+    lock_hold: Histogram,
+    waiters: Gauge,
+    acquire: Family<ResultLabel, Counter>,
+    renewals: Counter,
+    lease_lost: Counter,
+    buys: Family<OutcomeLabel, Counter>,
+    stock: Family<SkuLabel, Gauge>,
+}
+
+/// This process's metrics.
+pub fn global() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        // 50 µs to about 100 s, doubling: lock waits range from one round trip to a long queue.
+        let buckets = || exponential_buckets(0.00005, 2.0, 22);
+        let (lock_wait, lock_hold) = (Histogram::new(buckets()), Histogram::new(buckets()));
+        let (waiters, renewals, lease_lost) =
+            (Gauge::default(), Counter::default(), Counter::default());
+        let (acquire, buys, stock) = (Family::default(), Family::default(), Family::default());
+        let mut r = Registry::default();
+        r.register(
+            "lockctl_lock_wait_seconds",
+            "Time from asking for the lock to getting it (or giving up)",
+            lock_wait.clone(),
+        );
+        r.register(
+            "lockctl_lock_hold_seconds",
+            "Time from acquiring the lock to releasing it",
+            lock_hold.clone(),
+        );
+        r.register(
+            "lockctl_lock_waiters",
+            "Clients waiting for the lock right now (the wait-queue length in Redis)",
+            waiters.clone(),
+        );
+        r.register(
+            "lockctl_lock_acquire",
+            "Lock acquisitions by result: acquired, busy, error",
+            acquire.clone(),
+        );
+        r.register(
+            "lockctl_lock_renewals",
+            "Lease renewals made by the watchdog",
+            renewals.clone(),
+        );
+        r.register(
+            "lockctl_lock_lease_lost",
+            "Leases that expired while held",
+            lease_lost.clone(),
+        );
+        r.register("lockctl_buy", "Purchases by outcome", buys.clone());
+        r.register("lockctl_stock", "Stock last seen, per SKU", stock.clone());
+        Metrics {
+            registry: r,
+            lock_wait,
+            lock_hold,
+            waiters,
+            acquire,
+            renewals,
+            lease_lost,
+            buys,
+            stock,
+        }
+    }
+
+    pub fn observe_wait(&self, d: Duration, result: &str) {
+        self.lock_wait.observe(d.as_secs_f64());
+        self.acquire
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn observe_hold(&self, d: Duration) {
+        self.lock_hold.observe(d.as_secs_f64());
+    }
+
+    pub fn renewed(&self) {
+        self.renewals.inc();
+    }
+
+    pub fn lease_lost(&self) {
+        self.lease_lost.inc();
+    }
+
+    pub fn bought(&self, outcome: &str) {
+        self.buys
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_stock(&self, sku: &str, stock: i64) {
+        self.stock
+            .get_or_create(&SkuLabel {
+                sku: sku.to_string(),
+            })
+            .set(stock);
+    }
+
+    /// The wait-queue length, as read from Redis.
+    pub fn set_waiters(&self, n: u64) {
+        self.waiters.set(n as i64);
+    }
+
+    /// The Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            let _ = writeln!(out, "# encoding failed");
+        }
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `addr` from a background thread, calling `before_scrape` first on
+/// each request (to read what lives in Redis) and then `render` for the body. Returns the
+/// address actually bound (useful with port 0).
+pub fn serve<B, R>(addr: &str, before_scrape: B, render: R) -> std::io::Result<SocketAddr>
+where
+    B: Fn() + Send + 'static,
+    R: Fn() -> String + Send + 'static,
+{
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    thread::Builder::new()
+        .name("lockctl-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+                let mut reader = BufReader::new(&stream);
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                // Drain the headers so the client sees a clean response.
+                let mut line = String::new();
+                while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
+                    line.clear();
+                }
+                let path = request_line.split_whitespace().nth(1).unwrap_or("");
+                let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
+                    before_scrape();
+                    ("200 OK", render())
+                } else {
+                    ("404 Not Found", "try /metrics\n".to_string())
+                };
+                let mut out = &stream;
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    Ok(bound)
+}

@@ -1,0 +1,288 @@
+//! Operating it: Prometheus metrics (file, live scrape, exporter), status, unlock.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{RedisServer, code, eventually, json, lockctl, stderr, stdout};
+use redis::Commands;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+/// The value of the first sample line starting with `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn the_metrics_file_has_the_contract_names_and_labels() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.prom");
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "60",
+            "-c",
+            "6",
+            "--stock",
+            "20",
+            "--watchdog",
+            "--ttl-ms",
+            "90",
+            "--work-ms",
+            "40",
+            "--metrics-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    for name in [
+        "# TYPE lockctl_lock_wait_seconds histogram",
+        "# TYPE lockctl_lock_hold_seconds histogram",
+        "# TYPE lockctl_lock_waiters gauge",
+        "# TYPE lockctl_lock_acquire counter",
+        "# TYPE lockctl_lock_renewals counter",
+        "# TYPE lockctl_lock_lease_lost counter",
+        "# TYPE lockctl_buy counter",
+        "# TYPE lockctl_stock gauge",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert_eq!(
+        sample(&text, "lockctl_lock_acquire_total{result=\"acquired\"}"),
+        Some(60.0)
+    );
+    assert_eq!(
+        sample(&text, "lockctl_buy_total{outcome=\"bought\"}"),
+        Some(20.0)
+    );
+    assert_eq!(
+        sample(&text, "lockctl_buy_total{outcome=\"sold_out\"}"),
+        Some(40.0)
+    );
+    assert_eq!(sample(&text, "lockctl_stock{sku=\"sku_886\"}"), Some(0.0));
+    assert_eq!(sample(&text, "lockctl_lock_wait_seconds_count"), Some(60.0));
+    assert_eq!(sample(&text, "lockctl_lock_hold_seconds_count"), Some(60.0));
+    // 40 ms of work on a 90 ms lease renewed every 30 ms: the watchdog must have renewed.
+    assert!(
+        sample(&text, "lockctl_lock_renewals_total").unwrap() >= 1.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "lockctl_lock_lease_lost_total"), Some(0.0));
+}
+
+#[test]
+fn a_live_scrape_during_a_contended_run_sees_the_wait_queue() {
+    let server = RedisServer::start();
+    let port = free_port();
+    let mut hammer = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args([
+            "hammer",
+            "-n",
+            "400",
+            "-c",
+            "20",
+            "--stock",
+            "400",
+            "--work-ms",
+            "10",
+            "--wait-ms",
+            "60000",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("REDIS_URL", server.url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut most = 0.0_f64;
+    let seen = eventually(Duration::from_secs(20), || {
+        if let Some(v) = scrape(port).and_then(|t| sample(&t, "lockctl_lock_waiters ")) {
+            most = most.max(v);
+        }
+        most >= 1.0 || matches!(hammer.try_wait(), Ok(Some(_)))
+    });
+    let status = hammer.wait().unwrap();
+    assert!(seen && most >= 1.0, "never saw a waiter (max {most})");
+    assert!(status.success());
+}
+
+#[test]
+fn status_reports_the_books_and_catches_a_mismatch_made_on_purpose() {
+    let server = RedisServer::start();
+    let url = server.url();
+    lockctl(&url, &["seed", "books", "10"]);
+    for _ in 0..3 {
+        lockctl(&url, &["buy", "books"]);
+    }
+    let out = lockctl(&url, &["status", "books", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(v["stock"], 7);
+    assert_eq!(v["sold"], 3);
+    assert_eq!(v["reconciled"], true);
+    assert_eq!(v["lock"], serde_json::Value::Null);
+    assert_eq!(v["waiters"], 0);
+    assert_eq!(v["fence"], 3);
+
+    // An order that no deduction paid for.
+    let _: () = server.raw().hset("item:orders:books", "forged", 1).unwrap();
+    let out = lockctl(&url, &["status", "books"]);
+    assert_eq!(code(&out), 3);
+    assert!(
+        stdout(&out).contains("DO NOT RECONCILE"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("ledger holds 4 units"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A deduction outside lockctl (the tutorial's DECR with no ledger).
+    let _: () = server.raw().hdel("item:orders:books", "forged").unwrap();
+    let _: i64 = server.raw().decr("item:stock:books", 1).unwrap();
+    let v = json(&lockctl(&url, &["status", "books", "--json"]));
+    assert_eq!(v["reconciled"], false);
+    assert!(
+        v["problems"].to_string().contains("1 units unaccounted"),
+        "{v}"
+    );
+}
+
+#[test]
+fn status_shows_the_holder_and_its_ttl() {
+    let server = RedisServer::start();
+    let url = server.url();
+    lockctl(&url, &["seed", "held", "1"]);
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:held", "holder-token", 30_000)
+        .unwrap();
+    let v = json(&lockctl(&url, &["status", "held", "--json"]));
+    assert_eq!(v["lock"]["token"], "holder-token");
+    let ttl = v["lock"]["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 20_000 && ttl <= 30_000, "{ttl}");
+}
+
+#[test]
+fn unlock_without_force_changes_nothing() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
+        .unwrap();
+    let out = lockctl(&url, &["unlock", "stuck"]);
+    assert_eq!(code(&out), 3);
+    assert!(stdout(&out).contains("stuck-token"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("--force"));
+    let holder: String = server.raw().get("dist_lock:stuck").unwrap();
+    assert_eq!(holder, "stuck-token");
+    let pttl: i64 = server.raw().pttl("dist_lock:stuck").unwrap();
+    assert!(pttl > 50_000, "the TTL was touched: {pttl}");
+
+    // The safe form refuses a token that does not hold the lock.
+    let out = lockctl(&url, &["unlock", "stuck", "--token", "someone-else"]);
+    assert_eq!(code(&out), 3);
+    let holder: String = server.raw().get("dist_lock:stuck").unwrap();
+    assert_eq!(holder, "stuck-token");
+}
+
+#[test]
+fn unlock_force_removes_the_lock_and_names_its_token() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
+        .unwrap();
+    let out = lockctl(&url, &["unlock", "stuck", "--force", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["held_by"], "stuck-token");
+    assert_eq!(v["removed"], true);
+    assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
+
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:stuck", "t2", 60_000)
+        .unwrap();
+    let out = lockctl(&url, &["unlock", "stuck", "--token", "t2"]);
+    assert_eq!(code(&out), 0);
+    assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
+    let out = lockctl(&url, &["unlock", "stuck"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("not held"));
+}
+
+#[test]
+fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
+    let server = RedisServer::start();
+    let url = server.url();
+    lockctl(&url, &["seed", "{a}", "10"]);
+    lockctl(&url, &["seed", "b", "5"]);
+    lockctl(&url, &["buy", "b"]);
+    let port = free_port();
+    let mut exporter = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["exporter", "--sku", "{a}", "--sku", "b", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("REDIS_URL", &url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    let up = eventually(Duration::from_secs(10), || match scrape(port) {
+        Some(t) => {
+            text = t;
+            true
+        }
+        None => false,
+    });
+    assert!(up, "the exporter never answered");
+    assert_eq!(
+        sample(&text, "lockctl_stock{sku=\"{a}\"}"),
+        Some(10.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "lockctl_stock{sku=\"b\"}"), Some(4.0));
+    assert_eq!(sample(&text, "lockctl_sold{sku=\"b\"}"), Some(1.0));
+    assert_eq!(sample(&text, "lockctl_reconciled{sku=\"b\"}"), Some(1.0));
+    assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(0.0));
+    // Fresh on every scrape.
+    let _: () = server.raw().pset_ex("dist_lock:b", "x", 30_000).unwrap();
+    let _: i64 = server.raw().decr("item:stock:b", 1).unwrap();
+    let text = scrape(port).unwrap();
+    assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(1.0));
+    assert_eq!(sample(&text, "lockctl_reconciled{sku=\"b\"}"), Some(0.0));
+    exporter.kill().unwrap();
+    exporter.wait().unwrap();
+}
