@@ -6,12 +6,13 @@
 //! evict keys with a TTL, no persistence, or asynchronous replicas that a failover promotes
 //! without the lock. Problems make the server unfit; risks are warnings.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::conn::Conn;
 use crate::error::Result;
+use crate::redlock::Quorum;
 
 /// The oldest server accepted.
 pub const MIN_VERSION: (u32, u32) = (6, 0);
@@ -37,6 +38,54 @@ pub struct CheckReport {
     pub problems: Vec<String>,
     /// Settings that can silently break a lock.
     pub warnings: Vec<String>,
+    /// Redlock's nodes (`--lock-node`), each reachable or not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeCheck>,
+    /// Whether a majority of the Redlock nodes answered; absent without `--lock-node`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<bool>,
+}
+
+/// One Redlock node as `check` found it.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeCheck {
+    pub addr: String,
+    pub ok: bool,
+    pub rtt_ms: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Adds each Redlock node's answer to `report`, and a problem when no majority answers.
+pub fn check_quorum(report: &mut CheckReport, q: &Quorum, timeout: Duration) {
+    let answers = q.ping_all(timeout);
+    let up = answers.iter().filter(|(_, r)| r.is_ok()).count();
+    report.nodes = answers
+        .into_iter()
+        .map(|(addr, r)| match r {
+            Ok(rtt) => NodeCheck {
+                addr,
+                ok: true,
+                rtt_ms: Some(round3(rtt.as_secs_f64() * 1000.0)),
+                error: None,
+            },
+            Err(e) => NodeCheck {
+                addr,
+                ok: false,
+                rtt_ms: None,
+                error: Some(e.to_string()),
+            },
+        })
+        .collect();
+    let quorum = up >= q.majority();
+    report.quorum = Some(quorum);
+    if !quorum {
+        report.problems.push(format!(
+            "only {up} of {} lock nodes answered; Redlock needs {}",
+            report.nodes.len(),
+            q.majority()
+        ));
+        report.ok = false;
+    }
 }
 
 /// Runs every check on `conn`. Fails only when the server cannot be talked to at all.
@@ -119,6 +168,8 @@ pub fn check(conn: &mut Conn) -> Result<CheckReport> {
         rtt_max_ms: round3(rtts[rtts.len() - 1]),
         problems,
         warnings,
+        nodes: Vec::new(),
+        quorum: None,
     })
 }
 

@@ -33,6 +33,18 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
     pub connect_timeout_ms: u64,
 
+    /// Take the lock by Redlock quorum on these independent masters (repeat; an odd number,
+    /// at least 3); the stock stays on --redis. Also LOCKCTL_LOCK_NODES, comma-separated.
+    #[arg(
+        long = "lock-node",
+        global = true,
+        value_name = "URL",
+        env = "LOCKCTL_LOCK_NODES",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub lock_nodes: Vec<String>,
+
     /// Print exactly one JSON object on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,

@@ -82,7 +82,11 @@ impl Target {
 
     /// Opens a connection whose every call is bounded by the call timeout.
     pub fn connect(&self) -> Result<Conn> {
-        let connect_timeout = self.options.connect_timeout;
+        self.connect_within(self.options.connect_timeout)
+    }
+
+    /// Opens a connection, giving up after `connect_timeout`.
+    pub fn connect_within(&self, connect_timeout: Duration) -> Result<Conn> {
         let inner = self
             .client
             .get_connection_with_timeout(connect_timeout)
@@ -129,6 +133,12 @@ pub struct Conn {
     addr: Arc<str>,
     url: Arc<str>,
     call_timeout: Duration,
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn").field("addr", &self.addr).finish()
+    }
 }
 
 impl Conn {

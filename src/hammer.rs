@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
+use crate::redlock::Quorum;
 use crate::sku::{Sku, StockKeys};
 use crate::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 
@@ -56,6 +57,8 @@ pub struct HammerOptions {
     pub exe: Option<PathBuf>,
     /// Counts finished requests as they finish, for a progress display. Default: none.
     pub progress: Option<Arc<AtomicU64>>,
+    /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
+    pub quorum: Option<Arc<Quorum>>,
 }
 
 impl Default for HammerOptions {
@@ -70,6 +73,7 @@ impl Default for HammerOptions {
             users: None,
             exe: None,
             progress: None,
+            quorum: None,
         }
     }
 }
@@ -328,7 +332,10 @@ fn fan_out<S>(
 }
 
 fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sample> {
-    let buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    let mut buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    if let Some(q) = &opts.quorum {
+        buyer = buyer.with_quorum(q.clone());
+    }
     fan_out(
         opts,
         || None::<Conn>,
@@ -417,6 +424,11 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
     if let Some(limit) = b.limit {
         common.extend(["--limit".into(), limit.to_string()]);
     }
+    let lock_nodes = opts
+        .quorum
+        .as_ref()
+        .map(|q| q.secret_urls().join(","))
+        .unwrap_or_default();
     Ok(fan_out(
         opts,
         || (),
@@ -425,13 +437,17 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
             let mut cmd = Command::new(&exe);
             cmd.args(&common)
                 .args(["--order-id", &format!("{run_id}-{i}")])
-                // The URL travels in the environment, so no password shows in `ps`.
+                // URLs travel in the environment, so no password shows in `ps`.
                 .env("REDIS_URL", target.secret_url())
+                .env_remove("LOCKCTL_LOCK_NODES")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             if let Some(u) = user_of(opts, i) {
                 cmd.args(["--user", &u]);
+            }
+            if !lock_nodes.is_empty() {
+                cmd.env("LOCKCTL_LOCK_NODES", &lock_nodes);
             }
             let out = child_outcome(cmd);
             let latency = t.elapsed();

@@ -10,6 +10,7 @@
 //! Layout:
 //! - [`conn`]: connections with bounded waits and errors that never show a password.
 //! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
+//! - [`redlock`]: the quorum of independent masters behind `--lock-node`.
 //! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
 //! - [`check`]: is a server fit to hold locks?
 //! - [`metrics`]: the Prometheus metrics the lock and stock modules feed, and a `/metrics` endpoint.
@@ -27,6 +28,7 @@ pub mod exporter;
 pub mod hammer;
 pub mod lock;
 pub mod metrics;
+pub mod redlock;
 pub mod render;
 pub mod sku;
 pub mod status;

@@ -21,6 +21,7 @@ use redis::Script;
 use crate::conn::{Conn, Target};
 use crate::error::Result;
 use crate::metrics;
+use crate::redlock::Quorum;
 
 /// Shared by the scripts that can hand the lock over: waiter bookkeeping and the grant.
 ///
@@ -287,6 +288,8 @@ pub struct Lock {
     target: Target,
     /// Started the first time a waiter needs it; shared by every clone of this lock.
     expiry_poker: Arc<OnceLock<Option<ExpiryPoker>>>,
+    /// Redlock's voting masters, when the lock is taken by quorum.
+    quorum: Option<Arc<Quorum>>,
 }
 
 impl Lock {
@@ -297,7 +300,14 @@ impl Lock {
             options,
             target: target.clone(),
             expiry_poker: Arc::new(OnceLock::new()),
+            quorum: None,
         }
+    }
+
+    /// Takes the lock by Redlock quorum on `quorum`'s masters (and on `target`, the data node).
+    pub fn with_quorum(mut self, quorum: Arc<Quorum>) -> Lock {
+        self.quorum = Some(quorum);
+        self
     }
 
     pub fn keys(&self) -> &LockKeys {
@@ -321,22 +331,22 @@ impl Lock {
     pub fn acquire(&self, conn: &mut Conn) -> Result<Acquire> {
         let started = Instant::now();
         let token = Token::random();
-        let mut queued = false;
-        let outcome = self.wait_for_grant(conn, &token, started, &mut queued);
+        let outcome = match &self.quorum {
+            None => self
+                .wait_for_grant(conn, &token, started)
+                .map(|f| f.map(|f| (f, None))),
+            Some(q) => self.wait_for_quorum(conn, q, &token, started),
+        };
         let result = match outcome {
             Ok(Some(_)) => "acquired",
             Ok(None) => "busy",
             Err(_) => "error",
         };
         metrics::global().observe_wait(started.elapsed(), result);
-        let fence = match outcome {
-            Ok(Some(fence)) => fence,
+        let (fence, valid_until) = match outcome {
+            Ok(Some(granted)) => granted,
             Ok(None) => return Ok(Acquire::Busy),
-            Err(e) => {
-                let _ = self.call(conn, &LEAVE, &token, false);
-                let _ = self.release_token(conn, &token);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         let acquired_at = Instant::now();
         let mut guard = Guard {
@@ -347,6 +357,7 @@ impl Lock {
             waited: acquired_at - started,
             acquired_at,
             watchdog: None,
+            quorum: self.quorum.clone().zip(valid_until),
         };
         if self.options.watchdog {
             match Watchdog::start(&self.target, &guard) {
@@ -360,8 +371,58 @@ impl Lock {
         Ok(Acquire::Acquired(guard))
     }
 
+    /// Redlock's acquire loop. The lock key on the data node comes first, through its FIFO
+    /// queue: it keeps single-node clients such as the seed's PHP code excluded, gives the
+    /// fenced write a token to check where the stock lives, and lets lockctl's buyers take
+    /// turns instead of splitting the votes (simultaneous Redlock rounds that each win a
+    /// minority, release, and retry are Redlock's known livelock). Then a majority of the lock
+    /// nodes, which keeps the lock even if the data node fails over and forgets its key. A
+    /// round that misses the majority gives the data-node lock back and tries again after a
+    /// random pause, until the wait runs out.
+    fn wait_for_quorum(
+        &self,
+        conn: &mut Conn,
+        q: &Quorum,
+        token: &Token,
+        started: Instant,
+    ) -> Result<Option<(u64, Option<Instant>)>> {
+        let ttl = self.options.ttl;
+        loop {
+            let Some(fence) = self.wait_for_grant(conn, token, started)? else {
+                return Ok(None);
+            };
+            let round = Instant::now();
+            if let Some(validity) = q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
+                return Ok(Some((fence, Some(round + validity))));
+            }
+            self.release_token(conn, token)?;
+            let left = self.options.wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            thread::sleep(Duration::from_micros(rand::random_range(1_000..20_000)).min(left));
+        }
+    }
+
     /// The acquire loop: `Some(fencing token)` when granted, `None` when the wait ran out.
+    ///
+    /// On an error the waiter leaves the queue and releases the lock by token, best effort.
     fn wait_for_grant(
+        &self,
+        conn: &mut Conn,
+        token: &Token,
+        started: Instant,
+    ) -> Result<Option<u64>> {
+        let mut queued = false;
+        let outcome = self.wait_in_queue(conn, token, started, &mut queued);
+        if outcome.is_err() {
+            let _ = self.call(conn, &LEAVE, token, false);
+            let _ = self.release_token(conn, token);
+        }
+        outcome
+    }
+
+    fn wait_in_queue(
         &self,
         conn: &mut Conn,
         token: &Token,
@@ -507,6 +568,8 @@ pub struct Guard {
     waited: Duration,
     acquired_at: Instant,
     watchdog: Option<Watchdog>,
+    /// Redlock's nodes and the end of the validity of the grant (or of its last extension).
+    quorum: Option<(Arc<Quorum>, Instant)>,
 }
 
 impl Guard {
@@ -554,6 +617,7 @@ impl Guard {
     /// releases the lock if it still holds this token, handing it to the next waiter if any.
     pub fn release(mut self, conn: &mut Conn) -> Result<Release> {
         let dog_lost = self.stop_watchdog();
+        self.release_quorum();
         let released = release_token(conn, &self.keys, &self.token);
         self.record(released.as_ref().ok().copied(), dog_lost);
         released
@@ -589,7 +653,9 @@ impl Guard {
             pipe.add_command(c.clone());
         }
         pipe.cmd("EXEC").add_command(release);
-        let mut replies: Vec<redis::RedisResult<redis::Value>> = conn.pipe(&pipe)?;
+        let replies: Result<Vec<redis::RedisResult<redis::Value>>> = conn.pipe(&pipe);
+        self.release_quorum();
+        let mut replies = replies?;
         let released = match replies.pop() {
             Some(Ok(redis::Value::Int(code))) => release_code(code),
             // The script cache was flushed (a restart, SCRIPT FLUSH): the release did not run,
@@ -612,6 +678,12 @@ impl Guard {
         m.observe_hold(self.held_for());
         if dog_lost || matches!(released, Some(Release::NotOwner | Release::Expired)) {
             m.lease_lost();
+        }
+    }
+
+    fn release_quorum(&self) {
+        if let Some((q, _)) = &self.quorum {
+            q.release(&self.keys.lock, self.token.as_str(), self.ttl);
         }
     }
 
@@ -722,14 +794,27 @@ impl Watchdog {
             guard.ttl.as_millis() as u64,
         );
         let (lost_w, renewals_w) = (lost.clone(), renewals.clone());
+        let mut quorum = guard.quorum.clone();
+        let ttl = guard.ttl;
         let thread = thread::Builder::new()
             .name("lockctl-watchdog".into())
             .spawn(move || {
                 // Any message or a dropped sender means the guard is done with us.
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
-                    let renewed = conn
+                    let started = Instant::now();
+                    let mut renewed = conn
                         .script::<i64>(RENEW.key(&key).arg(token.as_str()).arg(ttl_ms))
                         .unwrap_or(0);
+                    // Under Redlock the extension counts only if a majority extends while the
+                    // current validity lasts; the new validity runs from before the round.
+                    if let Some((q, valid_until)) = &mut quorum {
+                        let left = valid_until.saturating_duration_since(started);
+                        if q.extend(&key, token.as_str(), ttl, left) {
+                            *valid_until = started + ttl - (ttl / 100 + Duration::from_millis(2));
+                        } else {
+                            renewed = 0;
+                        }
+                    }
                     if renewed != 1 {
                         lost_w.store(true, Ordering::SeqCst);
                         return;

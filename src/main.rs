@@ -7,6 +7,7 @@ mod progress;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,6 +18,7 @@ use cli::{Cli, Command, HammerArgs, PurchaseArgs};
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::{self, HammerOptions, Report, Verdict};
 use lockctl::lock::{Lock, LockOptions, Release};
+use lockctl::redlock::Quorum;
 use lockctl::sku::StockKeys;
 use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 use lockctl::{Error, check, exporter, metrics, render, status};
@@ -61,16 +63,34 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Exit> {
-    let target = Target::open(
-        &cli.redis,
-        ConnectOptions {
-            connect_timeout: Duration::from_millis(cli.connect_timeout_ms),
-            call_timeout: Duration::from_millis(cli.timeout_ms),
-        },
-    )?;
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_millis(cli.connect_timeout_ms),
+        call_timeout: Duration::from_millis(cli.timeout_ms),
+    };
+    let target = Target::open(&cli.redis, options.clone())?;
+    let quorum = match cli.lock_nodes.len() {
+        0 => None,
+        n if n >= 3 && n % 2 == 1 => {
+            let nodes = cli
+                .lock_nodes
+                .iter()
+                .map(|u| Target::open(u, options.clone()))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(Arc::new(Quorum::new(nodes)))
+        }
+        n => {
+            return Err(UsageError(format!(
+                "--lock-node was given {n} times; Redlock needs an odd number of independent masters, at least 3"
+            ))
+            .into());
+        }
+    };
     match cli.command {
         Command::Check => {
-            let report = check::check(&mut target.connect()?)?;
+            let mut report = check::check(&mut target.connect()?)?;
+            if let Some(q) = &quorum {
+                check::check_quorum(&mut report, q, options.call_timeout);
+            }
             if cli.json {
                 emit_json(&render::check_json(&report))?;
             } else {
@@ -91,7 +111,10 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Buy(args) => {
             let options = buy_options(&args.purchase, args.strategy, 0);
             let strategy = options.strategy;
-            let buyer = Buyer::new(&target, &args.sku, options);
+            let mut buyer = Buyer::new(&target, &args.sku, options);
+            if let Some(q) = &quorum {
+                buyer = buyer.with_quorum(q.clone());
+            }
             let order_id = args.order_id.unwrap_or_else(stock::new_order_id);
             let purchase = buyer.buy(&mut target.connect()?, &order_id, args.user.as_deref())?;
             if cli.json {
@@ -106,7 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
                 Buy::LeaseLost => Exit::LeaseLost,
             })
         }
-        Command::Hammer(args) => hammer_cmd(&target, args, cli.json),
+        Command::Hammer(args) => hammer_cmd(&target, quorum, args, cli.json),
         Command::Status { sku } => {
             let st = status::status(&mut target.connect()?, &target, &sku)?;
             if cli.json {
@@ -216,7 +239,12 @@ fn unlock_cmd(
 }
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
-fn hammer_cmd(target: &Target, args: HammerArgs, json: bool) -> anyhow::Result<Exit> {
+fn hammer_cmd(
+    target: &Target,
+    quorum: Option<Arc<Quorum>>,
+    args: HammerArgs,
+    json: bool,
+) -> anyhow::Result<Exit> {
     // A bad export path fails here, before any purchase is made.
     let exports = Exports::open(&args)?;
     let mut strategies = args.strategy.clone();
@@ -270,6 +298,7 @@ fn hammer_cmd(target: &Target, args: HammerArgs, json: bool) -> anyhow::Result<E
             users: args.users,
             exe: None,
             progress: bar.as_ref().map(progress::Bar::counter),
+            quorum: quorum.clone(),
         };
         let result = hammer::run(target, &opts);
         drop(bar);

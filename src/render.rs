@@ -18,6 +18,28 @@ pub fn check_text(r: &CheckReport) -> String {
         "Redis at {}: version {}, role {}, round trip {:.3} ms (max {:.3} ms)\n",
         r.addr, r.redis_version, r.role, r.rtt_ms, r.rtt_max_ms
     );
+    for n in &r.nodes {
+        match (&n.rtt_ms, &n.error) {
+            (Some(rtt), _) => {
+                let _ = writeln!(s, "lock node {}: ok, round trip {rtt:.3} ms", n.addr);
+            }
+            (None, e) => {
+                let _ = writeln!(
+                    s,
+                    "lock node {}: DOWN ({})",
+                    n.addr,
+                    e.as_deref().unwrap_or("no answer")
+                );
+            }
+        }
+    }
+    if let Some(q) = r.quorum {
+        let _ = writeln!(
+            s,
+            "quorum: {}",
+            if q { "reachable" } else { "NOT reachable" }
+        );
+    }
     for p in &r.problems {
         let _ = writeln!(s, "problem: {p}");
     }

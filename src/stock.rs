@@ -27,7 +27,9 @@ use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use crate::metrics;
+use crate::redlock::Quorum;
 use crate::sku::{Sku, StockKeys};
+use std::sync::Arc;
 
 /// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
 pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
@@ -229,6 +231,12 @@ impl Buyer {
 
     pub fn options(&self) -> &BuyOptions {
         &self.options
+    }
+
+    /// Takes the lock by Redlock quorum on `quorum`'s masters; the stock stays where it is.
+    pub fn with_quorum(mut self, quorum: Arc<Quorum>) -> Buyer {
+        self.lock = self.lock.with_quorum(quorum);
+        self
     }
 
     /// One purchase under `order_id`, by `user` when the per-user limit should apply.

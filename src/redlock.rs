@@ -1,0 +1,230 @@
+//! Redlock: one lock held by a majority of independent Redis masters.
+//!
+//! The algorithm as Redis documents it, with the details the well-known clients get wrong
+//! done carefully:
+//! - every node is asked at once (a thread per node), each with a timeout much smaller than
+//!   the lease, so one slow node cannot eat the lease;
+//! - a node that errors or times out is a vote against, never a reason to abort (redlock-rs
+//!   returned early on the first error);
+//! - the lock counts only with a majority *and* a positive validity: the lease minus the time
+//!   the round took (measured on a monotonic clock started before the first request) minus the
+//!   clock drift allowance, 1% of the lease plus 2 ms;
+//! - a failed round releases wherever it did take the lock, so a minority grant never lingers;
+//! - an extension counts only when a majority extends within the remaining validity.
+//!
+//! What Redlock does not give (Kleppmann): safety against a holder that pauses past its lease,
+//! clocks that jump, or a node that restarts without fsync and forgets a grant. lockctl's answer
+//! for the stock is the fenced strategy, whose deduction checks the holder's token on the data
+//! node itself, in the same script as the write.
+
+use std::sync::{LazyLock, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use crate::conn::{Conn, Target};
+use crate::error::Result;
+
+/// Compare-and-delete, as on a single node. KEYS: 1 lock. ARGV: 1 token. Returns 1 or 0.
+const RELEASE_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// Compare-and-extend. KEYS: 1 lock. ARGV: 1 token, 2 TTL ms. Returns 1 extended or 0.
+const EXTEND_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+";
+
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
+
+/// The independent masters that vote on a lock.
+#[derive(Debug)]
+pub struct Quorum {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug)]
+struct Node {
+    target: Target,
+    /// Idle connections, reused across rounds; a connection that failed is dropped.
+    pool: Mutex<Vec<Conn>>,
+    /// After a failure the node is counted as a vote against, without being asked, until
+    /// then: a paused or partitioned node would otherwise cost every round its timeout.
+    down_until: Mutex<Option<Instant>>,
+}
+
+/// How long a node that failed is left out before it is asked again.
+pub const NODE_COOLDOWN: Duration = Duration::from_millis(1000);
+
+impl Quorum {
+    /// `targets` should be an odd number, at least 3, of independent masters.
+    pub fn new(targets: Vec<Target>) -> Quorum {
+        Quorum {
+            nodes: targets
+                .into_iter()
+                .map(|target| Node {
+                    target,
+                    pool: Mutex::new(Vec::new()),
+                    down_until: Mutex::new(None),
+                })
+                .collect(),
+        }
+    }
+
+    /// How many nodes make a majority.
+    pub fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// The nodes' URLs, passwords included: for a child process's environment only.
+    pub fn secret_urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.target.secret_url().to_string())
+            .collect()
+    }
+
+    /// The nodes' addresses, for messages.
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.target.addr().to_string())
+            .collect()
+    }
+
+    /// One round: `SET key token NX PX ttl` on every node at once. Returns the validity left
+    /// when a majority granted it in time; otherwise releases wherever it was granted and
+    /// returns `None`.
+    pub fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        let ttl_ms = ttl.as_millis() as u64;
+        let votes = self.on_all(ttl, |c| {
+            let ok: Option<String> = c.query(
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms),
+            )?;
+            Ok(ok.is_some())
+        });
+        let granted = votes.iter().filter(|v| matches!(v, Ok(true))).count();
+        let drift = ttl / 100 + Duration::from_millis(2);
+        let validity = ttl
+            .checked_sub(started.elapsed())
+            .and_then(|v| v.checked_sub(drift));
+        match validity {
+            Some(v) if granted >= self.majority() && !v.is_zero() => Some(v),
+            _ => {
+                self.release(key, token, ttl);
+                None
+            }
+        }
+    }
+
+    /// Deletes the lock on every node that still holds this token (best effort).
+    pub fn release(&self, key: &str, token: &str, ttl: Duration) {
+        let _ = self.on_all(ttl, |c| c.script::<i64>(RELEASE.key(key).arg(token)));
+    }
+
+    /// Extends the lease on every node; true only when a majority extended it within
+    /// `validity` (the time the current lease still counts).
+    pub fn extend(&self, key: &str, token: &str, ttl: Duration, validity: Duration) -> bool {
+        let started = Instant::now();
+        let ttl_ms = ttl.as_millis() as u64;
+        let votes = self.on_all(ttl, |c| {
+            c.script::<i64>(EXTEND.key(key).arg(token).arg(ttl_ms))
+        });
+        let extended = votes.iter().filter(|v| matches!(v, Ok(1))).count();
+        extended >= self.majority() && started.elapsed() < validity
+    }
+
+    /// Who answers, for `check`: each node's address and `Ok(rtt)` or the error.
+    pub fn ping_all(&self, timeout: Duration) -> Vec<(String, Result<Duration>)> {
+        let answers = self.on_all(timeout * 10, |c| {
+            let t = Instant::now();
+            c.query::<String>(&redis::cmd("PING"))?;
+            Ok(t.elapsed())
+        });
+        self.addrs().into_iter().zip(answers).collect()
+    }
+
+    /// Runs `f` on every node at once, each with a pooled connection whose calls time out
+    /// after a fiftieth of `ttl` (5 to 50 ms, and never more than the target's call timeout:
+    /// much less than the lease, so slow nodes cannot eat it). Nodes in their cooldown answer
+    /// with an error at once.
+    fn on_all<T: Send>(
+        &self,
+        ttl: Duration,
+        f: impl Fn(&mut Conn) -> Result<T> + Sync,
+    ) -> Vec<Result<T>> {
+        let limit = (ttl / 50).clamp(Duration::from_millis(5), Duration::from_millis(50));
+        thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|node| {
+                    let f = &f;
+                    s.spawn(move || node.call(limit, f))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .zip(&self.nodes)
+                .map(|(h, node)| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(crate::Error::Redis {
+                            addr: node.target.addr().to_string(),
+                            reason: "a Redlock node thread panicked".into(),
+                            code: None,
+                            indeterminate: true,
+                        })
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl Node {
+    fn call<T>(&self, limit: Duration, f: impl Fn(&mut Conn) -> Result<T>) -> Result<T> {
+        let lock = |m: &Mutex<Option<Instant>>| *m.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = lock(&self.down_until)
+            && Instant::now() < until
+        {
+            return Err(crate::Error::Connect {
+                addr: self.target.addr().to_string(),
+                reason: "left out after a recent failure".into(),
+            });
+        }
+        let limit = limit.min(self.target.options().call_timeout);
+        let result = self.call_pooled(limit, f);
+        *self.down_until.lock().unwrap_or_else(|e| e.into_inner()) = match result {
+            Ok(_) => None,
+            Err(_) => Some(Instant::now() + NODE_COOLDOWN),
+        };
+        result
+    }
+
+    fn call_pooled<T>(&self, limit: Duration, f: impl Fn(&mut Conn) -> Result<T>) -> Result<T> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.target.connect_within(limit)?,
+        };
+        conn.set_call_timeout(limit)?;
+        let out = f(&mut conn);
+        if out.is_ok() {
+            self.pool
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+        }
+        out
+    }
+}

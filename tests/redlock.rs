@@ -1,0 +1,227 @@
+//! Redlock across five independent redis-servers, with nodes paused by SIGSTOP.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, code, json, lockctl};
+use lockctl::conn::{ConnectOptions, Target};
+use lockctl::lock::{Acquire, Lock, LockOptions};
+use lockctl::redlock::Quorum;
+use redis::Commands;
+
+fn five() -> Vec<RedisServer> {
+    (0..5).map(|_| RedisServer::start()).collect()
+}
+
+fn node_args(nodes: &[RedisServer]) -> Vec<String> {
+    nodes
+        .iter()
+        .flat_map(|n| ["--lock-node".to_string(), n.url()])
+        .collect()
+}
+
+fn hammer(
+    data: &RedisServer,
+    nodes: &[RedisServer],
+    extra: &[&str],
+) -> (i32, serde_json::Value, Duration) {
+    let mut args: Vec<String> = node_args(nodes);
+    args.extend(
+        ["hammer", "-n", "60", "-c", "6", "--stock", "20", "--json"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    let out = lockctl(&data.url(), &argv);
+    (code(&out), json(&out), t.elapsed())
+}
+
+#[test]
+fn with_five_healthy_nodes_the_hammer_passes() {
+    let data = RedisServer::start();
+    let nodes = five();
+    for strategy in ["lock", "fenced"] {
+        let (code, v, _) = hammer(&data, &nodes, &["--strategy", strategy]);
+        assert_eq!(code, 0, "{strategy}: {v}");
+        assert_eq!(v["bought"], 20);
+        assert_eq!(v["final_stock"], 0);
+    }
+    // Every node saw the lock (it is released after each purchase, so look at the stats).
+    for n in &nodes {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut n.raw())
+            .unwrap();
+        assert!(info.contains("cmdstat_set:"), "a node was never asked");
+    }
+}
+
+#[test]
+fn with_two_of_five_nodes_paused_the_hammer_still_sells_everything() {
+    let data = RedisServer::start();
+    let nodes = five();
+    nodes[0].signal("STOP");
+    nodes[3].signal("STOP");
+    let (code, v, _) = hammer(&data, &nodes, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["bought"], 20);
+    assert_eq!(v["final_stock"], 0);
+    assert_eq!(v["oversold"], 0);
+}
+
+#[test]
+fn with_three_of_five_nodes_paused_nothing_is_bought_and_the_run_ends() {
+    let data = RedisServer::start();
+    let nodes = five();
+    for i in [1, 2, 4] {
+        nodes[i].signal("STOP");
+    }
+    let (code, v, took) = hammer(&data, &nodes, &["--wait-ms", "500", "--timeout-ms", "500"]);
+    assert_eq!(code, 0, "nothing oversold is a pass: {v}");
+    assert_eq!(v["bought"], 0);
+    assert_eq!(v["busy"], 60);
+    assert_eq!(v["final_stock"], 20);
+    // 10 rounds of 6 buyers, each giving up after its 500 ms wait; generous for slow machines.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn a_grant_needs_a_healthy_majority_for_every_subset_of_failed_nodes() {
+    let nodes = five();
+    let targets: Vec<Target> = nodes
+        .iter()
+        .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
+        .collect();
+    for mask in 0u32..32 {
+        let down: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
+        for &i in &down {
+            nodes[i].signal("STOP");
+        }
+        // A fresh quorum each time: no memory of earlier failures.
+        let q = Quorum::new(targets.clone());
+        let key = format!("dist_lock:mask{mask}");
+        let granted = q.try_acquire(&key, "tok", Duration::from_millis(2500));
+        for &i in &down {
+            nodes[i].signal("CONT");
+        }
+        let healthy = 5 - down.len();
+        assert_eq!(
+            granted.is_some(),
+            healthy >= 3,
+            "down {down:?}: granted {granted:?}"
+        );
+        if let Some(validity) = granted {
+            assert!(validity <= Duration::from_millis(2500 - 25 - 2));
+            // Held on every healthy node, with this token.
+            for (i, n) in nodes.iter().enumerate().filter(|(i, _)| !down.contains(i)) {
+                let v: Option<String> = n.raw().get(&key).unwrap();
+                assert_eq!(v.as_deref(), Some("tok"), "node {i} of mask {mask:05b}");
+            }
+            q.release(&key, "tok", Duration::from_millis(2500));
+        } else {
+            // A failed round gives back what it took on the healthy nodes.
+            for (i, n) in nodes.iter().enumerate().filter(|(i, _)| !down.contains(i)) {
+                let v: Option<String> = n.raw().get(&key).unwrap();
+                assert_eq!(
+                    v, None,
+                    "node {i} kept a minority grant for mask {mask:05b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_redlock_lock_also_excludes_single_node_clients_on_the_data_node() {
+    let data = RedisServer::start();
+    let nodes = five();
+    let target = data.target();
+    let q = Arc::new(Quorum::new(
+        nodes
+            .iter()
+            .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
+            .collect(),
+    ));
+    let lock = Lock::new(&target, "both", LockOptions::default()).with_quorum(q.clone());
+    let mut conn = data.conn();
+    let Acquire::Acquired(g) = lock.acquire(&mut conn).unwrap() else {
+        panic!("five healthy nodes and a free data node");
+    };
+    // The seed's PHP client looks only at the data node: it must find the lock taken.
+    let php: Option<String> = redis::cmd("SET")
+        .arg("dist_lock:both")
+        .arg("php")
+        .arg("NX")
+        .arg("PX")
+        .arg(5000)
+        .query(&mut data.raw())
+        .unwrap();
+    assert!(php.is_none());
+    let on_nodes = nodes
+        .iter()
+        .filter(|n| {
+            n.raw()
+                .get::<_, Option<String>>("dist_lock:both")
+                .unwrap()
+                .as_deref()
+                == Some(g.token())
+        })
+        .count();
+    assert_eq!(on_nodes, 5);
+    g.release(&mut conn).unwrap();
+    for n in &nodes {
+        assert!(!n.raw().exists::<_, bool>("dist_lock:both").unwrap());
+    }
+}
+
+#[test]
+fn check_reports_each_lock_node_and_the_quorum() {
+    let data = RedisServer::start();
+    let nodes = five();
+    let mut args = node_args(&nodes);
+    args.extend([
+        "check".to_string(),
+        "--json".to_string(),
+        "--timeout-ms".into(),
+        "300".into(),
+    ]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let v = json(&lockctl(&data.url(), &argv));
+    assert_eq!(v["quorum"], true);
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 5);
+    for i in [0, 1, 2] {
+        nodes[i].signal("STOP");
+    }
+    let out = lockctl(&data.url(), &argv);
+    assert_eq!(code(&out), 3);
+    let v = json(&out);
+    assert_eq!(v["quorum"], false);
+    let down = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["ok"] == false)
+        .count();
+    assert_eq!(down, 3);
+}
+
+#[test]
+fn an_even_number_of_lock_nodes_is_a_usage_error() {
+    let data = RedisServer::start();
+    let out = lockctl(
+        &data.url(),
+        &[
+            "--lock-node",
+            &data.url(),
+            "--lock-node",
+            &data.url(),
+            "check",
+        ],
+    );
+    assert_eq!(code(&out), 2);
+    assert!(common::stderr(&out).contains("odd number"));
+}
