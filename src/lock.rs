@@ -652,15 +652,30 @@ impl Guard {
         for c in commands {
             pipe.add_command(c.clone());
         }
-        pipe.cmd("EXEC").add_command(release);
+        pipe.cmd("EXEC");
+        // Under Redlock the quorum must be given back before the data-node lock is handed to
+        // the next waiter, or that waiter's round finds our keys and fails: there the release
+        // cannot ride in the same round trip as the write.
+        let quorum = self.quorum.is_some();
+        if !quorum {
+            pipe.add_command(release);
+        }
         let replies: Result<Vec<redis::RedisResult<redis::Value>>> = conn.pipe(&pipe);
         self.release_quorum();
         let mut replies = replies?;
-        let released = match replies.pop() {
-            Some(Ok(redis::Value::Int(code))) => release_code(code),
-            // The script cache was flushed (a restart, SCRIPT FLUSH): the release did not run,
-            // so run it now, loading the script.
-            _ => release_token(conn, &self.keys, &self.token)?,
+        let released = match (quorum, replies.last()) {
+            (false, Some(Ok(redis::Value::Int(code)))) => {
+                let code = *code;
+                replies.pop();
+                release_code(code)
+            }
+            // Under Redlock, or when the script cache was flushed (a restart, SCRIPT FLUSH) and
+            // the release did not run: run it now, loading the script if needed.
+            (false, _) => {
+                replies.pop();
+                release_token(conn, &self.keys, &self.token)?
+            }
+            (true, _) => release_token(conn, &self.keys, &self.token)?,
         };
         self.record(Some(released), dog_lost);
         let exec = replies.pop().unwrap_or(Ok(redis::Value::Nil));

@@ -171,7 +171,7 @@ pub fn buy_json(sku: &str, strategy: Strategy, p: &Purchase) -> Value {
 pub fn hammer_text(r: &Report, color: bool) -> String {
     let mut s = String::new();
     let row = |s: &mut String, label: &str, text: String| {
-        let _ = writeln!(s, "  {label:<11}{text}");
+        let _ = writeln!(s, "  {label:<12}{text}");
     };
     let _ = writeln!(
         s,

@@ -418,7 +418,7 @@ fn an_export_to_stdout_is_all_that_stdout_carries() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.starts_with("Hammer on `sku_886`"), "{text}");
-    assert!(!text.contains("verdict    PASS"), "{text}");
+    assert!(!text.contains("verdict     PASS"), "{text}");
     let both = lockctl(
         &server.url(),
         &["hammer", "--export-markdown", "-", "--export-json", "-"],

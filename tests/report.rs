@@ -221,7 +221,7 @@ fn two_reports() -> Vec<Report> {
 fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
     let reports = two_reports();
     let text = render::hammer_text(&reports[0], false);
-    for needle in ["outcomes", "latency", "throughput", "verdict    PASS"] {
+    for needle in ["outcomes", "latency", "throughput", "verdict     PASS"] {
         assert!(text.contains(needle), "{needle:?} missing:\n{text}");
     }
     assert!(!text.contains('\x1b'), "no colour when not asked");
