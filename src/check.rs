@@ -173,6 +173,29 @@ pub fn check(conn: &mut Conn) -> Result<CheckReport> {
     })
 }
 
+/// For `--cluster`: `report` was made on the seed node; adds whether the cluster is healthy.
+pub fn check_cluster(report: &mut CheckReport, seed: &mut Conn) {
+    match seed.query::<String>(redis::cmd("CLUSTER").arg("INFO")) {
+        Ok(info) if info.contains("cluster_state:ok") => {}
+        Ok(info) => {
+            let state = info
+                .lines()
+                .find(|l| l.starts_with("cluster_state:"))
+                .unwrap_or("cluster_state:unknown")
+                .trim()
+                .to_string();
+            report
+                .problems
+                .push(format!("the cluster is not serving all slots ({state})"));
+        }
+        Err(e) => report.problems.push(format!(
+            "--cluster was given but '{}' is not a cluster node ({e})",
+            report.addr
+        )),
+    }
+    report.ok = report.problems.is_empty();
+}
+
 fn config(conn: &mut Conn, name: &str) -> Option<String> {
     let pairs: Vec<String> = conn.query(redis::cmd("CONFIG").arg("GET").arg(name)).ok()?;
     pairs.get(1).cloned()

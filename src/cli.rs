@@ -33,6 +33,11 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
     pub connect_timeout_ms: u64,
 
+    /// The --redis URL is a seed node of a Redis Cluster (write SKUs with a hash tag, {sku_886},
+    /// so that all of a SKU's keys share one slot).
+    #[arg(long, global = true)]
+    pub cluster: bool,
+
     /// Take the lock by Redlock quorum on these independent masters (repeat; an odd number,
     /// at least 3); the stock stays on --redis. Also LOCKCTL_LOCK_NODES, comma-separated.
     #[arg(
@@ -51,6 +56,21 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Command {
+    /// The SKUs this command touches.
+    pub fn skus(&self) -> Vec<&Sku> {
+        match self {
+            Command::Check => vec![],
+            Command::Seed { sku, .. }
+            | Command::Status { sku }
+            | Command::Unlock { sku, .. }
+            | Command::Buy(BuyArgs { sku, .. })
+            | Command::Hammer(HammerArgs { sku, .. }) => vec![sku],
+            Command::Exporter { sku, .. } => sku.iter().collect(),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,13 +32,20 @@ impl Default for ConnectOptions {
     }
 }
 
-/// A Redis server to connect to: the parsed URL plus the limits that every connection gets.
+/// A Redis server (or a Redis Cluster, by one of its nodes) to connect to: the parsed URL plus
+/// the limits that every connection gets.
 #[derive(Clone)]
 pub struct Target {
-    client: redis::Client,
+    client: Client,
     url: Arc<str>,
     addr: Arc<str>,
     options: ConnectOptions,
+}
+
+#[derive(Clone)]
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
 }
 
 impl fmt::Debug for Target {
@@ -58,11 +65,41 @@ impl Target {
         })?;
         let addr = client.get_connection_info().addr().to_string();
         Ok(Target {
-            client,
+            client: Client::Single(client),
             url: url.into(),
             addr: addr.into(),
             options,
         })
+    }
+
+    /// A Redis Cluster reached through the seed node `url`; commands follow MOVED and ASK
+    /// redirections to the node that owns each key's slot.
+    pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
+        let bad = |e: RedisError| Error::BadUrl {
+            url: redact_url(url),
+            reason: e.to_string(),
+        };
+        let addr = redis::Client::open(url)
+            .map_err(bad)?
+            .get_connection_info()
+            .addr()
+            .to_string();
+        let client = redis::cluster::ClusterClient::builder([url])
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.call_timeout)
+            .build()
+            .map_err(bad)?;
+        Ok(Target {
+            client: Client::Cluster(client),
+            url: url.into(),
+            addr: addr.into(),
+            options,
+        })
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.client, Client::Cluster(_))
     }
 
     /// `host:port` (or the socket path): safe to print.
@@ -87,35 +124,38 @@ impl Target {
 
     /// Opens a connection, giving up after `connect_timeout`.
     pub fn connect_within(&self, connect_timeout: Duration) -> Result<Conn> {
-        let inner = self
-            .client
-            .get_connection_with_timeout(connect_timeout)
-            .map_err(|e| {
-                if e.is_timeout() {
-                    Error::Connect {
-                        addr: self.addr.to_string(),
-                        reason: format!(
-                            "no answer within {} ms (see --connect-timeout-ms)",
-                            connect_timeout.as_millis()
-                        ),
-                    }
-                } else if is_auth_error(&e) {
-                    Error::Auth {
-                        addr: self.addr.to_string(),
-                        reason: auth_reason(&e),
-                    }
-                } else if e.is_connection_refusal() {
-                    Error::Connect {
-                        addr: self.addr.to_string(),
-                        reason: "connection refused".into(),
-                    }
-                } else {
-                    Error::Connect {
-                        addr: self.addr.to_string(),
-                        reason: scrub(&e.to_string(), &self.url),
-                    }
+        let inner = match &self.client {
+            Client::Single(c) => c
+                .get_connection_with_timeout(connect_timeout)
+                .map(Inner::Single),
+            Client::Cluster(c) => c.get_connection().map(Inner::Cluster),
+        }
+        .map_err(|e| {
+            if e.is_timeout() {
+                Error::Connect {
+                    addr: self.addr.to_string(),
+                    reason: format!(
+                        "no answer within {} ms (see --connect-timeout-ms)",
+                        connect_timeout.as_millis()
+                    ),
                 }
-            })?;
+            } else if is_auth_error(&e) {
+                Error::Auth {
+                    addr: self.addr.to_string(),
+                    reason: auth_reason(&e),
+                }
+            } else if e.is_connection_refusal() {
+                Error::Connect {
+                    addr: self.addr.to_string(),
+                    reason: "connection refused".into(),
+                }
+            } else {
+                Error::Connect {
+                    addr: self.addr.to_string(),
+                    reason: scrub(&e.to_string(), &self.url),
+                }
+            }
+        })?;
         let mut conn = Conn {
             inner,
             addr: self.addr.clone(),
@@ -129,10 +169,35 @@ impl Target {
 
 /// One connection. Not shared between threads: each worker opens its own.
 pub struct Conn {
-    inner: redis::Connection,
+    inner: Inner,
     addr: Arc<str>,
     url: Arc<str>,
     call_timeout: Duration,
+}
+
+enum Inner {
+    Single(redis::Connection),
+    Cluster(redis::cluster::ClusterConnection),
+}
+
+impl Inner {
+    fn like(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Inner::Single(c) => c,
+            Inner::Cluster(c) => c,
+        }
+    }
+
+    fn set_timeouts(&self, limit: Duration) -> redis::RedisResult<()> {
+        match self {
+            Inner::Single(c) => c
+                .set_read_timeout(Some(limit))
+                .and(c.set_write_timeout(Some(limit))),
+            Inner::Cluster(c) => c
+                .set_read_timeout(Some(limit))
+                .and(c.set_write_timeout(Some(limit))),
+        }
+    }
 }
 
 impl fmt::Debug for Conn {
@@ -147,6 +212,11 @@ impl Conn {
         &self.addr
     }
 
+    /// Whether this is a Redis Cluster connection.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+
     /// The per-call limit now in force.
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
@@ -156,28 +226,67 @@ impl Conn {
     pub fn set_call_timeout(&mut self, limit: Duration) -> Result<()> {
         let limit = limit.max(Duration::from_millis(1));
         self.call_timeout = limit;
-        let (r, w) = (
-            self.inner.set_read_timeout(Some(limit)),
-            self.inner.set_write_timeout(Some(limit)),
-        );
-        r.and(w).map_err(|e| self.map_err(e))
+        self.inner.set_timeouts(limit).map_err(|e| self.map_err(e))
     }
 
     /// Runs one command.
     pub fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
-        let r = cmd.query(&mut self.inner as &mut dyn ConnectionLike);
+        let r = cmd.query(self.inner.like());
         r.map_err(|e| self.map_err(e))
     }
 
-    /// Runs a pipeline (or a MULTI/EXEC transaction when the pipeline is atomic).
-    pub fn pipe<T: FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T> {
-        let r = pipe.query(&mut self.inner as &mut dyn ConnectionLike);
-        r.map_err(|e| self.map_err(e))
+    /// Runs `commands` in one MULTI/EXEC transaction, followed in the same round trip by `then`
+    /// if given (which runs whatever the transaction did). Returns EXEC's replies, parsed as
+    /// `T`, and `then`'s reply.
+    ///
+    /// Built by hand rather than with `redis::Pipeline` because a cluster connection refuses
+    /// pipelines; sent as one packet, it goes to the node owning the first command's key, which
+    /// is the node of every key of a SKU when the SKU carries a hash tag.
+    pub fn transaction<T: FromRedisValue>(
+        &mut self,
+        commands: &[redis::Cmd],
+        then: Option<&redis::Cmd>,
+    ) -> Result<(T, Option<redis::Value>)> {
+        let mut packed = redis::cmd("MULTI").get_packed_command();
+        for c in commands {
+            packed.extend(c.get_packed_command());
+        }
+        packed.extend(redis::cmd("EXEC").get_packed_command());
+        if let Some(t) = then {
+            packed.extend(t.get_packed_command());
+        }
+        let count = commands.len() + 2 + usize::from(then.is_some());
+        // An error here may come from any command of the packet, after EXEC applied the
+        // transaction: its effect is unknown.
+        let mut replies = self
+            .inner
+            .like()
+            .req_packed_commands(&packed, 0, count)
+            .map_err(|e| self.map_err(e).into_indeterminate())?;
+        let then_reply = then.and_then(|_| replies.pop());
+        let exec = replies.pop().unwrap_or(redis::Value::Nil);
+        let exec = match exec {
+            redis::Value::ServerError(e) => return Err(self.map_err(e.into())),
+            redis::Value::Nil => {
+                // MULTI refused a command (EXECABORT): find the reason among the replies.
+                let why = replies.into_iter().find_map(|r| match r {
+                    redis::Value::ServerError(e) => Some(e),
+                    _ => None,
+                });
+                return Err(match why {
+                    Some(e) => self.map_err(e.into()),
+                    None => self.unexpected("the transaction was aborted".into()),
+                });
+            }
+            v => v,
+        };
+        let parsed = T::from_redis_value(exec).map_err(|e| self.map_err(e.into()))?;
+        Ok((parsed, then_reply))
     }
 
     /// Runs a script by EVALSHA, loading it first if the server does not know it.
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
-        let r = inv.invoke(&mut self.inner as &mut dyn ConnectionLike);
+        let r = inv.invoke(self.inner.like());
         r.map_err(|e| self.map_err(e))
     }
 
@@ -215,7 +324,7 @@ impl Conn {
             let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
             Error::Redis {
                 addr,
-                reason: scrub(&e.to_string(), &self.url),
+                reason: shorten(scrub(&e.to_string(), &self.url)),
                 code: e.code().map(str::to_string),
                 indeterminate,
             }
@@ -232,6 +341,20 @@ fn auth_reason(e: &RedisError) -> String {
         Some("NOAUTH") => "this server requires a password".into(),
         _ => "wrong user name or password".into(),
     }
+}
+
+/// Keeps an error message to one readable line: a driver message can quote a whole reply.
+fn shorten(text: String) -> String {
+    const MAX: usize = 300;
+    let text = text.replace(['\r', '\n'], " ");
+    if text.len() <= MAX {
+        return text;
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
 }
 
 /// Removes `url`'s password from `text`, in case a driver message ever quotes the URL.

@@ -71,6 +71,21 @@ impl Error {
         }
     }
 
+    /// The same failure, marked as possibly applied.
+    pub fn into_indeterminate(self) -> Error {
+        match self {
+            Error::Redis {
+                addr, reason, code, ..
+            } => Error::Redis {
+                addr,
+                reason,
+                code,
+                indeterminate: true,
+            },
+            e => e,
+        }
+    }
+
     /// True when the failed call may still have been applied by the server.
     pub fn is_indeterminate(&self) -> bool {
         match self {

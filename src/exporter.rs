@@ -69,12 +69,15 @@ pub fn scrape(conn: &mut Conn, target: &Target, skus: &[Sku]) -> (String, bool) 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).
 fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Option<f64>; 7]> {
     let keys = StockKeys::new(sku);
-    let (stock, sold, seeded): (Option<i64>, Option<i64>, Option<i64>) = conn.pipe(
-        redis::pipe()
-            .get(&keys.stock)
-            .get(&keys.sold)
-            .get(&keys.seeded),
-    )?;
+    let ((stock, sold, seeded), _): ((Option<i64>, Option<i64>, Option<i64>), _) = conn
+        .transaction(
+            &[
+                redis::Cmd::get(&keys.stock),
+                redis::Cmd::get(&keys.sold),
+                redis::Cmd::get(&keys.seeded),
+            ],
+            None,
+        )?;
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
     let holder = lock.holder(conn)?;
     let waiters = lock.waiters(conn)?;

@@ -421,6 +421,9 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
     if b.lock.watchdog {
         common.push("--watchdog".into());
     }
+    if target.is_cluster() {
+        common.insert(0, "--cluster".into());
+    }
     if let Some(limit) = b.limit {
         common.extend(["--limit".into(), limit.to_string()]);
     }

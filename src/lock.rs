@@ -496,11 +496,12 @@ impl Lock {
 
     /// Who holds the lock now and for how much longer: `(token, remaining TTL)`.
     pub fn holder(&self, conn: &mut Conn) -> Result<Option<(String, Duration)>> {
-        let (token, pttl): (Option<String>, i64) = conn.pipe(
-            redis::pipe()
-                .get(&self.keys.lock)
-                .cmd("PTTL")
-                .arg(&self.keys.lock),
+        let ((token, pttl), _): ((Option<String>, i64), _) = conn.transaction(
+            &[
+                redis::Cmd::get(&self.keys.lock),
+                redis::cmd("PTTL").arg(&self.keys.lock).clone(),
+            ],
+            None,
         )?;
         Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
     }
@@ -647,43 +648,23 @@ impl Guard {
             .arg("")
             .arg("")
             .arg(&self.keys.wake_prefix);
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors().cmd("MULTI");
-        for c in commands {
-            pipe.add_command(c.clone());
-        }
-        pipe.cmd("EXEC");
         // Under Redlock the quorum must be given back before the data-node lock is handed to
-        // the next waiter, or that waiter's round finds our keys and fails: there the release
-        // cannot ride in the same round trip as the write.
-        let quorum = self.quorum.is_some();
-        if !quorum {
-            pipe.add_command(release);
-        }
-        let replies: Result<Vec<redis::RedisResult<redis::Value>>> = conn.pipe(&pipe);
+        // the next waiter, or that waiter's round finds our keys and fails; and a cluster
+        // connection turns a NOSCRIPT reply anywhere in a packet into an error for the whole
+        // packet. In both cases the release cannot ride in the same round trip as the write.
+        let piggyback = self.quorum.is_none() && !conn.is_cluster();
+        let outcome =
+            conn.transaction::<Vec<redis::Value>>(commands, piggyback.then_some(&release));
         self.release_quorum();
-        let mut replies = replies?;
-        let released = match (quorum, replies.last()) {
-            (false, Some(Ok(redis::Value::Int(code)))) => {
-                let code = *code;
-                replies.pop();
-                release_code(code)
-            }
-            // Under Redlock, or when the script cache was flushed (a restart, SCRIPT FLUSH) and
-            // the release did not run: run it now, loading the script if needed.
-            (false, _) => {
-                replies.pop();
-                release_token(conn, &self.keys, &self.token)?
-            }
-            (true, _) => release_token(conn, &self.keys, &self.token)?,
+        let released = match &outcome {
+            Ok((_, Some(redis::Value::Int(code)))) => release_code(*code),
+            // Under Redlock, after a failed transaction, or when the script cache was flushed
+            // (a restart, SCRIPT FLUSH) and the release did not run: run it now, loading the
+            // script if needed.
+            _ => release_token(conn, &self.keys, &self.token)?,
         };
         self.record(Some(released), dog_lost);
-        let exec = replies.pop().unwrap_or(Ok(redis::Value::Nil));
-        match exec {
-            Ok(redis::Value::Array(values)) => Ok((values, released)),
-            Ok(other) => Err(conn.unexpected(format!("EXEC answered {other:?}"))),
-            Err(e) => Err(conn.map_err(e)),
-        }
+        outcome.map(|(values, _)| (values, released))
     }
 
     /// Feeds the metrics once the release is done: the hold time, and a lost lease if the

@@ -67,7 +67,14 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         connect_timeout: Duration::from_millis(cli.connect_timeout_ms),
         call_timeout: Duration::from_millis(cli.timeout_ms),
     };
-    let target = Target::open(&cli.redis, options.clone())?;
+    let target = if cli.cluster {
+        for sku in cli.command.skus() {
+            stock::check_one_slot(sku).map_err(UsageError)?;
+        }
+        Target::open_cluster(&cli.redis, options.clone())?
+    } else {
+        Target::open(&cli.redis, options.clone())?
+    };
     let quorum = match cli.lock_nodes.len() {
         0 => None,
         n if n >= 3 && n % 2 == 1 => {
@@ -87,7 +94,16 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     };
     match cli.command {
         Command::Check => {
-            let mut report = check::check(&mut target.connect()?)?;
+            // On a cluster, the seed node answers for itself (INFO and CONFIG would be sent to
+            // every node and come back as maps), and CLUSTER INFO for the cluster.
+            let mut seed = match cli.cluster {
+                true => Target::open(&cli.redis, options.clone())?.connect()?,
+                false => target.connect()?,
+            };
+            let mut report = check::check(&mut seed)?;
+            if cli.cluster {
+                check::check_cluster(&mut report, &mut seed);
+            }
             if let Some(q) = &quorum {
                 check::check_quorum(&mut report, q, options.call_timeout);
             }

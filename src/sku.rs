@@ -91,6 +91,35 @@ impl StockKeys {
     }
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the
+/// text between the first `{` and the next `}`, when not empty), modulo 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16(hashed) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +138,15 @@ mod tests {
             assert!(bad.parse::<Sku>().is_err(), "{bad:?} was accepted");
         }
         assert!("x".repeat(MAX_SKU_BYTES).parse::<Sku>().is_ok());
+    }
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("item:stock:{sku_886}"), key_slot("sku_886"));
+        assert_eq!(key_slot("a{}b"), crc16(b"a{}b") % 16384);
     }
 
     #[test]

@@ -53,8 +53,10 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let stock = stock::read_stock(conn, sku, &keys)?.ok_or_else(|| Error::Unseeded {
         sku: sku.to_string(),
     })?;
-    let (seeded, sold): (Option<i64>, Option<i64>) =
-        conn.pipe(redis::pipe().get(&keys.seeded).get(&keys.sold))?;
+    let ((seeded, sold), _): ((Option<i64>, Option<i64>), _) = conn.transaction(
+        &[redis::Cmd::get(&keys.seeded), redis::Cmd::get(&keys.sold)],
+        None,
+    )?;
     let sold = sold.unwrap_or(0);
     let ledger = stock::ledger(conn, sku)?;
     let ledger_qty: i64 = ledger.values().sum();

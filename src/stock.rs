@@ -417,12 +417,8 @@ impl Buyer {
         order_id: &str,
         ul: Option<(&str, u64)>,
     ) -> Result<Buy> {
-        let mut tx = redis::pipe();
-        tx.atomic();
-        for c in self.deduct_commands(order_id, ul) {
-            tx.add_command(c);
-        }
-        let replies: Vec<redis::Value> = conn.pipe(&tx)?;
+        let (replies, _): (Vec<redis::Value>, _) =
+            conn.transaction(&self.deduct_commands(order_id, ul), None)?;
         self.bought(conn, &replies)
     }
 
@@ -516,19 +512,15 @@ pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option
 /// in one MULTI.
 pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
-    conn.pipe::<()>(
-        redis::pipe()
-            .atomic()
-            .set(&keys.stock, count)
-            .ignore()
-            .set(&keys.seeded, count)
-            .ignore()
-            .set(&keys.sold, 0)
-            .ignore()
-            .del(&keys.ledger)
-            .ignore()
-            .del(&keys.buyers)
-            .ignore(),
+    conn.transaction::<redis::Value>(
+        &[
+            redis::Cmd::set(&keys.stock, count),
+            redis::Cmd::set(&keys.seeded, count),
+            redis::Cmd::set(&keys.sold, 0),
+            redis::Cmd::del(&keys.ledger),
+            redis::Cmd::del(&keys.buyers),
+        ],
+        None,
     )?;
     metrics::global().set_stock(sku.as_str(), count as i64);
     Ok(())
@@ -553,6 +545,39 @@ pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
             return Ok(out);
         }
         cursor = next;
+    }
+}
+
+/// Every key lockctl uses for `sku` (a waiter's wake list stands in for all of them).
+pub fn keys_of(sku: &Sku) -> Vec<String> {
+    let s = StockKeys::new(sku);
+    let l = crate::lock::LockKeys::new(sku.as_str());
+    vec![
+        s.stock,
+        s.ledger,
+        s.seeded,
+        s.buyers,
+        s.sold,
+        l.lock,
+        l.fence,
+        l.queue,
+        l.deadlines,
+        format!("{}{}", l.wake_prefix, "0".repeat(32)),
+    ]
+}
+
+/// In a Redis Cluster, a script or transaction can only touch keys of one slot: checks that
+/// all of `sku`'s keys share one, and says how to make them when they do not.
+pub fn check_one_slot(sku: &Sku) -> std::result::Result<u16, String> {
+    let keys = keys_of(sku);
+    let first = crate::sku::key_slot(&keys[0]);
+    match keys.iter().find(|k| crate::sku::key_slot(k) != first) {
+        None => Ok(first),
+        Some(other) => Err(format!(
+            "in a Redis Cluster the keys of '{sku}' fall in different slots ('{}' in slot {first}, '{other}' in slot {}); write the SKU with a hash tag, '{{{sku}}}', so that all its keys share one slot",
+            keys[0],
+            crate::sku::key_slot(other)
+        )),
     }
 }
 
