@@ -128,7 +128,7 @@ impl Target {
             Client::Single(c) => c
                 .get_connection_with_timeout(connect_timeout)
                 .map(Inner::Single),
-            Client::Cluster(c) => c.get_connection().map(Inner::Cluster),
+            Client::Cluster(c) => c.get_connection().map(|c| Inner::Cluster(Box::new(c))),
         }
         .map_err(|e| {
             if e.is_timeout() {
@@ -177,7 +177,7 @@ pub struct Conn {
 
 enum Inner {
     Single(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Inner {
