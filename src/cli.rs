@@ -33,6 +33,18 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
     pub connect_timeout_ms: u64,
 
+    /// PEM file of the CA that signed the server's certificate (rediss:// only).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM file of a client certificate, for servers that require one (with --tls-key).
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// The --redis URL is a seed node of a Redis Cluster (write SKUs with a hash tag, {sku_886},
     /// so that all of a SKU's keys share one slot).
     #[arg(long, global = true)]
@@ -241,9 +253,34 @@ fn user_id(s: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn the_clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever the arguments, parsing answers (a command or an error) and never panics.
+        #[test]
+        fn any_arguments_parse_or_fail_cleanly(
+            args in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::any::<String>(),
+                    proptest::sample::select(vec![
+                        "buy", "seed", "hammer", "status", "unlock", "check", "exporter",
+                        "--qty", "--ttl-ms", "--wait-ms", "--work-ms", "--stock", "-n", "-c",
+                        "--strategy", "lock,fenced", "--sku", "--json", "--force", "--token",
+                        "--limit", "--user", "--users", "--order-id", "--mode", "procs",
+                        "--lock-node", "--cluster", "0", "-1", "18446744073709551616", "{x}",
+                    ]).prop_map(String::from),
+                ],
+                0..8,
+            )
+        ) {
+            let _ = Cli::try_parse_from(std::iter::once("lockctl".to_string()).chain(args));
+        }
     }
 }

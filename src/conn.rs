@@ -7,6 +7,7 @@
 //! or a restarted server costs one extra round trip, not a failure.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,22 +15,83 @@ use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisError};
 
 use crate::error::{Error, Result};
 
-/// How long to wait for Redis.
+/// How long to wait for Redis, and the certificates for `rediss://`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// Limit on opening a connection, including AUTH and SELECT. Default: 2000 ms.
     pub connect_timeout: Duration,
     /// Limit on each call, from sending the command to reading the reply. Default: 2000 ms.
     pub call_timeout: Duration,
+    /// PEM files for TLS. Default: none (the system's roots, no client certificate).
+    pub tls: TlsFiles,
 }
 
 impl Default for ConnectOptions {
     fn default() -> Self {
+        ConnectOptions::new(Duration::from_millis(2000), Duration::from_millis(2000))
+    }
+}
+
+impl ConnectOptions {
+    /// The given limits and no TLS files.
+    pub fn new(connect_timeout: Duration, call_timeout: Duration) -> ConnectOptions {
         ConnectOptions {
-            connect_timeout: Duration::from_millis(2000),
-            call_timeout: Duration::from_millis(2000),
+            connect_timeout,
+            call_timeout,
+            tls: TlsFiles::default(),
         }
     }
+}
+
+/// PEM files for `rediss://` (`--tls-ca`, `--tls-cert`, `--tls-key`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate, instead of the system's roots.
+    pub ca: Option<PathBuf>,
+    /// A client certificate, for servers that require one (with `key`).
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    fn any(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+
+    /// Reads the files, naming the flag and the path of any that cannot be read.
+    fn load(&self) -> Result<redis::TlsCertificates> {
+        let read = |flag: &str, p: &PathBuf| {
+            std::fs::read(p).map_err(|e| Error::Tls {
+                reason: format!("cannot read {flag} '{}': {e}", p.display()),
+            })
+        };
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("--tls-cert", c)?,
+                client_key: read("--tls-key", k)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Tls {
+                    reason: "--tls-cert and --tls-key go together".into(),
+                });
+            }
+        };
+        let root_cert = self.ca.as_ref().map(|p| read("--tls-ca", p)).transpose()?;
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        })
+    }
+}
+
+/// rustls needs one process-wide choice of cryptography; lockctl uses ring's.
+fn init_tls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// A Redis server (or a Redis Cluster, by one of its nodes) to connect to: the parsed URL plus
@@ -59,10 +121,26 @@ impl Target {
     /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
     /// processes through the environment; it is never displayed.
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
-        let client = redis::Client::open(url).map_err(|e| Error::BadUrl {
+        let bad = |e: RedisError| Error::BadUrl {
             url: redact_url(url),
             reason: e.to_string(),
-        })?;
+        };
+        let tls = url.starts_with("rediss://");
+        if tls {
+            init_tls();
+        } else if options.tls.any() {
+            return Err(Error::Tls {
+                reason: format!(
+                    "--tls-ca/--tls-cert/--tls-key need a rediss:// URL, not '{}'",
+                    redact_url(url)
+                ),
+            });
+        }
+        let client = if tls && options.tls.any() {
+            redis::Client::build_with_tls(url, options.tls.load()?).map_err(bad)?
+        } else {
+            redis::Client::open(url).map_err(bad)?
+        };
         let addr = client.get_connection_info().addr().to_string();
         Ok(Target {
             client: Client::Single(client),
@@ -79,6 +157,12 @@ impl Target {
             url: redact_url(url),
             reason: e.to_string(),
         };
+        if url.starts_with("rediss://") || options.tls.any() {
+            return Err(Error::Tls {
+                reason: "TLS to a Redis Cluster is not supported yet; use redis:// with --cluster"
+                    .into(),
+            });
+        }
         let addr = redis::Client::open(url)
             .map_err(bad)?
             .get_connection_info()
@@ -132,12 +216,9 @@ impl Target {
         }
         .map_err(|e| {
             if e.is_timeout() {
-                Error::Connect {
+                Error::ConnectTimeout {
                     addr: self.addr.to_string(),
-                    reason: format!(
-                        "no answer within {} ms (see --connect-timeout-ms)",
-                        connect_timeout.as_millis()
-                    ),
+                    after: connect_timeout,
                 }
             } else if is_auth_error(&e) {
                 Error::Auth {
@@ -149,10 +230,18 @@ impl Target {
                     addr: self.addr.to_string(),
                     reason: "connection refused".into(),
                 }
+            } else if is_tls_error(&e) {
+                Error::Tls {
+                    reason: format!(
+                        "could not connect to '{}': {} (check --tls-ca, --tls-cert, --tls-key)",
+                        self.addr,
+                        shorten(scrub(&e.to_string(), &self.url))
+                    ),
+                }
             } else {
                 Error::Connect {
                     addr: self.addr.to_string(),
-                    reason: scrub(&e.to_string(), &self.url),
+                    reason: shorten(scrub(&e.to_string(), &self.url)),
                 }
             }
         })?;
@@ -334,6 +423,13 @@ impl Conn {
 
 fn is_auth_error(e: &RedisError) -> bool {
     e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+fn is_tls_error(e: &RedisError) -> bool {
+    let text = e.to_string().to_lowercase();
+    ["certificate", "tls", "handshake", "alert"]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 fn auth_reason(e: &RedisError) -> String {

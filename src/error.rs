@@ -20,6 +20,14 @@ pub enum Error {
     )]
     Connect { addr: String, reason: String },
 
+    /// TLS settings that cannot work (a file that cannot be read, a flag without rediss://).
+    #[error("TLS: {reason}")]
+    Tls { reason: String },
+
+    /// Opening a connection took longer than its limit. Nothing was sent.
+    #[error("timed out after {} ms connecting to {addr} (see --connect-timeout-ms)", .after.as_millis())]
+    ConnectTimeout { addr: String, after: Duration },
+
     /// A call took longer than the per-call limit.
     #[error("timed out after {} ms talking to {addr} (see --timeout-ms)", .after.as_millis())]
     Timeout { addr: String, after: Duration },
@@ -62,8 +70,9 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::BadUrl { .. } => "bad_url",
+            Error::Tls { .. } => "tls",
             Error::Connect { .. } => "refused",
-            Error::Timeout { .. } => "timed_out",
+            Error::Timeout { .. } | Error::ConnectTimeout { .. } => "timed_out",
             Error::Auth { .. } => "auth",
             Error::Unseeded { .. } => "unseeded",
             Error::BadStock { .. } => "bad_stock",

@@ -9,10 +9,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,8 @@ pub struct HammerOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
     pub quorum: Option<Arc<Quorum>>,
+    /// Once set, no new request starts; those in flight finish. Default: none.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for HammerOptions {
@@ -74,6 +77,7 @@ impl Default for HammerOptions {
             exe: None,
             progress: None,
             quorum: None,
+            stop: None,
         }
     }
 }
@@ -152,6 +156,8 @@ pub struct Percentiles {
 pub enum Verdict {
     Pass,
     Fail,
+    /// Redis could not be read back after the run: nothing can be claimed either way.
+    Unknown,
 }
 
 /// The hammer's findings.
@@ -171,10 +177,13 @@ pub struct Report {
     pub watchdog: bool,
     /// Whether the hammer seeded the stock itself (`--stock`).
     pub seeded: bool,
+    /// Whether the run was stopped (Ctrl-C) before making every request.
+    pub interrupted: bool,
     pub initial_stock: i64,
-    pub final_stock: i64,
-    /// `initial_stock - final_stock`, read from Redis.
-    pub consumed: i64,
+    /// The stock read back after the run; null when it could not be read.
+    pub final_stock: Option<i64>,
+    /// `initial_stock - final_stock`, read from Redis; null when it could not be read.
+    pub consumed: Option<i64>,
     /// Requests told "bought" (replays of an earlier order included).
     pub bought: u64,
     /// Units the buyers were told they bought now (replays excluded).
@@ -248,11 +257,26 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Mode::Procs => run_procs(target, opts, &run_id)?,
     };
     let elapsed = started.elapsed();
-    let readback = read_back(&mut conn, &opts.sku, &keys, &run_id)?;
+    let readback = read_back(&mut conn, &opts.sku, &keys, &run_id).or_else(|_| {
+        // One more try on a fresh connection: the old one may have died with the fault.
+        target
+            .connect()
+            .and_then(|mut c| read_back(&mut c, &opts.sku, &keys, &run_id))
+    });
+    let interrupted = samples.len() as u64 != opts.requests
+        && opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed));
     let facts = RunFacts {
         sku: opts.sku.to_string(),
         run_id,
-        requests: opts.requests,
+        // An interrupted run is judged on the requests it made.
+        requests: if interrupted {
+            samples.len() as u64
+        } else {
+            opts.requests
+        },
         concurrency: opts.concurrency,
         strategy: opts.buy.strategy,
         mode: opts.mode,
@@ -265,7 +289,45 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         initial_stock,
         elapsed,
     };
-    Ok(judge(&facts, &samples, &readback))
+    let mut report = match readback {
+        Ok(rb) => judge(&facts, &samples, &rb),
+        Err(e) => judge_unreadable(&facts, &samples, &e),
+    };
+    if interrupted {
+        report.interrupted = true;
+        report.notes.insert(
+            0,
+            format!(
+                "interrupted: {} of {} requests were made; the report covers those",
+                samples.len(),
+                opts.requests
+            ),
+        );
+    }
+    Ok(report)
+}
+
+/// The report of a run whose results could not be read back from Redis: the buyers' side is
+/// all there, the verdict is unknown, and nothing is claimed about the stock.
+pub fn judge_unreadable(facts: &RunFacts, samples: &[Sample], e: &Error) -> Report {
+    let rb = Readback {
+        final_stock: facts.initial_stock,
+        ledger: HashMap::new(),
+    };
+    let mut r = judge(facts, samples, &rb);
+    r.verdict = Verdict::Unknown;
+    r.final_stock = None;
+    r.consumed = None;
+    r.oversold = 0;
+    r.violations.clear();
+    r.stock_timeline.pop();
+    r.notes.insert(
+        0,
+        format!(
+            "could not read the stock and the ledger back from Redis ({e}): the verdict is unknown"
+        ),
+    );
+    r
 }
 
 fn read_back(conn: &mut Conn, sku: &Sku, keys: &StockKeys, run_id: &str) -> Result<Readback> {
@@ -307,6 +369,13 @@ fn fan_out<S>(
                     let mut state = init();
                     let mut mine = Vec::new();
                     loop {
+                        if opts
+                            .stop
+                            .as_ref()
+                            .is_some_and(|s| s.load(Ordering::Relaxed))
+                        {
+                            return mine;
+                        }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= opts.requests {
                             return mine;
@@ -438,6 +507,9 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
         |_, i| {
             let t = Instant::now();
             let mut cmd = Command::new(&exe);
+            // Its own process group, so a Ctrl-C at the terminal stops the hammer from starting
+            // new buyers but lets the running ones finish and release their locks.
+            cmd.process_group(0);
             cmd.args(&common)
                 .args(["--order-id", &format!("{run_id}-{i}")])
                 // URLs travel in the environment, so no password shows in `ps`.
@@ -756,9 +828,10 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         work_ms: facts.work_ms,
         watchdog: facts.watchdog,
         seeded: facts.seeded,
+        interrupted: false,
         initial_stock: facts.initial_stock,
-        final_stock: rb.final_stock,
-        consumed,
+        final_stock: Some(rb.final_stock),
+        consumed: Some(consumed),
         bought,
         sold_qty,
         replayed,

@@ -8,6 +8,7 @@ mod progress;
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,7 +16,7 @@ use clap::Parser;
 use serde_json::{Value, json};
 
 use cli::{Cli, Command, HammerArgs, PurchaseArgs};
-use lockctl::conn::{ConnectOptions, Target};
+use lockctl::conn::{ConnectOptions, Target, TlsFiles};
 use lockctl::hammer::{self, HammerOptions, Report, Verdict};
 use lockctl::lock::{Lock, LockOptions, Release};
 use lockctl::redlock::Quorum;
@@ -35,6 +36,8 @@ enum Exit {
     Refused = 3,
     Busy = 4,
     LeaseLost = 5,
+    /// Ctrl-C stopped a hammer (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 fn main() -> ExitCode {
@@ -66,6 +69,11 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     let options = ConnectOptions {
         connect_timeout: Duration::from_millis(cli.connect_timeout_ms),
         call_timeout: Duration::from_millis(cli.timeout_ms),
+        tls: TlsFiles {
+            ca: cli.tls_ca.clone(),
+            cert: cli.tls_cert.clone(),
+            key: cli.tls_key.clone(),
+        },
     };
     let target = if cli.cluster {
         for sku in cli.command.skus() {
@@ -301,8 +309,25 @@ fn hammer_cmd(
             })?;
         eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
     }
+    // Ctrl-C stops new requests; those in flight finish and release their locks, and the
+    // partial report is printed. A second Ctrl-C quits at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(Exit::Interrupted as i32);
+            }
+            eprintln!(
+                "lockctl: interrupted: finishing the requests in flight (Ctrl-C again to quit now)"
+            );
+        });
+    }
     let mut reports = Vec::new();
     for &strategy in &strategies {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         let bar = progress::Bar::start(args.requests, strategy.name(), strategies.len() > 1);
         let opts = HammerOptions {
             sku: args.sku.clone(),
@@ -315,6 +340,7 @@ fn hammer_cmd(
             exe: None,
             progress: bar.as_ref().map(progress::Bar::counter),
             quorum: quorum.clone(),
+            stop: Some(stop.clone()),
         };
         let result = hammer::run(target, &opts);
         drop(bar);
@@ -341,10 +367,14 @@ fn hammer_cmd(
             emit(&hammer_text(&reports))?;
         }
     }
-    Ok(if reports.iter().all(|r| r.verdict == Verdict::Pass) {
+    Ok(if stop.load(Ordering::SeqCst) {
+        Exit::Interrupted
+    } else if reports.iter().any(|r| r.verdict == Verdict::Fail) {
+        Exit::Refused
+    } else if reports.iter().all(|r| r.verdict == Verdict::Pass) {
         Exit::Ok
     } else {
-        Exit::Refused
+        Exit::Error
     })
 }
 

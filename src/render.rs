@@ -200,8 +200,8 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
         format!(
             "{} -> {} (consumed {}, sold {}, ledger {} units in {} orders){}",
             r.initial_stock,
-            r.final_stock,
-            r.consumed,
+            opt(r.final_stock),
+            opt(r.consumed),
             r.sold_qty,
             r.ledger_qty,
             r.ledger_orders,
@@ -248,7 +248,15 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
                 "{}: nothing oversold (stock {} -> {}), every request accounted for",
                 paint("32", "PASS"),
                 r.initial_stock,
-                r.final_stock
+                opt(r.final_stock)
+            ),
+        ),
+        Verdict::Unknown => row(
+            &mut s,
+            "verdict",
+            format!(
+                "{}: Redis could not be read back, so nothing is claimed",
+                paint("33", "UNKNOWN")
             ),
         ),
         Verdict::Fail => {
@@ -277,7 +285,7 @@ pub fn hammer_document(reports: &[Report]) -> Value {
     match reports {
         [one] => hammer_json(one),
         _ => json!({
-            "verdict": if reports.iter().all(|r| r.verdict == Verdict::Pass) { "pass" } else { "fail" },
+            "verdict": overall(reports),
             "runs": reports.iter().map(hammer_json).collect::<Vec<_>>(),
             "comparison": ranked(reports).iter().map(|(r, rel)| json!({
                 "strategy": r.strategy,
@@ -286,6 +294,17 @@ pub fn hammer_document(reports: &[Report]) -> Value {
                 "verdict": r.verdict,
             })).collect::<Vec<_>>(),
         }),
+    }
+}
+
+/// All pass: pass; any fail: fail; otherwise (some unknown): unknown.
+fn overall(reports: &[Report]) -> Verdict {
+    if reports.iter().any(|r| r.verdict == Verdict::Fail) {
+        Verdict::Fail
+    } else if reports.iter().all(|r| r.verdict == Verdict::Pass) {
+        Verdict::Pass
+    } else {
+        Verdict::Unknown
     }
 }
 
@@ -324,7 +343,7 @@ pub fn comparison_text(reports: &[Report]) -> String {
             r.latency_ms.p50,
             r.latency_ms.p99,
             r.sold_qty,
-            r.final_stock,
+            opt(r.final_stock),
             verdict_word(r.verdict)
         );
     }
@@ -341,7 +360,13 @@ fn verdict_word(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
+        Verdict::Unknown => "UNKNOWN",
     }
+}
+
+/// A number read back from Redis, or `?` when it could not be.
+fn opt(v: Option<i64>) -> String {
+    v.map_or("?".into(), |v| v.to_string())
 }
 
 /// `--export-markdown`: one row per strategy, then every violation.
@@ -383,7 +408,7 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
             r.busy,
             r.lease_lost,
             r.errors,
-            r.final_stock,
+            opt(r.final_stock),
             r.oversold,
             verdict_word(r.verdict)
         );
@@ -454,7 +479,7 @@ pub fn hammer_html(reports: &[Report]) -> String {
             r.bought,
             r.busy,
             r.lease_lost,
-            r.final_stock,
+            opt(r.final_stock),
             verdict_word(r.verdict).to_lowercase(),
             verdict_word(r.verdict)
         );

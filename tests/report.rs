@@ -91,7 +91,7 @@ fn a_clean_run_passes_and_accounts_for_every_request() {
         (r.bought, r.sold_out, r.sold_qty, r.oversold),
         (10, 90, 10, 0)
     );
-    assert_eq!(r.consumed, 10);
+    assert_eq!(r.consumed, Some(10));
     assert_eq!(r.ledger_qty, 10);
     assert_eq!(
         r.latency_buckets.iter().map(|b| b.count).sum::<u64>(),
@@ -284,4 +284,22 @@ fn the_html_page_is_self_contained_with_both_charts() {
         let outside_svg_ns = html.replace("http://www.w3.org/2000/svg", "");
         assert!(!outside_svg_ns.contains(banned), "{banned} in the page");
     }
+}
+
+#[test]
+fn a_run_that_cannot_be_read_back_has_an_unknown_verdict() {
+    let (samples, _) = clean_run(10, 20);
+    let e = lockctl::Error::Timeout {
+        addr: "127.0.0.1:6379".into(),
+        after: Duration::from_millis(500),
+    };
+    let r = lockctl::hammer::judge_unreadable(&facts(20, 10), &samples, &e);
+    assert_eq!(r.verdict, Verdict::Unknown);
+    assert_eq!(r.final_stock, None);
+    assert!(r.violations.is_empty());
+    assert!(r.notes[0].contains("unknown"), "{:?}", r.notes);
+    let v = render::hammer_document(std::slice::from_ref(&r));
+    assert_eq!(v["verdict"], "unknown");
+    assert!(v["final_stock"].is_null());
+    assert!(render::hammer_text(&r, false).contains("UNKNOWN"));
 }

@@ -1,0 +1,490 @@
+//! Faults and hostile input on real servers: script cache flushes, pauses, shutdowns, timeouts,
+//! AUTH and ACL users, TLS, bad names and numbers, Ctrl-C.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout};
+use redis::Commands;
+
+fn spawn_hammer(url: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .arg("hammer")
+        .args(args)
+        .env("REDIS_URL", url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the hammer has bought something, so a fault lands mid-run.
+fn wait_for_orders(server: &RedisServer, sku: &str) {
+    let key = format!("item:orders:{sku}");
+    assert!(
+        eventually(Duration::from_secs(10), || server
+            .raw()
+            .hlen::<_, u64>(&key)
+            .is_ok_and(|n| n > 20)),
+        "the hammer never started buying"
+    );
+}
+
+fn accounted(v: &serde_json::Value) -> u64 {
+    [
+        "bought",
+        "sold_out",
+        "busy",
+        "lease_lost",
+        "limit_reached",
+        "errors",
+    ]
+    .iter()
+    .map(|f| v[f].as_u64().unwrap())
+    .sum()
+}
+
+#[test]
+fn script_flushes_mid_run_cost_no_purchase() {
+    let server = RedisServer::start();
+    let hammer = spawn_hammer(
+        &server.url(),
+        &[
+            "-n",
+            "4000",
+            "-c",
+            "8",
+            "--stock",
+            "1500",
+            "--strategy",
+            "lock,fenced,atomic",
+            "--json",
+        ],
+    );
+    wait_for_orders(&server, "sku_886");
+    let pid = hammer.id();
+    let mut flushes = 0;
+    while Path::new(&format!("/proc/{pid}")).exists() && flushes < 200 {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.raw())
+            .unwrap();
+        flushes += 1;
+        thread::sleep(Duration::from_millis(10));
+    }
+    let out = hammer.wait_with_output().unwrap();
+    let v = json(&out);
+    assert_eq!(code(&out), 0, "{v}");
+    assert!(flushes >= 3, "the run ended before the flushes ({flushes})");
+    for run in v["runs"].as_array().unwrap() {
+        assert_eq!(run["verdict"], "pass", "{run}");
+        assert_eq!(run["bought"], 1500, "{}", run["strategy"]);
+        assert_eq!(accounted(run), 4000);
+    }
+}
+
+#[test]
+fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
+    let server = RedisServer::start();
+    let hammer = spawn_hammer(
+        &server.url(),
+        &[
+            "-n",
+            "3000",
+            "-c",
+            "8",
+            "--stock",
+            "1000",
+            "--timeout-ms",
+            "300",
+            "--json",
+        ],
+    );
+    wait_for_orders(&server, "sku_886");
+    server.signal("STOP");
+    thread::sleep(Duration::from_secs(1));
+    server.signal("CONT");
+    let out = hammer.wait_with_output().unwrap();
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(v["oversold"], 0);
+    assert_eq!(accounted(&v), 3000);
+    assert!(
+        v["errors"].as_u64().unwrap() > 0,
+        "the pause caused no error: {v}"
+    );
+    assert!(
+        v["errors_by_kind"]["timed_out"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(Some(stock), v["final_stock"].as_i64());
+}
+
+#[test]
+fn a_paused_server_makes_buy_fail_fast_with_a_timeout() {
+    let server = RedisServer::start();
+    lockctl(&server.url(), &["seed", "p", "5"]);
+    server.signal("STOP");
+    let t = Instant::now();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "buy",
+            "p",
+            "--timeout-ms",
+            "500",
+            "--connect-timeout-ms",
+            "500",
+        ],
+    );
+    let took = t.elapsed();
+    server.signal("CONT");
+    assert_eq!(code(&out), 1);
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        stderr(&out).contains("timed out after 500 ms"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
+    let server = RedisServer::start();
+    let hammer = spawn_hammer(
+        &server.url(),
+        &[
+            "-n",
+            "100000",
+            "-c",
+            "4",
+            "--stock",
+            "100000",
+            "--timeout-ms",
+            "300",
+            "--connect-timeout-ms",
+            "300",
+            "--json",
+        ],
+    );
+    wait_for_orders(&server, "sku_886");
+    let _ = redis::cmd("SHUTDOWN")
+        .arg("NOSAVE")
+        .query::<()>(&mut server.raw());
+    let out = hammer.wait_with_output().unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "unknown", "{v}");
+    assert!(v["final_stock"].is_null());
+    assert!(v["errors_by_kind"]["refused"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(accounted(&v), 100000);
+}
+
+#[test]
+fn ctrl_c_stops_the_hammer_with_a_partial_report_and_no_lock_left() {
+    let server = RedisServer::start();
+    let hammer = spawn_hammer(
+        &server.url(),
+        &[
+            "-n",
+            "100000",
+            "-c",
+            "4",
+            "--stock",
+            "100000",
+            "--work-ms",
+            "5",
+            "--watchdog",
+        ],
+    );
+    wait_for_orders(&server, "sku_886");
+    let ok = Command::new("kill")
+        .args(["-INT", &hammer.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let out = hammer.wait_with_output().unwrap();
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("interrupted:"), "{text}");
+    assert!(text.contains("PASS"), "{text}");
+    let mut raw = server.raw();
+    assert!(
+        !raw.exists::<_, bool>("dist_lock:sku_886").unwrap(),
+        "a lock was left held"
+    );
+    let v = json(&lockctl(&server.url(), &["status", "sku_886", "--json"]));
+    assert_eq!(v["reconciled"], true, "{v}");
+}
+
+#[test]
+fn an_acl_user_works_and_a_wrong_one_is_one_clear_error() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("alice")
+        .arg("on")
+        .arg(">s3cret-alice")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut server.raw())
+        .unwrap();
+    let good = format!("redis://alice:s3cret-alice@127.0.0.1:{}", server.port);
+    let out = lockctl(&good, &["hammer", "-n", "30", "--stock", "10", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let all = stdout(&out) + &stderr(&out);
+    assert!(!all.contains("s3cret-alice"));
+    let bad = format!("redis://alice:wrong-pass@127.0.0.1:{}", server.port);
+    for args in [
+        &["check"][..],
+        &["--json", "buy", "x"],
+        &["hammer", "--stock", "1"],
+    ] {
+        let out = lockctl(&bad, args);
+        assert_eq!(code(&out), 1, "{args:?}");
+        let all = stdout(&out) + &stderr(&out);
+        assert!(!all.contains("wrong-pass"), "{all}");
+        assert!(
+            stderr(&out).contains("wrong user name or password"),
+            "{all}"
+        );
+        assert_eq!(stderr(&out).lines().count(), 1, "{all}");
+    }
+}
+
+/// A CA, a server certificate for localhost and 127.0.0.1, and a client certificate, made
+/// with openssl in `dir`. Version 3 certificates, as rustls requires.
+fn make_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out: Output = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (apt-get install -y openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    for ca in ["ca", "other-ca"] {
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={ca}"),
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.crt"),
+        ]);
+    }
+    for (who, ext) in [("server", "server.ext"), ("client", "client.ext")] {
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={who}"),
+            "-keyout",
+            &format!("{who}.key"),
+            "-out",
+            &format!("{who}.csr"),
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{who}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+            "-out",
+            &format!("{who}.crt"),
+        ]);
+    }
+}
+
+#[test]
+fn tls_with_the_right_ca_and_client_certificate_works_and_anything_less_is_refused() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let tls_port = free_port();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &p("server.crt"),
+        "--tls-key-file",
+        &p("server.key"),
+        "--tls-ca-cert-file",
+        &p("ca.crt"),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("rediss://localhost:{tls_port}");
+    let (ca, cert, key) = (p("ca.crt"), p("client.crt"), p("client.key"));
+    let full = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+    let mut args = full.to_vec();
+    args.extend(["hammer", "-n", "30", "--stock", "10", "--json"]);
+    let out = lockctl(&url, &args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["final_stock"], 0);
+    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(stock, 0, "the TLS run did not reach this server");
+
+    let other = p("other-ca.crt");
+    let refusals: [(&[&str], &str); 4] = [
+        (&["check"], "--tls-ca"),
+        (
+            &[
+                "--tls-ca",
+                &other,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+                "check",
+            ],
+            "--tls-ca",
+        ),
+        (&["--tls-ca", &ca, "check"], "--tls-cert"),
+        (
+            &["--tls-ca", "/nonexistent/ca.pem", "check"],
+            "/nonexistent/ca.pem",
+        ),
+    ];
+    for (args, hint) in refusals {
+        let out = lockctl(&url, args);
+        assert_eq!(code(&out), 1, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(hint), "{args:?}: {}", stderr(&out));
+    }
+    let out = lockctl(&server.url(), &["--tls-ca", &ca, "check"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("rediss://"), "{}", stderr(&out));
+}
+
+#[test]
+fn hostile_names_and_numbers_are_usage_errors_that_write_nothing() {
+    let server = RedisServer::start();
+    let long = "x".repeat(201);
+    let bad_skus = [
+        "",
+        " ",
+        "a b",
+        "a\nb",
+        "a\tb",
+        "\u{7}bell",
+        "zero\u{0}byte",
+        long.as_str(),
+    ];
+    let mut cases: Vec<Vec<&str>> = Vec::new();
+    for sku in bad_skus.iter().filter(|s| !s.contains('\0')) {
+        cases.push(vec!["seed", sku, "1"]);
+        cases.push(vec!["buy", sku]);
+        cases.push(vec!["hammer", "--sku", sku]);
+        cases.push(vec!["status", sku]);
+        cases.push(vec!["unlock", sku]);
+    }
+    for count in [
+        "-1",
+        "1.5",
+        "ten",
+        "1e3",
+        "0x10",
+        "1000000000000000001",
+        "99999999999999999999",
+        "",
+    ] {
+        cases.push(vec!["seed", "s", count]);
+        cases.push(vec!["hammer", "--stock", count]);
+    }
+    for (flag, value) in [
+        ("--qty", "0"),
+        ("--qty", "1000001"),
+        ("--ttl-ms", "0"),
+        ("--ttl-ms", "86400001"),
+        ("--wait-ms", "-1"),
+        ("--work-ms", "3600001"),
+        ("--limit", "0"),
+        ("--order-id", "has space"),
+        ("--order-id", ""),
+        ("--strategy", "optimistic"),
+    ] {
+        cases.push(vec!["buy", "s", flag, value]);
+    }
+    cases.push(vec!["hammer", "-n", "0"]);
+    cases.push(vec!["hammer", "-n", "100000001"]);
+    cases.push(vec!["hammer", "-c", "10001"]);
+    cases.push(vec!["--timeout-ms", "0", "check"]);
+    for args in &cases {
+        let out = lockctl(&server.url(), args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{args:?}");
+    }
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut server.raw()).unwrap();
+    assert_eq!(keys, 0, "a refused command wrote something");
+}
+
+#[test]
+fn names_that_look_like_lua_or_patterns_are_only_ever_keys() {
+    let server = RedisServer::start();
+    for sku in [
+        "a'b", "a\"b", "]]--", "--[[x", "%d%s", "{tag}x", "end)", "商品",
+    ] {
+        for strategy in ["lock", "fenced", "atomic"] {
+            // `--` so that a SKU starting with a dash is not read as a flag.
+            lockctl(&server.url(), &["seed", "--", sku, "2"]);
+            let out = lockctl(
+                &server.url(),
+                &[
+                    "buy",
+                    "--strategy",
+                    strategy,
+                    "--order-id",
+                    "o'--]]",
+                    "--json",
+                    "--",
+                    sku,
+                ],
+            );
+            assert_eq!(code(&out), 0, "{sku} {strategy}: {}", stderr(&out));
+            let v: Option<i64> = server
+                .raw()
+                .hget(format!("item:orders:{sku}"), "o'--]]")
+                .unwrap();
+            assert_eq!(v, Some(1), "{sku} {strategy}");
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Property tests (proptest) over the inputs that reach Redis and Lua: SKU parsing, and any
+//! valid SKU and order id going through every strategy's scripts on a real server.
+
+mod common;
+
+use common::RedisServer;
+use lockctl::sku::{MAX_SKU_BYTES, Sku, StockKeys};
+use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
+use proptest::prelude::*;
+use redis::Commands;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn any_string_parses_to_a_safe_sku_or_a_message(s in any::<String>()) {
+        match s.parse::<Sku>() {
+            Ok(sku) => {
+                prop_assert!(!s.is_empty() && s.len() <= MAX_SKU_BYTES);
+                prop_assert!(!s.chars().any(|c| c.is_whitespace() || c.is_control()));
+                let k = StockKeys::new(&sku);
+                prop_assert!(k.stock.ends_with(&s));
+                prop_assert!(stock::keys_of(&sku).iter().all(|key| key.contains(&s)));
+            }
+            Err(msg) => prop_assert!(!msg.is_empty()),
+        }
+    }
+}
+
+/// Printable names, including quotes, brackets, percent signs and non-ASCII letters.
+fn name() -> impl proptest::strategy::Strategy<Value = String> {
+    "[a-zA-Z0-9'\"{}%$()._:;,!?=+*&^~`|<>/\\\\商品\\[\\]-]{1,40}"
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn any_valid_sku_and_order_id_reach_redis_only_as_keys_and_fields(
+        sku in name(), order in name(), pick in 0usize..3,
+    ) {
+        thread_local! {
+            static SERVER: RedisServer = RedisServer::start();
+        }
+        let sku: Sku = sku.parse().unwrap();
+        let strategy = [Protect::Lock, Protect::Fenced, Protect::Atomic][pick];
+        SERVER.with(|server| {
+            let target = server.target();
+            let mut conn = server.conn();
+            stock::seed(&mut conn, &sku, 3).unwrap();
+            let p = Buyer::new(&target, &sku, BuyOptions { strategy, ..BuyOptions::default() })
+                .buy(&mut conn, &order, None)
+                .unwrap();
+            assert_eq!(p.outcome, Buy::Bought { remaining: 2 }, "{sku} {strategy}");
+            let ledger: Option<i64> = server.raw().hget(format!("item:orders:{sku}"), &order).unwrap();
+            assert_eq!(ledger, Some(1));
+            let lock: bool = server.raw().exists(format!("dist_lock:{sku}")).unwrap();
+            assert!(!lock);
+        });
+    }
+}
