@@ -131,20 +131,27 @@ impl Metrics {
         self.lease_lost.inc();
     }
 
-    pub fn bought(&self, outcome: &str) {
+    /// The counter for one purchase outcome. Hold on to it: looking it up takes a lock and
+    /// an allocation, incrementing it is one atomic add.
+    pub fn buy_counter(&self, outcome: &str) -> Counter {
         self.buys
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
             })
-            .inc();
+            .clone()
     }
 
-    pub fn set_stock(&self, sku: &str, stock: i64) {
+    /// The stock gauge of one SKU (hold on to it, as with [`Metrics::buy_counter`]).
+    pub fn stock_gauge(&self, sku: &str) -> Gauge {
         self.stock
             .get_or_create(&SkuLabel {
                 sku: sku.to_string(),
             })
-            .set(stock);
+            .clone()
+    }
+
+    pub fn set_stock(&self, sku: &str, stock: i64) {
+        self.stock_gauge(sku).set(stock);
     }
 
     /// The wait-queue length, as read from Redis.

@@ -217,6 +217,50 @@ pub struct Buyer {
     keys: StockKeys,
     lock: Lock,
     options: BuyOptions,
+    meters: Meters,
+}
+
+/// This buyer's metrics, looked up once: a purchase then costs two atomic operations.
+#[derive(Clone)]
+struct Meters {
+    /// One counter per outcome, in the order of [`OUTCOMES`].
+    outcomes: Vec<prometheus_client::metrics::counter::Counter>,
+    stock: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl std::fmt::Debug for Meters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Meters")
+    }
+}
+
+/// Every value of `lockctl_buy_total{outcome}`.
+const OUTCOMES: [&str; 6] = [
+    "bought",
+    "sold_out",
+    "busy",
+    "lease_lost",
+    "limit_reached",
+    "error",
+];
+
+impl Meters {
+    fn new(sku: &Sku) -> Meters {
+        let m = metrics::global();
+        Meters {
+            outcomes: OUTCOMES.iter().map(|o| m.buy_counter(o)).collect(),
+            stock: m.stock_gauge(sku.as_str()),
+        }
+    }
+
+    fn record(&self, outcome: &str, remaining: Option<i64>) {
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+            self.outcomes[i].inc();
+        }
+        if let Some(left) = remaining {
+            self.stock.set(left);
+        }
+    }
 }
 
 impl Buyer {
@@ -226,6 +270,7 @@ impl Buyer {
             keys: StockKeys::new(sku),
             lock: Lock::new(target, sku.as_str(), options.lock.clone()),
             options,
+            meters: Meters::new(sku),
         }
     }
 
@@ -242,15 +287,9 @@ impl Buyer {
     /// One purchase under `order_id`, by `user` when the per-user limit should apply.
     pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
         let result = self.buy_unmetered(conn, order_id, user);
-        let m = metrics::global();
         match &result {
-            Ok(p) => {
-                m.bought(p.outcome.name());
-                if let Some(left) = p.outcome.remaining() {
-                    m.set_stock(self.sku.as_str(), left);
-                }
-            }
-            Err(_) => m.bought("error"),
+            Ok(p) => self.meters.record(p.outcome.name(), p.outcome.remaining()),
+            Err(_) => self.meters.record("error", None),
         }
         result
     }
