@@ -120,8 +120,9 @@ pub struct Readback {
     pub ledger: HashMap<u64, i64>,
 }
 
-/// Everything [`judge`] needs besides the samples and the readback.
-#[derive(Clone, Debug)]
+/// What was run: everything [`judge`] needs besides the samples and the readback, and the
+/// first fields of the report.
+#[derive(Clone, Debug, Serialize)]
 pub struct RunFacts {
     pub sku: String,
     pub run_id: String,
@@ -134,8 +135,11 @@ pub struct RunFacts {
     pub wait_ms: u64,
     pub work_ms: u64,
     pub watchdog: bool,
+    /// Whether the hammer seeded the stock itself (`--stock`).
     pub seeded: bool,
     pub initial_stock: i64,
+    /// Wall time of the purchases (the report carries it as `elapsed_s`).
+    #[serde(skip)]
     pub elapsed: Duration,
 }
 
@@ -164,22 +168,11 @@ pub enum Verdict {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub verdict: Verdict,
-    pub sku: String,
-    pub run_id: String,
-    pub requests: u64,
-    pub concurrency: u64,
-    pub strategy: Strategy,
-    pub mode: Mode,
-    pub qty: u64,
-    pub ttl_ms: u64,
-    pub wait_ms: u64,
-    pub work_ms: u64,
-    pub watchdog: bool,
-    /// Whether the hammer seeded the stock itself (`--stock`).
-    pub seeded: bool,
+    /// What was run (its fields appear at the top level of the JSON report).
+    #[serde(flatten)]
+    pub run: RunFacts,
     /// Whether the run was stopped (Ctrl-C) before making every request.
     pub interrupted: bool,
-    pub initial_stock: i64,
     /// The stock read back after the run; null when it could not be read.
     pub final_stock: Option<i64>,
     /// `initial_stock - final_stock`, read from Redis; null when it could not be read.
@@ -816,20 +809,8 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         } else {
             Verdict::Fail
         },
-        sku: facts.sku.clone(),
-        run_id: facts.run_id.clone(),
-        requests: facts.requests,
-        concurrency: facts.concurrency,
-        strategy: facts.strategy,
-        mode: facts.mode,
-        qty,
-        ttl_ms: facts.ttl_ms,
-        wait_ms: facts.wait_ms,
-        work_ms: facts.work_ms,
-        watchdog: facts.watchdog,
-        seeded: facts.seeded,
+        run: facts.clone(),
         interrupted: false,
-        initial_stock: facts.initial_stock,
         final_stock: Some(rb.final_stock),
         consumed: Some(consumed),
         bought,

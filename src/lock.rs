@@ -250,12 +250,40 @@ impl LockKeys {
     }
 
     /// The four keys every queue-aware script takes first, in order.
-    fn queue_script<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+    fn queue_keys(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.queue, &self.deadlines]
+    }
+
+    /// The arguments every queue-aware script takes, in order: token, TTL ms, '1' to queue,
+    /// the waiter lease in ms, the wake prefix (see the scripts' comments).
+    fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 5] {
+        [
+            token.to_string(),
+            ttl_ms.to_string(),
+            if queue { "1" } else { "0" }.to_string(),
+            WAITER_LEASE.as_millis().to_string(),
+            self.wake_prefix.clone(),
+        ]
+    }
+
+    /// A queue-aware script call: the four keys (and this waiter's wake list, when `waiter`
+    /// names one), then the standard arguments.
+    fn invocation<'a>(
+        &self,
+        script: &'a Script,
+        token: &str,
+        ttl_ms: u64,
+        queue: bool,
+        waiter: bool,
+    ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        inv.key(&self.lock)
-            .key(&self.fence)
-            .key(&self.queue)
-            .key(&self.deadlines);
+        for k in self.queue_keys() {
+            inv.key(k);
+        }
+        if waiter {
+            inv.key(format!("{}{token}", self.wake_prefix));
+        }
+        inv.arg(&self.queue_argv(token, ttl_ms, queue));
         inv
     }
 }
@@ -474,11 +502,12 @@ impl Lock {
         token: &Token,
         queue: bool,
     ) -> Result<(i64, i64)> {
-        let mut inv = self.keys.queue_script(script);
-        inv.key(format!("{}{}", self.keys.wake_prefix, token.as_str()));
-        add_args(&mut inv, token, self.options.ttl, queue);
-        inv.arg(&self.keys.wake_prefix);
-        conn.script(&inv)
+        let ttl_ms = self.options.ttl.as_millis() as u64;
+        conn.script(
+            &self
+                .keys
+                .invocation(script, token.as_str(), ttl_ms, queue, true),
+        )
     }
 
     fn release_token(&self, conn: &mut Conn, token: &Token) -> Result<Release> {
@@ -509,13 +538,7 @@ impl Lock {
     /// Deletes the lock whoever holds it (a holder that is stuck, not one that is working: its
     /// writes are no longer excluded), handing it to the next waiter. Returns the token removed.
     pub fn force_unlock(&self, conn: &mut Conn) -> Result<Option<String>> {
-        let mut inv = self.keys.queue_script(&FORCE);
-        inv.arg("")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(&self.keys.wake_prefix);
-        conn.script(&inv)
+        conn.script(&self.keys.invocation(&FORCE, "", 0, false, false))
     }
 
     /// Releases the lock only if `token` still holds it: the safe form of the escape hatch.
@@ -531,30 +554,12 @@ impl Lock {
 
     /// Clients waiting in the queue right now (live entries only): the wait-queue length.
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
-        let mut inv = self.keys.queue_script(&WAITERS);
-        inv.arg("")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(&self.keys.wake_prefix);
-        conn.script(&inv)
+        conn.script(&self.keys.invocation(&WAITERS, "", 0, false, false))
     }
 }
 
-fn add_args(inv: &mut redis::ScriptInvocation<'_>, token: &Token, ttl: Duration, queue: bool) {
-    inv.arg(token.as_str())
-        .arg(ttl.as_millis() as u64)
-        .arg(if queue { "1" } else { "0" })
-        .arg(WAITER_LEASE.as_millis() as u64);
-}
-
 fn release_token(conn: &mut Conn, keys: &LockKeys, token: &Token) -> Result<Release> {
-    let mut inv = keys.queue_script(&RELEASE);
-    inv.arg(token.as_str())
-        .arg("")
-        .arg("")
-        .arg("")
-        .arg(&keys.wake_prefix);
+    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, false);
     Ok(release_code(conn.script(&inv)?))
 }
 
@@ -639,15 +644,8 @@ impl Guard {
         release
             .arg(RELEASE.get_hash())
             .arg(4)
-            .arg(&self.keys.lock)
-            .arg(&self.keys.fence)
-            .arg(&self.keys.queue)
-            .arg(&self.keys.deadlines)
-            .arg(self.token.as_str())
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(&self.keys.wake_prefix);
+            .arg(&self.keys.queue_keys())
+            .arg(&self.keys.queue_argv(self.token.as_str(), 0, false));
         // Under Redlock the quorum must be given back before the data-node lock is handed to
         // the next waiter, or that waiter's round finds our keys and fails; and a cluster
         // connection turns a NOSCRIPT reply anywhere in a packet into an error for the whole

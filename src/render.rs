@@ -176,11 +176,11 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
     let _ = writeln!(
         s,
         "hammer: {} purchases of {} x{}, {} at a time, strategy {} ({})",
-        r.requests,
-        r.sku,
-        r.qty,
-        r.concurrency,
-        r.strategy,
+        r.run.requests,
+        r.run.sku,
+        r.run.qty,
+        r.run.concurrency,
+        r.run.strategy,
         mode_name(r)
     );
     let mut outcomes = format!(
@@ -199,13 +199,13 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
         "stock",
         format!(
             "{} -> {} (consumed {}, sold {}, ledger {} units in {} orders){}",
-            r.initial_stock,
+            r.run.initial_stock,
             opt(r.final_stock),
             opt(r.consumed),
             r.sold_qty,
             r.ledger_qty,
             r.ledger_orders,
-            if r.seeded {
+            if r.run.seeded {
                 ""
             } else {
                 " [stock already in Redis]"
@@ -247,7 +247,7 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
             format!(
                 "{}: nothing oversold (stock {} -> {}), every request accounted for",
                 paint("32", "PASS"),
-                r.initial_stock,
+                r.run.initial_stock,
                 opt(r.final_stock)
             ),
         ),
@@ -288,7 +288,7 @@ pub fn hammer_document(reports: &[Report]) -> Value {
             "verdict": overall(reports),
             "runs": reports.iter().map(hammer_json).collect::<Vec<_>>(),
             "comparison": ranked(reports).iter().map(|(r, rel)| json!({
-                "strategy": r.strategy,
+                "strategy": r.run.strategy,
                 "throughput_rps": r.throughput_rps,
                 "relative_speed": rel,
                 "verdict": r.verdict,
@@ -338,7 +338,7 @@ pub fn comparison_text(reports: &[Report]) -> String {
         let _ = writeln!(
             s,
             "  {:<9}{:>13.1}{:>10.3}{:>10.3}{:>8}{:>10}  {}",
-            r.strategy.name(),
+            r.run.strategy.name(),
             r.throughput_rps,
             r.latency_ms.p50,
             r.latency_ms.p99,
@@ -348,9 +348,9 @@ pub fn comparison_text(reports: &[Report]) -> String {
         );
     }
     if let Some(((fastest, _), rest)) = ranked.split_first() {
-        let _ = writeln!(s, "  {} ran", fastest.strategy);
+        let _ = writeln!(s, "  {} ran", fastest.run.strategy);
         for (r, rel) in rest {
-            let _ = writeln!(s, "    {rel:>8.2} times faster than {}", r.strategy);
+            let _ = writeln!(s, "    {rel:>8.2} times faster than {}", r.run.strategy);
         }
     }
     s
@@ -376,16 +376,16 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
         let _ = writeln!(
             s,
             "Hammer on `{}`: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
-            r.sku,
-            r.requests,
-            r.concurrency,
-            if r.watchdog {
+            r.run.sku,
+            r.run.requests,
+            r.run.concurrency,
+            if r.run.watchdog {
                 "watchdog on"
             } else {
                 "no watchdog"
             },
             mode_name(r),
-            r.initial_stock
+            r.run.initial_stock
         );
     }
     s.push_str("| strategy | purchases/s | slower than fastest | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | bought | sold out | busy | lease lost | errors | final stock | oversold | verdict |\n");
@@ -395,7 +395,7 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
         let _ = writeln!(
             s,
             "| {} | {:.1} | {:.2}x | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.strategy,
+            r.run.strategy,
             r.throughput_rps,
             rel,
             l.p50,
@@ -418,7 +418,7 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .map(move |v| format!("- {}: {v}", r.strategy))
+                .map(move |v| format!("- {}: {v}", r.run.strategy))
         })
         .collect();
     if !violations.is_empty() {
@@ -450,7 +450,7 @@ pub fn hammer_html(reports: &[Report]) -> String {
                 })
                 .collect();
             Series {
-                name: r.strategy.name().to_string(),
+                name: r.run.strategy.name().to_string(),
                 color: PALETTE[i % PALETTE.len()],
                 points,
             }
@@ -460,7 +460,7 @@ pub fn hammer_html(reports: &[Report]) -> String {
         .iter()
         .enumerate()
         .map(|(i, r)| Series {
-            name: r.strategy.name().to_string(),
+            name: r.run.strategy.name().to_string(),
             color: PALETTE[i % PALETTE.len()],
             points: r.stock_timeline.iter().map(|p| (p[0], p[1])).collect(),
         })
@@ -470,7 +470,7 @@ pub fn hammer_html(reports: &[Report]) -> String {
         let _ = write!(
             rows,
             "<tr><td>{}</td><td>{:.1}</td><td>{:.2}x</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
-            r.strategy,
+            r.run.strategy,
             r.throughput_rps,
             rel,
             r.latency_ms.p50,
@@ -487,15 +487,15 @@ pub fn hammer_html(reports: &[Report]) -> String {
     let mut violations = String::new();
     for r in reports {
         for v in &r.violations {
-            let _ = write!(violations, "<li>{}: {}</li>", r.strategy, escape(v));
+            let _ = write!(violations, "<li>{}: {}</li>", r.run.strategy, escape(v));
         }
     }
     let title = reports.first().map_or(String::new(), |r| {
         format!(
             "{} purchases of {}, {} at a time",
-            r.requests,
-            escape(&r.sku),
-            r.concurrency
+            r.run.requests,
+            escape(&r.run.sku),
+            r.run.concurrency
         )
     });
     format!(
@@ -648,7 +648,7 @@ fn escape(s: &str) -> String {
 }
 
 fn mode_name(r: &Report) -> &'static str {
-    match r.mode {
+    match r.run.mode {
         crate::hammer::Mode::Threads => "threads",
         crate::hammer::Mode::Procs => "processes",
     }

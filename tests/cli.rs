@@ -227,23 +227,7 @@ fn hammer_passes_in(mode: &str) {
     );
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
     let v = json(&out);
-    for field in [
-        "verdict",
-        "requests",
-        "concurrency",
-        "strategy",
-        "initial_stock",
-        "final_stock",
-        "bought",
-        "sold_qty",
-        "sold_out",
-        "busy",
-        "lease_lost",
-        "errors",
-        "oversold",
-        "elapsed_s",
-        "throughput_rps",
-    ] {
+    for field in common::HAMMER_FIELDS {
         assert!(!v[field].is_null(), "missing {field}: {v}");
     }
     for p in ["p50", "p99", "max"] {

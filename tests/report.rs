@@ -1,5 +1,7 @@
 //! The hammer's judge and renderers on hand-built runs: no Redis, every verdict reasoned out.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -235,24 +237,7 @@ fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
 fn the_json_document_carries_the_contract_fields_and_the_buckets() {
     let reports = two_reports();
     let one = render::hammer_document(&reports[..1]);
-    for f in [
-        "verdict",
-        "requests",
-        "concurrency",
-        "strategy",
-        "initial_stock",
-        "final_stock",
-        "bought",
-        "sold_qty",
-        "sold_out",
-        "busy",
-        "lease_lost",
-        "errors",
-        "oversold",
-        "elapsed_s",
-        "throughput_rps",
-        "latency_buckets",
-    ] {
+    for f in common::HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
         assert!(!one[f].is_null(), "{f} missing");
     }
     let both = render::hammer_document(&reports);

@@ -135,6 +135,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The fields the contract requires in `hammer --json`.
+pub const HAMMER_FIELDS: [&str; 16] = [
+    "verdict",
+    "requests",
+    "concurrency",
+    "strategy",
+    "initial_stock",
+    "final_stock",
+    "bought",
+    "sold_qty",
+    "sold_out",
+    "busy",
+    "lease_lost",
+    "errors",
+    "oversold",
+    "elapsed_s",
+    "throughput_rps",
+    "latency_ms",
+];
+
 /// Runs the real binary against `url` (through REDIS_URL, as a user's shell would).
 pub fn lockctl(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lockctl"))
