@@ -250,12 +250,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Mode::Procs => run_procs(target, opts, &run_id)?,
     };
     let elapsed = started.elapsed();
-    let readback = read_back(&mut conn, &opts.sku, &keys, &run_id).or_else(|_| {
-        // One more try on a fresh connection: the old one may have died with the fault.
-        target
-            .connect()
-            .and_then(|mut c| read_back(&mut c, &opts.sku, &keys, &run_id))
-    });
+    let readback = read_back_patiently(target, &mut conn, &opts.sku, &keys, &run_id);
     let interrupted = samples.len() as u64 != opts.requests
         && opts
             .stop
@@ -323,6 +318,29 @@ pub fn judge_unreadable(facts: &RunFacts, samples: &[Sample], e: &Error) -> Repo
     r
 }
 
+/// How long the read-back keeps trying a server that is down (restarting, failing over).
+pub const READ_BACK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Reads the results back, on fresh connections and with pauses if the first try fails, for
+/// at most [`READ_BACK_PATIENCE`]: a fault at the end of a run should not cost the verdict.
+fn read_back_patiently(
+    target: &Target,
+    conn: &mut Conn,
+    sku: &Sku,
+    keys: &StockKeys,
+    run_id: &str,
+) -> Result<Readback> {
+    let deadline = Instant::now() + READ_BACK_PATIENCE;
+    let mut result = read_back(conn, sku, keys, run_id);
+    while result.is_err() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(200));
+        result = target
+            .connect()
+            .and_then(|mut c| read_back(&mut c, sku, keys, run_id));
+    }
+    result
+}
+
 fn read_back(conn: &mut Conn, sku: &Sku, keys: &StockKeys, run_id: &str) -> Result<Readback> {
     let final_stock = stock::read_stock(conn, sku, keys)?.ok_or_else(|| Error::Unseeded {
         sku: sku.to_string(),
@@ -352,6 +370,7 @@ fn fan_out<S>(
     one: impl Fn(&mut S, u64) -> Sample + Sync,
 ) -> Vec<Sample> {
     let next = AtomicU64::new(0);
+    let abandon = AtomicBool::new(false);
     let started = Instant::now();
     let workers = opts.concurrency.clamp(1, opts.requests.max(1));
     let mut all = Vec::with_capacity(opts.requests as usize);
@@ -361,6 +380,8 @@ fn fan_out<S>(
                 s.spawn(|| {
                     let mut state = init();
                     let mut mine = Vec::new();
+                    let mut backoff = Duration::from_millis(10);
+                    let mut down_since: Option<Instant> = None;
                     loop {
                         if opts
                             .stop
@@ -373,9 +394,30 @@ fn fan_out<S>(
                         if i >= opts.requests {
                             return mine;
                         }
+                        if abandon.load(Ordering::Relaxed) {
+                            mine.push(abandoned(i, started.elapsed()));
+                            continue;
+                        }
                         let mut sample = one(&mut state, i);
                         sample.at = started.elapsed();
+                        // A server that refuses connections is down or restarting: back off
+                        // (10 ms, doubling to 500 ms) rather than spend the remaining requests
+                        // as instant failures while it comes back; after OUTAGE_LIMIT of it,
+                        // give up on the remaining requests, so a dead server ends the run.
+                        let down = matches!(&sample.ended,
+                            Ended::Failed { kind, .. } if kind == "refused" || kind == "timed_out");
                         mine.push(sample);
+                        if down {
+                            let since = *down_since.get_or_insert_with(Instant::now);
+                            if since.elapsed() >= OUTAGE_LIMIT {
+                                abandon.store(true, Ordering::Relaxed);
+                            }
+                            thread::sleep(backoff);
+                            backoff = (backoff * 2).min(Duration::from_millis(500));
+                        } else {
+                            down_since = None;
+                            backoff = Duration::from_millis(10);
+                        }
                         if let Some(p) = &opts.progress {
                             p.fetch_add(1, Ordering::Relaxed);
                         }
@@ -432,6 +474,28 @@ fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sampl
             }
         },
     )
+}
+
+/// How long the server may stay unreachable before the hammer gives up on the requests it has
+/// not made yet (each is then counted as an error of kind `abandoned`, never sent).
+pub const OUTAGE_LIMIT: Duration = Duration::from_secs(5);
+
+fn abandoned(index: u64, at: Duration) -> Sample {
+    Sample {
+        index,
+        ended: Ended::Failed {
+            kind: "abandoned".into(),
+            indeterminate: false,
+            message: format!(
+                "not sent: Redis was unreachable for {} s",
+                OUTAGE_LIMIT.as_secs()
+            ),
+        },
+        latency: Duration::ZERO,
+        lock_wait: None,
+        lock_hold: None,
+        at,
+    }
 }
 
 fn failed(index: u64, latency: Duration, e: &Error) -> Sample {

@@ -127,6 +127,39 @@ fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
 }
 
 #[test]
+fn a_restart_mid_run_is_survived_and_accounted_for() {
+    // Persistence on, so the stock and ledger outlive the restart; the script cache does not.
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let hammer = spawn_hammer(
+        &server.url(),
+        &[
+            "-n",
+            "3000",
+            "-c",
+            "6",
+            "--stock",
+            "1000",
+            "--timeout-ms",
+            "500",
+            "--connect-timeout-ms",
+            "500",
+            "--json",
+        ],
+    );
+    wait_for_orders(&server, "sku_886");
+    server.restart();
+    let out = hammer.wait_with_output().unwrap();
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(v["oversold"], 0);
+    assert_eq!(accounted(&v), 3000);
+    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(Some(stock), v["final_stock"].as_i64());
+    let status = json(&lockctl(&server.url(), &["status", "sku_886", "--json"]));
+    assert_eq!(status["reconciled"], true, "{status}");
+}
+
+#[test]
 fn a_paused_server_makes_buy_fail_fast_with_a_timeout() {
     let server = RedisServer::start();
     lockctl(&server.url(), &["seed", "p", "5"]);
@@ -183,6 +216,11 @@ fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
     assert_eq!(v["verdict"], "unknown", "{v}");
     assert!(v["final_stock"].is_null());
     assert!(v["errors_by_kind"]["refused"].as_u64().unwrap() > 0, "{v}");
+    // A server that stays down ends the run: the requests not yet made are given up, not sent.
+    assert!(
+        v["errors_by_kind"]["abandoned"].as_u64().unwrap() > 0,
+        "{v}"
+    );
     assert_eq!(accounted(&v), 100000);
 }
 

@@ -179,6 +179,45 @@ fn the_redlock_lock_also_excludes_single_node_clients_on_the_data_node() {
 }
 
 #[test]
+fn the_watchdog_extends_the_lease_on_a_majority_while_the_holder_works() {
+    let data = RedisServer::start();
+    let nodes = five();
+    nodes[4].signal("STOP"); // one node down: four can still extend
+    let q = Arc::new(Quorum::new(
+        nodes
+            .iter()
+            .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
+            .collect(),
+    ));
+    let options = LockOptions {
+        ttl: Duration::from_millis(300),
+        watchdog: true,
+        ..LockOptions::default()
+    };
+    let lock = Lock::new(&data.target(), "dog", options).with_quorum(q);
+    let mut conn = data.conn();
+    let Acquire::Acquired(g) = lock.acquire(&mut conn).unwrap() else {
+        panic!("four healthy nodes and a free data node");
+    };
+    std::thread::sleep(Duration::from_millis(1200)); // four leases
+    let holding = nodes[..4]
+        .iter()
+        .filter(|n| {
+            n.raw()
+                .get::<_, Option<String>>("dist_lock:dog")
+                .unwrap()
+                .as_deref()
+                == Some(g.token())
+        })
+        .count();
+    assert_eq!(holding, 4, "the extension did not reach the healthy nodes");
+    assert!(!g.lease_lost());
+    assert!(g.renewals() >= 3);
+    g.release(&mut conn).unwrap();
+    nodes[4].signal("CONT");
+}
+
+#[test]
 fn check_reports_each_lock_node_and_the_quorum() {
     let data = RedisServer::start();
     let nodes = five();

@@ -17,6 +17,7 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -32,20 +33,14 @@ impl RedisServer {
             let dir = tempfile::tempdir().expect("a temporary directory");
             let port = free_port();
             let log = dir.path().join("redis.log");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .arg("--logfile")
-                .arg(&log)
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server must be installed (apt-get install -y redis-server)");
-            let mut server = RedisServer { child, port, dir };
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let child = spawn_server(port, dir.path(), &extra);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                extra,
+            };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
             }
@@ -55,6 +50,19 @@ impl RedisServer {
             }
         }
         panic!("redis-server never answered PING; its log:\n{last_log}");
+    }
+
+    /// Kills the server and starts it again on the same port and directory (what it kept on
+    /// disk, with `--appendonly yes` among its arguments, survives).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_server(self.port, self.dir.path(), &self.extra);
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        assert!(
+            self.wait_ready(Duration::from_secs(10)),
+            "redis-server did not come back; its log:\n{log}"
+        );
     }
 
     fn wait_ready(&mut self, limit: Duration) -> bool {
@@ -125,6 +133,23 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn spawn_server(port: u16, dir: &std::path::Path, extra: &[String]) -> Child {
+    // The defaults first: later arguments (extra) override them.
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (apt-get install -y redis-server)")
 }
 
 pub fn free_port() -> u16 {
