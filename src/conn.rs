@@ -373,6 +373,35 @@ impl Conn {
         Ok((parsed, then_reply))
     }
 
+    /// Sends a command without reading its reply, for a caller that drives several
+    /// connections at once; read the reply with [`Conn::recv`]. Not on a cluster connection.
+    pub fn send(&mut self, cmd: &redis::Cmd) -> Result<()> {
+        let r = match &mut self.inner {
+            Inner::Single(c) => c.send_packed_command(&cmd.get_packed_command()),
+            Inner::Cluster(_) => {
+                return Err(self.unexpected("send/recv is not available on a cluster".into()));
+            }
+        };
+        r.map_err(|e| self.map_err(e).into_indeterminate())
+    }
+
+    /// Reads the reply to the oldest command sent with [`Conn::send`]. A failure here is
+    /// indeterminate: the command may have run.
+    pub fn recv<T: FromRedisValue>(&mut self) -> Result<T> {
+        let r = match &mut self.inner {
+            Inner::Single(c) => c.recv_response(),
+            Inner::Cluster(_) => {
+                return Err(self.unexpected("send/recv is not available on a cluster".into()));
+            }
+        };
+        let value = match r {
+            Ok(redis::Value::ServerError(e)) => return Err(self.map_err(e.into())),
+            Ok(v) => v,
+            Err(e) => return Err(self.map_err(e).into_indeterminate()),
+        };
+        T::from_redis_value(value).map_err(|e| self.map_err(e.into()))
+    }
+
     /// Runs a script by EVALSHA, loading it first if the server does not know it.
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
         let r = inv.invoke(self.inner.like());

@@ -469,19 +469,37 @@ impl Buyer {
         p: &mut Purchase,
     ) -> Result<Buy> {
         let (user, limit) = ul.unwrap_or(("", 0));
-        let (status, n, text): (String, i64, String) = conn.script(
+        let reply: (String, i64, String) = conn.script(
             DEDUCT
-                .key(&self.keys.stock)
-                .key(&self.keys.ledger)
-                .key(&self.lock.keys().lock)
-                .key(&self.keys.buyers)
-                .key(&self.keys.sold)
+                .key(&self.deduct_keys())
                 .arg(token)
                 .arg(self.options.qty)
                 .arg(&p.order_id)
                 .arg(user)
                 .arg(limit),
         )?;
+        self.deduct_outcome(conn, reply, limit, p)
+    }
+
+    /// The deduct script's keys, in its order.
+    fn deduct_keys(&self) -> [&str; 5] {
+        [
+            &self.keys.stock,
+            &self.keys.ledger,
+            &self.lock.keys().lock,
+            &self.keys.buyers,
+            &self.keys.sold,
+        ]
+    }
+
+    /// What the deduct script's `{status, n, text}` reply means.
+    fn deduct_outcome(
+        &self,
+        conn: &Conn,
+        (status, n, text): (String, i64, String),
+        limit: u64,
+        p: &mut Purchase,
+    ) -> Result<Buy> {
         Ok(match status.as_str() {
             "bought" => Buy::Bought { remaining: n },
             "replayed" => {
@@ -503,15 +521,74 @@ impl Buyer {
                 });
             }
             "bad_stock" => return Err(self.bad_stock(format!("'{text}'"))),
-            other => {
-                return Err(Error::Redis {
-                    addr: conn.addr().to_string(),
-                    reason: format!("the deduct script answered '{other}'"),
-                    code: None,
-                    indeterminate: false,
-                });
-            }
+            other => return Err(conn.unexpected(format!("the deduct script answered '{other}'"))),
         })
+    }
+
+    /// The atomic strategy's purchase as one command, for a caller that drives many connections
+    /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
+    /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
+    pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
+        let (user, limit) = user.zip(self.options.limit).unwrap_or(("", 0));
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(DEDUCT.get_hash())
+            .arg(5)
+            .arg(&self.deduct_keys())
+            .arg("")
+            .arg(self.options.qty)
+            .arg(order_id)
+            .arg(user)
+            .arg(limit);
+        cmd
+    }
+
+    /// Makes sure the server knows the atomic strategy's script.
+    pub fn load_scripts(&self, conn: &mut Conn) -> Result<()> {
+        let sha: String = conn.query(redis::cmd("SCRIPT").arg("LOAD").arg(DEDUCT_LUA))?;
+        debug_assert_eq!(sha, DEDUCT.get_hash());
+        Ok(())
+    }
+
+    /// The purchase an [`Buyer::atomic_command`] reply stands for, counted in the metrics like
+    /// [`Buyer::buy`]. `Ok(None)` when the purchase must be made again the ordinary way: the
+    /// server had lost the script (a flush or a restart), or the lock was held and this buyer
+    /// has a wait to spend.
+    pub fn atomic_reply(
+        &self,
+        conn: &Conn,
+        reply: Result<(String, i64, String)>,
+        order_id: &str,
+        user: Option<&str>,
+    ) -> Result<Option<Purchase>> {
+        let mut p = Purchase {
+            outcome: Buy::Busy,
+            order_id: order_id.to_string(),
+            qty: self.options.qty,
+            replayed: None,
+            fence: None,
+            overran_lease: false,
+            lock_wait: None,
+            lock_hold: None,
+            renewals: 0,
+        };
+        let limit = user.zip(self.options.limit).map_or(0, |(_, l)| l);
+        let result = match reply {
+            Err(Error::Redis { code: Some(c), .. }) if c == "NOSCRIPT" => return Ok(None),
+            Err(e) => Err(e),
+            Ok(r) => self.deduct_outcome(conn, r, limit, &mut p),
+        };
+        match result {
+            Ok(Buy::Busy) if !self.options.lock.wait.is_zero() => Ok(None),
+            Ok(outcome) => {
+                p.outcome = outcome;
+                self.meters.record(outcome.name(), outcome.remaining());
+                Ok(Some(p))
+            }
+            Err(e) => {
+                self.meters.record("error", None);
+                Err(e)
+            }
+        }
     }
 
     fn bad_stock(&self, value: String) -> Error {

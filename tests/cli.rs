@@ -434,3 +434,56 @@ fn several_strategies_in_json_are_one_object() {
         assert_eq!(run["bought"], 5);
     }
 }
+
+#[test]
+fn atomic_buyers_wait_out_a_foreign_lock_when_given_a_wait() {
+    // The seed's PHP client holds the lock for 300 ms; atomic buyers yield, then buy.
+    let server = RedisServer::start();
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:sku_886", "php-holder", 300)
+        .unwrap();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "20",
+            "-c",
+            "4",
+            "--stock",
+            "5",
+            "--strategy",
+            "atomic",
+            "--wait-ms",
+            "3000",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["busy"], 0, "{v}");
+    assert_eq!(v["bought"], 5);
+    // Without a wait they are turned away while it is held.
+    let _: () = server
+        .raw()
+        .pset_ex("dist_lock:sku_886", "php-holder", 2000)
+        .unwrap();
+    let v = json(&lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "8",
+            "--stock",
+            "5",
+            "--strategy",
+            "atomic",
+            "--wait-ms",
+            "0",
+            "--json",
+        ],
+    ));
+    assert_eq!(v["busy"], 8, "{v}");
+    assert_eq!(v["final_stock"], 5);
+}
