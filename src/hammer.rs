@@ -372,7 +372,8 @@ fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
 }
 
 /// Runs every request index through `round` on `workers` threads, each with its own state,
-/// `per_round` indices at a time (the concurrency is `workers * per_round`). Handles what is
+/// `per_round` indices at a time (the concurrency is `workers * per_round`); a round may leave
+/// requests in flight for the next, and `drain` collects them at the end. Handles what is
 /// common to every way of running: Ctrl-C, progress, and outages (a server that refuses
 /// connections is down or restarting: the worker backs off, 10 ms doubling to 500 ms, rather
 /// than spend the remaining requests as instant failures while it comes back; after
@@ -383,6 +384,7 @@ fn fan_out<S>(
     per_round: u64,
     init: impl Fn() -> S + Sync,
     round: impl Fn(&mut S, &[u64]) -> Vec<Sample> + Sync,
+    drain: impl Fn(&mut S) -> Vec<Sample> + Sync,
 ) -> Vec<Sample> {
     let next = AtomicU64::new(0);
     let abandon = AtomicBool::new(false);
@@ -435,6 +437,13 @@ fn fan_out<S>(
                             backoff = Duration::from_millis(10);
                         }
                     }
+                    // Whatever a round left in flight.
+                    let rest = drain(&mut state);
+                    if let Some(p) = &opts.progress {
+                        p.fetch_add(rest.len() as u64, Ordering::Relaxed);
+                    }
+                    let at = started.elapsed();
+                    mine.extend(rest.into_iter().map(|s| Sample { at, ..s }));
                     mine
                 })
             })
@@ -509,16 +518,17 @@ fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sampl
                 .map(|&i| one_purchase(target, &buyer, conn, i, run_id, opts, Instant::now()))
                 .collect()
         },
+        |_| Vec::new(),
     )
 }
 
 /// The atomic strategy on one server: a purchase is a single command, so a few threads can
-/// drive all the connections, like redis-benchmark: each round sends one purchase on each of
-/// its connections, then reads each reply. On a 2-core machine a thread per buyer competes
-/// with Redis for its core; measured with `-c 50`, pinning Redis to one core and the threads
-/// to the other brought the threads from about 0.8 to 0.9-1.0 of redis-benchmark's rate. A
-/// reply that needs the ordinary path (a flushed script cache, a held lock with a wait to
-/// spend) is bought again that way on the same connection.
+/// drive all the connections, like redis-benchmark: each connection always has one purchase in
+/// flight, and a thread goes round its connections reading the reply and sending the next. On
+/// a 2-core machine a thread per buyer competes with Redis for its core; measured with `-c 50`,
+/// pinning Redis to one core and the threads to the other brought the threads from about 0.8
+/// to 0.9-1.0 of redis-benchmark's rate. A reply that needs the ordinary path (a flushed script
+/// cache, a held lock with a wait to spend) is bought again that way on the same connection.
 fn run_multiplexed(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<Sample>> {
     let buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
     buyer.load_scripts(&mut target.connect()?)?;
@@ -526,22 +536,37 @@ fn run_multiplexed(target: &Target, opts: &HammerOptions, run_id: &str) -> Resul
     let concurrency = opts.concurrency.clamp(1, opts.requests.max(1));
     let workers = cores.saturating_sub(1).clamp(1, concurrency);
     let per_round = concurrency.div_ceil(workers);
+    let receive = |slot: &mut Slot| -> Option<Sample> {
+        let (i, t, order_id, user) = slot.in_flight.take()?;
+        let conn = slot.conn.as_mut()?;
+        let reply = conn.recv::<(String, i64, String)>();
+        let broken = matches!(&reply, Err(e) if e.is_indeterminate());
+        let sample = match buyer.atomic_reply(conn, reply, &order_id, user.as_deref()) {
+            Ok(Some(p)) => done(i, t.elapsed(), &p),
+            Ok(None) => one_purchase(target, &buyer, &mut slot.conn, i, run_id, opts, t),
+            Err(e) => failed(i, t.elapsed(), &e),
+        };
+        if broken {
+            slot.conn = None;
+        }
+        Some(sample)
+    };
     Ok(fan_out(
         opts,
         workers,
         per_round,
-        || (0..per_round).map(|_| None::<Conn>).collect::<Vec<_>>(),
-        |conns, batch| {
+        || (0..per_round).map(|_| Slot::default()).collect::<Vec<_>>(),
+        |slots, batch| {
             let mut samples = Vec::with_capacity(batch.len());
-            let mut sent = Vec::with_capacity(batch.len());
-            for (slot, &i) in batch.iter().enumerate() {
+            for (slot, &i) in slots.iter_mut().zip(batch) {
+                samples.extend(receive(slot));
                 let t = Instant::now();
                 let order_id = format!("{run_id}-{i}");
                 let user = user_of(opts, i);
-                let conn = match &mut conns[slot] {
+                let conn = match &mut slot.conn {
                     Some(c) => c,
                     None => match target.connect() {
-                        Ok(c) => conns[slot].insert(c),
+                        Ok(c) => slot.conn.insert(c),
                         Err(e) => {
                             samples.push(failed(i, t.elapsed(), &e));
                             continue;
@@ -549,32 +574,28 @@ fn run_multiplexed(target: &Target, opts: &HammerOptions, run_id: &str) -> Resul
                     },
                 };
                 match conn.send(&buyer.atomic_command(&order_id, user.as_deref())) {
-                    Ok(()) => sent.push((slot, i, t, order_id, user)),
+                    Ok(()) => slot.in_flight = Some((i, t, order_id, user)),
                     Err(e) => {
-                        conns[slot] = None;
+                        slot.conn = None;
                         samples.push(failed(i, t.elapsed(), &e));
                     }
                 }
             }
-            for (slot, i, t, order_id, user) in sent {
-                let Some(conn) = conns[slot].as_mut() else {
-                    continue;
-                };
-                let reply = conn.recv::<(String, i64, String)>();
-                let broken = matches!(&reply, Err(e) if e.is_indeterminate());
-                let sample = match buyer.atomic_reply(conn, reply, &order_id, user.as_deref()) {
-                    Ok(Some(p)) => done(i, t.elapsed(), &p),
-                    Ok(None) => one_purchase(target, &buyer, &mut conns[slot], i, run_id, opts, t),
-                    Err(e) => failed(i, t.elapsed(), &e),
-                };
-                if broken {
-                    conns[slot] = None;
-                }
-                samples.push(sample);
+            // A short last batch: the slots it did not reach still have replies to read.
+            for slot in slots.iter_mut().skip(batch.len()) {
+                samples.extend(receive(slot));
             }
             samples
         },
+        |slots| slots.iter_mut().filter_map(&receive).collect(),
     ))
+}
+
+/// One connection of [`run_multiplexed`] and the purchase in flight on it.
+#[derive(Default)]
+struct Slot {
+    conn: Option<Conn>,
+    in_flight: Option<(u64, Instant, String, Option<String>)>,
 }
 
 /// How long the server may stay unreachable before the hammer gives up on the requests it has
@@ -712,6 +733,7 @@ fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Vec<
         1,
         || (),
         |_, batch| batch.iter().map(|&i| one_child(i)).collect(),
+        |_| Vec::new(),
     ))
 }
 
