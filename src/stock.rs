@@ -294,14 +294,9 @@ impl Buyer {
         result
     }
 
-    fn buy_unmetered(
-        &self,
-        conn: &mut Conn,
-        order_id: &str,
-        user: Option<&str>,
-    ) -> Result<Purchase> {
-        let user_limit = user.zip(self.options.limit);
-        let mut p = Purchase {
+    /// A purchase not yet made (busy until something better is known).
+    fn new_purchase(&self, order_id: &str) -> Purchase {
+        Purchase {
             outcome: Buy::Busy,
             order_id: order_id.to_string(),
             qty: self.options.qty,
@@ -311,7 +306,17 @@ impl Buyer {
             lock_wait: None,
             lock_hold: None,
             renewals: 0,
-        };
+        }
+    }
+
+    fn buy_unmetered(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+    ) -> Result<Purchase> {
+        let user_limit = user.zip(self.options.limit);
+        let mut p = self.new_purchase(order_id);
         match self.options.strategy {
             Strategy::Naive => {
                 p.outcome = match self.read_and_decide(conn, user_limit, None)? {
@@ -560,17 +565,7 @@ impl Buyer {
         order_id: &str,
         user: Option<&str>,
     ) -> Result<Option<Purchase>> {
-        let mut p = Purchase {
-            outcome: Buy::Busy,
-            order_id: order_id.to_string(),
-            qty: self.options.qty,
-            replayed: None,
-            fence: None,
-            overran_lease: false,
-            lock_wait: None,
-            lock_hold: None,
-            renewals: 0,
-        };
+        let mut p = self.new_purchase(order_id);
         let limit = user.zip(self.options.limit).map_or(0, |(_, l)| l);
         let result = match reply {
             Err(Error::Redis { code: Some(c), .. }) if c == "NOSCRIPT" => return Ok(None),
