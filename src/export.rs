@@ -76,7 +76,7 @@ impl Exports {
         if to_stdout.len() > 1 {
             out.discard();
             return Err(UsageError(format!(
-                "{} all ask for stdout; only one export can go there",
+                "{} ask for stdout; only one export can go there",
                 to_stdout.join(" and ")
             ))
             .into());

@@ -41,26 +41,44 @@ enum Exit {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are not errors; a usage error under --json is still one JSON
+            // object on stdout, with clap's message on stderr as usual.
+            let usage = e.use_stderr();
+            if usage && std::env::args().any(|a| a == "--json") {
+                let _ = emit_json(&json!({
+                    "error": e.kind().as_str().unwrap_or("invalid arguments"),
+                    "error_kind": "usage",
+                    "indeterminate": false,
+                }));
+            }
+            let _ = e.print();
+            return ExitCode::from(if usage { Exit::Usage as u8 } else { 0 });
+        }
+    };
     let json = cli.json;
     match run(cli) {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
-        Err(err) if err.is::<UsageError>() => {
-            eprintln!("lockctl: error: {err:#}");
-            ExitCode::from(Exit::Usage as u8)
-        }
         Err(err) => {
             eprintln!("lockctl: error: {err:#}");
+            let usage = err.is::<UsageError>();
             if json {
                 let lib = err.downcast_ref::<Error>();
+                let kind = if usage {
+                    "usage"
+                } else {
+                    lib.map_or("internal", Error::kind)
+                };
                 let _ = emit_json(&json!({
                     "error": format!("{err:#}"),
-                    "error_kind": lib.map_or("internal", Error::kind),
+                    "error_kind": kind,
                     "indeterminate": lib.is_some_and(Error::is_indeterminate),
                 }));
             }
-            ExitCode::from(Exit::Error as u8)
+            ExitCode::from(if usage { Exit::Usage } else { Exit::Error } as u8)
         }
     }
 }

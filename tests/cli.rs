@@ -487,3 +487,20 @@ fn atomic_buyers_wait_out_a_foreign_lock_when_given_a_wait() {
     assert_eq!(v["busy"], 8, "{v}");
     assert_eq!(v["final_stock"], 5);
 }
+
+#[test]
+fn a_usage_error_under_json_is_still_one_object_on_stdout() {
+    let server = RedisServer::start();
+    for args in [
+        &["--json", "buy"][..],
+        &["buy", "s", "--qty", "0", "--json"],
+    ] {
+        let out = lockctl(&server.url(), args);
+        assert_eq!(code(&out), 2, "{args:?}");
+        assert_eq!(json(&out)["error_kind"], "usage", "{args:?}");
+        assert!(!stderr(&out).is_empty());
+    }
+    let help = lockctl(&server.url(), &["--help"]);
+    assert_eq!(code(&help), 0);
+    assert!(stdout(&help).contains("hammer"));
+}
