@@ -301,11 +301,6 @@ impl Conn {
         &self.addr
     }
 
-    /// Whether this is a Redis Cluster connection.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.inner, Inner::Cluster(_))
-    }
-
     /// The per-call limit now in force.
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
@@ -325,8 +320,9 @@ impl Conn {
     }
 
     /// Runs `commands` in one MULTI/EXEC transaction, followed in the same round trip by `then`
-    /// if given (which runs whatever the transaction did). Returns EXEC's replies, parsed as
-    /// `T`, and `then`'s reply.
+    /// if given (which runs whatever the transaction did; on a cluster, in a second round trip).
+    /// Returns EXEC's replies, parsed as `T`, and `then`'s reply (`None` if it could not be
+    /// read: the caller runs it again its own way).
     ///
     /// Built by hand rather than with `redis::Pipeline` because a cluster connection refuses
     /// pipelines; sent as one packet, it goes to the node owning the first command's key, which
@@ -336,15 +332,22 @@ impl Conn {
         commands: &[redis::Cmd],
         then: Option<&redis::Cmd>,
     ) -> Result<(T, Option<redis::Value>)> {
+        // A cluster connection fails a whole packet on any error reply in it, so a NOSCRIPT
+        // from `then` would hide that the transaction ran: there `then` is sent on its own,
+        // after the transaction.
+        let (in_packet, after) = match self.inner {
+            Inner::Cluster(_) => (None, then),
+            Inner::Single(_) => (then, None),
+        };
         let mut packed = redis::cmd("MULTI").get_packed_command();
         for c in commands {
             packed.extend(c.get_packed_command());
         }
         packed.extend(redis::cmd("EXEC").get_packed_command());
-        if let Some(t) = then {
+        if let Some(t) = in_packet {
             packed.extend(t.get_packed_command());
         }
-        let count = commands.len() + 2 + usize::from(then.is_some());
+        let count = commands.len() + 2 + usize::from(in_packet.is_some());
         // An error here may come from any command of the packet, after EXEC applied the
         // transaction: its effect is unknown.
         let mut replies = self
@@ -352,7 +355,7 @@ impl Conn {
             .like()
             .req_packed_commands(&packed, 0, count)
             .map_err(|e| self.map_err(e).into_indeterminate())?;
-        let then_reply = then.and_then(|_| replies.pop());
+        let then_reply = in_packet.and_then(|_| replies.pop());
         let exec = replies.pop().unwrap_or(redis::Value::Nil);
         let exec = match exec {
             redis::Value::ServerError(e) => return Err(self.map_err(e.into())),
@@ -370,6 +373,9 @@ impl Conn {
             v => v,
         };
         let parsed = T::from_redis_value(exec).map_err(|e| self.map_err(e.into()))?;
+        // An error from a separate `then` is left to the caller to retry (as for NOSCRIPT).
+        let then_reply =
+            then_reply.or_else(|| after.and_then(|t| self.inner.like().req_command(t).ok()));
         Ok((parsed, then_reply))
     }
 

@@ -423,7 +423,7 @@ impl Lock {
             if let Some(validity) = q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
                 return Ok(Some((fence, Some(round + validity))));
             }
-            self.release_token(conn, token)?;
+            release_token(conn, &self.keys, token)?;
             let left = self.options.wait.saturating_sub(started.elapsed());
             if left.is_zero() {
                 return Ok(None);
@@ -445,7 +445,7 @@ impl Lock {
         let outcome = self.wait_in_queue(conn, token, started, &mut queued);
         if outcome.is_err() {
             let _ = self.call(conn, &LEAVE, token, false);
-            let _ = self.release_token(conn, token);
+            let _ = release_token(conn, &self.keys, token);
         }
         outcome
     }
@@ -508,10 +508,6 @@ impl Lock {
                 .keys
                 .invocation(script, token.as_str(), ttl_ms, queue, true),
         )
-    }
-
-    fn release_token(&self, conn: &mut Conn, token: &Token) -> Result<Release> {
-        release_token(conn, &self.keys, token)
     }
 
     fn poke_at(&self, due: Instant) {
@@ -647,10 +643,9 @@ impl Guard {
             .arg(&self.keys.queue_keys())
             .arg(&self.keys.queue_argv(self.token.as_str(), 0, false));
         // Under Redlock the quorum must be given back before the data-node lock is handed to
-        // the next waiter, or that waiter's round finds our keys and fails; and a cluster
-        // connection turns a NOSCRIPT reply anywhere in a packet into an error for the whole
-        // packet. In both cases the release cannot ride in the same round trip as the write.
-        let piggyback = self.quorum.is_none() && !conn.is_cluster();
+        // the next waiter, or that waiter's round finds our keys and fails: there the release
+        // cannot ride with the write.
+        let piggyback = self.quorum.is_none();
         let outcome =
             conn.transaction::<Vec<redis::Value>>(commands, piggyback.then_some(&release));
         self.release_quorum();
