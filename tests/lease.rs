@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, code, eventually, json, lockctl, spawn_lockctl, stdout};
 use redis::Commands;
 
+/// The homework: a 100 ms lease, 150 ms of work, and a wait long enough to queue for the lock.
+const HOMEWORK: [&str; 6] = ["--ttl-ms", "100", "--work-ms", "150", "--wait-ms", "5000"];
+
 /// The homework's load: 40 purchases, 8 at a time, 10 in stock.
 fn hammer(server: &RedisServer, extra: &[&str]) -> (i32, serde_json::Value) {
     let mut args = vec!["hammer", "-n", "40", "-c", "8", "--stock", "10", "--json"];
@@ -30,10 +33,7 @@ fn the_naive_strategy_is_caught_overselling() {
 #[test]
 fn the_homework_a_lease_shorter_than_the_work_oversells_and_is_caught() {
     let server = RedisServer::start();
-    let (code, v) = hammer(
-        &server,
-        &["--ttl-ms", "100", "--work-ms", "150", "--wait-ms", "5000"],
-    );
+    let (code, v) = hammer(&server, &HOMEWORK);
     assert_eq!(code, 3, "{v}");
     assert_eq!(v["verdict"], "fail");
     assert!(v["lease_overrun"].as_u64().unwrap() > 0, "{v}");
@@ -53,16 +53,7 @@ fn fencing_survives_the_homework_by_deducting_nothing_late() {
     let server = RedisServer::start();
     let (code, v) = hammer(
         &server,
-        &[
-            "--strategy",
-            "fenced",
-            "--ttl-ms",
-            "100",
-            "--work-ms",
-            "150",
-            "--wait-ms",
-            "5000",
-        ],
+        &[&HOMEWORK[..], &["--strategy", "fenced"]].concat(),
     );
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["verdict"], "pass");
@@ -74,18 +65,7 @@ fn fencing_survives_the_homework_by_deducting_nothing_late() {
 #[test]
 fn the_watchdog_survives_the_homework_and_sells_everything() {
     let server = RedisServer::start();
-    let (code, v) = hammer(
-        &server,
-        &[
-            "--ttl-ms",
-            "100",
-            "--work-ms",
-            "150",
-            "--wait-ms",
-            "5000",
-            "--watchdog",
-        ],
-    );
+    let (code, v) = hammer(&server, &[&HOMEWORK[..], &["--watchdog"]].concat());
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["verdict"], "pass");
     assert_eq!(v["lease_lost"], 0);

@@ -191,6 +191,19 @@ fn seeding_sets_the_stock_and_clears_the_ledger() {
     assert_eq!(raw_stock(&server, "reseed").as_deref(), Some("7"));
 }
 
+/// 150 ms of work on a 50 ms lease: the lease runs out mid-work.
+fn outliving_the_lease(strategy: Strategy) -> BuyOptions {
+    BuyOptions {
+        strategy,
+        work: Duration::from_millis(150),
+        lock: LockOptions {
+            ttl: Duration::from_millis(50),
+            ..LockOptions::default()
+        },
+        ..BuyOptions::default()
+    }
+}
+
 #[test]
 fn the_fenced_strategy_deducts_nothing_once_the_lease_ran_out() {
     let server = RedisServer::start();
@@ -198,19 +211,7 @@ fn the_fenced_strategy_deducts_nothing_once_the_lease_ran_out() {
     let mut conn = server.conn();
     let s = sku("fenced");
     stock::seed(&mut conn, &s, 5).unwrap();
-    let buyer = Buyer::new(
-        &target,
-        &s,
-        BuyOptions {
-            strategy: Strategy::Fenced,
-            work: Duration::from_millis(150),
-            lock: LockOptions {
-                ttl: Duration::from_millis(50),
-                ..LockOptions::default()
-            },
-            ..BuyOptions::default()
-        },
-    );
+    let buyer = Buyer::new(&target, &s, outliving_the_lease(Strategy::Fenced));
     let p = buyer.buy(&mut conn, "late", None).unwrap();
     assert_eq!(p.outcome, Buy::LeaseLost);
     assert!(p.fence.is_some());
@@ -225,18 +226,7 @@ fn the_lock_strategy_reports_a_deduction_made_past_its_lease() {
     let mut conn = server.conn();
     let s = sku("overrun");
     stock::seed(&mut conn, &s, 5).unwrap();
-    let buyer = Buyer::new(
-        &target,
-        &s,
-        BuyOptions {
-            work: Duration::from_millis(150),
-            lock: LockOptions {
-                ttl: Duration::from_millis(50),
-                ..LockOptions::default()
-            },
-            ..BuyOptions::default()
-        },
-    );
+    let buyer = Buyer::new(&target, &s, outliving_the_lease(Strategy::Lock));
     let p = buyer.buy(&mut conn, "late", None).unwrap();
     assert_eq!(p.outcome, Buy::Bought { remaining: 4 });
     assert!(p.overran_lease);
