@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::redlock::Quorum;
+use crate::units::round3;
 
 /// The oldest server accepted.
 pub const MIN_VERSION: (u32, u32) = (6, 0);
@@ -207,10 +208,6 @@ pub fn parse_version(v: &str) -> Option<(u32, u32)> {
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
     Some((major, minor))
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]

@@ -1,12 +1,17 @@
-//! The command line: clap definitions, parsed at the boundary into the library's types.
+//! The command line: clap definitions, and their conversion into the library's validated
+//! types (connection options, the Redlock quorum's size, purchase options). The library knows
+//! nothing of clap; the fixed choices here map onto its enums.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, value_parser};
+use clap::{Args, Parser, Subcommand, ValueEnum, value_parser};
 
+use lockctl::conn::{ConnectOptions, TlsFiles};
 use lockctl::hammer::Mode;
+use lockctl::lock::LockOptions;
 use lockctl::sku::{Sku, check_name};
-use lockctl::stock::{MAX_STOCK, Strategy};
+use lockctl::stock::{BuyOptions, MAX_STOCK, Strategy};
 
 /// Flash-sale stock deduction under a Redis distributed lock.
 ///
@@ -68,6 +73,32 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The connection limits and TLS files every connection gets.
+    pub fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            call_timeout: Duration::from_millis(self.timeout_ms),
+            tls: TlsFiles {
+                ca: self.tls_ca.clone(),
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+            },
+        }
+    }
+
+    /// How many `--lock-node` masters were given: 0, or an odd number of at least 3 (a usage
+    /// error otherwise, saying why).
+    pub fn lock_node_count(&self) -> Result<usize, String> {
+        match self.lock_nodes.len() {
+            n if n == 0 || (n >= 3 && n % 2 == 1) => Ok(n),
+            n => Err(format!(
+                "--lock-node was given {n} times; Redlock needs an odd number of independent masters, at least 3"
+            )),
+        }
+    }
 }
 
 impl Command {
@@ -165,8 +196,8 @@ pub struct BuyArgs {
     pub sku: Sku,
 
     /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
-    #[arg(long, value_enum, default_value_t = Strategy::Lock)]
-    pub strategy: Strategy,
+    #[arg(long, value_enum, default_value_t = StrategyArg::Lock)]
+    pub strategy: StrategyArg,
 
     #[command(flatten)]
     pub purchase: PurchaseArgs,
@@ -196,8 +227,8 @@ pub struct HammerArgs {
     pub concurrency: u64,
 
     /// threads: workers in this process; procs: one child `lockctl buy` per purchase.
-    #[arg(long, value_enum, default_value_t = Mode::Threads)]
-    pub mode: Mode,
+    #[arg(long, value_enum, default_value_t = ModeArg::Threads)]
+    pub mode: ModeArg,
 
     /// Seed the stock to this first (and clear the ledger); without it the stock already in
     /// Redis is used.
@@ -211,7 +242,7 @@ pub struct HammerArgs {
     /// How the stock is protected; a comma-separated list (lock,fenced,atomic) runs the same
     /// load once per strategy on a freshly seeded stock and compares them.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "lock")]
-    pub strategy: Vec<Strategy>,
+    pub strategy: Vec<StrategyArg>,
 
     #[command(flatten)]
     pub purchase: PurchaseArgs,
@@ -235,6 +266,80 @@ pub struct HammerArgs {
     /// Write the Prometheus metrics to FILE when the hammer ends.
     #[arg(long, value_name = "FILE")]
     pub metrics_file: Option<PathBuf>,
+}
+
+/// `--strategy`: how the stock is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    /// The tutorial's flow: lock, GET, DECR if enough, release.
+    Lock,
+    /// The lock, but the deduction checks the lease atomically.
+    Fenced,
+    /// No lock: one script checks and deducts.
+    Atomic,
+    /// GET then DECR with no lock: the negative control.
+    Naive,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::Lock => Strategy::Lock,
+            StrategyArg::Fenced => Strategy::Fenced,
+            StrategyArg::Atomic => Strategy::Atomic,
+            StrategyArg::Naive => Strategy::Naive,
+        }
+    }
+}
+
+/// `--mode`: how the hammer's purchases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Worker threads in this process, one connection each.
+    Threads,
+    /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
+    Procs,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Threads => Mode::Threads,
+            ModeArg::Procs => Mode::Procs,
+        }
+    }
+}
+
+impl PurchaseArgs {
+    /// The library's options for `strategy`, waiting `default_wait_ms` for the lock unless
+    /// `--wait-ms` says otherwise.
+    pub fn buy_options(&self, strategy: Strategy, default_wait_ms: u64) -> BuyOptions {
+        BuyOptions {
+            strategy,
+            qty: self.qty,
+            work: Duration::from_millis(self.work_ms),
+            lock: LockOptions {
+                ttl: Duration::from_millis(self.ttl_ms),
+                wait: Duration::from_millis(self.wait_ms.unwrap_or(default_wait_ms)),
+                watchdog: self.watchdog,
+            },
+            limit: self.limit,
+        }
+    }
+}
+
+impl BuyArgs {
+    /// `buy` tries the lock once unless `--wait-ms` is given, as the tutorial does.
+    pub fn buy_options(&self) -> BuyOptions {
+        self.purchase.buy_options(self.strategy.into(), 0)
+    }
+}
+
+impl HammerArgs {
+    /// The strategies to run, in the order given.
+    pub fn strategies(&self) -> Vec<Strategy> {
+        self.strategy.iter().map(|&s| s.into()).collect()
+    }
 }
 
 fn order_id(s: &str) -> Result<String, String> {

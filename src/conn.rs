@@ -456,6 +456,60 @@ impl Conn {
     }
 }
 
+/// `EVALSHA` of `script` with `keys`, for a caller that adds the arguments and sends the
+/// command itself (pipelined, or inside a packet with others): the key count always comes from
+/// `keys`. Unlike [`Conn::script`] it does not load a script the server lacks; the caller
+/// handles `NOSCRIPT`.
+pub fn evalsha<K: redis::ToRedisArgs>(script: &redis::Script, keys: &[K]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// A connection opened on first use and dropped after a failure (a failed connection may be in
+/// any state), so the next use opens a fresh one: for long-lived helpers (a metrics endpoint,
+/// the exporter, the read-back) that must outlive outages.
+#[derive(Debug)]
+pub struct Reconnecting {
+    target: Target,
+    conn: Option<Conn>,
+}
+
+impl Reconnecting {
+    /// Nothing is opened until the first call.
+    pub fn new(target: &Target) -> Reconnecting {
+        Reconnecting {
+            target: target.clone(),
+            conn: None,
+        }
+    }
+
+    /// Runs `f` on the connection, opening it first if needed; after an error the connection
+    /// is dropped and the next call opens another.
+    pub fn with<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        let result = f(self.get()?);
+        if result.is_err() {
+            self.conn = None;
+        }
+        result
+    }
+
+    /// The connection, opened first if none is.
+    pub fn get(&mut self) -> Result<&mut Conn> {
+        if self.conn.is_none() {
+            self.conn = Some(self.target.connect()?);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("the connection was not kept"))
+    }
+
+    /// Drops the connection: the next call opens a fresh one.
+    pub fn reset(&mut self) {
+        self.conn = None;
+    }
+}
+
 fn is_auth_error(e: &RedisError) -> bool {
     e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// What went wrong talking to Redis or reading what it holds.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -52,6 +54,11 @@ pub enum Error {
         value: String,
     },
 
+    /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
+    /// that cannot be found.
+    #[error("{reason}")]
+    Internal { reason: String },
+
     /// Any other failure reported by Redis or the connection.
     #[error("Redis at '{addr}' failed: {reason}")]
     Redis {
@@ -65,18 +72,85 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// A short, stable name for the kind of failure, used by the hammer to count errors.
-    pub fn kind(&self) -> &'static str {
+/// A short, stable name for each kind of failure: counted by the hammer (`errors_by_kind`),
+/// printed as `error_kind` under `--json`, and read back from a `--mode procs` child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    BadUrl,
+    Tls,
+    /// The server refused the connection (down or restarting).
+    Refused,
+    /// A connect or a call took longer than its limit.
+    TimedOut,
+    Auth,
+    Unseeded,
+    BadStock,
+    Redis,
+    Internal,
+    /// Bad arguments (the binary's exit 2).
+    Usage,
+    /// A `--mode procs` child that ended without saying what happened.
+    Child,
+    /// A request the hammer never sent because Redis stayed unreachable.
+    Abandoned,
+    /// Any name this version does not know (read from a newer child, say).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The name as it appears in JSON and in the hammer's counts.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Error::BadUrl { .. } => "bad_url",
-            Error::Tls { .. } => "tls",
-            Error::Connect { .. } => "refused",
-            Error::Timeout { .. } | Error::ConnectTimeout { .. } => "timed_out",
-            Error::Auth { .. } => "auth",
-            Error::Unseeded { .. } => "unseeded",
-            Error::BadStock { .. } => "bad_stock",
-            Error::Redis { .. } => "redis",
+            ErrorKind::BadUrl => "bad_url",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Refused => "refused",
+            ErrorKind::TimedOut => "timed_out",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Unseeded => "unseeded",
+            ErrorKind::BadStock => "bad_stock",
+            ErrorKind::Redis => "redis",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Usage => "usage",
+            ErrorKind::Child => "child",
+            ErrorKind::Abandoned => "abandoned",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+
+    /// Whether this kind means the server could not be reached at all (an outage).
+    pub fn is_outage(self) -> bool {
+        matches!(self, ErrorKind::Refused | ErrorKind::TimedOut)
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Error {
+    /// The kind of failure, used by the hammer to count errors.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::BadUrl { .. } => ErrorKind::BadUrl,
+            Error::Tls { .. } => ErrorKind::Tls,
+            Error::Connect { .. } => ErrorKind::Refused,
+            Error::Timeout { .. } | Error::ConnectTimeout { .. } => ErrorKind::TimedOut,
+            Error::Auth { .. } => ErrorKind::Auth,
+            Error::Unseeded { .. } => ErrorKind::Unseeded,
+            Error::BadStock { .. } => ErrorKind::BadStock,
+            Error::Internal { .. } => ErrorKind::Internal,
+            Error::Redis { .. } => ErrorKind::Redis,
+        }
+    }
+
+    /// An [`Error::Internal`] with this reason.
+    pub fn internal(reason: impl Into<String>) -> Error {
+        Error::Internal {
+            reason: reason.into(),
         }
     }
 

@@ -9,6 +9,7 @@
 //!
 //! Layout:
 //! - [`conn`]: connections with bounded waits and errors that never show a password.
+//! - [`keys`]: every Redis key of a SKU or a lock, built in one place.
 //! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
 //! - [`redlock`]: the quorum of independent masters behind `--lock-node`.
 //! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
@@ -16,22 +17,27 @@
 //! - [`metrics`]: the Prometheus metrics the lock and stock modules feed, and a `/metrics` endpoint.
 //! - [`hammer`]: many purchases at once, then the verdict; measures and never prints.
 //! - [`status`]: one SKU's books and lock, reconciled.
-//! - [`exporter`]: per-SKU state read from Redis for each Prometheus scrape.
+//! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
 //! - [`render`]: reports as text, JSON, Markdown or HTML.
+//! - [`wire`]: the JSON objects that cross a process boundary (`buy --json`, errors).
 //! - [`sku`]: the names that become keys, checked at the boundary.
+//! - [`units`]: one rounding rule for every reported number.
 //! - [`error`]: the library's failures (expected outcomes are values, not errors).
 
 pub mod check;
 pub mod conn;
 pub mod error;
-pub mod exporter;
 pub mod hammer;
+pub mod keys;
 pub mod lock;
 pub mod metrics;
 pub mod redlock;
 pub mod render;
+pub mod scrape;
 pub mod sku;
 pub mod status;
 pub mod stock;
+pub mod units;
+pub mod wire;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};

@@ -22,6 +22,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::stock::Outcome;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: String,
@@ -35,6 +37,31 @@ struct OutcomeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SkuLabel {
     sku: String,
+}
+
+/// How asking for the lock ended, for `lockctl_lock_acquire_total{result}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcquireResult {
+    Acquired,
+    Busy,
+    Error,
+}
+
+impl AcquireResult {
+    const ALL: [AcquireResult; 3] = [
+        AcquireResult::Acquired,
+        AcquireResult::Busy,
+        AcquireResult::Error,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AcquireResult::Acquired => "acquired",
+            AcquireResult::Busy => "busy",
+            AcquireResult::Error => "error",
+        }
+    }
 }
 
 /// The contract's metrics. Names are in `CONTRACT.md`; counters gain `_total` on the wire.
@@ -70,10 +97,10 @@ impl Metrics {
             Family::default(),
             Family::default(),
         );
-        let acquire = ["acquired", "busy", "error"].map(|result| {
+        let acquire = AcquireResult::ALL.map(|result| {
             acquire_family
                 .get_or_create(&ResultLabel {
-                    result: result.to_string(),
+                    result: result.as_str().to_string(),
                 })
                 .clone()
         });
@@ -123,15 +150,10 @@ impl Metrics {
         }
     }
 
-    /// `result` is `acquired`, `busy` or `error`.
-    pub fn observe_wait(&self, d: Duration, result: &str) {
+    /// One request for the lock: how long it waited and how it ended.
+    pub fn observe_wait(&self, d: Duration, result: AcquireResult) {
         self.lock_wait.observe(d.as_secs_f64());
-        let i = match result {
-            "acquired" => 0,
-            "busy" => 1,
-            _ => 2,
-        };
-        self.acquire[i].inc();
+        self.acquire[result as usize].inc();
     }
 
     pub fn observe_hold(&self, d: Duration) {
@@ -146,12 +168,13 @@ impl Metrics {
         self.lease_lost.inc();
     }
 
-    /// The counter for one purchase outcome. Hold on to it: looking it up takes a lock and
-    /// an allocation, incrementing it is one atomic add.
-    pub fn buy_counter(&self, outcome: &str) -> Counter {
+    /// The counter for one purchase outcome (`None`: the purchase failed with an error). Hold
+    /// on to it: looking it up takes a lock and an allocation, incrementing it is one atomic
+    /// add.
+    pub fn buy_counter(&self, outcome: Option<Outcome>) -> Counter {
         self.buys
             .get_or_create(&OutcomeLabel {
-                outcome: outcome.to_string(),
+                outcome: outcome.map_or("error", Outcome::as_str).to_string(),
             })
             .clone()
     }

@@ -61,65 +61,6 @@ pub fn check_name(what: &str, example: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The stock module's keys of one SKU. Each prefix differs from the others before the SKU
-/// starts, so no SKU's key can equal another SKU's key of a different kind.
-#[derive(Clone, Debug)]
-pub struct StockKeys {
-    /// `item:stock:<SKU>`: the counter, a string integer, as in the seed.
-    pub stock: String,
-    /// `item:orders:<SKU>`: hash of order id -> units deducted under that order id.
-    pub ledger: String,
-    /// `item:seeded:<SKU>`: the count last given to `seed`, for reconciliation.
-    pub seeded: String,
-    /// `item:buyers:<SKU>`: hash of user id -> units bought, for per-user limits.
-    pub buyers: String,
-    /// `item:sold:<SKU>`: units sold since the last seed, kept with every deduction so that
-    /// `stock + sold == seeded` can be checked without reading the whole ledger.
-    pub sold: String,
-}
-
-impl StockKeys {
-    pub fn new(sku: &Sku) -> StockKeys {
-        let s = sku.as_str();
-        StockKeys {
-            stock: format!("item:stock:{s}"),
-            ledger: format!("item:orders:{s}"),
-            seeded: format!("item:seeded:{s}"),
-            buyers: format!("item:buyers:{s}"),
-            sold: format!("item:sold:{s}"),
-        }
-    }
-}
-
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the
-/// text between the first `{` and the next `}`, when not empty), modulo 16384.
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-            _ => bytes,
-        },
-        None => bytes,
-    };
-    crc16(hashed) % 16384
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= (b as u16) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,24 +79,5 @@ mod tests {
             assert!(bad.parse::<Sku>().is_err(), "{bad:?} was accepted");
         }
         assert!("x".repeat(MAX_SKU_BYTES).parse::<Sku>().is_ok());
-    }
-
-    #[test]
-    fn slots_match_redis() {
-        // Values from CLUSTER KEYSLOT on Redis 7.
-        assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("123456789"), 12739);
-        assert_eq!(key_slot("item:stock:{sku_886}"), key_slot("sku_886"));
-        assert_eq!(key_slot("a{}b"), crc16(b"a{}b") % 16384);
-    }
-
-    #[test]
-    fn every_key_contains_the_sku_verbatim() {
-        let sku: Sku = "{t}".parse().unwrap();
-        let k = StockKeys::new(&sku);
-        for key in [&k.stock, &k.ledger, &k.seeded, &k.buyers, &k.sold] {
-            assert!(key.ends_with(":{t}"), "{key}");
-        }
-        assert_eq!(k.stock, "item:stock:{t}");
     }
 }

@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
+use crate::keys::StockKeys;
 use crate::lock::{Lock, LockOptions};
-use crate::sku::{Sku, StockKeys};
+use crate::sku::Sku;
 use crate::stock;
 
 /// Who holds the lock.

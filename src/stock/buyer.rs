@@ -1,184 +1,20 @@
-//! Stock deduction: the seed's purchase and the strategies that fix or break it.
-//!
-//! The stock is `item:stock:<SKU>`, a string integer, as in the seed. Every deduction also
-//! records the order in a per-SKU ledger (`item:orders:<SKU>`, order id -> units deducted), in
-//! the same transaction or script as the deduction, so that stock consumed and ledger sum agree
-//! whatever crashes: that equality is what the hammer and `status` check.
-//!
-//! The one idea that makes each strategy correct (or not):
-//! - `lock` reads then writes under the lock, which is safe only while the lease outlives the
-//!   work; past it (the seed's homework) two buyers read the same stock.
-//! - `fenced` makes the write itself check the lease: one script deducts only while the lock
-//!   still holds this buyer's token, so an expired buyer deducts nothing.
-//! - `atomic` needs no lock: one script reads, checks and writes, and Redis runs scripts one at
-//!   a time. It still yields to a lock held by anyone else, to stay safe beside lock users.
-//! - `naive` reads then writes with no lock: the negative control that must be caught.
+//! One purchase under each strategy (see the module documentation of [`crate::stock`]).
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::LazyLock;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::Script;
-use serde::Serialize;
-
-use crate::conn::{Conn, Target};
+use super::script::{DEDUCT, DEDUCT_LUA};
+use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock};
+use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
-use crate::lock::{Acquire, Guard, Lock, LockOptions, Release};
+use crate::keys::StockKeys;
+use crate::lock::{Acquire, Guard, Lock, Release};
 use crate::metrics;
 use crate::redlock::Quorum;
-use crate::sku::{Sku, StockKeys};
-use std::sync::Arc;
-
-/// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
-pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
-
-/// Deducts `qty` and records the order, in one atomic step, after checking whatever the caller
-/// asked for: a replayed order id, the lock, the per-user limit and the stock.
-/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units), 5 sold counter.
-/// ARGV: 1 token ('' = we hold no lock: yield while anyone does), 2 qty, 3 order id,
-///       4 user ('' = no per-user limit), 5 the limit.
-/// Returns {status, n, text}:
-///   {'bought', stock left, ''}         {'replayed', units of the original order, stock now}
-///   {'sold_out', stock, ''}            {'limit', units this user already has, ''}
-///   {'busy', 0, ''}                    {'lease_lost', 0, ''}
-///   {'unseeded', 0, ''}                {'bad_stock', 0, what the key holds}
-/// The raw stock is matched against an integer pattern before use, because Lua's `tonumber`
-/// accepts '1e3' and ' 7', and `nil`/`false` would otherwise read as "sold out".
-const DEDUCT_LUA: &str = r"
-local prior = redis.call('HGET', KEYS[2], ARGV[3])
-if prior then
-  return {'replayed', tonumber(prior), redis.call('GET', KEYS[1]) or ''}
-end
-local holder = redis.call('GET', KEYS[3])
-if ARGV[1] == '' then
-  if holder then return {'busy', 0, ''} end
-elseif holder ~= ARGV[1] then
-  return {'lease_lost', 0, ''}
-end
-local raw = redis.pcall('GET', KEYS[1])
-if type(raw) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
-if not raw then return {'unseeded', 0, ''} end
-if not string.match(raw, '^%-?%d+$') or string.len(raw) > 17 then
-  return {'bad_stock', 0, raw}
-end
-local stock = tonumber(raw)
-local qty = tonumber(ARGV[2])
-if ARGV[4] ~= '' then
-  local had = tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0')
-  if had + qty > tonumber(ARGV[5]) then return {'limit', had, ''} end
-end
-if stock < qty then return {'sold_out', stock, ''} end
-local left = redis.call('DECRBY', KEYS[1], qty)
-redis.call('HSET', KEYS[2], ARGV[3], qty)
-redis.call('INCRBY', KEYS[5], qty)
-if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
-return {'bought', left, ''}
-";
-
-static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(DEDUCT_LUA));
-
-/// How a purchase protects the stock. See the module documentation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// The seed: lock, GET, DECR if enough, release.
-    Lock,
-    /// The lock, but the deduction checks the lease atomically.
-    Fenced,
-    /// No lock: one script checks and deducts.
-    Atomic,
-    /// GET then DECR with no lock: the negative control.
-    Naive,
-}
-
-impl Strategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Lock => "lock",
-            Strategy::Fenced => "fenced",
-            Strategy::Atomic => "atomic",
-            Strategy::Naive => "naive",
-        }
-    }
-
-    /// Whether this strategy takes the lock.
-    pub fn locks(self) -> bool {
-        matches!(self, Strategy::Lock | Strategy::Fenced)
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How to buy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BuyOptions {
-    /// Default: [`Strategy::Lock`], the seed's flow.
-    pub strategy: Strategy,
-    /// Units per purchase. Default: 1.
-    pub qty: u64,
-    /// Simulated business time between reading the stock and writing it. Default: zero.
-    pub work: Duration,
-    /// The lock's lease, wait and watchdog. Default: [`LockOptions::default`].
-    pub lock: LockOptions,
-    /// The most units one user may buy of the SKU in all; applies to purchases that name a
-    /// user. Default: none.
-    pub limit: Option<u64>,
-}
-
-impl Default for BuyOptions {
-    fn default() -> Self {
-        BuyOptions {
-            strategy: Strategy::Lock,
-            qty: 1,
-            work: Duration::ZERO,
-            lock: LockOptions::default(),
-            limit: None,
-        }
-    }
-}
-
-/// What a purchase came to. Only [`Buy::Bought`] deducted anything (and a replayed order id
-/// reports the original purchase without deducting again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Buy {
-    /// Deducted; `remaining` is the stock right after the deduction (or now, when replayed).
-    Bought { remaining: i64 },
-    /// Not enough stock; `remaining` is what there was.
-    SoldOut { remaining: i64 },
-    /// The lock was held by someone else for the whole wait.
-    Busy,
-    /// The lease ran out before the deduction; nothing was deducted.
-    LeaseLost,
-    /// The user already has `bought` units and may have at most `limit`; nothing was deducted.
-    LimitReached { bought: u64, limit: u64 },
-}
-
-impl Buy {
-    /// The contract's outcome name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Buy::Bought { .. } => "bought",
-            Buy::SoldOut { .. } => "sold_out",
-            Buy::Busy => "busy",
-            Buy::LeaseLost => "lease_lost",
-            Buy::LimitReached { .. } => "limit_reached",
-        }
-    }
-
-    /// The stock the buyer was told about, if any.
-    pub fn remaining(&self) -> Option<i64> {
-        match self {
-            Buy::Bought { remaining } | Buy::SoldOut { remaining } => Some(*remaining),
-            _ => None,
-        }
-    }
-}
+use crate::sku::Sku;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// Where a purchase stands once the stock has been read.
 enum Step {
@@ -186,28 +22,6 @@ enum Step {
     Done(Buy),
     /// Enough stock and nothing against it: deduct.
     Deduct,
-}
-
-/// One purchase and what is known about how it went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Purchase {
-    pub outcome: Buy,
-    pub order_id: String,
-    pub qty: u64,
-    /// The units of the original order, when this order id had already bought: nothing was
-    /// deducted this time.
-    pub replayed: Option<u64>,
-    /// The fencing token of the lock grant, for the lock strategies.
-    pub fence: Option<u64>,
-    /// The lock strategy deducted, and then the release found the lease gone: the buyer worked
-    /// past its lease, and another may have been inside the critical section too.
-    pub overran_lease: bool,
-    /// Time spent acquiring the lock (also when it ended busy).
-    pub lock_wait: Option<Duration>,
-    /// Time the lock was held.
-    pub lock_hold: Option<Duration>,
-    /// Watchdog renewals while held.
-    pub renewals: u64,
 }
 
 /// Buys one SKU with fixed options. Cheap to create; use one per thread or share it.
@@ -223,9 +37,11 @@ pub struct Buyer {
 /// This buyer's metrics, looked up once: a purchase then costs two atomic operations.
 #[derive(Clone)]
 struct Meters {
-    /// One counter per outcome, in the order of [`OUTCOMES`].
-    outcomes: Vec<prometheus_client::metrics::counter::Counter>,
-    stock: prometheus_client::metrics::gauge::Gauge,
+    /// One counter per outcome, in the order of [`Outcome::ALL`].
+    outcomes: [Counter; Outcome::ALL.len()],
+    /// `lockctl_buy_total{outcome="error"}`.
+    errors: Counter,
+    stock: Gauge,
 }
 
 impl std::fmt::Debug for Meters {
@@ -234,31 +50,28 @@ impl std::fmt::Debug for Meters {
     }
 }
 
-/// Every value of `lockctl_buy_total{outcome}`.
-const OUTCOMES: [&str; 6] = [
-    "bought",
-    "sold_out",
-    "busy",
-    "lease_lost",
-    "limit_reached",
-    "error",
-];
-
 impl Meters {
     fn new(sku: &Sku) -> Meters {
         let m = metrics::global();
         Meters {
-            outcomes: OUTCOMES.iter().map(|o| m.buy_counter(o)).collect(),
+            outcomes: Outcome::ALL.map(|o| m.buy_counter(Some(o))),
+            errors: m.buy_counter(None),
             stock: m.stock_gauge(sku.as_str()),
         }
     }
 
-    fn record(&self, outcome: &str, remaining: Option<i64>) {
-        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
-            self.outcomes[i].inc();
-        }
-        if let Some(left) = remaining {
-            self.stock.set(left);
+    /// Counts one purchase: its outcome (and the stock it saw), or an error.
+    fn record(&self, result: std::result::Result<&Buy, ()>) {
+        match result {
+            Ok(buy) => {
+                self.outcomes[buy.outcome() as usize].inc();
+                if let Some(left) = buy.remaining() {
+                    self.stock.set(left);
+                }
+            }
+            Err(()) => {
+                self.errors.inc();
+            }
         }
     }
 }
@@ -288,8 +101,8 @@ impl Buyer {
     pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
         let result = self.buy_unmetered(conn, order_id, user);
         match &result {
-            Ok(p) => self.meters.record(p.outcome.name(), p.outcome.remaining()),
-            Err(_) => self.meters.record("error", None),
+            Ok(p) => self.meters.record(Ok(&p.outcome)),
+            Err(_) => self.meters.record(Err(())),
         }
         result
     }
@@ -535,11 +348,8 @@ impl Buyer {
     /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
     pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
         let (user, limit) = user.zip(self.options.limit).unwrap_or(("", 0));
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(DEDUCT.get_hash())
-            .arg(5)
-            .arg(&self.deduct_keys())
-            .arg("")
+        let mut cmd = evalsha(&DEDUCT, &self.deduct_keys());
+        cmd.arg("")
             .arg(self.options.qty)
             .arg(order_id)
             .arg(user)
@@ -576,11 +386,11 @@ impl Buyer {
             Ok(Buy::Busy) if !self.options.lock.wait.is_zero() => Ok(None),
             Ok(outcome) => {
                 p.outcome = outcome;
-                self.meters.record(outcome.name(), outcome.remaining());
+                self.meters.record(Ok(&outcome));
                 Ok(Some(p))
             }
             Err(e) => {
-                self.meters.record("error", None);
+                self.meters.record(Err(()));
                 Err(e)
             }
         }
@@ -593,106 +403,4 @@ impl Buyer {
             value,
         }
     }
-}
-
-/// Reads the stock: `None` when the key does not exist, an error when it holds anything but an
-/// integer.
-pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option<i64>> {
-    let bad = |value: String| Error::BadStock {
-        sku: sku.to_string(),
-        key: keys.stock.clone(),
-        value,
-    };
-    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.stock)) {
-        Ok(raw) => raw,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-            return Err(bad("a value of the wrong type".into()));
-        }
-        Err(e) => return Err(e),
-    };
-    match raw {
-        None => Ok(None),
-        Some(s) => s
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| bad(format!("'{s}'"))),
-    }
-}
-
-/// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
-/// in one MULTI.
-pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
-    let keys = StockKeys::new(sku);
-    conn.transaction::<redis::Value>(
-        &[
-            redis::Cmd::set(&keys.stock, count),
-            redis::Cmd::set(&keys.seeded, count),
-            redis::Cmd::set(&keys.sold, 0),
-            redis::Cmd::del(&keys.ledger),
-            redis::Cmd::del(&keys.buyers),
-        ],
-        None,
-    )?;
-    metrics::global().set_stock(sku.as_str(), count as i64);
-    Ok(())
-}
-
-/// The ledger of one SKU: order id -> units deducted under it. Read with HSCAN, a page at a
-/// time, so a large ledger does not block the server.
-pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
-    let keys = StockKeys::new(sku);
-    let mut out = HashMap::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, page): (u64, Vec<(String, i64)>) = conn.query(
-            redis::cmd("HSCAN")
-                .arg(&keys.ledger)
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(1000),
-        )?;
-        out.extend(page);
-        if next == 0 {
-            return Ok(out);
-        }
-        cursor = next;
-    }
-}
-
-/// Every key lockctl uses for `sku` (a waiter's wake list stands in for all of them).
-pub fn keys_of(sku: &Sku) -> Vec<String> {
-    let s = StockKeys::new(sku);
-    let l = crate::lock::LockKeys::new(sku.as_str());
-    vec![
-        s.stock,
-        s.ledger,
-        s.seeded,
-        s.buyers,
-        s.sold,
-        l.lock,
-        l.fence,
-        l.queue,
-        l.deadlines,
-        format!("{}{}", l.wake_prefix, "0".repeat(32)),
-    ]
-}
-
-/// In a Redis Cluster, a script or transaction can only touch keys of one slot: checks that
-/// all of `sku`'s keys share one, and says how to make them when they do not.
-pub fn check_one_slot(sku: &Sku) -> std::result::Result<u16, String> {
-    let keys = keys_of(sku);
-    let first = crate::sku::key_slot(&keys[0]);
-    match keys.iter().find(|k| crate::sku::key_slot(k) != first) {
-        None => Ok(first),
-        Some(other) => Err(format!(
-            "in a Redis Cluster the keys of '{sku}' fall in different slots ('{}' in slot {first}, '{other}' in slot {}); write the SKU with a hash tag, '{{{sku}}}', so that all its keys share one slot",
-            keys[0],
-            crate::sku::key_slot(other)
-        )),
-    }
-}
-
-/// A fresh order id: `o-` and 16 random hex characters.
-pub fn new_order_id() -> String {
-    format!("o-{}", hex::encode(rand::random::<[u8; 8]>()))
 }

@@ -1,4 +1,4 @@
-//! `exporter`: per-SKU state read from Redis on every scrape, for production dashboards.
+//! Per-SKU state read fresh from Redis on every scrape: what `lockctl exporter` serves.
 //!
 //! Unlike the in-process metrics (which count what this process did), everything here is read
 //! fresh from Redis at scrape time, without taking any lock, so any number of buying processes
@@ -8,8 +8,9 @@
 use std::fmt::Write as _;
 
 use crate::conn::{Conn, Target};
+use crate::keys::StockKeys;
 use crate::lock::{Lock, LockOptions};
-use crate::sku::{Sku, StockKeys};
+use crate::sku::Sku;
 
 /// The exported gauges, in the order [`read_one`] returns their values, with their help text.
 const GAUGES: [(&str, &str); 7] = [

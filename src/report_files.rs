@@ -1,8 +1,7 @@
-//! `hammer --export-json/--export-markdown/--export-html/--metrics-file`: files opened before the run (so a
-//! bad path fails before any purchase), written after it, and removed if the run fails, so no
-//! half-written report is left behind. `-` means stdout, which then carries only that export.
+//! The hammer's report files (`--export-json`, `--export-markdown`, `--export-html`,
+//! `--metrics-file`): opened before the run (so a bad path fails before any purchase), written
+//! after it, and removed if the run fails, so no half-written report is left behind. `-` means stdout, which then carries only that export.
 
-use std::fmt;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,20 +9,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::cli::HammerArgs;
+use crate::cmd::UsageError;
 use lockctl::hammer::Report;
 use lockctl::render;
-
-/// A usage error found after parsing (exit 2).
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 #[derive(Clone, Copy)]
 enum Kind {

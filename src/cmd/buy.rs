@@ -1,0 +1,30 @@
+//! `lockctl buy SKU`: one purchase, the tutorial's flow (or a safer strategy).
+
+use lockctl::render;
+use lockctl::stock::{self, Buy, Buyer};
+
+use super::{Ctx, Exit, output};
+use crate::cli::BuyArgs;
+
+pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
+    let options = args.buy_options();
+    let strategy = options.strategy;
+    let mut buyer = Buyer::new(&ctx.target, &args.sku, options);
+    if let Some(q) = &ctx.quorum {
+        buyer = buyer.with_quorum(q.clone());
+    }
+    let order_id = args.order_id.unwrap_or_else(stock::new_order_id);
+    let purchase = buyer.buy(&mut ctx.target.connect()?, &order_id, args.user.as_deref())?;
+    let sku = args.sku.as_str();
+    output(
+        ctx,
+        || render::buy_text(sku, &purchase),
+        || render::buy_json(sku, strategy, &purchase),
+    )?;
+    Ok(match purchase.outcome {
+        Buy::Bought { .. } => Exit::Ok,
+        Buy::SoldOut { .. } | Buy::LimitReached { .. } => Exit::Refused,
+        Buy::Busy => Exit::Busy,
+        Buy::LeaseLost => Exit::LeaseLost,
+    })
+}

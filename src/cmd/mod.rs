@@ -1,0 +1,185 @@
+//! What each subcommand does, one module per command; this file holds what they share: the
+//! connections opened from the global flags, output on stdout, and the contract's exit codes,
+//! mapped from outcomes and errors in one place.
+
+mod buy;
+mod check;
+mod exporter;
+mod hammer;
+mod seed;
+mod status;
+mod unlock;
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::cli::{Cli, Command};
+use lockctl::conn::{ConnectOptions, Target};
+use lockctl::hammer::Verdict;
+use lockctl::keys::check_one_slot;
+use lockctl::redlock::Quorum;
+use lockctl::wire::ErrorJson;
+use lockctl::{Error, ErrorKind};
+
+/// The contract's exit codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    Error = 1,
+    Usage = 2,
+    /// Sold out, limit reached, an invariant violated, or a server unfit for locking.
+    Refused = 3,
+    Busy = 4,
+    LeaseLost = 5,
+    /// Ctrl-C stopped a hammer (128 + SIGINT, as shells report it).
+    Interrupted = 130,
+}
+
+impl Exit {
+    /// The exit code of a hammer verdict: pass 0, fail 3, unknown 1.
+    pub fn of_verdict(v: Verdict) -> Exit {
+        match v {
+            Verdict::Pass => Exit::Ok,
+            Verdict::Fail => Exit::Refused,
+            Verdict::Unknown => Exit::Error,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// A usage error found after parsing (exit 2).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// What every command gets: the data node, the Redlock quorum if any, and the output format.
+pub struct Ctx {
+    pub target: Target,
+    pub quorum: Option<Arc<Quorum>>,
+    pub options: ConnectOptions,
+    pub json: bool,
+    /// The `--redis` URL as given (for a seed node of a cluster that must be asked directly).
+    pub url: String,
+}
+
+/// Opens what the global flags name, then runs the command.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let options = cli.connect_options();
+    let target = if cli.cluster {
+        for sku in cli.command.skus() {
+            check_one_slot(sku).map_err(UsageError)?;
+        }
+        Target::open_cluster(&cli.redis, options.clone())?
+    } else {
+        Target::open(&cli.redis, options.clone())?
+    };
+    let quorum = match cli.lock_node_count() {
+        Ok(0) => None,
+        Ok(_) => {
+            let nodes = cli
+                .lock_nodes
+                .iter()
+                .map(|u| Target::open(u, options.clone()))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(Arc::new(Quorum::new(nodes)))
+        }
+        Err(message) => return Err(UsageError(message).into()),
+    };
+    let ctx = Ctx {
+        target,
+        quorum,
+        options,
+        json: cli.json,
+        url: cli.redis.clone(),
+    };
+    match cli.command {
+        Command::Check => check::run(&ctx, cli.cluster),
+        Command::Seed { sku, count } => seed::run(&ctx, &sku, count),
+        Command::Buy(args) => buy::run(&ctx, args),
+        Command::Hammer(args) => hammer::run(&ctx, args),
+        Command::Status { sku } => status::run(&ctx, &sku),
+        Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
+        Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
+    }
+}
+
+/// A command line clap refused (or help and version, which are not errors). Under `--json` a
+/// usage error is still one JSON object on stdout, with clap's message on stderr as usual.
+pub fn parse_failed(e: clap::Error) -> ExitCode {
+    let usage = e.use_stderr();
+    if usage && std::env::args().any(|a| a == "--json") {
+        let reason = e.kind().as_str().unwrap_or("invalid arguments").to_string();
+        let _ = emit_json(&ErrorJson::new(reason, ErrorKind::Usage, false));
+    }
+    let _ = e.print();
+    if usage { Exit::Usage } else { Exit::Ok }.into()
+}
+
+/// A command that failed: one line on stderr (and one JSON object on stdout under `--json`);
+/// exit 2 for a usage error, 1 for anything else. A closed stdout (`| head`) exits quietly.
+pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
+    if is_broken_pipe(err) {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("lockctl: error: {err:#}");
+    let usage = err.is::<UsageError>();
+    if json {
+        let message = format!("{err:#}");
+        let reply = match (usage, err.downcast_ref::<Error>()) {
+            (true, _) => ErrorJson::new(message, ErrorKind::Usage, false),
+            (false, Some(lib)) => ErrorJson::from_error(message, lib),
+            (false, None) => ErrorJson::new(message, ErrorKind::Internal, false),
+        };
+        let _ = emit_json(&reply);
+    }
+    if usage { Exit::Usage } else { Exit::Error }.into()
+}
+
+/// Human output on stdout.
+pub fn emit(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// One JSON object on stdout, on one line.
+pub fn emit_json<T: serde::Serialize + ?Sized>(v: &T) -> io::Result<()> {
+    let line = serde_json::to_string(v).map_err(io::Error::other)?;
+    emit(&format!("{line}\n"))
+}
+
+/// Text or JSON, as the command line asked.
+pub fn output(
+    ctx: &Ctx,
+    text: impl FnOnce() -> String,
+    json: impl FnOnce() -> Value,
+) -> io::Result<()> {
+    if ctx.json {
+        emit_json(&json())
+    } else {
+        emit(&text())
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

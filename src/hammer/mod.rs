@@ -1,0 +1,183 @@
+//! The hammer: N purchases, C at a time, then proof from Redis that nothing was oversold.
+//!
+//! It trusts nothing the buyers say on their own. Workers only record what each request was
+//! told; afterwards the stock and the ledger are read back from Redis, and [`judge`], a pure
+//! function, holds the two accounts against each other: stock consumed, units the buyers were
+//! told they bought, and units in the ledger must agree (within what failed requests might have
+//! done), per order as well as in total, and the stock must never go below zero. The hammer
+//! measures and never prints; `render` turns its [`Report`] into text or JSON.
+//!
+//! Layout: [`report`] holds the public report types; `fan_out` what every driver shares, and
+//! one file per way of driving load (`threads`, `multiplexed`, `procs`); `readback` reads the
+//! results back; [`judge`] turns samples and the read-back into a verdict.
+
+mod fan_out;
+pub mod judge;
+mod multiplexed;
+mod procs;
+mod readback;
+pub mod report;
+mod threads;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::Serialize;
+
+pub use fan_out::OUTAGE_LIMIT;
+pub use judge::{judge, judge_unreadable};
+pub use readback::{READ_BACK_PATIENCE, Readback};
+pub use report::{Bucket, Ended, Percentiles, Report, RunFacts, Sample, Verdict};
+
+use crate::conn::Target;
+use crate::error::{Error, Result};
+use crate::keys::StockKeys;
+use crate::redlock::Quorum;
+use crate::sku::Sku;
+use crate::stock::{self, BuyOptions, Strategy};
+
+/// How the purchases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Worker threads in this process, one connection each.
+    Threads,
+    /// Each purchase is a child `lockctl buy` process, like the seed's "several terminals".
+    Procs,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct HammerOptions {
+    /// Default: `sku_886`.
+    pub sku: Sku,
+    /// Purchases in all. Default: 100.
+    pub requests: u64,
+    /// Purchases in flight at once. Default: 10.
+    pub concurrency: u64,
+    /// Default: [`Mode::Threads`].
+    pub mode: Mode,
+    /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
+    pub stock: Option<u64>,
+    /// How each purchase is made. Default: [`BuyOptions::default`].
+    pub buy: BuyOptions,
+    /// Spread purchases over this many simulated users (`u0`, `u1`, ...), so a per-user
+    /// limit applies. Default: none (anonymous buyers).
+    pub users: Option<u64>,
+    /// The `lockctl` binary, for [`Mode::Procs`]. Default: this process's own executable.
+    pub exe: Option<PathBuf>,
+    /// Counts finished requests as they finish, for a progress display. Default: none.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
+    pub quorum: Option<Arc<Quorum>>,
+    /// Once set, no new request starts; those in flight finish. Default: none.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl Default for HammerOptions {
+    fn default() -> Self {
+        HammerOptions {
+            sku: "sku_886".parse().expect("a valid SKU"),
+            requests: 100,
+            concurrency: 10,
+            mode: Mode::Threads,
+            stock: None,
+            buy: BuyOptions::default(),
+            users: None,
+            exe: None,
+            progress: None,
+            quorum: None,
+            stop: None,
+        }
+    }
+}
+
+/// The most points a report's stock timeline keeps.
+pub const TIMELINE_POINTS: usize = 400;
+
+/// Runs the hammer against `target` and judges the result.
+pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
+    let keys = StockKeys::new(&opts.sku);
+    let mut conn = target.connect()?;
+    let initial_stock = match opts.stock {
+        Some(n) => {
+            stock::seed(&mut conn, &opts.sku, n)?;
+            n as i64
+        }
+        None => stock::read_stock(&mut conn, &opts.sku, &keys)?.ok_or_else(|| Error::Unseeded {
+            sku: opts.sku.to_string(),
+        })?,
+    };
+    let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
+    let started = Instant::now();
+    let samples = match opts.mode {
+        // Simulated work needs a thread per buyer to sleep in.
+        Mode::Threads
+            if opts.buy.strategy == Strategy::Atomic
+                && opts.buy.work.is_zero()
+                && !target.is_cluster() =>
+        {
+            multiplexed::run_multiplexed(target, opts, &run_id)?
+        }
+        Mode::Threads => threads::run_threads(target, opts, &run_id),
+        Mode::Procs => procs::run_procs(target, opts, &run_id)?,
+    };
+    let elapsed = started.elapsed();
+    let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &keys, &run_id);
+    let interrupted = samples.len() as u64 != opts.requests
+        && opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed));
+    let facts = RunFacts {
+        sku: opts.sku.to_string(),
+        run_id,
+        // An interrupted run is judged on the requests it made.
+        requests: if interrupted {
+            samples.len() as u64
+        } else {
+            opts.requests
+        },
+        concurrency: opts.concurrency,
+        strategy: opts.buy.strategy,
+        mode: opts.mode,
+        qty: opts.buy.qty,
+        ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
+        wait_ms: opts.buy.lock.wait.as_millis() as u64,
+        work_ms: opts.buy.work.as_millis() as u64,
+        watchdog: opts.buy.lock.watchdog,
+        seeded: opts.stock.is_some(),
+        initial_stock,
+        elapsed,
+    };
+    let mut report = match readback {
+        Ok(rb) => judge(&facts, &samples, &rb),
+        Err(e) => judge_unreadable(&facts, &samples, &e),
+    };
+    if interrupted {
+        report.interrupted = true;
+        report.notes.insert(
+            0,
+            format!(
+                "interrupted: {} of {} requests were made; the report covers those",
+                samples.len(),
+                opts.requests
+            ),
+        );
+    }
+    Ok(report)
+}
+
+/// The verdict of several runs: all pass: pass; any fail: fail; otherwise (some unknown):
+/// unknown.
+pub fn overall_verdict(reports: &[Report]) -> Verdict {
+    if reports.iter().any(|r| r.verdict == Verdict::Fail) {
+        Verdict::Fail
+    } else if reports.iter().all(|r| r.verdict == Verdict::Pass) {
+        Verdict::Pass
+    } else {
+        Verdict::Unknown
+    }
+}

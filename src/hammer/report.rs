@@ -1,0 +1,147 @@
+//! What the hammer records per request and what it concludes: the public report types.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::Mode;
+use crate::error::ErrorKind;
+use crate::stock::{Buy, Strategy};
+
+/// How one request ended, as its buyer was told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// A purchase outcome. `replayed` is set when the order id had bought before.
+    Done {
+        outcome: Buy,
+        replayed: bool,
+        overran_lease: bool,
+    },
+    /// A failure. `indeterminate` when it may have been applied anyway.
+    Failed {
+        kind: ErrorKind,
+        indeterminate: bool,
+        message: String,
+    },
+}
+
+/// One request's record.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Request number, 0-based; the order id is `<run id>-<index>`.
+    pub index: u64,
+    pub ended: Ended,
+    pub latency: Duration,
+    pub lock_wait: Option<Duration>,
+    pub lock_hold: Option<Duration>,
+    /// When the request finished, from the start of the run.
+    pub at: Duration,
+}
+
+/// What was run: everything [`judge`] needs besides the samples and the readback, and the
+/// first fields of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFacts {
+    pub sku: String,
+    pub run_id: String,
+    pub requests: u64,
+    pub concurrency: u64,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub qty: u64,
+    pub ttl_ms: u64,
+    pub wait_ms: u64,
+    pub work_ms: u64,
+    pub watchdog: bool,
+    /// Whether the hammer seeded the stock itself (`--stock`).
+    pub seeded: bool,
+    pub initial_stock: i64,
+    /// Wall time of the purchases (the report carries it as `elapsed_s`).
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// Whether every invariant held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// Redis could not be read back after the run: nothing can be claimed either way.
+    Unknown,
+}
+
+/// The hammer's findings.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub verdict: Verdict,
+    /// What was run (its fields appear at the top level of the JSON report).
+    #[serde(flatten)]
+    pub run: RunFacts,
+    /// Whether the run was stopped (Ctrl-C) before making every request.
+    pub interrupted: bool,
+    /// The stock read back after the run; null when it could not be read.
+    pub final_stock: Option<i64>,
+    /// `initial_stock - final_stock`, read from Redis; null when it could not be read.
+    pub consumed: Option<i64>,
+    /// Requests told "bought" (replays of an earlier order included).
+    pub bought: u64,
+    /// Units the buyers were told they bought now (replays excluded).
+    pub sold_qty: u64,
+    /// Requests whose order id had bought before: nothing deducted.
+    pub replayed: u64,
+    pub sold_out: u64,
+    pub busy: u64,
+    pub lease_lost: u64,
+    pub limit_reached: u64,
+    pub errors: u64,
+    /// Errors whose effect is unknown (they may have deducted).
+    pub indeterminate: u64,
+    pub errors_by_kind: BTreeMap<ErrorKind, u64>,
+    /// Lock-strategy buyers who deducted and then found their lease gone at release.
+    pub lease_overrun: u64,
+    /// Units sold beyond the initial stock.
+    pub oversold: u64,
+    /// This run's orders in the ledger, and their units.
+    pub ledger_orders: u64,
+    pub ledger_qty: i64,
+    pub elapsed_s: f64,
+    pub throughput_rps: f64,
+    pub latency_ms: Percentiles,
+    /// Time to acquire the lock, for the lock strategies.
+    pub lock_wait_ms: Option<Percentiles>,
+    /// Time the lock was held, for the lock strategies.
+    pub lock_hold_ms: Option<Percentiles>,
+    /// Every invariant that did not hold, in words. Empty on a pass.
+    pub violations: Vec<String>,
+    /// What happened, in words, for a person reading the report.
+    pub notes: Vec<String>,
+    /// The first error message seen, if any.
+    pub first_error: Option<String>,
+    /// The latency distribution: requests per bucket, each bucket up to `le_ms`.
+    pub latency_buckets: Vec<Bucket>,
+    /// Stock over time as the buyers were told it: `[seconds since start, stock]`, at most
+    /// [`TIMELINE_POINTS`] points.
+    pub stock_timeline: Vec<[f64; 2]>,
+}
+
+/// One bucket of a latency distribution.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Bucket {
+    /// Upper bound of the bucket, in milliseconds.
+    pub le_ms: f64,
+    /// Requests whose latency fell in this bucket.
+    pub count: u64,
+}

@@ -1,0 +1,57 @@
+//! One thread and one connection per buyer: every strategy, every kind of server.
+
+use std::time::Instant;
+
+use super::fan_out::{done, failed, fan_out, user_of};
+use super::{HammerOptions, Sample};
+use crate::conn::{Conn, Target};
+use crate::stock::Buyer;
+
+/// One purchase through `buyer` on `conn` (opened if needed; dropped after an error, since it
+/// may be in any state), as a sample.
+pub(super) fn one_purchase(
+    target: &Target,
+    buyer: &Buyer,
+    conn: &mut Option<Conn>,
+    i: u64,
+    run_id: &str,
+    opts: &HammerOptions,
+    t: Instant,
+) -> Sample {
+    let order_id = format!("{run_id}-{i}");
+    let user = user_of(opts, i);
+    let result = match conn {
+        Some(c) => Ok(c),
+        None => target.connect().map(|c| conn.insert(c)),
+    }
+    .and_then(|c| buyer.buy(c, &order_id, user.as_deref()));
+    match result {
+        Ok(p) => done(i, t.elapsed(), &p),
+        Err(e) => {
+            *conn = None;
+            failed(i, t.elapsed(), &e)
+        }
+    }
+}
+
+/// One thread and one connection per buyer: every strategy, every kind of server.
+pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sample> {
+    let mut buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    if let Some(q) = &opts.quorum {
+        buyer = buyer.with_quorum(q.clone());
+    }
+    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    fan_out(
+        opts,
+        workers,
+        1,
+        || None::<Conn>,
+        |conn, batch| {
+            batch
+                .iter()
+                .map(|&i| one_purchase(target, &buyer, conn, i, run_id, opts, Instant::now()))
+                .collect()
+        },
+        |_| Vec::new(),
+    )
+}

@@ -1,0 +1,164 @@
+//! Every Redis key lockctl uses, built in one place.
+//!
+//! A key always contains its SKU (or lock name) verbatim, at the end, so that a SKU written
+//! with a hash tag (`{sku_886}`) keeps all its keys in one Redis Cluster slot, and each prefix
+//! differs from every other before the name starts, so no name's key of one kind can equal
+//! another name's key of a different kind. Keys reach Redis only as arguments (and scripts
+//! only as `KEYS`), never spliced into Lua.
+
+use crate::sku::Sku;
+
+/// The stock module's keys of one SKU. Each prefix differs from the others before the SKU
+/// starts, so no SKU's key can equal another SKU's key of a different kind.
+#[derive(Clone, Debug)]
+pub struct StockKeys {
+    /// `item:stock:<SKU>`: the counter, a string integer, as in the seed.
+    pub stock: String,
+    /// `item:orders:<SKU>`: hash of order id -> units deducted under that order id.
+    pub ledger: String,
+    /// `item:seeded:<SKU>`: the count last given to `seed`, for reconciliation.
+    pub seeded: String,
+    /// `item:buyers:<SKU>`: hash of user id -> units bought, for per-user limits.
+    pub buyers: String,
+    /// `item:sold:<SKU>`: units sold since the last seed, kept with every deduction so that
+    /// `stock + sold == seeded` can be checked without reading the whole ledger.
+    pub sold: String,
+}
+
+impl StockKeys {
+    pub fn new(sku: &Sku) -> StockKeys {
+        let s = sku.as_str();
+        StockKeys {
+            stock: format!("item:stock:{s}"),
+            ledger: format!("item:orders:{s}"),
+            seeded: format!("item:seeded:{s}"),
+            buyers: format!("item:buyers:{s}"),
+            sold: format!("item:sold:{s}"),
+        }
+    }
+}
+
+/// The keys of one lock. Each prefix differs from the others before the name starts, so no
+/// lock's key can equal another lock's key of a different kind.
+#[derive(Clone, Debug)]
+pub struct LockKeys {
+    /// `dist_lock:<name>`: the lock itself, as in the seed.
+    pub lock: String,
+    /// `dist_lock_fence:<name>`: the fencing counter, one INCR per grant.
+    pub fence: String,
+    /// `dist_lock_queue:<name>`: waiters in arrival order.
+    pub queue: String,
+    /// `dist_lock_waiting:<name>`: each waiter's deadline on the server's clock.
+    pub deadlines: String,
+    /// `dist_lock_wake:<name>:`, followed by a waiter's token: the list it blocks on.
+    pub wake_prefix: String,
+}
+
+impl LockKeys {
+    pub fn new(name: &str) -> LockKeys {
+        LockKeys {
+            lock: format!("dist_lock:{name}"),
+            fence: format!("dist_lock_fence:{name}"),
+            queue: format!("dist_lock_queue:{name}"),
+            deadlines: format!("dist_lock_waiting:{name}"),
+            wake_prefix: format!("dist_lock_wake:{name}:"),
+        }
+    }
+}
+
+/// Every key lockctl uses for `sku` (a waiter's wake list stands in for all of them).
+pub fn keys_of(sku: &Sku) -> Vec<String> {
+    let s = StockKeys::new(sku);
+    let l = LockKeys::new(sku.as_str());
+    vec![
+        s.stock,
+        s.ledger,
+        s.seeded,
+        s.buyers,
+        s.sold,
+        l.lock,
+        l.fence,
+        l.queue,
+        l.deadlines,
+        format!("{}{}", l.wake_prefix, "0".repeat(32)),
+    ]
+}
+
+/// In a Redis Cluster, a script or transaction can only touch keys of one slot: checks that
+/// all of `sku`'s keys share one, and says how to make them when they do not.
+pub fn check_one_slot(sku: &Sku) -> std::result::Result<u16, String> {
+    let keys = keys_of(sku);
+    let first = key_slot(&keys[0]);
+    match keys.iter().find(|k| key_slot(k) != first) {
+        None => Ok(first),
+        Some(other) => Err(format!(
+            "in a Redis Cluster the keys of '{sku}' fall in different slots ('{}' in slot {first}, '{other}' in slot {}); write the SKU with a hash tag, '{{{sku}}}', so that all its keys share one slot",
+            keys[0],
+            key_slot(other)
+        )),
+    }
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the
+/// text between the first `{` and the next `}`, when not empty), modulo 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16(hashed) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("item:stock:{sku_886}"), key_slot("sku_886"));
+        assert_eq!(key_slot("a{}b"), crc16(b"a{}b") % 16384);
+    }
+
+    #[test]
+    fn lock_keys_follow_the_seed() {
+        let k = LockKeys::new("sku_886");
+        assert_eq!(k.lock, "dist_lock:sku_886");
+        assert_eq!(k.fence, "dist_lock_fence:sku_886");
+        for key in [&k.fence, &k.queue, &k.deadlines] {
+            assert!(key.ends_with(":sku_886"), "{key}");
+        }
+        assert_eq!(k.wake_prefix, "dist_lock_wake:sku_886:");
+    }
+
+    #[test]
+    fn every_key_contains_the_sku_verbatim() {
+        let sku: Sku = "{t}".parse().unwrap();
+        let k = StockKeys::new(&sku);
+        for key in [&k.stock, &k.ledger, &k.seeded, &k.buyers, &k.sold] {
+            assert!(key.ends_with(":{t}"), "{key}");
+        }
+        assert_eq!(k.stock, "item:stock:{t}");
+    }
+}

@@ -1,0 +1,399 @@
+//! A lease-based Redis lock, compatible with the seed's PHP `DistributedLock`.
+//!
+//! The lock is the key `dist_lock:<name>` holding its owner's token (32 hex characters from 16
+//! random bytes), set with `NX` and `PX`, exactly as the seed does, so a lock taken by the PHP
+//! client and one taken here exclude each other. What makes it correct is that nothing but the
+//! owner ever touches a held lock: release and renewal are scripts that compare the token and act
+//! in one atomic step, and Redis runs one script at a time.
+//!
+//! Beyond the seed, every grant also takes the next number from `dist_lock_fence:<name>` in the
+//! same script (a fencing token: a store downstream can refuse writes carrying an older number),
+//! the release says whether the lease had already run out, and an optional watchdog renews the
+//! lease while the owner lives. This module knows nothing of stock.
+//!
+//! Layout: the scripts in `scripts`, the [`Guard`] in `guard`, the watchdog and the expiry
+//! poker in `watchdog`.
+
+mod guard;
+mod scripts;
+mod watchdog;
+
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+pub use guard::Guard;
+use guard::release_code;
+pub use scripts::WAITER_LEASE;
+use scripts::{ACQUIRE, FORCE, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
+use watchdog::{ExpiryPoker, Watchdog};
+
+use crate::conn::{Conn, Target};
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::metrics::{self, AcquireResult};
+use crate::redlock::Quorum;
+
+/// How a lock is taken and held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Lease length: the lock frees itself this long after the last grant or renewal.
+    /// Default: 5000 ms, as in the seed's demo.
+    pub ttl: Duration,
+    /// How long to keep trying when the lock is held. Default: zero, one try, as in the seed.
+    pub wait: Duration,
+    /// Renew the lease every TTL/3 while the guard lives. Default: off.
+    pub watchdog: bool,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_millis(5000),
+            wait: Duration::ZERO,
+            watchdog: false,
+        }
+    }
+}
+
+/// A holder's token: 32 lowercase hex characters from 16 random bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Token(pub(crate) String);
+
+impl Token {
+    /// A fresh token from the thread-local cryptographic generator.
+    pub fn random() -> Token {
+        Token(hex::encode(rand::random::<[u8; 16]>()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl LockKeys {
+    /// The four keys every queue-aware script takes first, in order.
+    pub(crate) fn queue_keys(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.queue, &self.deadlines]
+    }
+
+    /// The arguments every queue-aware script takes, in order: token, TTL ms, '1' to queue,
+    /// the waiter lease in ms, the wake prefix (see the scripts' comments).
+    pub(crate) fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 5] {
+        [
+            token.to_string(),
+            ttl_ms.to_string(),
+            if queue { "1" } else { "0" }.to_string(),
+            WAITER_LEASE.as_millis().to_string(),
+            self.wake_prefix.clone(),
+        ]
+    }
+
+    /// A queue-aware script call: the four keys (and this waiter's wake list, when `waiter`
+    /// names one), then the standard arguments.
+    fn invocation<'a>(
+        &self,
+        script: &'a Script,
+        token: &str,
+        ttl_ms: u64,
+        queue: bool,
+        waiter: bool,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        for k in self.queue_keys() {
+            inv.key(k);
+        }
+        if waiter {
+            inv.key(format!("{}{token}", self.wake_prefix));
+        }
+        inv.arg(&self.queue_argv(token, ttl_ms, queue));
+        inv
+    }
+}
+
+/// The result of asking for the lock.
+#[derive(Debug)]
+pub enum Acquire {
+    /// The lock is ours until the guard is released or the lease runs out.
+    Acquired(Guard),
+    /// Someone else held it for the whole wait.
+    Busy,
+}
+
+/// What releasing found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// We still held it, and now nobody does.
+    Released,
+    /// Someone else holds it: our lease ran out and was taken over. Left in place.
+    NotOwner,
+    /// Nobody holds it: our lease ran out.
+    Expired,
+}
+
+/// A named lock on one Redis server.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    keys: Arc<LockKeys>,
+    options: LockOptions,
+    target: Target,
+    /// Started the first time a waiter needs it; shared by every clone of this lock.
+    expiry_poker: Arc<OnceLock<Option<ExpiryPoker>>>,
+    /// Redlock's voting masters, when the lock is taken by quorum.
+    quorum: Option<Arc<Quorum>>,
+}
+
+impl Lock {
+    /// The lock `dist_lock:<name>` on `target` (the watchdog opens its own connection there).
+    pub fn new(target: &Target, name: &str, options: LockOptions) -> Lock {
+        Lock {
+            keys: Arc::new(LockKeys::new(name)),
+            options,
+            target: target.clone(),
+            expiry_poker: Arc::new(OnceLock::new()),
+            quorum: None,
+        }
+    }
+
+    /// Takes the lock by Redlock quorum on `quorum`'s masters (and on `target`, the data node).
+    pub fn with_quorum(mut self, quorum: Arc<Quorum>) -> Lock {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    pub fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    /// Takes the lock, waiting up to `wait` in the lock's FIFO queue.
+    ///
+    /// A waiter does not poll: it blocks on its own wake list, and the holder's release hands
+    /// the lock straight to the oldest live waiter and wakes it, so a released lock changes
+    /// hands in about one round trip. A waiter also wakes when the holder's lease is due to run
+    /// out (a holder that died never releases) and to refresh its place in the queue.
+    ///
+    /// If a call fails in a way that may have been applied (a timeout), the waiter leaves the
+    /// queue and releases the lock by token, best effort, and the error is returned: the lock
+    /// is never considered held after an error.
+    pub fn acquire(&self, conn: &mut Conn) -> Result<Acquire> {
+        let started = Instant::now();
+        let token = Token::random();
+        let outcome = match &self.quorum {
+            None => self
+                .wait_for_grant(conn, &token, started)
+                .map(|f| f.map(|f| (f, None))),
+            Some(q) => self.wait_for_quorum(conn, q, &token, started),
+        };
+        let result = match outcome {
+            Ok(Some(_)) => AcquireResult::Acquired,
+            Ok(None) => AcquireResult::Busy,
+            Err(_) => AcquireResult::Error,
+        };
+        metrics::global().observe_wait(started.elapsed(), result);
+        let (fence, valid_until) = match outcome {
+            Ok(Some(granted)) => granted,
+            Ok(None) => return Ok(Acquire::Busy),
+            Err(e) => return Err(e),
+        };
+        let acquired_at = Instant::now();
+        let mut guard = Guard {
+            keys: self.keys.clone(),
+            token,
+            fence,
+            ttl: self.options.ttl,
+            waited: acquired_at - started,
+            acquired_at,
+            watchdog: None,
+            quorum: self.quorum.clone().zip(valid_until),
+        };
+        if self.options.watchdog {
+            match Watchdog::start(&self.target, &guard) {
+                Ok(w) => guard.watchdog = Some(w),
+                Err(e) => {
+                    let _ = guard.release(conn);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Acquire::Acquired(guard))
+    }
+
+    /// Redlock's acquire loop. The lock key on the data node comes first, through its FIFO
+    /// queue: it keeps single-node clients such as the seed's PHP code excluded, gives the
+    /// fenced write a token to check where the stock lives, and lets lockctl's buyers take
+    /// turns instead of splitting the votes (simultaneous Redlock rounds that each win a
+    /// minority, release, and retry are Redlock's known livelock). Then a majority of the lock
+    /// nodes, which keeps the lock even if the data node fails over and forgets its key. A
+    /// round that misses the majority gives the data-node lock back and tries again after a
+    /// random pause, until the wait runs out.
+    fn wait_for_quorum(
+        &self,
+        conn: &mut Conn,
+        q: &Quorum,
+        token: &Token,
+        started: Instant,
+    ) -> Result<Option<(u64, Option<Instant>)>> {
+        let ttl = self.options.ttl;
+        loop {
+            let Some(fence) = self.wait_for_grant(conn, token, started)? else {
+                return Ok(None);
+            };
+            let round = Instant::now();
+            if let Some(validity) = q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
+                return Ok(Some((fence, Some(round + validity))));
+            }
+            release_token(conn, &self.keys, token)?;
+            let left = self.options.wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            thread::sleep(Duration::from_micros(rand::random_range(1_000..20_000)).min(left));
+        }
+    }
+
+    /// The acquire loop: `Some(fencing token)` when granted, `None` when the wait ran out.
+    ///
+    /// On an error the waiter leaves the queue and releases the lock by token, best effort.
+    fn wait_for_grant(
+        &self,
+        conn: &mut Conn,
+        token: &Token,
+        started: Instant,
+    ) -> Result<Option<u64>> {
+        let mut queued = false;
+        let outcome = self.wait_in_queue(conn, token, started, &mut queued);
+        if outcome.is_err() {
+            let _ = self.call(conn, &LEAVE, token, false);
+            let _ = release_token(conn, &self.keys, token);
+        }
+        outcome
+    }
+
+    fn wait_in_queue(
+        &self,
+        conn: &mut Conn,
+        token: &Token,
+        started: Instant,
+        queued: &mut bool,
+    ) -> Result<Option<u64>> {
+        let call_timeout = conn.call_timeout();
+        loop {
+            let left = self.options.wait.saturating_sub(started.elapsed());
+            let (granted, n) = self.call(conn, &ACQUIRE, token, !left.is_zero())?;
+            if granted == 1 {
+                return Ok(Some(n.max(0) as u64));
+            }
+            if left.is_zero() {
+                if !*queued {
+                    return Ok(None);
+                }
+                // Leaving may find the lock granted to us a moment ago: then it is ours.
+                let (granted, fence) = self.call(conn, &LEAVE, token, false)?;
+                return Ok((granted == 1).then_some(fence.max(0) as u64));
+            }
+            *queued = true;
+            // Block until woken or until our place needs refreshing. When the holder's lease
+            // (n is its PTTL; negative when it has none) runs out before that, ask the expiry
+            // poker to hand the lock over the moment it does: a BLPOP timeout would fire only
+            // on the server's next clock tick (1/hz, 100 ms by default), late.
+            let block = left.min(WAITER_REFRESH);
+            if n >= 0 && (n as u128) < block.as_millis() {
+                self.poke_at(Instant::now() + Duration::from_millis(n as u64 + 1));
+            }
+            conn.set_call_timeout(call_timeout + block)?;
+            let woken: Result<Option<(String, u64)>> = conn.query(
+                redis::cmd("BLPOP")
+                    .arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
+                    .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
+            );
+            conn.set_call_timeout(call_timeout)?;
+            if let Some((_, fence)) = woken? {
+                return Ok(Some(fence));
+            }
+        }
+    }
+
+    /// Runs a queue-aware script with this lock's keys and the standard arguments.
+    fn call(
+        &self,
+        conn: &mut Conn,
+        script: &Script,
+        token: &Token,
+        queue: bool,
+    ) -> Result<(i64, i64)> {
+        let ttl_ms = self.options.ttl.as_millis() as u64;
+        conn.script(
+            &self
+                .keys
+                .invocation(script, token.as_str(), ttl_ms, queue, true),
+        )
+    }
+
+    fn poke_at(&self, due: Instant) {
+        let poker = self
+            .expiry_poker
+            .get_or_init(|| ExpiryPoker::start(&self.target, self.keys.clone()).ok());
+        if let Some(p) = poker {
+            p.poke_at(due);
+        }
+    }
+
+    /// Who holds the lock now and for how much longer: `(token, remaining TTL)`.
+    pub fn holder(&self, conn: &mut Conn) -> Result<Option<(String, Duration)>> {
+        let ((token, pttl), _): ((Option<String>, i64), _) = conn.transaction(
+            &[
+                redis::Cmd::get(&self.keys.lock),
+                redis::cmd("PTTL").arg(&self.keys.lock).clone(),
+            ],
+            None,
+        )?;
+        Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
+    }
+
+    /// Deletes the lock whoever holds it (a holder that is stuck, not one that is working: its
+    /// writes are no longer excluded), handing it to the next waiter. Returns the token removed.
+    pub fn force_unlock(&self, conn: &mut Conn) -> Result<Option<String>> {
+        conn.script(&self.keys.invocation(&FORCE, "", 0, false, false))
+    }
+
+    /// Releases the lock only if `token` still holds it: the safe form of the escape hatch.
+    pub fn release_by_token(&self, conn: &mut Conn, token: &str) -> Result<Release> {
+        release_token(conn, &self.keys, &Token(token.to_string()))
+    }
+
+    /// The current value of the fencing counter (the last grant's fencing token).
+    pub fn last_fence(&self, conn: &mut Conn) -> Result<u64> {
+        let v: Option<u64> = conn.query(redis::cmd("GET").arg(&self.keys.fence))?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Clients waiting in the queue right now (live entries only): the wait-queue length.
+    pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
+        conn.script(&self.keys.invocation(&WAITERS, "", 0, false, false))
+    }
+}
+
+pub(crate) fn release_token(conn: &mut Conn, keys: &LockKeys, token: &Token) -> Result<Release> {
+    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, false);
+    Ok(release_code(conn.script(&inv)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_32_hex_chars_and_distinct() {
+        let a = Token::random();
+        let b = Token::random();
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

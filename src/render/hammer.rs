@@ -1,0 +1,284 @@
+//! The hammer's report as text (aligned rows, the verdict last), JSON and Markdown.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::hammer::{Mode, Percentiles, Report, Verdict, overall_verdict};
+use crate::units::round3;
+
+/// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`).
+pub fn hammer_text(r: &Report, color: bool) -> String {
+    let mut s = String::new();
+    facts_rows(&mut s, r);
+    verdict_rows(&mut s, r, color);
+    s
+}
+
+/// One aligned row of the text report.
+fn row(s: &mut String, label: &str, text: String) {
+    let _ = writeln!(s, "  {label:<12}{text}");
+}
+
+/// The header and what was measured: outcomes, stock, latencies, throughput, notes.
+fn facts_rows(s: &mut String, r: &Report) {
+    let _ = writeln!(
+        s,
+        "hammer: {} purchases of {} x{}, {} at a time, strategy {} ({})",
+        r.run.requests,
+        r.run.sku,
+        r.run.qty,
+        r.run.concurrency,
+        r.run.strategy,
+        mode_name(r)
+    );
+    let mut outcomes = format!(
+        "bought {}  sold out {}  busy {}  lease lost {}  errors {}",
+        r.bought, r.sold_out, r.busy, r.lease_lost, r.errors
+    );
+    if r.limit_reached > 0 {
+        let _ = write!(outcomes, "  limit {}", r.limit_reached);
+    }
+    if r.replayed > 0 {
+        let _ = write!(outcomes, "  (replayed {})", r.replayed);
+    }
+    row(s, "outcomes", outcomes);
+    row(
+        s,
+        "stock",
+        format!(
+            "{} -> {} (consumed {}, sold {}, ledger {} units in {} orders){}",
+            r.run.initial_stock,
+            opt(r.final_stock),
+            opt(r.consumed),
+            r.sold_qty,
+            r.ledger_qty,
+            r.ledger_orders,
+            if r.run.seeded {
+                ""
+            } else {
+                " [stock already in Redis]"
+            }
+        ),
+    );
+    row(s, "latency", pct_text(&r.latency_ms));
+    if let Some(w) = &r.lock_wait_ms {
+        row(s, "lock wait", pct_text(w));
+    }
+    if let Some(h) = &r.lock_hold_ms {
+        row(s, "lock hold", pct_text(h));
+    }
+    row(
+        s,
+        "throughput",
+        format!(
+            "{:.1} purchases/s over {:.3} s",
+            r.throughput_rps, r.elapsed_s
+        ),
+    );
+    for n in &r.notes {
+        row(s, "note", n.clone());
+    }
+    if let Some(e) = &r.first_error {
+        row(s, "first error", e.clone());
+    }
+}
+
+/// The verdict, in green or red when `color`, with every violation under it.
+fn verdict_rows(s: &mut String, r: &Report, color: bool) {
+    let paint = |code: &str, text: &str| {
+        if color {
+            format!("\x1b[1;{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    };
+    match r.verdict {
+        Verdict::Pass => row(
+            s,
+            "verdict",
+            format!(
+                "{}: nothing oversold (stock {} -> {}), every request accounted for",
+                paint("32", "PASS"),
+                r.run.initial_stock,
+                opt(r.final_stock)
+            ),
+        ),
+        Verdict::Unknown => row(
+            s,
+            "verdict",
+            format!(
+                "{}: Redis could not be read back, so nothing is claimed",
+                paint("33", "UNKNOWN")
+            ),
+        ),
+        Verdict::Fail => {
+            let n = r.violations.len();
+            row(
+                s,
+                "verdict",
+                format!("{}: {n} invariant(s) violated", paint("31", "FAIL")),
+            );
+            for v in &r.violations {
+                row(s, "", format!("- {v}"));
+            }
+        }
+    }
+}
+
+/// `hammer --json`: the whole report.
+pub fn hammer_json(r: &Report) -> Value {
+    super::to_json(r)
+}
+
+/// The one JSON document for a hammer run: the report itself for one strategy; for several,
+/// `{verdict, runs: [report...], comparison: [...]}` with `verdict` pass only if all passed.
+pub fn hammer_document(reports: &[Report]) -> Value {
+    match reports {
+        [one] => hammer_json(one),
+        _ => json!({
+            "verdict": overall_verdict(reports),
+            "runs": reports.iter().map(hammer_json).collect::<Vec<_>>(),
+            "comparison": ranked(reports).iter().map(|(r, rel)| json!({
+                "strategy": r.run.strategy,
+                "throughput_rps": r.throughput_rps,
+                "relative_speed": rel,
+                "verdict": r.verdict,
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+/// All pass: pass; any fail: fail; otherwise (some unknown): unknown.
+/// Reports from fastest to slowest, each with the fastest one's speed as a multiple of its own.
+pub(super) fn ranked(reports: &[Report]) -> Vec<(&Report, f64)> {
+    let mut v: Vec<&Report> = reports.iter().collect();
+    v.sort_by(|a, b| b.throughput_rps.total_cmp(&a.throughput_rps));
+    let best = v.first().map_or(0.0, |r| r.throughput_rps);
+    v.into_iter()
+        .map(|r| {
+            let rel = if r.throughput_rps > 0.0 {
+                round3(best / r.throughput_rps)
+            } else {
+                f64::INFINITY
+            };
+            (r, rel)
+        })
+        .collect()
+}
+
+/// The side-by-side table for several strategies, like hyperfine's summary.
+pub fn comparison_text(reports: &[Report]) -> String {
+    let mut s = String::from("comparison (the same load on a freshly seeded stock each time):\n");
+    let _ = writeln!(
+        s,
+        "  {:<9}{:>13}{:>10}{:>10}{:>8}{:>10}  verdict",
+        "strategy", "purchases/s", "p50 ms", "p99 ms", "sold", "stock"
+    );
+    let ranked = ranked(reports);
+    for (r, _) in &ranked {
+        let _ = writeln!(
+            s,
+            "  {:<9}{:>13.1}{:>10.3}{:>10.3}{:>8}{:>10}  {}",
+            r.run.strategy.name(),
+            r.throughput_rps,
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            r.sold_qty,
+            opt(r.final_stock),
+            verdict_word(r.verdict)
+        );
+    }
+    if let Some(((fastest, _), rest)) = ranked.split_first() {
+        let _ = writeln!(s, "  {} ran", fastest.run.strategy);
+        for (r, rel) in rest {
+            let _ = writeln!(s, "    {rel:>8.2} times faster than {}", r.run.strategy);
+        }
+    }
+    s
+}
+
+pub(super) fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "pass",
+        Verdict::Fail => "FAIL",
+        Verdict::Unknown => "UNKNOWN",
+    }
+}
+
+/// A number read back from Redis, or `?` when it could not be.
+pub(super) fn opt(v: Option<i64>) -> String {
+    v.map_or("?".into(), |v| v.to_string())
+}
+
+/// `--export-markdown`: one row per strategy, then every violation.
+pub fn hammer_markdown(reports: &[Report]) -> String {
+    let mut s = String::new();
+    if let Some(r) = reports.first() {
+        let _ = writeln!(
+            s,
+            "Hammer on `{}`: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
+            r.run.sku,
+            r.run.requests,
+            r.run.concurrency,
+            if r.run.watchdog {
+                "watchdog on"
+            } else {
+                "no watchdog"
+            },
+            mode_name(r),
+            r.run.initial_stock
+        );
+    }
+    s.push_str("| strategy | purchases/s | slower than fastest | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | bought | sold out | busy | lease lost | errors | final stock | oversold | verdict |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (r, rel) in ranked(reports) {
+        let l = &r.latency_ms;
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} | {:.2}x | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.run.strategy,
+            r.throughput_rps,
+            rel,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max,
+            r.bought,
+            r.sold_out,
+            r.busy,
+            r.lease_lost,
+            r.errors,
+            opt(r.final_stock),
+            r.oversold,
+            verdict_word(r.verdict)
+        );
+    }
+    let violations: Vec<String> = reports
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .map(move |v| format!("- {}: {v}", r.run.strategy))
+        })
+        .collect();
+    if !violations.is_empty() {
+        let _ = write!(s, "\nViolations:\n\n{}\n", violations.join("\n"));
+    }
+    s
+}
+
+pub(super) fn mode_name(r: &Report) -> &'static str {
+    match r.run.mode {
+        Mode::Threads => "threads",
+        Mode::Procs => "processes",
+    }
+}
+
+fn pct_text(p: &Percentiles) -> String {
+    format!(
+        "p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
+        p.p50, p.p90, p.p99, p.max
+    )
+}

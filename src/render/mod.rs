@@ -1,0 +1,160 @@
+//! Turns reports into what a person or a script reads: text, JSON, Markdown or HTML.
+//!
+//! Rendering is pure (a report in, a `String` out), so every format is tested from hand-built
+//! reports with no Redis. Units live in field names (`p99_ms`, `elapsed_s`).
+//!
+//! Layout: `check`, `status` and `buy` here; the hammer's text, JSON and Markdown in `hammer`;
+//! its self-contained HTML page in `html`.
+
+mod hammer;
+mod html;
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+pub use hammer::{comparison_text, hammer_document, hammer_json, hammer_markdown, hammer_text};
+pub use html::hammer_html;
+
+use crate::check::CheckReport;
+use crate::status::Status;
+use crate::stock::{Buy, Purchase, Strategy};
+use crate::wire::BuyJson;
+
+/// `check` for a person.
+pub fn check_text(r: &CheckReport) -> String {
+    let mut s = format!(
+        "Redis at {}: version {}, role {}, round trip {:.3} ms (max {:.3} ms)\n",
+        r.addr, r.redis_version, r.role, r.rtt_ms, r.rtt_max_ms
+    );
+    for n in &r.nodes {
+        match (&n.rtt_ms, &n.error) {
+            (Some(rtt), _) => {
+                let _ = writeln!(s, "lock node {}: ok, round trip {rtt:.3} ms", n.addr);
+            }
+            (None, e) => {
+                let _ = writeln!(
+                    s,
+                    "lock node {}: DOWN ({})",
+                    n.addr,
+                    e.as_deref().unwrap_or("no answer")
+                );
+            }
+        }
+    }
+    if let Some(q) = r.quorum {
+        let _ = writeln!(
+            s,
+            "quorum: {}",
+            if q { "reachable" } else { "NOT reachable" }
+        );
+    }
+    for p in &r.problems {
+        let _ = writeln!(s, "problem: {p}");
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s.push_str(if r.ok {
+        "ok: fit for locking\n"
+    } else {
+        "not fit for locking\n"
+    });
+    s
+}
+
+/// `check --json`.
+pub fn check_json(r: &CheckReport) -> Value {
+    to_json(r)
+}
+
+/// `status` for a person.
+pub fn status_text(st: &Status) -> String {
+    let mut s = format!(
+        "{}: stock {}, seeded {}, sold {} (ledger: {} units in {} orders)\n",
+        st.sku,
+        st.stock,
+        st.seeded.map_or("unknown".into(), |n| n.to_string()),
+        st.sold,
+        st.ledger_qty,
+        st.ledger_orders
+    );
+    match st.reconciled {
+        Some(true) => s.push_str("books: reconciled (stock + sold == seeded, ledger == sold)\n"),
+        Some(false) => {
+            s.push_str("books: DO NOT RECONCILE\n");
+            for p in &st.problems {
+                let _ = writeln!(s, "  - {p}");
+            }
+        }
+        None => s.push_str(
+            "books: cannot reconcile: no seed record (the stock was not set by lockctl seed)\n",
+        ),
+    }
+    match &st.lock {
+        Some(h) => {
+            let _ = writeln!(
+                s,
+                "lock: held by {}, {:.3} s of lease left",
+                h.token,
+                h.ttl_ms as f64 / 1000.0
+            );
+        }
+        None => s.push_str("lock: free\n"),
+    }
+    let _ = writeln!(s, "fence: {}  waiters: {}", st.fence, st.waiters);
+    s
+}
+
+/// `status --json`.
+pub fn status_json(st: &Status) -> Value {
+    to_json(st)
+}
+
+/// `buy` for a person, after the seed's three messages.
+pub fn buy_text(sku: &str, p: &Purchase) -> String {
+    let mut s = match p.outcome {
+        Buy::Bought { remaining } => match p.replayed {
+            Some(q) => format!(
+                "already bought: order {} bought {q} of {sku} before; nothing deducted now, {remaining} left",
+                p.order_id
+            ),
+            None => format!(
+                "bought, {remaining} left ({} of {sku}, order {})",
+                p.qty, p.order_id
+            ),
+        },
+        Buy::SoldOut { remaining } => {
+            format!("sold out: {sku} has {remaining} left, {} wanted", p.qty)
+        }
+        Buy::Busy => format!(
+            "busy, try again: another buyer holds the lock on {sku} (or wait for it with --wait-ms)"
+        ),
+        Buy::LeaseLost => format!(
+            "lease lost: the lock on {sku} expired before the deduction; nothing was deducted \
+             (raise --ttl-ms or add --watchdog)"
+        ),
+        Buy::LimitReached { bought, limit } => format!(
+            "limit reached: this user already has {bought} of {sku} and may buy {limit} in all; \
+             nothing was deducted"
+        ),
+    };
+    s.push('\n');
+    if p.overran_lease {
+        s.push_str(
+            "warning: the lease expired before the release: another buyer may have been inside \
+             the lock at the same time (raise --ttl-ms, add --watchdog, or use --strategy fenced)\n",
+        );
+    }
+    s
+}
+
+/// `buy --json`: the [`BuyJson`] object (the procs hammer reads the same type back).
+pub fn buy_json(sku: &str, strategy: Strategy, p: &Purchase) -> Value {
+    to_json(&BuyJson::new(sku, strategy, p))
+}
+
+/// Any report as a JSON value; a report that cannot be serialised says so instead.
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+}

@@ -1,0 +1,292 @@
+//! Stock deduction: the seed's purchase and the strategies that fix or break it.
+//!
+//! The stock is `item:stock:<SKU>`, a string integer, as in the seed. Every deduction also
+//! records the order in a per-SKU ledger (`item:orders:<SKU>`, order id -> units deducted), in
+//! the same transaction or script as the deduction, so that stock consumed and ledger sum agree
+//! whatever crashes: that equality is what the hammer and `status` check.
+//!
+//! The one idea that makes each strategy correct (or not):
+//! - `lock` reads then writes under the lock, which is safe only while the lease outlives the
+//!   work; past it (the seed's homework) two buyers read the same stock.
+//! - `fenced` makes the write itself check the lease: one script deducts only while the lock
+//!   still holds this buyer's token, so an expired buyer deducts nothing.
+//! - `atomic` needs no lock: one script reads, checks and writes, and Redis runs scripts one at
+//!   a time. It still yields to a lock held by anyone else, to stay safe beside lock users.
+//! - `naive` reads then writes with no lock: the negative control that must be caught.
+//!
+//! Layout: the purchase itself in `buyer` ([`Buyer`]), the deduct script in `script`; this
+//! file holds the types they share and the plain reads and writes (seed, stock, ledger).
+
+mod buyer;
+mod script;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use buyer::Buyer;
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::StockKeys;
+use crate::lock::LockOptions;
+use crate::metrics;
+use crate::sku::Sku;
+
+/// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
+pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
+
+/// How a purchase protects the stock. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// The seed: lock, GET, DECR if enough, release.
+    Lock,
+    /// The lock, but the deduction checks the lease atomically.
+    Fenced,
+    /// No lock: one script checks and deducts.
+    Atomic,
+    /// GET then DECR with no lock: the negative control.
+    Naive,
+}
+
+impl Strategy {
+    /// Every strategy, in the order the help lists them.
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Lock,
+        Strategy::Fenced,
+        Strategy::Atomic,
+        Strategy::Naive,
+    ];
+
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Lock => "lock",
+            Strategy::Fenced => "fenced",
+            Strategy::Atomic => "atomic",
+            Strategy::Naive => "naive",
+        }
+    }
+
+    /// Whether this strategy takes the lock.
+    pub fn locks(self) -> bool {
+        matches!(self, Strategy::Lock | Strategy::Fenced)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to buy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuyOptions {
+    /// Default: [`Strategy::Lock`], the seed's flow.
+    pub strategy: Strategy,
+    /// Units per purchase. Default: 1.
+    pub qty: u64,
+    /// Simulated business time between reading the stock and writing it. Default: zero.
+    pub work: Duration,
+    /// The lock's lease, wait and watchdog. Default: [`LockOptions::default`].
+    pub lock: LockOptions,
+    /// The most units one user may buy of the SKU in all; applies to purchases that name a
+    /// user. Default: none.
+    pub limit: Option<u64>,
+}
+
+impl Default for BuyOptions {
+    fn default() -> Self {
+        BuyOptions {
+            strategy: Strategy::Lock,
+            qty: 1,
+            work: Duration::ZERO,
+            lock: LockOptions::default(),
+            limit: None,
+        }
+    }
+}
+
+/// What a purchase came to. Only [`Buy::Bought`] deducted anything (and a replayed order id
+/// reports the original purchase without deducting again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buy {
+    /// Deducted; `remaining` is the stock right after the deduction (or now, when replayed).
+    Bought { remaining: i64 },
+    /// Not enough stock; `remaining` is what there was.
+    SoldOut { remaining: i64 },
+    /// The lock was held by someone else for the whole wait.
+    Busy,
+    /// The lease ran out before the deduction; nothing was deducted.
+    LeaseLost,
+    /// The user already has `bought` units and may have at most `limit`; nothing was deducted.
+    LimitReached { bought: u64, limit: u64 },
+}
+
+impl Buy {
+    /// Which of the outcomes this is, without its data.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Buy::Bought { .. } => Outcome::Bought,
+            Buy::SoldOut { .. } => Outcome::SoldOut,
+            Buy::Busy => Outcome::Busy,
+            Buy::LeaseLost => Outcome::LeaseLost,
+            Buy::LimitReached { .. } => Outcome::LimitReached,
+        }
+    }
+
+    /// The contract's outcome name.
+    pub fn name(&self) -> &'static str {
+        self.outcome().as_str()
+    }
+
+    /// The stock the buyer was told about, if any.
+    pub fn remaining(&self) -> Option<i64> {
+        match self {
+            Buy::Bought { remaining } | Buy::SoldOut { remaining } => Some(*remaining),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Strategy, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Strategy::ALL.iter().map(|st| st.name()).collect();
+                format!("unknown strategy '{s}'; one of: {}", names.join(", "))
+            })
+    }
+}
+
+/// The name of a purchase outcome: the contract's `outcome` field and the label of
+/// `lockctl_buy_total{outcome}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Bought,
+    SoldOut,
+    Busy,
+    LeaseLost,
+    LimitReached,
+}
+
+impl Outcome {
+    /// Every outcome.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Bought,
+        Outcome::SoldOut,
+        Outcome::Busy,
+        Outcome::LeaseLost,
+        Outcome::LimitReached,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Bought => "bought",
+            Outcome::SoldOut => "sold_out",
+            Outcome::Busy => "busy",
+            Outcome::LeaseLost => "lease_lost",
+            Outcome::LimitReached => "limit_reached",
+        }
+    }
+}
+
+/// One purchase and what is known about how it went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Purchase {
+    pub outcome: Buy,
+    pub order_id: String,
+    pub qty: u64,
+    /// The units of the original order, when this order id had already bought: nothing was
+    /// deducted this time.
+    pub replayed: Option<u64>,
+    /// The fencing token of the lock grant, for the lock strategies.
+    pub fence: Option<u64>,
+    /// The lock strategy deducted, and then the release found the lease gone: the buyer worked
+    /// past its lease, and another may have been inside the critical section too.
+    pub overran_lease: bool,
+    /// Time spent acquiring the lock (also when it ended busy).
+    pub lock_wait: Option<Duration>,
+    /// Time the lock was held.
+    pub lock_hold: Option<Duration>,
+    /// Watchdog renewals while held.
+    pub renewals: u64,
+}
+
+/// Reads the stock: `None` when the key does not exist, an error when it holds anything but an
+/// integer.
+pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option<i64>> {
+    let bad = |value: String| Error::BadStock {
+        sku: sku.to_string(),
+        key: keys.stock.clone(),
+        value,
+    };
+    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.stock)) {
+        Ok(raw) => raw,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            return Err(bad("a value of the wrong type".into()));
+        }
+        Err(e) => return Err(e),
+    };
+    match raw {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| bad(format!("'{s}'"))),
+    }
+}
+
+/// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
+/// in one MULTI.
+pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
+    let keys = StockKeys::new(sku);
+    conn.transaction::<redis::Value>(
+        &[
+            redis::Cmd::set(&keys.stock, count),
+            redis::Cmd::set(&keys.seeded, count),
+            redis::Cmd::set(&keys.sold, 0),
+            redis::Cmd::del(&keys.ledger),
+            redis::Cmd::del(&keys.buyers),
+        ],
+        None,
+    )?;
+    metrics::global().set_stock(sku.as_str(), count as i64);
+    Ok(())
+}
+
+/// The ledger of one SKU: order id -> units deducted under it. Read with HSCAN, a page at a
+/// time, so a large ledger does not block the server.
+pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
+    let keys = StockKeys::new(sku);
+    let mut out = HashMap::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<(String, i64)>) = conn.query(
+            redis::cmd("HSCAN")
+                .arg(&keys.ledger)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000),
+        )?;
+        out.extend(page);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// A fresh order id: `o-` and 16 random hex characters.
+pub fn new_order_id() -> String {
+    format!("o-{}", hex::encode(rand::random::<[u8; 8]>()))
+}
