@@ -4,7 +4,8 @@
 mod common;
 
 use common::RedisServer;
-use lockctl::sku::{MAX_SKU_BYTES, Sku, StockKeys};
+use lockctl::keys::{StockKeys, keys_of};
+use lockctl::sku::{MAX_SKU_BYTES, Sku};
 use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
 use proptest::prelude::*;
 use redis::Commands;
@@ -20,7 +21,7 @@ proptest! {
                 prop_assert!(!s.chars().any(|c| c.is_whitespace() || c.is_control()));
                 let k = StockKeys::new(&sku);
                 prop_assert!(k.stock.ends_with(&s));
-                prop_assert!(stock::keys_of(&sku).iter().all(|key| key.contains(&s)));
+                prop_assert!(keys_of(&sku).iter().all(|key| key.contains(&s)));
             }
             Err(msg) => prop_assert!(!msg.is_empty()),
         }

@@ -47,7 +47,7 @@ fn failed(index: u64, indeterminate: bool) -> Sample {
     Sample {
         index,
         ended: Ended::Failed {
-            kind: "timed_out".into(),
+            kind: lockctl::ErrorKind::TimedOut,
             indeterminate,
             message: "timed out after 2000 ms talking to 127.0.0.1:6379".into(),
         },
