@@ -138,6 +138,26 @@ pub fn check(conn: &mut Conn) -> Result<CheckReport> {
             ));
         }
     }
+    warnings.extend(durability_warnings(conn));
+
+    Ok(CheckReport {
+        ok: problems.is_empty(),
+        addr: conn.addr().to_string(),
+        redis_version: version,
+        role,
+        rtt_ms: round3(rtts[rtts.len() / 2]),
+        rtt_max_ms: round3(rtts[rtts.len() - 1]),
+        problems,
+        warnings,
+        nodes: Vec::new(),
+        quorum: None,
+    })
+}
+
+/// Settings under which Redis itself may drop lock keys or stock: an eviction policy that
+/// evicts keys with a TTL, and no persistence at all.
+fn durability_warnings(conn: &mut Conn) -> Vec<String> {
+    let mut warnings = Vec::new();
     match config(conn, "maxmemory-policy") {
         Some(p) if p == "noeviction" => {}
         Some(p) if p.starts_with("allkeys-") || p.starts_with("volatile-") => {
@@ -160,18 +180,7 @@ pub fn check(conn: &mut Conn) -> Result<CheckReport> {
         );
     }
 
-    Ok(CheckReport {
-        ok: problems.is_empty(),
-        addr: conn.addr().to_string(),
-        redis_version: version,
-        role,
-        rtt_ms: round3(rtts[rtts.len() / 2]),
-        rtt_max_ms: round3(rtts[rtts.len() - 1]),
-        problems,
-        warnings,
-        nodes: Vec::new(),
-        quorum: None,
-    })
+    warnings
 }
 
 /// For `--cluster`: `report` was made on the seed node; adds whether the cluster is healthy.

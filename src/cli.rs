@@ -365,6 +365,54 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The procs hammer writes its children's command lines from the library's option
+    /// structs; parsed back by this command line, they must give the very same options.
+    #[test]
+    fn a_procs_child_command_line_parses_back_to_the_parents_options() {
+        use lockctl::conn::Target;
+        use lockctl::hammer::ChildBuy;
+
+        let connect = ConnectOptions::new(Duration::from_millis(321), Duration::from_millis(654));
+        let target = Target::open("redis://:pw@127.0.0.1:1/3", connect.clone()).unwrap();
+        let sku: Sku = "{sku-1}".parse().unwrap();
+        for (i, strategy) in Strategy::ALL.into_iter().enumerate() {
+            let buy = BuyOptions {
+                strategy,
+                qty: 1 + i as u64,
+                work: Duration::from_millis(7 * i as u64),
+                lock: LockOptions {
+                    ttl: Duration::from_millis(1000 + i as u64),
+                    wait: Duration::from_millis(10 * i as u64),
+                    watchdog: i % 2 == 1,
+                },
+                limit: (i % 2 == 0).then_some(5),
+            };
+            let child = ChildBuy {
+                target: &target,
+                sku: &sku,
+                buy: &buy,
+                order_id: "h1-7",
+                user: Some("u3"),
+            };
+            let args = std::iter::once("lockctl".into()).chain(child.args());
+            let cli = Cli::try_parse_from(args).expect("the child's arguments parse");
+            assert!(cli.json, "the child must answer in JSON");
+            assert_eq!(cli.connect_options(), connect);
+            let Command::Buy(b) = &cli.command else {
+                panic!("not a buy: {:?}", cli.command)
+            };
+            assert_eq!(b.buy_options(), buy, "{strategy}");
+            assert_eq!(b.sku, sku);
+            assert_eq!(b.order_id.as_deref(), Some("h1-7"));
+            assert_eq!(b.user.as_deref(), buy.limit.map(|_| "u3"));
+            let text = format!("{:?}", child.args());
+            assert!(
+                !text.contains("pw"),
+                "a password on the command line: {text}"
+            );
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
 

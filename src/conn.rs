@@ -168,7 +168,12 @@ impl Target {
             .get_connection_info()
             .addr()
             .to_string();
+        // No retries inside the driver: it would send a packet again after a timeout or a
+        // dropped connection, when the first copy may have been applied (a deduction made
+        // twice). Redirections, which a server answers without applying anything, are followed
+        // by `Conn` itself.
         let client = redis::cluster::ClusterClient::builder([url])
+            .retries(0)
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.call_timeout)
             .build()
@@ -245,8 +250,13 @@ impl Target {
                 }
             }
         })?;
+        let cluster = match &self.client {
+            Client::Cluster(c) => Some(c.clone()),
+            Client::Single(_) => None,
+        };
         let mut conn = Conn {
             inner,
+            cluster,
             addr: self.addr.clone(),
             url: self.url.clone(),
             call_timeout: self.options.call_timeout,
@@ -259,6 +269,8 @@ impl Target {
 /// One connection. Not shared between threads: each worker opens its own.
 pub struct Conn {
     inner: Inner,
+    /// The cluster's client, to reconnect with a fresh slot map after a redirection.
+    cluster: Option<redis::cluster::ClusterClient>,
     addr: Arc<str>,
     url: Arc<str>,
     call_timeout: Duration,
@@ -315,8 +327,45 @@ impl Conn {
 
     /// Runs one command.
     pub fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
-        let r = cmd.query(self.inner.like());
-        r.map_err(|e| self.map_err(e))
+        self.following_redirects(|c| {
+            let r = cmd.query(c.inner.like());
+            r.map_err(|e| c.map_err(e))
+        })
+    }
+
+    /// Runs `call`, and on a cluster runs it again while the server answers with a
+    /// redirection (`MOVED`, `ASK`, `TRYAGAIN`: the slot is elsewhere or migrating). Such an
+    /// answer means the server applied nothing, so sending again cannot apply anything twice;
+    /// the connection is reopened first, which reads the slot map afresh. Nothing else is ever
+    /// sent again: a timeout or a broken connection may have been applied. Gives up after the
+    /// per-call limit.
+    fn following_redirects<T>(
+        &mut self,
+        mut call: impl FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = std::time::Instant::now() + self.call_timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let result = call(self);
+            let redirected = matches!(&result,
+                Err(Error::Redis { code: Some(c), indeterminate: false, .. })
+                    if matches!(c.as_str(), "MOVED" | "ASK" | "TRYAGAIN"));
+            let Some(client) = self.cluster.as_ref().filter(|_| redirected) else {
+                return result;
+            };
+            if std::time::Instant::now() + pause > deadline {
+                return result;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
+            if let Ok(fresh) = client.get_connection() {
+                self.inner = Inner::Cluster(Box::new(fresh));
+                let limit = self.call_timeout;
+                self.inner
+                    .set_timeouts(limit)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
     }
 
     /// Runs `commands` in one MULTI/EXEC transaction, followed in the same round trip by `then`
@@ -328,6 +377,14 @@ impl Conn {
     /// pipelines; sent as one packet, it goes to the node owning the first command's key, which
     /// is the node of every key of a SKU when the SKU carries a hash tag.
     pub fn transaction<T: FromRedisValue>(
+        &mut self,
+        commands: &[redis::Cmd],
+        then: Option<&redis::Cmd>,
+    ) -> Result<(T, Option<redis::Value>)> {
+        self.following_redirects(|c| c.transaction_once(commands, then))
+    }
+
+    fn transaction_once<T: FromRedisValue>(
         &mut self,
         commands: &[redis::Cmd],
         then: Option<&redis::Cmd>,
@@ -410,8 +467,10 @@ impl Conn {
 
     /// Runs a script by EVALSHA, loading it first if the server does not know it.
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
-        let r = inv.invoke(self.inner.like());
-        r.map_err(|e| self.map_err(e))
+        self.following_redirects(|c| {
+            let r = inv.invoke(c.inner.like());
+            r.map_err(|e| c.map_err(e))
+        })
     }
 
     /// An error for a reply that makes no sense here.
@@ -427,7 +486,15 @@ impl Conn {
     /// Maps a driver error to the library's error, naming this connection's address.
     pub fn map_err(&self, e: RedisError) -> Error {
         let addr = self.addr.to_string();
-        if e.is_timeout() {
+        let interrupted = is_interrupted(&e);
+        if interrupted {
+            Error::Redis {
+                addr,
+                reason: "the call was interrupted (the process was stopped and continued)".into(),
+                code: Some(crate::error::INTERRUPTED.into()),
+                indeterminate: true,
+            }
+        } else if e.is_timeout() {
             Error::Timeout {
                 addr,
                 after: self.call_timeout,
@@ -508,6 +575,22 @@ impl Reconnecting {
     pub fn reset(&mut self) {
         self.conn = None;
     }
+}
+
+/// An I/O error of kind `Interrupted` (EINTR) somewhere in `e`'s chain; the driver does not
+/// expose its I/O error, so its text is the fallback.
+fn is_interrupted(e: &RedisError) -> bool {
+    if e.kind() != ErrorKind::Io {
+        return false;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::Interrupted;
+        }
+        source = s.source();
+    }
+    e.to_string().contains("(os error 4)")
 }
 
 fn is_auth_error(e: &RedisError) -> bool {

@@ -54,6 +54,13 @@ pub enum Error {
         value: String,
     },
 
+    /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
+    /// never writes there. Nothing was changed.
+    #[error(
+        "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: lockctl seed {sku} <COUNT>)"
+    )]
+    BadData { sku: String, reason: String },
+
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
@@ -86,6 +93,7 @@ pub enum ErrorKind {
     Auth,
     Unseeded,
     BadStock,
+    BadData,
     Redis,
     Internal,
     /// Bad arguments (the binary's exit 2).
@@ -110,6 +118,7 @@ impl ErrorKind {
             ErrorKind::Auth => "auth",
             ErrorKind::Unseeded => "unseeded",
             ErrorKind::BadStock => "bad_stock",
+            ErrorKind::BadData => "bad_data",
             ErrorKind::Redis => "redis",
             ErrorKind::Internal => "internal",
             ErrorKind::Usage => "usage",
@@ -142,6 +151,7 @@ impl Error {
             Error::Auth { .. } => ErrorKind::Auth,
             Error::Unseeded { .. } => ErrorKind::Unseeded,
             Error::BadStock { .. } => ErrorKind::BadStock,
+            Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Redis { .. } => ErrorKind::Redis,
         }
@@ -169,6 +179,13 @@ impl Error {
         }
     }
 
+    /// True when a read was interrupted because the process was stopped and continued
+    /// (SIGSTOP/SIGCONT, Ctrl-Z and `fg`): on Linux a socket read with a timeout then fails with
+    /// EINTR. The reply is not lost: the connection skips it before the next reply.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Error::Redis { code: Some(c), .. } if c == INTERRUPTED)
+    }
+
     /// True when the failed call may still have been applied by the server.
     pub fn is_indeterminate(&self) -> bool {
         match self {
@@ -178,6 +195,9 @@ impl Error {
         }
     }
 }
+
+/// The code an interrupted read (EINTR) carries in [`Error::Redis`].
+pub const INTERRUPTED: &str = "EINTR";
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -46,37 +46,68 @@ pub struct Status {
     pub fence: u64,
     /// Clients waiting for the lock now.
     pub waiters: u64,
+    /// Queue entries lockctl did not write (0 for a healthy queue).
+    pub queue_damaged: u64,
 }
 
-/// Reads one SKU's state and checks its books.
+/// Reads one SKU's state and checks its books. Damaged data (a counter that is not an
+/// integer, a key of the wrong type, queue entries lockctl did not write) is reported as a
+/// problem, not an error, so `status` can say what is wrong.
 pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let keys = StockKeys::new(sku);
     let stock = stock::read_stock(conn, sku, &keys)?.ok_or_else(|| Error::Unseeded {
         sku: sku.to_string(),
     })?;
-    let ((seeded, sold), _): ((Option<i64>, Option<i64>), _) = conn.transaction(
-        &[redis::Cmd::get(&keys.seeded), redis::Cmd::get(&keys.sold)],
-        None,
-    )?;
-    let sold = sold.unwrap_or(0);
-    let ledger = stock::ledger(conn, sku)?;
-    let ledger_qty: i64 = ledger.values().sum();
-    let lock = Lock::new(target, sku.as_str(), LockOptions::default());
-    let holder = lock.holder(conn)?;
-    let fence = lock.last_fence(conn)?;
-    let waiters = lock.waiters(conn)?;
-
     let mut problems = Vec::new();
+    let seeded = read_counter(conn, &keys.seeded, &mut problems)?;
+    let sold = read_counter(conn, &keys.sold, &mut problems)?.unwrap_or(0);
+    let (mut ledger_orders, mut ledger_qty) = (0u64, 0i64);
+    let scanned = stock::scan_ledger(conn, sku, |_, units| {
+        ledger_orders += 1;
+        ledger_qty += units;
+    });
+    let ledger_ok = match scanned {
+        Ok(()) => true,
+        Err(Error::BadData { reason, .. }) => {
+            problems.push(reason);
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    let lock = Lock::new(target, sku.as_str(), LockOptions::default());
+    let holder = match lock.holder(conn) {
+        Ok(h) => h,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            problems.push(format!(
+                "{} is not a lock (wrong type): lockctl unlock {sku} --force removes it",
+                lock.keys().lock
+            ));
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let fence = read_counter(conn, &lock.keys().fence, &mut problems)?.unwrap_or(0);
+    let queue = lock.queue_health(conn)?;
+    if queue.wrong_type || queue.damaged > 0 {
+        problems.push(format!(
+            "the lock's queue is damaged ({}): lockctl unlock {sku} --force repairs it",
+            if queue.wrong_type {
+                "its keys are not sorted sets".to_string()
+            } else {
+                format!("{} entries lockctl did not write", queue.damaged)
+            }
+        ));
+    }
     if stock < 0 {
         problems.push(format!("the stock is negative: {stock} (oversold)"));
     }
-    if sold != ledger_qty {
+    if ledger_ok && sold != ledger_qty {
         problems.push(format!(
-            "the sold counter says {sold} but the ledger holds {ledger_qty} units in {} orders",
-            ledger.len()
+            "the sold counter says {sold} but the ledger holds {ledger_qty} units in {ledger_orders} orders"
         ));
     }
     if let Some(n) = seeded
+        && ledger_ok
         && stock + ledger_qty != n
     {
         problems.push(format!(
@@ -95,7 +126,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         stock,
         seeded,
         sold,
-        ledger_orders: ledger.len() as u64,
+        ledger_orders,
         ledger_qty,
         reconciled,
         problems,
@@ -103,7 +134,33 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             token,
             ttl_ms: ttl.as_millis() as u64,
         }),
-        fence,
-        waiters,
+        fence: fence.max(0) as u64,
+        waiters: queue.live,
+        queue_damaged: queue.damaged + u64::from(queue.wrong_type),
     })
+}
+
+/// An integer kept in a string key (the seed record, the sold counter, the fencing counter):
+/// `None` when absent; a value that is not an integer, or a key of another type, is added to
+/// `problems` and read as absent.
+fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Result<Option<i64>> {
+    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(key)) {
+        Ok(raw) => raw,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            problems.push(format!("{key} is not a string (wrong type)"));
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(raw.and_then(|v| {
+        let n = stock::parse_stock(&v);
+        if n.is_none() {
+            let shown: String = v.chars().take(40).collect();
+            problems.push(format!(
+                "{key} holds '{}', not an integer",
+                shown.escape_debug()
+            ));
+        }
+        n
+    }))
 }

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use lockctl::conn::Conn;
 use lockctl::lock::{Lock, LockOptions, Release};
 use lockctl::sku::Sku;
 
@@ -10,19 +11,14 @@ use super::{Ctx, Exit, output};
 pub fn run(ctx: &Ctx, sku: &Sku, force: bool, token: Option<String>) -> anyhow::Result<Exit> {
     let mut conn = ctx.target.connect()?;
     let lock = Lock::new(&ctx.target, sku.as_str(), LockOptions::default());
+    if force {
+        return forced(ctx, sku, &lock, &mut conn);
+    }
     let holder = lock.holder(&mut conn)?;
     let key = &lock.keys().lock;
-    let (removed, message, exit) = match (&holder, force, token) {
-        (None, _, _) => (false, format!("{key} is not held: nothing to do"), Exit::Ok),
-        (Some(_), true, _) => match lock.force_unlock(&mut conn)? {
-            Some(t) => (true, format!("removed {key}, held by token {t}"), Exit::Ok),
-            None => (
-                false,
-                format!("{key} was released meanwhile: nothing to do"),
-                Exit::Ok,
-            ),
-        },
-        (Some((held, _)), false, Some(t)) => match lock.release_by_token(&mut conn, &t)? {
+    let (removed, message, exit) = match (&holder, token) {
+        (None, _) => (false, format!("{key} is not held: nothing to do"), Exit::Ok),
+        (Some((held, _)), Some(t)) => match lock.release_by_token(&mut conn, &t)? {
             Release::Released => (true, format!("released {key}, held by token {t}"), Exit::Ok),
             Release::Expired => (
                 false,
@@ -35,7 +31,7 @@ pub fn run(ctx: &Ctx, sku: &Sku, force: bool, token: Option<String>) -> anyhow::
                 Exit::Refused,
             ),
         },
-        (Some((held, ttl)), false, None) => (
+        (Some((held, ttl)), None) => (
             false,
             format!(
                 "{key} is held by token {held} for {:.3} s more; not removed (pass --force to delete it, or --token {held} to release it only if that holder still has it)",
@@ -58,4 +54,51 @@ pub fn run(ctx: &Ctx, sku: &Sku, force: bool, token: Option<String>) -> anyhow::
         },
     )?;
     Ok(exit)
+}
+
+/// `--force`: deletes the lock whoever holds it and empties its queue (handing the lock to
+/// nobody: right after a crash the queue holds dead waiters), dropping damaged entries too.
+fn forced(ctx: &Ctx, sku: &Sku, lock: &Lock, conn: &mut Conn) -> anyhow::Result<Exit> {
+    let key = &lock.keys().lock;
+    let f = lock.force_unlock(conn)?;
+    let mut parts = vec![match &f.holder {
+        Some(t) => format!("removed {key}, held by token {t}"),
+        None => format!("{key} was not held"),
+    }];
+    if f.waiters > 0 {
+        parts.push(format!(
+            "emptied its queue of {} waiter{} (live ones queue again within a second; none was handed the lock)",
+            f.waiters,
+            if f.waiters == 1 { "" } else { "s" }
+        ));
+    }
+    if f.damaged > 0 {
+        parts.push(format!(
+            "dropped {} damaged queue entr{} (not written by lockctl)",
+            f.damaged,
+            if f.damaged == 1 { "y" } else { "ies" }
+        ));
+    }
+    let changed = f.holder.is_some() || f.waiters > 0 || f.damaged > 0;
+    let message = if changed {
+        parts.join("; ")
+    } else {
+        format!("{key} is not held and its queue is empty: nothing to do")
+    };
+    output(
+        ctx,
+        || format!("{message}\n"),
+        || {
+            json!({
+                "sku": sku.as_str(),
+                "held_by": f.holder,
+                "ttl_ms": null,
+                "removed": f.holder.is_some(),
+                "waiters_removed": f.waiters,
+                "damaged_removed": f.damaged,
+                "message": message,
+            })
+        },
+    )?;
+    Ok(Exit::Ok)
 }

@@ -28,6 +28,7 @@ use serde::Serialize;
 
 pub use fan_out::OUTAGE_LIMIT;
 pub use judge::{judge, judge_unreadable};
+pub use procs::{ChildBuy, child_deadline};
 pub use readback::{READ_BACK_PATIENCE, Readback};
 pub use report::{Bucket, Ended, Percentiles, Report, RunFacts, Sample, Verdict};
 

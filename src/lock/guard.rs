@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::lease::Lease;
 use super::scripts::RELEASE;
 use super::watchdog::Watchdog;
 use super::{Release, Token, release_token};
@@ -26,6 +27,8 @@ pub struct Guard {
     pub(super) watchdog: Option<Watchdog>,
     /// Redlock's nodes and the end of the validity of the grant (or of its last extension).
     pub(super) quorum: Option<(Arc<Quorum>, Instant)>,
+    /// What this holder knows of its lease by its own clock (shared with the watchdog).
+    pub(super) lease: Arc<Lease>,
 }
 
 impl Guard {
@@ -57,9 +60,16 @@ impl Guard {
     /// True once the watchdog has failed to renew: the lease may be gone, so the holder must
     /// not write. Without a watchdog the guard cannot know (use a fenced write for that).
     pub fn lease_lost(&self) -> bool {
-        self.watchdog
-            .as_ref()
-            .is_some_and(|w| w.lost.load(Ordering::SeqCst))
+        self.watchdog.is_some() && self.lease.is_lost()
+    }
+
+    /// Whether the lease can still be valid now, by this process's own clock: less than the
+    /// TTL (less Redlock's drift margin) has passed since the earliest moment the grant or the
+    /// last confirmed renewal could have taken effect. A renewal in flight is waited for (up to
+    /// one TTL). A holder that was paused past its lease finds out here; what remains is a
+    /// pause between this check and the write reaching Redis, which only a fenced write closes.
+    pub fn lease_valid(&self) -> bool {
+        self.lease.still_valid(self.ttl)
     }
 
     /// Renewals the watchdog has made so far.
@@ -131,7 +141,7 @@ impl Guard {
         match self.watchdog.take() {
             Some(mut w) => {
                 w.stop();
-                w.lost.load(Ordering::SeqCst)
+                self.lease.is_lost()
             }
             None => false,
         }

@@ -15,6 +15,7 @@
 //! poker in `watchdog`.
 
 mod guard;
+mod lease;
 mod scripts;
 mod watchdog;
 
@@ -26,8 +27,9 @@ use redis::Script;
 
 pub use guard::Guard;
 use guard::release_code;
+use lease::Lease;
 pub use scripts::WAITER_LEASE;
-use scripts::{ACQUIRE, FORCE, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
+use scripts::{ACQUIRE, FORCE, HEALTH, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
 use watchdog::{ExpiryPoker, Watchdog};
 
 use crate::conn::{Conn, Target};
@@ -133,6 +135,100 @@ pub enum Release {
     Expired,
 }
 
+/// A grant: its fencing token, and the earliest local instant its lease could have begun.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    fence: u64,
+    lease_from: Instant,
+}
+
+/// One answer of the ACQUIRE or LEAVE script, with the local instant the call was sent.
+#[derive(Clone, Copy, Debug)]
+struct Reply {
+    granted: bool,
+    /// The fencing token when granted, the holder's PTTL when not.
+    n: i64,
+    /// The server's clock (ms) when the script ran.
+    server_now: i64,
+    /// The server's clock (ms) when the grant was made; -1 when it is not known.
+    grant_at: i64,
+    sent: Instant,
+}
+
+impl Reply {
+    /// A stand-in for "no answer yet", sent at `at`.
+    fn before(at: Instant) -> Reply {
+        Reply {
+            granted: false,
+            n: -1,
+            server_now: 0,
+            grant_at: -1,
+            sent: at,
+        }
+    }
+
+    /// The grant this reply reports. The grant was made after `not_yet` (the last "not yet")
+    /// was sent, and `server_now - grant_at` ms before the server read its clock for this reply,
+    /// which it did after this call was sent: the later of the two bounds is when the lease
+    /// may have begun at the earliest.
+    fn grant(&self, not_yet: &Reply) -> Grant {
+        let mut from = not_yet.sent;
+        if self.grant_at >= 0 {
+            let back = Duration::from_millis((self.server_now - self.grant_at).max(0) as u64);
+            if let Some(t) = self.sent.checked_sub(back) {
+                from = from.max(t);
+            }
+        }
+        Grant {
+            fence: self.n.max(0) as u64,
+            lease_from: from,
+        }
+    }
+
+    /// The grant a wake message (`<fence>:<server ms of the grant>`) reports, this being the
+    /// last "not yet": the grant came `grant_at - server_now` ms after this reply's clock
+    /// reading, which came after this call was sent.
+    fn woken(&self, payload: &str) -> Grant {
+        let (fence, at) = payload.split_once(':').unwrap_or((payload, ""));
+        let mut from = self.sent;
+        if let (Ok(at), true) = (at.parse::<i64>(), self.server_now > 0) {
+            let ahead = Duration::from_millis((at - self.server_now).max(0) as u64);
+            from = self.sent + ahead;
+        }
+        Grant {
+            fence: fence.parse().unwrap_or(0),
+            lease_from: from,
+        }
+    }
+}
+
+/// Whether the holder's lease (the PTTL in a "not yet" reply) ends within `block`.
+fn r_pttl_below(r: &Reply, block: Duration) -> bool {
+    r.n >= 0 && (r.n as u128) < block.as_millis()
+}
+
+/// What a forced unlock removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forced {
+    /// The token that held the lock (or what the key held instead), if anything did.
+    pub holder: Option<String>,
+    /// Queued waiters removed (live ones queue again on their next refresh).
+    pub waiters: u64,
+    /// Queue entries that were not lockctl's, removed.
+    pub damaged: u64,
+}
+
+/// The queue as `status` sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueHealth {
+    /// Waiters whose place is current.
+    pub live: u64,
+    /// Entries lockctl did not write (unparsable, or with no deadline).
+    pub damaged: u64,
+    /// The queue's keys hold something other than sorted sets.
+    pub wrong_type: bool,
+}
+
 /// A named lock on one Redis server.
 #[derive(Clone, Debug)]
 pub struct Lock {
@@ -187,7 +283,7 @@ impl Lock {
         let outcome = match &self.quorum {
             None => self
                 .wait_for_grant(conn, &token, started)
-                .map(|f| f.map(|f| (f, None))),
+                .map(|g| g.map(|g| (g, None))),
             Some(q) => self.wait_for_quorum(conn, q, &token, started),
         };
         let result = match outcome {
@@ -196,21 +292,23 @@ impl Lock {
             Err(_) => AcquireResult::Error,
         };
         metrics::global().observe_wait(started.elapsed(), result);
-        let (fence, valid_until) = match outcome {
+        let (grant, quorum_until) = match outcome {
             Ok(Some(granted)) => granted,
             Ok(None) => return Ok(Acquire::Busy),
             Err(e) => return Err(e),
         };
         let acquired_at = Instant::now();
+        let ttl = self.options.ttl;
         let mut guard = Guard {
             keys: self.keys.clone(),
             token,
-            fence,
-            ttl: self.options.ttl,
+            fence: grant.fence,
+            ttl,
             waited: acquired_at - started,
             acquired_at,
             watchdog: None,
-            quorum: self.quorum.clone().zip(valid_until),
+            quorum: self.quorum.clone().zip(quorum_until),
+            lease: Arc::new(Lease::new(grant.lease_from, ttl, quorum_until)),
         };
         if self.options.watchdog {
             match Watchdog::start(&self.target, &guard) {
@@ -238,15 +336,15 @@ impl Lock {
         q: &Quorum,
         token: &Token,
         started: Instant,
-    ) -> Result<Option<(u64, Option<Instant>)>> {
+    ) -> Result<Option<(Grant, Option<Instant>)>> {
         let ttl = self.options.ttl;
         loop {
-            let Some(fence) = self.wait_for_grant(conn, token, started)? else {
+            let Some(grant) = self.wait_for_grant(conn, token, started)? else {
                 return Ok(None);
             };
             let round = Instant::now();
             if let Some(validity) = q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
-                return Ok(Some((fence, Some(round + validity))));
+                return Ok(Some((grant, Some(round + validity))));
             }
             release_token(conn, &self.keys, token)?;
             let left = self.options.wait.saturating_sub(started.elapsed());
@@ -257,7 +355,7 @@ impl Lock {
         }
     }
 
-    /// The acquire loop: `Some(fencing token)` when granted, `None` when the wait ran out.
+    /// The acquire loop: the grant, or `None` when the wait ran out.
     ///
     /// On an error the waiter leaves the queue and releases the lock by token, best effort.
     fn wait_for_grant(
@@ -265,7 +363,7 @@ impl Lock {
         conn: &mut Conn,
         token: &Token,
         started: Instant,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<Grant>> {
         let mut queued = false;
         let outcome = self.wait_in_queue(conn, token, started, &mut queued);
         if outcome.is_err() {
@@ -281,21 +379,24 @@ impl Lock {
         token: &Token,
         started: Instant,
         queued: &mut bool,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<Grant>> {
         let call_timeout = conn.call_timeout();
+        // The last answer that said "not yet": any grant came after it was sent.
+        let mut not_yet = Reply::before(started);
         loop {
             let left = self.options.wait.saturating_sub(started.elapsed());
-            let (granted, n) = self.call(conn, &ACQUIRE, token, !left.is_zero())?;
-            if granted == 1 {
-                return Ok(Some(n.max(0) as u64));
+            let r = self.call(conn, &ACQUIRE, token, !left.is_zero())?;
+            if r.granted {
+                return Ok(Some(r.grant(&not_yet)));
             }
+            not_yet = r;
             if left.is_zero() {
                 if !*queued {
                     return Ok(None);
                 }
                 // Leaving may find the lock granted to us a moment ago: then it is ours.
-                let (granted, fence) = self.call(conn, &LEAVE, token, false)?;
-                return Ok((granted == 1).then_some(fence.max(0) as u64));
+                let r = self.call(conn, &LEAVE, token, false)?;
+                return Ok(r.granted.then(|| r.grant(&not_yet)));
             }
             *queued = true;
             // Block until woken or until our place needs refreshing. When the holder's lease
@@ -303,36 +404,44 @@ impl Lock {
             // poker to hand the lock over the moment it does: a BLPOP timeout would fire only
             // on the server's next clock tick (1/hz, 100 ms by default), late.
             let block = left.min(WAITER_REFRESH);
-            if n >= 0 && (n as u128) < block.as_millis() {
-                self.poke_at(Instant::now() + Duration::from_millis(n as u64 + 1));
+            if r_pttl_below(&not_yet, block) {
+                self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
             }
             conn.set_call_timeout(call_timeout + block)?;
-            let woken: Result<Option<(String, u64)>> = conn.query(
+            let woken: Result<Option<(String, String)>> = conn.query(
                 redis::cmd("BLPOP")
                     .arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
                     .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
             );
             conn.set_call_timeout(call_timeout)?;
-            if let Some((_, fence)) = woken? {
-                return Ok(Some(fence));
+            match woken {
+                Ok(Some((_, payload))) => return Ok(Some(not_yet.woken(&payload))),
+                Ok(None) => {}
+                // Stopped and continued (Ctrl-Z, fg) while blocked: the wake, if any, is not
+                // lost; the next ACQUIRE finds the lock ours and claims it.
+                Err(e) if e.is_interrupted() => {}
+                Err(e) => return Err(e),
             }
         }
     }
 
-    /// Runs a queue-aware script with this lock's keys and the standard arguments.
-    fn call(
-        &self,
-        conn: &mut Conn,
-        script: &Script,
-        token: &Token,
-        queue: bool,
-    ) -> Result<(i64, i64)> {
+    /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard
+    /// arguments.
+    fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
         let ttl_ms = self.options.ttl.as_millis() as u64;
-        conn.script(
+        let sent = Instant::now();
+        let (granted, n, server_now, grant_at): (i64, i64, i64, i64) = conn.script(
             &self
                 .keys
                 .invocation(script, token.as_str(), ttl_ms, queue, true),
-        )
+        )?;
+        Ok(Reply {
+            granted: granted == 1,
+            n,
+            server_now,
+            grant_at,
+            sent,
+        })
     }
 
     fn poke_at(&self, due: Instant) {
@@ -357,9 +466,27 @@ impl Lock {
     }
 
     /// Deletes the lock whoever holds it (a holder that is stuck, not one that is working: its
-    /// writes are no longer excluded), handing it to the next waiter. Returns the token removed.
-    pub fn force_unlock(&self, conn: &mut Conn) -> Result<Option<String>> {
-        conn.script(&self.keys.invocation(&FORCE, "", 0, false, false))
+    /// writes are no longer excluded) and empties the queue, dropping damaged entries too. The
+    /// lock is handed to nobody: live waiters queue again on their next refresh.
+    pub fn force_unlock(&self, conn: &mut Conn) -> Result<Forced> {
+        let (holder, waiters, damaged): (String, u64, u64) =
+            conn.script(&self.keys.invocation(&FORCE, "", 0, false, false))?;
+        Ok(Forced {
+            holder: (!holder.is_empty()).then_some(holder),
+            waiters,
+            damaged,
+        })
+    }
+
+    /// The queue's health: live waiters, and entries lockctl did not write.
+    pub fn queue_health(&self, conn: &mut Conn) -> Result<QueueHealth> {
+        let (live, damaged): (u64, i64) =
+            conn.script(&self.keys.invocation(&HEALTH, "", 0, false, false))?;
+        Ok(QueueHealth {
+            live,
+            damaged: damaged.max(0) as u64,
+            wrong_type: damaged < 0,
+        })
     }
 
     /// Releases the lock only if `token` still holds it: the safe form of the escape hatch.

@@ -19,9 +19,16 @@ use redis::Script;
 ///
 /// `grant_head` gives a free lock to the oldest live waiter: it sets the lock to that waiter's
 /// token with that waiter's TTL, takes the next fencing token, and pushes the fencing token to
-/// the waiter's own wake list (`<wake prefix><token>`), on which it is blocked with BLPOP. The
+/// the waiter's own wake list (`<wake prefix><token>`, as `<fence>:<server ms of the grant>`, so
+/// the waiter can tell when its lease began), on which it is blocked with BLPOP. The
 /// wake list expires with the grant, so a message for a waiter that died is not left behind;
 /// a lock granted to a waiter that died after its last refresh expires by its TTL.
+/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV[5] (in every caller): wake prefix.
+/// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
+/// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
+/// must not lock a SKU out), and `repair` drops every such member at once. The fencing
+/// counter is checked before anything is written, since an `INCR` that fails after the `SET`
+/// of the lock would leave a grant half made.
 /// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV[5] (in every caller): wake prefix.
 pub(super) const QUEUE_LUA: &str = r"
 local function now_us()
@@ -31,35 +38,79 @@ end
 local function now_ms()
   return math.floor(now_us() / 1000)
 end
-local function token_of(member)
-  return string.sub(member, 1, string.find(member, '/', 1, true) - 1)
+local function parse(member)
+  local token, ttl = string.match(member, '^(%w+)/([1-9]%d*)$')
+  if token and string.len(ttl) <= 12 then return token, ttl end
+  return nil
+end
+local function drop(m)
+  redis.call('ZREM', KEYS[3], m)
+  redis.call('ZREM', KEYS[4], m)
+  local token = parse(m)
+  if token then redis.call('DEL', ARGV[5] .. token) end
 end
 local function prune(now)
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-    redis.call('ZREM', KEYS[3], m)
-    redis.call('ZREM', KEYS[4], m)
-    redis.call('DEL', ARGV[5] .. token_of(m))
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do drop(m) end
+end
+local function next_fence()
+  local f = redis.pcall('GET', KEYS[2])
+  if type(f) == 'table' or (f and not (string.match(f, '^[1-9]%d*$') and string.len(f) <= 17)) then
+    error({err = 'ERR ' .. KEYS[2] .. ' is damaged (not a fencing counter): set it to a number ' ..
+      'above every fence handed out, e.g. the current Unix time in ms'})
   end
+  return redis.call('INCR', KEYS[2])
 end
 local function grant_head(now)
   prune(now)
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head then return false end
-  local sep = string.find(head, '/', 1, true)
-  local token, ttl = string.sub(head, 1, sep - 1), string.sub(head, sep + 1)
-  redis.call('SET', KEYS[1], token, 'PX', ttl)
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('ZREM', KEYS[3], head)
-  redis.call('ZREM', KEYS[4], head)
-  local wake = ARGV[5] .. token
-  redis.call('RPUSH', wake, fence)
-  redis.call('PEXPIRE', wake, ttl)
-  return token
+  for _ = 1, 1000 do
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not head then return false end
+    local token, ttl = parse(head)
+    if token and redis.call('ZSCORE', KEYS[4], head) then
+      local fence = next_fence()
+      redis.call('SET', KEYS[1], token, 'PX', ttl)
+      redis.call('ZREM', KEYS[3], head)
+      redis.call('ZREM', KEYS[4], head)
+      local wake = ARGV[5] .. token
+      redis.call('RPUSH', wake, fence .. ':' .. now)
+      redis.call('PEXPIRE', wake, ttl)
+      return token
+    end
+    drop(head)
+  end
+  return false
 end
 local function claim(wake)
-  local fence = redis.call('LPOP', wake)
+  local payload = redis.call('LPOP', wake)
   redis.call('DEL', wake)
-  return tonumber(fence or redis.call('GET', KEYS[2]))
+  if payload then
+    local fence, at = string.match(payload, '^(%d+):(%d+)$')
+    if fence then return tonumber(fence), tonumber(at) end
+  end
+  return tonumber(redis.call('GET', KEYS[2])), -1
+end
+local function repair()
+  local dropped = 0
+  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    local t = redis.call('TYPE', key)['ok']
+    if t ~= 'none' and t ~= 'zset' then
+      redis.call('DEL', key)
+      dropped = dropped + 1
+    end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if not parse(m) or not redis.call('ZSCORE', KEYS[4], m) then
+      drop(m)
+      dropped = dropped + 1
+    end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    if not parse(m) then
+      drop(m)
+      dropped = dropped + 1
+    end
+  end
+  return dropped
 end
 ";
 
@@ -69,44 +120,50 @@ end
 /// `SET NX PX`), which may; exclusion holds all the same.
 /// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list.
 /// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix.
-/// Returns {1, fencing token} when the lock is now ours, {0, the lock's PTTL} when not.
+/// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown)} when the
+/// lock is now ours, {0, the lock's PTTL, server ms now, 0} when not.
 pub(super) const ACQUIRE_LUA: &str = r"
 local arrival = now_us()
 local now = math.floor(arrival / 1000)
 local me = ARGV[1] .. '/' .. ARGV[2]
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  return {1, claim(KEYS[5])}
+  local fence, at = claim(KEYS[5])
+  return {1, fence, now, at}
 end
 if not holder then
   local granted = grant_head(now)
   if granted == ARGV[1] then
-    return {1, claim(KEYS[5])}
+    local fence, at = claim(KEYS[5])
+    return {1, fence, now, at}
   end
   if not granted then
+    local fence = next_fence()
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, fence, now, now}
   end
 end
 if ARGV[3] == '1' then
   redis.call('ZADD', KEYS[3], 'NX', arrival, me)
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), me)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), now, 0}
 ";
 
 /// Leaves the queue for good. If the lock was granted to us just before, it is ours.
 /// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list. ARGV: 1 token, 2 TTL ms, 5 wake prefix.
-/// Returns {1, fencing token} when the lock is ours after all, {0, 0} when we left without it.
+/// Returns {1, fencing token, server ms now, server ms of the grant} when the lock is ours
+/// after all, {0, 0, server ms now, 0} when we left without it.
 pub(super) const LEAVE_LUA: &str = r"
 local me = ARGV[1] .. '/' .. ARGV[2]
 redis.call('ZREM', KEYS[3], me)
 redis.call('ZREM', KEYS[4], me)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, claim(KEYS[5])}
+  local fence, at = claim(KEYS[5])
+  return {1, fence, now_ms(), at}
 end
 redis.call('DEL', KEYS[5])
-return {0, 0}
+return {0, 0, now_ms(), 0}
 ";
 
 /// Releases the lock if it still holds this token (the seed's compare-and-delete), handing it
@@ -125,15 +182,49 @@ grant_head(now_ms())
 return -1
 ";
 
-/// The operator's escape hatch: deletes the lock whoever holds it, then hands it to the oldest
-/// live waiter as a release would. KEYS: 1-4 as in QUEUE_LUA. ARGV: 5 wake prefix.
-/// Returns the token that was removed, or nil when the lock was free.
+/// The operator's escape hatch: deletes the lock whoever holds it (whatever the key holds), and
+/// empties the queue instead of handing the lock on: right after a crash the queue is full of
+/// waiters that died within the last second, and a hand-off would give the lock to one of them
+/// for a whole TTL. Live waiters queue again on their next refresh (a third of a second).
+/// KEYS: 1-4 as in QUEUE_LUA. ARGV: 5 wake prefix.
+/// Returns {the token removed or '', waiters removed, damaged entries removed}.
 pub(super) const FORCE_LUA: &str = r"
-local holder = redis.call('GET', KEYS[1])
-if not holder then return false end
+local damaged = repair()
+local holder = ''
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'string' then
+  holder = redis.call('GET', KEYS[1])
+elseif t ~= 'none' then
+  holder = 'a ' .. t .. ' (not a lock)'
+end
 redis.call('DEL', KEYS[1])
-grant_head(now_ms())
-return holder
+local waiters = redis.call('ZRANGE', KEYS[3], 0, -1)
+for _, m in ipairs(waiters) do drop(m) end
+return {holder, #waiters, damaged}
+";
+
+/// What `status` reports on the queue, read only: {live waiters, entries that are not
+/// lockctl's (a damaged queue)}. KEYS: 1-4 as in QUEUE_LUA.
+pub(super) const HEALTH_LUA: &str = r"
+local damaged = 0
+for _, key in ipairs({KEYS[3], KEYS[4]}) do
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= 'zset' then return {0, -1} end
+end
+local now = now_ms()
+local live = 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local deadline = redis.call('ZSCORE', KEYS[4], m)
+  if not parse(m) or not deadline then
+    damaged = damaged + 1
+  elseif tonumber(deadline) > now then
+    live = live + 1
+  end
+end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  if not parse(m) then damaged = damaged + 1 end
+end
+return {live, damaged}
 ";
 
 /// Extends the lease only if the lock still holds this token.
@@ -161,6 +252,7 @@ pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(RELEAS
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 pub(super) static WAITERS: LazyLock<Script> = LazyLock::new(|| with_queue(WAITERS_LUA));
 pub(super) static FORCE: LazyLock<Script> = LazyLock::new(|| with_queue(FORCE_LUA));
+pub(super) static HEALTH: LazyLock<Script> = LazyLock::new(|| with_queue(HEALTH_LUA));
 
 /// How long a waiter's place lasts without a refresh, on the server's clock. A waiter that dies
 /// leaves the queue at most this long after its last refresh.

@@ -1,12 +1,13 @@
 //! The lock's helper threads: the watchdog that renews a held lease, and the expiry poker that
 //! hands an expired lease to the next waiter on time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::guard::Guard;
+use super::lease::drift_margin;
 use super::scripts::RENEW;
 use super::{Token, release_token};
 use crate::conn::Target;
@@ -77,7 +78,6 @@ impl ExpiryPoker {
 pub(super) struct Watchdog {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    pub(super) lost: Arc<AtomicBool>,
     pub(super) renewals: Arc<AtomicU64>,
 }
 
@@ -88,14 +88,14 @@ impl Watchdog {
         // A renewal that cannot finish within one period is as good as failed.
         conn.set_call_timeout(period.min(target.options().call_timeout))?;
         let (stop, stopped) = mpsc::channel::<()>();
-        let lost = Arc::new(AtomicBool::new(false));
+        let lease = guard.lease.clone();
         let renewals = Arc::new(AtomicU64::new(0));
         let (key, token, ttl_ms) = (
             guard.keys.lock.clone(),
             guard.token.clone(),
             guard.ttl.as_millis() as u64,
         );
-        let (lost_w, renewals_w) = (lost.clone(), renewals.clone());
+        let renewals_w = renewals.clone();
         let mut quorum = guard.quorum.clone();
         let ttl = guard.ttl;
         let thread = thread::Builder::new()
@@ -104,6 +104,7 @@ impl Watchdog {
                 // Any message or a dropped sender means the guard is done with us.
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
                     let started = Instant::now();
+                    lease.renewing();
                     let mut renewed = conn
                         .script::<i64>(RENEW.key(&key).arg(token.as_str()).arg(ttl_ms))
                         .unwrap_or(0);
@@ -112,15 +113,16 @@ impl Watchdog {
                     if let Some((q, valid_until)) = &mut quorum {
                         let left = valid_until.saturating_duration_since(started);
                         if q.extend(&key, token.as_str(), ttl, left) {
-                            *valid_until = started + ttl - (ttl / 100 + Duration::from_millis(2));
+                            *valid_until = started + ttl - drift_margin(ttl);
                         } else {
                             renewed = 0;
                         }
                     }
                     if renewed != 1 {
-                        lost_w.store(true, Ordering::SeqCst);
+                        lease.lost();
                         return;
                     }
+                    lease.renewed(started, quorum.as_ref().map(|(_, until)| *until));
                     renewals_w.fetch_add(1, Ordering::Relaxed);
                     metrics::global().renewed();
                 }
@@ -129,7 +131,6 @@ impl Watchdog {
         Ok(Watchdog {
             stop: Some(stop),
             thread: Some(thread),
-            lost,
             renewals,
         })
     }

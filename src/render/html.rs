@@ -8,66 +8,8 @@ use crate::hammer::Report;
 /// `--export-html`: one self-contained page (inline SVG, no scripts, no network) with the
 /// latency distribution and the stock over time of each strategy, and the summary table.
 pub fn hammer_html(reports: &[Report]) -> String {
-    let series_cdf: Vec<Series> = reports
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let total: u64 = r
-                .latency_buckets
-                .iter()
-                .map(|b| b.count)
-                .sum::<u64>()
-                .max(1);
-            let mut seen = 0;
-            let points = r
-                .latency_buckets
-                .iter()
-                .map(|b| {
-                    seen += b.count;
-                    (b.le_ms.max(0.001), seen as f64 * 100.0 / total as f64)
-                })
-                .collect();
-            Series {
-                name: r.run.strategy.name().to_string(),
-                color: PALETTE[i % PALETTE.len()],
-                points,
-            }
-        })
-        .collect();
-    let series_stock: Vec<Series> = reports
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Series {
-            name: r.run.strategy.name().to_string(),
-            color: PALETTE[i % PALETTE.len()],
-            points: r.stock_timeline.iter().map(|p| (p[0], p[1])).collect(),
-        })
-        .collect();
-    let mut rows = String::new();
-    for (r, rel) in ranked(reports) {
-        let _ = write!(
-            rows,
-            "<tr><td>{}</td><td>{:.1}</td><td>{:.2}x</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
-            r.run.strategy,
-            r.throughput_rps,
-            rel,
-            r.latency_ms.p50,
-            r.latency_ms.p99,
-            r.latency_ms.max,
-            r.bought,
-            r.busy,
-            r.lease_lost,
-            opt(r.final_stock),
-            verdict_word(r.verdict).to_lowercase(),
-            verdict_word(r.verdict)
-        );
-    }
-    let mut violations = String::new();
-    for r in reports {
-        for v in &r.violations {
-            let _ = write!(violations, "<li>{}: {}</li>", r.run.strategy, escape(v));
-        }
-    }
+    let (series_cdf, series_stock) = (latency_series(reports), stock_series(reports));
+    let (rows, violations) = (summary_rows(reports), violation_items(reports));
     let title = reports.first().map_or(String::new(), |r| {
         format!(
             "{} purchases of {}, {} at a time",
@@ -123,10 +65,9 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-/// A line chart as inline SVG, with axes, five ticks each way and a legend.
-fn svg_chart(series: &[Series], log_x: bool, x_label: &str, y_label: &str) -> String {
-    let (w, h, left, right, top, bottom) = (900.0, 360.0, 80.0, 20.0, 20.0, 50.0);
-    let fx = |x: f64| if log_x { x.max(1e-3).log10() } else { x };
+/// The ranges the axes span: `(x0, x1, y0, y1)`, x after `fx`, y from 0 or below; never
+/// empty, so a single point or no point at all still draws.
+fn bounds(series: &[Series], fx: impl Fn(f64) -> f64) -> (f64, f64, f64, f64) {
     let all = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0_f64, f64::MIN);
     for &(x, y) in all {
@@ -144,6 +85,14 @@ fn svg_chart(series: &[Series], log_x: bool, x_label: &str, y_label: &str) -> St
     if y1 - y0 < 1e-9 {
         y1 = y0 + 1.0;
     }
+    (x0, x1, y0, y1)
+}
+
+/// A line chart as inline SVG, with axes, five ticks each way and a legend.
+fn svg_chart(series: &[Series], log_x: bool, x_label: &str, y_label: &str) -> String {
+    let (w, h, left, right, top, bottom) = (900.0, 360.0, 80.0, 20.0, 20.0, 50.0);
+    let fx = |x: f64| if log_x { x.max(1e-3).log10() } else { x };
+    let (x0, x1, y0, y1) = bounds(series, fx);
     let px = |x: f64| left + (fx(x) - x0) / (x1 - x0) * (w - left - right);
     let py = |y: f64| h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom);
     let mut s = format!(
@@ -223,4 +172,82 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// Per strategy, the share of requests at or below each latency bucket.
+fn latency_series(reports: &[Report]) -> Vec<Series> {
+    reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let total: u64 = r
+                .latency_buckets
+                .iter()
+                .map(|b| b.count)
+                .sum::<u64>()
+                .max(1);
+            let mut seen = 0;
+            let points = r
+                .latency_buckets
+                .iter()
+                .map(|b| {
+                    seen += b.count;
+                    (b.le_ms.max(0.001), seen as f64 * 100.0 / total as f64)
+                })
+                .collect();
+            Series {
+                name: r.run.strategy.name().to_string(),
+                color: PALETTE[i % PALETTE.len()],
+                points,
+            }
+        })
+        .collect()
+}
+
+/// Per strategy, the stock the buyers were told over time.
+fn stock_series(reports: &[Report]) -> Vec<Series> {
+    reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Series {
+            name: r.run.strategy.name().to_string(),
+            color: PALETTE[i % PALETTE.len()],
+            points: r.stock_timeline.iter().map(|p| (p[0], p[1])).collect(),
+        })
+        .collect()
+}
+
+/// The summary table's rows, fastest strategy first.
+fn summary_rows(reports: &[Report]) -> String {
+    let mut rows = String::new();
+    for (r, rel) in ranked(reports) {
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.2}x</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+            r.run.strategy,
+            r.throughput_rps,
+            rel,
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            r.latency_ms.max,
+            r.bought,
+            r.busy,
+            r.lease_lost,
+            opt(r.final_stock),
+            verdict_word(r.verdict).to_lowercase(),
+            verdict_word(r.verdict)
+        );
+    }
+    rows
+}
+
+/// Every violation, as list items.
+fn violation_items(reports: &[Report]) -> String {
+    let mut violations = String::new();
+    for r in reports {
+        for v in &r.violations {
+            let _ = write!(violations, "<li>{}: {}</li>", r.run.strategy, escape(v));
+        }
+    }
+    violations
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::script::{DEDUCT, DEDUCT_LUA};
+use super::script::{DEDUCT, DEDUCT_LUA, WRITE_LUA};
 use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock};
 use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
@@ -174,6 +174,11 @@ impl Buyer {
         // the lock to expire by its TTL; the purchase itself stands.
         let hold_started = Instant::now() - guard.held_for();
         let (outcome, released) = match outcome {
+            // With the watchdog, the holder knows its lease by its own clock: one that may
+            // have run out (a pause, a renewal that never came back) writes nothing.
+            Ok(Step::Deduct) if self.options.lock.watchdog && !guard.lease_valid() => {
+                (Ok(Buy::LeaseLost), guard.release(conn).ok())
+            }
             Ok(Step::Deduct) => {
                 // The write and the release travel together: one round trip fewer inside the
                 // critical section.
@@ -244,26 +249,42 @@ impl Buyer {
         Ok(Step::Deduct)
     }
 
-    /// The seed's DECR, with the order recorded: to run inside one MULTI/EXEC. The first reply
-    /// is the stock left.
+    /// The tutorial's DECR, with the order recorded, as one all-or-nothing script (see
+    /// [`WRITE_LUA`]), to send in the same packet as the release. Its reply is the stock left.
     fn deduct_commands(&self, order_id: &str, ul: Option<(&str, u64)>) -> Vec<redis::Cmd> {
-        let qty = self.options.qty;
-        let mut cmds = vec![
-            redis::Cmd::decr(&self.keys.stock, qty),
-            redis::Cmd::hincr(&self.keys.ledger, order_id, qty),
-            redis::Cmd::incr(&self.keys.sold, qty),
-        ];
-        if let Some((user, _)) = ul {
-            cmds.push(redis::Cmd::hincr(&self.keys.buyers, user, qty));
-        }
-        cmds
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(WRITE_LUA.as_str())
+            .arg(4)
+            .arg(&self.keys.stock)
+            .arg(&self.keys.ledger)
+            .arg(&self.keys.sold)
+            .arg(&self.keys.buyers)
+            .arg(self.options.qty)
+            .arg(order_id)
+            .arg(ul.map_or("", |(user, _)| user));
+        vec![eval]
     }
 
-    /// Reads the stock left from the transaction's replies.
+    /// What the write script answered.
     fn bought(&self, conn: &Conn, replies: &[redis::Value]) -> Result<Buy> {
+        use redis::Value;
+        let text = |v: Option<&Value>| match v {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        };
         match replies.first() {
-            Some(redis::Value::Int(left)) => Ok(Buy::Bought { remaining: *left }),
-            other => Err(conn.unexpected(format!("DECRBY answered {other:?}"))),
+            Some(Value::Int(left)) => Ok(Buy::Bought { remaining: *left }),
+            Some(Value::Array(a)) => match text(a.first()).as_str() {
+                "unseeded" => Err(Error::Unseeded {
+                    sku: self.sku.to_string(),
+                }),
+                "bad_stock" => Err(self.bad_stock(text(a.get(1)))),
+                "bad_data" => Err(self.bad_data(text(a.get(1)))),
+                other => Err(conn.unexpected(format!("the write script answered '{other}'"))),
+            },
+            Some(Value::ServerError(e)) => Err(conn.map_err(e.clone().into())),
+            other => Err(conn.unexpected(format!("the write script answered {other:?}"))),
         }
     }
 
@@ -338,7 +359,8 @@ impl Buyer {
                     sku: self.sku.to_string(),
                 });
             }
-            "bad_stock" => return Err(self.bad_stock(format!("'{text}'"))),
+            "bad_stock" => return Err(self.bad_stock(text)),
+            "bad_data" => return Err(self.bad_data(text)),
             other => return Err(conn.unexpected(format!("the deduct script answered '{other}'"))),
         })
     }
@@ -359,7 +381,7 @@ impl Buyer {
 
     /// Makes sure the server knows the atomic strategy's script.
     pub fn load_scripts(&self, conn: &mut Conn) -> Result<()> {
-        let sha: String = conn.query(redis::cmd("SCRIPT").arg("LOAD").arg(DEDUCT_LUA))?;
+        let sha: String = conn.query(redis::cmd("SCRIPT").arg("LOAD").arg(DEDUCT_LUA.as_str()))?;
         debug_assert_eq!(sha, DEDUCT.get_hash());
         Ok(())
     }
@@ -393,6 +415,13 @@ impl Buyer {
                 self.meters.record(Err(()));
                 Err(e)
             }
+        }
+    }
+
+    fn bad_data(&self, reason: String) -> Error {
+        Error::BadData {
+            sku: self.sku.to_string(),
+            reason,
         }
     }
 

@@ -239,11 +239,27 @@ pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option
     };
     match raw {
         None => Ok(None),
-        Some(s) => s
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| bad(format!("'{s}'"))),
+        Some(s) => parse_stock(&s).map(Some).ok_or_else(|| {
+            let shown: String = s.chars().take(40).collect();
+            bad(format!(
+                "'{shown}{}'",
+                if shown.len() < s.len() { "..." } else { "" }
+            ))
+        }),
     }
+}
+
+/// A stock value as Redis itself reads an integer: an optional '-', then digits with no
+/// leading zero ('0' alone is zero). '+5', '05', '-0', ' 7' and '1e3' are not stock, and
+/// neither is a number beyond the range Lua counts exactly (17 characters).
+pub fn parse_stock(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let canonical = s == "0"
+        || (!digits.is_empty()
+            && s.len() <= 17
+            && !digits.starts_with('0')
+            && digits.bytes().all(|b| b.is_ascii_digit()));
+    canonical.then(|| s.parse().ok()).flatten()
 }
 
 /// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
@@ -264,23 +280,55 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     Ok(())
 }
 
-/// The ledger of one SKU: order id -> units deducted under it. Read with HSCAN, a page at a
-/// time, so a large ledger does not block the server.
+/// The ledger of one SKU: order id -> units deducted under it. See [`scan_ledger`].
 pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
-    let keys = StockKeys::new(sku);
     let mut out = HashMap::new();
+    scan_ledger(conn, sku, |order, units| {
+        out.insert(order, units);
+    })?;
+    Ok(out)
+}
+
+/// Calls `visit` with each order id of the SKU's ledger and the units deducted under it,
+/// reading with HSCAN a page at a time, so a large ledger neither blocks the server nor has to
+/// fit in memory at once. A ledger that is not a hash, or units that are not an integer, are
+/// damaged books ([`Error::BadData`]).
+pub fn scan_ledger(conn: &mut Conn, sku: &Sku, mut visit: impl FnMut(String, i64)) -> Result<()> {
+    let keys = StockKeys::new(sku);
+    let damaged = |reason: String| Error::BadData {
+        sku: sku.to_string(),
+        reason,
+    };
     let mut cursor: u64 = 0;
     loop {
-        let (next, page): (u64, Vec<(String, i64)>) = conn.query(
+        let page = conn.query(
             redis::cmd("HSCAN")
                 .arg(&keys.ledger)
                 .arg(cursor)
                 .arg("COUNT")
                 .arg(1000),
-        )?;
-        out.extend(page);
+        );
+        let (next, page): (u64, Vec<(String, String)>) = match page {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                return Err(damaged(format!("{} is not a hash", keys.ledger)));
+            }
+            other => other?,
+        };
+        for (order, units) in page {
+            match parse_stock(&units) {
+                Some(n) => visit(order, n),
+                None => {
+                    return Err(damaged(format!(
+                        "{} holds '{}' units for order '{}'",
+                        keys.ledger,
+                        units.escape_debug(),
+                        order.escape_debug()
+                    )));
+                }
+            }
+        }
         if next == 0 {
-            return Ok(out);
+            return Ok(());
         }
         cursor = next;
     }

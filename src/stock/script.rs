@@ -5,6 +5,39 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// Shared by both scripts: whether the books can take a write. A script is not a transaction
+/// either: a write that fails halfway leaves the writes before it in place. So every key a
+/// script will write is checked first (right type, integers where it counts), and a script
+/// that finds hostile data returns before writing anything.
+/// `bad_books(ledger, sold, buyers, order id, user)` returns why not, or nil.
+const BOOKS_LUA: &str = r#"
+local function is_int(v)
+  return v == false or v == nil or v == '0'
+    or (string.match(v, '^%-?[1-9]%d*$') ~= nil and string.len(v) <= 17)
+end
+local function quoted(v)
+  if string.len(v) > 40 then v = string.sub(v, 1, 40) .. '...' end
+  return "'" .. v .. "'"
+end
+local function bad_hash(key, field)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' then return nil end
+  if t ~= 'hash' then return key .. ' is a ' .. t .. ', not a hash' end
+  if field ~= '' and not is_int(redis.call('HGET', key, field)) then
+    return key .. ' holds a field that is not an integer'
+  end
+  return nil
+end
+local function bad_books(ledger, sold, buyers, order, user)
+  local why = bad_hash(ledger, order) or bad_hash(buyers, user)
+  if why then return why end
+  local n = redis.pcall('GET', sold)
+  if type(n) == 'table' then return sold .. ' is not a string' end
+  if not is_int(n) then return sold .. ' holds ' .. quoted(n) .. ', not an integer' end
+  return nil
+end
+"#;
+
 /// Deducts `qty` and records the order, in one atomic step, after checking whatever the caller
 /// asked for: a replayed order id, the lock, the per-user limit and the stock.
 /// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units), 5 sold counter.
@@ -15,9 +48,13 @@ use redis::Script;
 ///   {'sold_out', stock, ''}            {'limit', units this user already has, ''}
 ///   {'busy', 0, ''}                    {'lease_lost', 0, ''}
 ///   {'unseeded', 0, ''}                {'bad_stock', 0, what the key holds}
-/// The raw stock is matched against an integer pattern before use, because Lua's `tonumber`
-/// accepts '1e3' and ' 7', and `nil`/`false` would otherwise read as "sold out".
-pub(super) const DEDUCT_LUA: &str = r"
+///   {'bad_data', 0, which key holds what}
+/// The raw stock must be an integer written as Redis writes one (no '+', no leading zeros, no
+/// '-0'), because Lua's `tonumber` accepts '1e3', ' 7' and '+5' while DECRBY refuses them,
+/// and `nil`/`false` would otherwise read as "sold out".
+const DEDUCT_BODY: &str = r"
+local why = bad_books(KEYS[2], KEYS[5], KEYS[4], ARGV[3], ARGV[4])
+if why then return {'bad_data', 0, why} end
 local prior = redis.call('HGET', KEYS[2], ARGV[3])
 if prior then
   return {'replayed', tonumber(prior), redis.call('GET', KEYS[1]) or ''}
@@ -31,9 +68,7 @@ end
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
 if not raw then return {'unseeded', 0, ''} end
-if not string.match(raw, '^%-?%d+$') or string.len(raw) > 17 then
-  return {'bad_stock', 0, raw}
-end
+if not is_int(raw) then return {'bad_stock', 0, quoted(raw)} end
 local stock = tonumber(raw)
 local qty = tonumber(ARGV[2])
 if ARGV[4] ~= '' then
@@ -48,4 +83,34 @@ if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
 return {'bought', left, ''}
 ";
 
-pub(super) static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(DEDUCT_LUA));
+/// The deduct script's text: [`BOOKS_LUA`], then its body.
+pub(super) static DEDUCT_LUA: LazyLock<String> =
+    LazyLock::new(|| format!("{BOOKS_LUA}{DEDUCT_BODY}"));
+pub(super) static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(&DEDUCT_LUA));
+
+/// The write of the tutorial's flow (`lock` and `naive`), decided beforehand by a `GET`: deducts
+/// `qty` and records the order, all or nothing. A script rather than a `MULTI`, because a
+/// `MULTI` does not roll back: a `DECRBY` that fails on a value that is not an integer would
+/// leave the ledger and the sold counter incremented. It checks nothing else (not the lock,
+/// not the stock): that is the read's job, and what the homework shows failing.
+/// KEYS: 1 stock, 2 ledger, 3 sold counter, 4 buyers. ARGV: 1 qty, 2 order id, 3 user ('' =
+/// none). Returns the stock left, or {'unseeded'} / {'bad_stock', reason} / {'bad_data',
+/// reason} having written nothing.
+const WRITE_BODY: &str = r"
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'table' then return {'bad_stock', 'a value of the wrong type'} end
+if not raw then return {'unseeded'} end
+if not is_int(raw) then return {'bad_stock', quoted(raw)} end
+local why = bad_books(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+if why then return {'bad_data', why} end
+local left = redis.call('DECRBY', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[1])
+redis.call('INCRBY', KEYS[3], ARGV[1])
+if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[3], ARGV[1]) end
+return left
+";
+
+/// The write script's text, sent whole with EVAL inside the write's packet: a NOSCRIPT there
+/// would come after the lock's release had already gone out.
+pub(super) static WRITE_LUA: LazyLock<String> =
+    LazyLock::new(|| format!("{BOOKS_LUA}{WRITE_BODY}"));
