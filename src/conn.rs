@@ -110,6 +110,15 @@ enum Client {
     Cluster(redis::cluster::ClusterClient),
 }
 
+impl Client {
+    fn open(&self, limit: Duration) -> redis::RedisResult<Inner> {
+        match self {
+            Client::Single(c) => c.get_connection_with_timeout(limit).map(Inner::Single),
+            Client::Cluster(c) => c.get_connection().map(|c| Inner::Cluster(Box::new(c))),
+        }
+    }
+}
+
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the URL itself: it may carry a password.
@@ -123,7 +132,7 @@ impl Target {
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |e: RedisError| Error::BadUrl {
             url: redact_url(url),
-            reason: e.to_string(),
+            reason: shorten(scrub(&e.to_string(), url)),
         };
         let tls = url.starts_with("rediss://");
         if tls {
@@ -155,7 +164,7 @@ impl Target {
     pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |e: RedisError| Error::BadUrl {
             url: redact_url(url),
-            reason: e.to_string(),
+            reason: shorten(scrub(&e.to_string(), url)),
         };
         if url.starts_with("rediss://") || options.tls.any() {
             return Err(Error::Tls {
@@ -211,24 +220,53 @@ impl Target {
         self.connect_within(self.options.connect_timeout)
     }
 
+    /// Opens the driver's connection on a helper thread and waits at most `limit` for it: the
+    /// driver bounds the TCP connect and the handshake that follows (HELLO, AUTH, SELECT) each
+    /// by the timeout, so a server that accepts and then says nothing would cost twice the
+    /// limit. `None` when the limit passed; the thread then finishes on its own within the
+    /// driver's bounds and its connection is dropped.
+    fn open_within(&self, limit: Duration) -> Option<redis::RedisResult<Inner>> {
+        let client = self.client.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("lockctl-connect".into())
+            .spawn(move || {
+                let _ = tx.send(client.open(limit));
+            });
+        match spawned {
+            Ok(_) => rx.recv_timeout(limit).ok(),
+            // No thread to be had: connect here, with the driver's own bounds.
+            Err(_) => Some(self.client.open(limit)),
+        }
+    }
+
     /// Opens a connection, giving up after `connect_timeout`.
     pub fn connect_within(&self, connect_timeout: Duration) -> Result<Conn> {
-        let inner = match &self.client {
-            Client::Single(c) => c
-                .get_connection_with_timeout(connect_timeout)
-                .map(Inner::Single),
-            Client::Cluster(c) => c.get_connection().map(|c| Inner::Cluster(Box::new(c))),
+        let timed_out = || Error::ConnectTimeout {
+            addr: self.addr.to_string(),
+            after: connect_timeout,
+        };
+        let inner = match self.open_within(connect_timeout) {
+            Some(opened) => opened,
+            None => return Err(timed_out()),
         }
         .map_err(|e| {
             if e.is_timeout() {
-                Error::ConnectTimeout {
-                    addr: self.addr.to_string(),
-                    after: connect_timeout,
-                }
+                timed_out()
             } else if is_auth_error(&e) {
                 Error::Auth {
                     addr: self.addr.to_string(),
                     reason: auth_reason(&e),
+                }
+            } else if e.to_string().contains("max number of clients") {
+                // Up and answering, but full: not an outage to wait out.
+                Error::Redis {
+                    addr: self.addr.to_string(),
+                    reason: "the server has reached its maxclients: it refuses new \
+                             connections (lower -c, or raise maxclients)"
+                        .into(),
+                    code: Some("MAXCLIENTS".into()),
+                    indeterminate: false,
                 }
             } else if e.is_connection_refusal() {
                 Error::Connect {
@@ -627,9 +665,10 @@ fn shorten(text: String) -> String {
 
 /// Removes `url`'s password from `text`, in case a driver message ever quotes the URL.
 fn scrub(text: &str, url: &str) -> String {
+    let text = text.replace(url, &redact_url(url));
     match password_of(url) {
         Some(p) if !p.is_empty() => text.replace(p, "***"),
-        _ => text.to_string(),
+        _ => text,
     }
 }
 
@@ -639,11 +678,27 @@ fn password_of(url: &str) -> Option<&str> {
     userinfo.split_once(':').map(|(_, p)| p)
 }
 
-/// `url` with any password replaced by `***`, for messages.
+/// `url` with any password replaced by `***`, for messages. A URL too malformed to have a
+/// clear password (`redis//:pw@host`, `redis:/:pw@host`) loses everything before its last
+/// `@` but the scheme: whatever looks like credentials is never shown.
 pub fn redact_url(url: &str) -> String {
-    match password_of(url) {
-        Some(p) if !p.is_empty() => url.replacen(&format!(":{p}@"), ":***@", 1),
-        _ => url.to_string(),
+    let well_formed = url.find("://").is_some_and(|i| {
+        let scheme = &url[..i];
+        !scheme.is_empty()
+            && scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'+')
+    });
+    match (well_formed, password_of(url), url.rfind('@')) {
+        (true, Some(p), _) if !p.is_empty() => url.replacen(&format!(":{p}@"), ":***@", 1),
+        (true, _, _) | (false, _, None) => url.to_string(),
+        (false, _, Some(at)) => {
+            let scheme_end = url
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '+'))
+                .unwrap_or(0)
+                .min(at);
+            format!("{}***{}", &url[..scheme_end], &url[at..])
+        }
     }
 }
 
@@ -659,6 +714,20 @@ mod tests {
         );
         assert_eq!(redact_url("redis://:s3cret@host"), "redis://:***@host");
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn malformed_urls_lose_whatever_looks_like_credentials() {
+        for (bad, shown) in [
+            ("redis//:S3cr3tPW@127.0.0.1:6379", "redis***@127.0.0.1:6379"),
+            ("redis:/:S3cr3tPW@127.0.0.1:6379", "redis***@127.0.0.1:6379"),
+            ("redis:S3cr3tPW@h", "redis***@h"),
+            ("://u:S3cr3tPW@h", "***@h"),
+            ("x y:S3cr3tPW@a@h", "x***@h"),
+        ] {
+            assert_eq!(redact_url(bad), shown, "{bad}");
+        }
+        assert_eq!(redact_url("localhost:6379"), "localhost:6379");
     }
 
     #[test]

@@ -61,6 +61,18 @@ pub enum Error {
     )]
     BadData { sku: String, reason: String },
 
+    /// The run would need more connections than the server accepts.
+    #[error(
+        "this run needs about {needed} connections to Redis at '{addr}', which accepts {maxclients} (maxclients) and has {in_use} in use: lower -c to at most {fits}, or raise the server's maxclients"
+    )]
+    TooManyClients {
+        addr: String,
+        needed: u64,
+        maxclients: u64,
+        in_use: u64,
+        fits: u64,
+    },
+
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
@@ -153,6 +165,7 @@ impl Error {
             Error::BadStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
+            Error::TooManyClients { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }
     }

@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod progress;
 mod report_files;
+mod signals;
 
 use std::process::ExitCode;
 

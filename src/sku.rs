@@ -58,7 +58,30 @@ pub fn check_name(what: &str, example: &str, s: &str) -> Result<(), String> {
             c
         ));
     }
+    if let Some(c) = s.chars().find(|&c| is_invisible(c)) {
+        return Err(format!(
+            "'{}' contains the invisible character U+{:04X}, which would make it look like \
+             another name; {what} has only visible characters (e.g. {example})",
+            s.escape_debug(),
+            c as u32
+        ));
+    }
     Ok(())
+}
+
+/// Characters that print as nothing or reorder the text around them: Unicode's format
+/// characters (category Cf: zero-width spaces and joiners, bidirectional controls, the byte
+/// order mark, the soft hyphen, tags) and the other blanks that are not whitespace (the
+/// combining grapheme joiner, Hangul fillers, variation selectors). Two names that differ only
+/// by these look the same on every screen.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2
+        | 0x0600..=0x0605 | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x2800 | 0x3164
+        | 0xFE00..=0xFE0F | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFFB | 0x110BD | 0x110CD
+        | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0000..=0xE0FFF)
 }
 
 #[cfg(test)]
@@ -70,6 +93,23 @@ mod tests {
         for ok in ["sku_886", "{sku_886}", "a:b/c-d.e", "商品-1"] {
             assert_eq!(ok.parse::<Sku>().unwrap().as_str(), ok);
         }
+    }
+
+    #[test]
+    fn look_alike_skus_with_invisible_characters_are_refused() {
+        for c in [
+            '\u{200B}',
+            '\u{202E}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{2066}',
+            '\u{E0041}',
+        ] {
+            let name = format!("sku_886{c}");
+            let err = name.parse::<Sku>().unwrap_err();
+            assert!(err.contains("invisible"), "{err}");
+        }
+        assert!("商品-é-ß".parse::<Sku>().is_ok());
     }
 
     #[test]

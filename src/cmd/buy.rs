@@ -3,10 +3,19 @@
 use lockctl::render;
 use lockctl::stock::{self, Buy, Buyer};
 
-use super::{Ctx, Exit, output};
+use super::{Ctx, Exit, UsageError, output};
 use crate::cli::BuyArgs;
+use crate::signals;
 
 pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
+    // A signal during a purchase gives back the lock (or the place in its queue) and exits.
+    let _signals = signals::listen(signals::First::Quit);
+    if args.purchase.limit.is_some() && args.user.is_none() {
+        return Err(UsageError(
+            "--limit needs --user: a per-user limit is enforced for a named user (e.g. --user alice --limit 2)".into(),
+        )
+        .into());
+    }
     let options = args.buy_options();
     let strategy = options.strategy;
     let mut buyer = Buyer::new(&ctx.target, &args.sku, options);

@@ -1,7 +1,7 @@
 //! `lockctl hammer`: N purchases, C at a time, per strategy; then the reports and exports.
 
 use std::io::{self, IsTerminal};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use lockctl::conn::Reconnecting;
@@ -15,9 +15,16 @@ use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HammerArgs;
 use crate::progress;
 use crate::report_files::Exports;
+use crate::signals;
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
 pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
+    if args.purchase.limit.is_some() && args.users.is_none() {
+        return Err(UsageError(
+            "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
+        )
+        .into());
+    }
     // A bad export path fails here, before any purchase is made.
     let exports = Exports::open(&args)?;
     let mut strategies: Vec<Strategy> = args.strategies();
@@ -38,7 +45,8 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             })?;
         eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
     }
-    let stop = on_ctrl_c();
+    let signals = signals::listen(signals::First::Finish);
+    let stop = signals.requested.clone();
     let mut reports = Vec::new();
     for &strategy in &strategies {
         if stop.load(Ordering::SeqCst) {
@@ -78,8 +86,10 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             emit(&hammer_text(&reports))?;
         }
     }
-    Ok(if stop.load(Ordering::SeqCst) {
-        Exit::Interrupted
+    // Ctrl-C (or SIGTERM, SIGHUP) stopped new requests; those in flight finished and released
+    // their locks, and the partial report was printed.
+    Ok(if let Some(code) = signals.exit_code() {
+        Exit::Signal(code)
     } else {
         Exit::of_verdict(overall_verdict(&reports))
     })
@@ -127,22 +137,6 @@ fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + 's
             metrics::global().set_waiters(n);
         }
     }
-}
-
-/// Ctrl-C stops new requests; those in flight finish and release their locks, and the partial
-/// report is printed. A second Ctrl-C quits at once.
-fn on_ctrl_c() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(Exit::Interrupted as i32);
-        }
-        eprintln!(
-            "lockctl: interrupted: finishing the requests in flight (Ctrl-C again to quit now)"
-        );
-    });
-    stop
 }
 
 fn hammer_text(reports: &[Report]) -> String {

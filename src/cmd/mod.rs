@@ -28,15 +28,29 @@ use lockctl::{Error, ErrorKind};
 /// The contract's exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
-    Ok = 0,
-    Error = 1,
-    Usage = 2,
+    Ok,
+    Error,
+    Usage,
     /// Sold out, limit reached, an invariant violated, or a server unfit for locking.
-    Refused = 3,
-    Busy = 4,
-    LeaseLost = 5,
-    /// Ctrl-C stopped a hammer (128 + SIGINT, as shells report it).
-    Interrupted = 130,
+    Refused,
+    Busy,
+    LeaseLost,
+    /// Stopped by a signal: 128 + its number, as shells report it (130 for Ctrl-C).
+    Signal(i32),
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Error => 1,
+            Exit::Usage => 2,
+            Exit::Refused => 3,
+            Exit::Busy => 4,
+            Exit::LeaseLost => 5,
+            Exit::Signal(code) => code.clamp(0, 255) as u8,
+        }
+    }
 }
 
 impl Exit {
@@ -52,7 +66,7 @@ impl Exit {
 
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
-        ExitCode::from(e as u8)
+        ExitCode::from(e.code())
     }
 }
 

@@ -21,6 +21,7 @@ pub fn judge_unreadable(facts: &RunFacts, samples: &[Sample], e: &Error) -> Repo
     };
     let mut r = judge(facts, samples, &rb);
     r.verdict = Verdict::Unknown;
+    r.unknown_because = Some("Redis could not be read back, so nothing is claimed".into());
     r.final_stock = None;
     r.consumed = None;
     r.oversold = 0;
@@ -259,6 +260,17 @@ fn per_order(facts: &RunFacts, t: &Tally, rb: &Readback) -> Vec<String> {
     out
 }
 
+/// `timed_out 2, refused 1`: the errors by kind, most frequent first.
+pub fn errors_in_words(by_kind: &BTreeMap<ErrorKind, u64>) -> String {
+    let mut kinds: Vec<_> = by_kind.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    kinds
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What happened, in words, for a person reading the report.
 fn notes(t: &Tally, rb: &Readback) -> Vec<String> {
     let mut notes = Vec::new();
@@ -297,12 +309,28 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
     let notes = notes(&t, rb);
     let elapsed_s = facts.elapsed.as_secs_f64();
     let locks = facts.strategy.locks() && !t.wait.is_empty();
+    // Invariants that hold because nothing happened prove nothing: a run in which every
+    // request failed, while there was stock to sell, has measured nothing.
+    let nothing_measured = violations.is_empty()
+        && t.errors > 0
+        && t.accounted() == t.errors
+        && facts.initial_stock >= facts.qty as i64;
+    let unknown_because = nothing_measured.then(|| {
+        format!(
+            "nothing was measured: all {} requests failed ({})",
+            t.errors,
+            errors_in_words(&t.errors_by_kind)
+        )
+    });
     Report {
-        verdict: if violations.is_empty() {
-            Verdict::Pass
-        } else {
+        verdict: if !violations.is_empty() {
             Verdict::Fail
+        } else if nothing_measured {
+            Verdict::Unknown
+        } else {
+            Verdict::Pass
         },
+        unknown_because,
         run: facts.clone(),
         interrupted: false,
         final_stock: Some(rb.final_stock),

@@ -102,6 +102,7 @@ pub const TIMELINE_POINTS: usize = 400;
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let keys = StockKeys::new(&opts.sku);
     let mut conn = target.connect()?;
+    check_capacity(&mut conn, target, opts)?;
     let initial_stock = match opts.stock {
         Some(n) => {
             stock::seed(&mut conn, &opts.sku, n)?;
@@ -115,11 +116,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let started = Instant::now();
     let samples = match opts.mode {
         // Simulated work needs a thread per buyer to sleep in.
-        Mode::Threads
-            if opts.buy.strategy == Strategy::Atomic
-                && opts.buy.work.is_zero()
-                && !target.is_cluster() =>
-        {
+        Mode::Threads if multiplexes(opts, target) => {
             multiplexed::run_multiplexed(target, opts, &run_id)?
         }
         Mode::Threads => threads::run_threads(target, opts, &run_id),
@@ -169,6 +166,69 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         );
     }
     Ok(report)
+}
+
+/// The connections a run opens to the data node at once, at most: one per buyer (a
+/// multiplexed or threaded buyer holds one; a child process holds its own, its watchdog's
+/// and its expiry poker's), one per watchdog, and a few of the hammer's own.
+pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
+    let c = opts.concurrency.min(opts.requests.max(1));
+    let watchdogs = if opts.buy.lock.watchdog { c } else { 0 };
+    let own = 4;
+    match opts.mode {
+        Mode::Procs => c * 2 + watchdogs + own,
+        Mode::Threads if multiplexes(opts, target) => c + own,
+        Mode::Threads => c + watchdogs + own,
+    }
+}
+
+/// Refuses, before anything is written, a run that needs more connections than the server
+/// accepts (`maxclients` less those in use): past it Redis turns buyers away at connect time,
+/// and the run would measure the server's limit instead of the lock. Skipped where the
+/// server does not say (CONFIG not allowed, a cluster).
+fn check_capacity(
+    conn: &mut crate::conn::Conn,
+    target: &Target,
+    opts: &HammerOptions,
+) -> Result<()> {
+    if target.is_cluster() {
+        return Ok(());
+    }
+    let max: Option<Vec<String>> = conn
+        .query(redis::cmd("CONFIG").arg("GET").arg("maxclients"))
+        .ok();
+    let Some(maxclients) = max.and_then(|v| v.get(1).and_then(|n| n.parse::<u64>().ok())) else {
+        return Ok(());
+    };
+    let info: String = conn
+        .query(redis::cmd("INFO").arg("clients"))
+        .unwrap_or_default();
+    let in_use = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    let needed = connections_needed(opts, target);
+    if needed + in_use.saturating_sub(1) <= maxclients {
+        return Ok(());
+    }
+    let spare = maxclients.saturating_sub(in_use.saturating_sub(1));
+    let per_buyer = needed.saturating_sub(4) / opts.concurrency.max(1);
+    Err(Error::TooManyClients {
+        addr: target.addr().to_string(),
+        needed,
+        maxclients,
+        in_use,
+        fits: spare.saturating_sub(4) / per_buyer.max(1),
+    })
+}
+
+/// Whether the atomic strategy's multiplexed driver runs this load.
+fn multiplexes(opts: &HammerOptions, target: &Target) -> bool {
+    opts.mode == Mode::Threads
+        && opts.buy.strategy == Strategy::Atomic
+        && opts.buy.work.is_zero()
+        && !target.is_cluster()
 }
 
 /// The verdict of several runs: all pass: pass; any fail: fail; otherwise (some unknown):

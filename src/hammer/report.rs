@@ -126,6 +126,10 @@ pub struct Report {
     pub lock_hold_ms: Option<Percentiles>,
     /// Every invariant that did not hold, in words. Empty on a pass.
     pub violations: Vec<String>,
+    /// Why the verdict is unknown (Redis could not be read back, or no request got an answer
+    /// to judge); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_because: Option<String>,
     /// What happened, in words, for a person reading the report.
     pub notes: Vec<String>,
     /// The first error message seen, if any.

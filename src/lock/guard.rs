@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::lease::Lease;
+use super::registry::Registration;
 use super::scripts::RELEASE;
 use super::watchdog::Watchdog;
 use super::{Release, Token, release_token};
@@ -29,6 +30,8 @@ pub struct Guard {
     pub(super) quorum: Option<(Arc<Quorum>, Instant)>,
     /// What this holder knows of its lease by its own clock (shared with the watchdog).
     pub(super) lease: Arc<Lease>,
+    /// Keeps the lock in the process's list of held locks until the guard is gone.
+    pub(super) _registration: Registration,
 }
 
 impl Guard {

@@ -16,6 +16,7 @@
 
 mod guard;
 mod lease;
+mod registry;
 mod scripts;
 mod watchdog;
 
@@ -28,6 +29,7 @@ use redis::Script;
 pub use guard::Guard;
 use guard::release_code;
 use lease::Lease;
+pub use registry::give_back_all;
 pub use scripts::WAITER_LEASE;
 use scripts::{ACQUIRE, FORCE, HEALTH, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
 use watchdog::{ExpiryPoker, Watchdog};
@@ -280,6 +282,13 @@ impl Lock {
     pub fn acquire(&self, conn: &mut Conn) -> Result<Acquire> {
         let started = Instant::now();
         let token = Token::random();
+        let registration = registry::register(
+            &self.target,
+            &self.keys,
+            &token,
+            self.options.ttl,
+            self.quorum.clone(),
+        );
         let outcome = match &self.quorum {
             None => self
                 .wait_for_grant(conn, &token, started)
@@ -309,6 +318,7 @@ impl Lock {
             watchdog: None,
             quorum: self.quorum.clone().zip(quorum_until),
             lease: Arc::new(Lease::new(grant.lease_from, ttl, quorum_until)),
+            _registration: registration,
         };
         if self.options.watchdog {
             match Watchdog::start(&self.target, &guard) {

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
+use crate::hammer::judge::errors_in_words;
 use crate::hammer::{Mode, Percentiles, Report, Verdict, overall_verdict};
 use crate::units::round3;
 
@@ -98,18 +99,29 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
             s,
             "verdict",
             format!(
-                "{}: nothing oversold (stock {} -> {}), every request accounted for",
+                "{}: nothing oversold (stock {} -> {}), every request accounted for{}",
                 paint("32", "PASS"),
                 r.run.initial_stock,
-                opt(r.final_stock)
+                opt(r.final_stock),
+                match r.errors {
+                    0 => String::new(),
+                    n => format!(
+                        "; {n} error{} ({})",
+                        if n == 1 { "" } else { "s" },
+                        errors_in_words(&r.errors_by_kind)
+                    ),
+                }
             ),
         ),
         Verdict::Unknown => row(
             s,
             "verdict",
             format!(
-                "{}: Redis could not be read back, so nothing is claimed",
-                paint("33", "UNKNOWN")
+                "{}: {}",
+                paint("33", "UNKNOWN"),
+                r.unknown_because
+                    .as_deref()
+                    .unwrap_or("nothing can be claimed")
             ),
         ),
         Verdict::Fail => {
@@ -206,6 +218,19 @@ pub(super) fn verdict_word(v: Verdict) -> &'static str {
     }
 }
 
+/// `text` as a Markdown code span, whatever backticks it holds: the fence is one backtick
+/// longer than the longest run inside, padded with spaces when the text starts or ends with one.
+fn code_span(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 /// A number read back from Redis, or `?` when it could not be.
 pub(super) fn opt(v: Option<i64>) -> String {
     v.map_or("?".into(), |v| v.to_string())
@@ -217,8 +242,8 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
     if let Some(r) = reports.first() {
         let _ = writeln!(
             s,
-            "Hammer on `{}`: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
-            r.run.sku,
+            "Hammer on {}: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
+            code_span(&r.run.sku),
             r.run.requests,
             r.run.concurrency,
             if r.run.watchdog {
@@ -281,4 +306,16 @@ fn pct_text(p: &Percentiles) -> String {
         "p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
         p.p50, p.p90, p.p99, p.max
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::code_span;
+
+    #[test]
+    fn a_code_span_survives_backticks() {
+        assert_eq!(code_span("sku_886"), "`sku_886`");
+        assert_eq!(code_span("a`b"), "``a`b``");
+        assert_eq!(code_span("`x``"), "``` `x`` ```");
+    }
 }

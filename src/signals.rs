@@ -1,0 +1,95 @@
+//! SIGINT, SIGTERM and SIGHUP: the first asks a long command to stop and report; a second (or
+//! the first, for a command with nothing to finish) quits at once, after giving back every lock
+//! the process holds and leaving every queue it waits in. The exit code is 128 + the signal,
+//! as shells report it (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use lockctl::lock;
+
+/// How long quitting may spend giving back each lock.
+const GIVE_BACK_LIMIT: Duration = Duration::from_millis(500);
+
+/// What the signals said so far.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    /// Set by the first signal: start nothing new.
+    pub requested: Arc<AtomicBool>,
+    /// The first signal's number, 0 before any.
+    signal: Arc<AtomicI32>,
+}
+
+impl Stop {
+    /// The exit code for the signal that stopped the command, if one did.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.signal.load(Ordering::SeqCst) {
+            0 => None,
+            n => Some(128 + n),
+        }
+    }
+}
+
+/// How the first signal is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum First {
+    /// Stop starting new work and let the command finish and report (the hammer).
+    Finish,
+    /// Give back what is held and exit now (a single purchase).
+    Quit,
+}
+
+/// Starts listening for the three signals. Without a listener (it could not be installed) the
+/// signals keep their default effect, which is to end the process.
+pub fn listen(first: First) -> Stop {
+    let stop = Stop {
+        requested: Arc::new(AtomicBool::new(false)),
+        signal: Arc::new(AtomicI32::new(0)),
+    };
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return stop;
+    };
+    let s = stop.clone();
+    let _ = thread::Builder::new()
+        .name("lockctl-signals".into())
+        .spawn(move || {
+            for n in signals.forever() {
+                let again = s.requested.swap(true, Ordering::SeqCst);
+                let _ = s
+                    .signal
+                    .compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
+                if again || first == First::Quit {
+                    quit_now(n);
+                }
+                eprintln!(
+                    "lockctl: {}: finishing the requests in flight (again to quit now)",
+                    name(n)
+                );
+            }
+        });
+    stop
+}
+
+fn quit_now(n: i32) -> ! {
+    let held = lock::give_back_all(GIVE_BACK_LIMIT);
+    if held > 0 {
+        eprintln!(
+            "lockctl: {}: gave back {held} lock(s) and queue place(s); quitting",
+            name(n)
+        );
+    }
+    std::process::exit(128 + n);
+}
+
+fn name(n: i32) -> &'static str {
+    match n {
+        SIGINT => "interrupted",
+        SIGTERM => "terminated (SIGTERM)",
+        SIGHUP => "hung up (SIGHUP)",
+        _ => "signalled",
+    }
+}
