@@ -1,13 +1,11 @@
 //! Operating it: Prometheus metrics (file, live scrape, exporter), status, unlock.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{RedisServer, code, eventually, json, lockctl, stderr, stdout};
+use crate::support::{RedisServer, code, eventually, json, lockctl, stderr, stdout};
 use redis::Commands;
 
 fn free_port() -> u16 {

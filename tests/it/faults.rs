@@ -1,14 +1,12 @@
 //! Faults and hostile input on real servers: script cache flushes, pauses, shutdowns, timeouts,
 //! AUTH and ACL users, TLS, bad names and numbers, Ctrl-C.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout};
+use crate::support::{RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout};
 use redis::Commands;
 
 fn spawn_hammer(url: &str, args: &[&str]) -> Child {

@@ -1,13 +1,11 @@
 //! The lock on a real Redis: exclusion, ownership, expiry, fencing, the watchdog.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use crate::support::{RedisServer, eventually};
 use lockctl::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use redis::Commands;
 
@@ -103,7 +101,7 @@ fn a_lock_expires_after_its_ttl_and_its_release_says_so() {
     let mut raw = server.raw();
     let pttl: i64 = raw.pttl("dist_lock:ttl").unwrap();
     assert!(pttl > 0 && pttl <= 100, "PX not set: {pttl}");
-    assert!(common::eventually(Duration::from_secs(2), || {
+    assert!(eventually(Duration::from_secs(2), || {
         !raw.exists::<_, bool>("dist_lock:ttl").unwrap()
     }));
     assert_eq!(guard.release(&mut conn).unwrap(), Release::Expired);
@@ -226,7 +224,7 @@ fn the_watchdog_marks_the_lease_lost_when_the_lock_is_taken_away() {
     let guard = take(&lock, &mut conn);
     let mut raw = server.raw();
     let _: () = raw.set("dist_lock:stolen", "someone-else").unwrap();
-    assert!(common::eventually(Duration::from_secs(2), || guard.lease_lost()));
+    assert!(eventually(Duration::from_secs(2), || guard.lease_lost()));
     assert_eq!(guard.release(&mut conn).unwrap(), Release::NotOwner);
     let holder: String = raw.get("dist_lock:stolen").unwrap();
     assert_eq!(holder, "someone-else");

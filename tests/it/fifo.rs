@@ -1,14 +1,12 @@
 //! Waiting for the lock: FIFO hand-off, crash-safe queue, wake on expiry, and exclusion next
 //! to clients that know nothing of the queue.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, eventually, lockctl, spawn_lockctl};
+use crate::support::{RedisServer, eventually, lockctl, spawn_lockctl};
 use lockctl::lock::{Acquire, Lock, LockOptions, Release, WAITER_LEASE};
 use redis::Commands;
 

@@ -1,13 +1,11 @@
 //! Redis Cluster: three masters made with `redis-cli --cluster create`, hash-tagged SKUs, and a
 //! slot moved to another master while buyers are buying.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, json, lockctl, stderr};
+use crate::support::{RedisServer, code, eventually, json, lockctl, stderr};
 
 struct Cluster {
     nodes: Vec<RedisServer>,
@@ -42,7 +40,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout)
         );
         let cluster = Cluster { nodes };
-        let ready = common::eventually(Duration::from_secs(20), || {
+        let ready = eventually(Duration::from_secs(20), || {
             cluster.nodes.iter().all(|n| {
                 redis::cmd("CLUSTER")
                     .arg("INFO")

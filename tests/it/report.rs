@@ -1,13 +1,13 @@
 //! The hammer's judge and renderers on hand-built runs: no Redis, every verdict reasoned out.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use lockctl::hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
 use lockctl::render;
 use lockctl::stock::{Buy, Strategy};
+
+use crate::support::HAMMER_FIELDS;
 
 fn facts(requests: u64, initial_stock: i64) -> RunFacts {
     RunFacts {
@@ -237,7 +237,7 @@ fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
 fn the_json_document_carries_the_contract_fields_and_the_buckets() {
     let reports = two_reports();
     let one = render::hammer_document(&reports[..1]);
-    for f in common::HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
+    for f in HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
         assert!(!one[f].is_null(), "{f} missing");
     }
     let both = render::hammer_document(&reports);

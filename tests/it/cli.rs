@@ -1,8 +1,6 @@
 //! The real `lockctl` binary: every subcommand, its exit codes, JSON fields and messages.
 
-mod common;
-
-use common::{RedisServer, code, json, lockctl, stderr, stdout};
+use crate::support::{HAMMER_FIELDS, RedisServer, code, eventually, json, lockctl, stderr, stdout};
 use redis::Commands;
 
 #[test]
@@ -46,7 +44,7 @@ fn check_refuses_a_replica() {
     // And the master is told about its replica.
     let m = json(&lockctl(&master.url(), &["check", "--json"]));
     assert!(
-        common::eventually(std::time::Duration::from_secs(5), || {
+        eventually(std::time::Duration::from_secs(5), || {
             json(&lockctl(&master.url(), &["check", "--json"]))["warnings"]
                 .to_string()
                 .contains("replica")
@@ -227,7 +225,7 @@ fn hammer_passes_in(mode: &str) {
     );
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
     let v = json(&out);
-    for field in common::HAMMER_FIELDS {
+    for field in HAMMER_FIELDS {
         assert!(!v[field].is_null(), "missing {field}: {v}");
     }
     for p in ["p50", "p99", "max"] {

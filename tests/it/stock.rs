@@ -1,13 +1,11 @@
 //! Purchases on a real Redis, through the library: outcomes, the ledger, bad data, and each
 //! strategy's promise.
 
-mod common;
-
 use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
-use common::RedisServer;
+use crate::support::RedisServer;
 use lockctl::Error;
 use lockctl::lock::LockOptions;
 use lockctl::sku::Sku;

@@ -1,11 +1,9 @@
 //! Redlock across five independent redis-servers, with nodes paused by SIGSTOP.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, json, lockctl};
+use crate::support::{RedisServer, code, json, lockctl, stderr};
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::lock::{Acquire, Lock, LockOptions};
 use lockctl::redlock::Quorum;
@@ -262,5 +260,5 @@ fn an_even_number_of_lock_nodes_is_a_usage_error() {
         ],
     );
     assert_eq!(code(&out), 2);
-    assert!(common::stderr(&out).contains("odd number"));
+    assert!(stderr(&out).contains("odd number"));
 }
