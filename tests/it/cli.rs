@@ -1,6 +1,8 @@
 //! The real `lockctl` binary: every subcommand, its exit codes, JSON fields and messages.
 
-use crate::support::{HAMMER_FIELDS, RedisServer, code, eventually, json, lockctl, stderr, stdout};
+use crate::support::{
+    HAMMER_FIELDS, RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout,
+};
 use redis::Commands;
 
 #[test]
@@ -56,11 +58,7 @@ fn check_refuses_a_replica() {
 #[test]
 fn an_unreachable_redis_is_a_one_line_error_with_exit_1() {
     // A port nobody listens on: bind one, then let it go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     for args in [
         &["check"][..],

@@ -2,24 +2,15 @@
 //! AUTH and ACL users, TLS, bad names and numbers, Ctrl-C.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout};
+use crate::support::{
+    RedisServer, Streams, code, eventually, free_port, json, lockctl, run_ok, signal,
+    spawn_lockctl_with, stderr, stdout,
+};
 use redis::Commands;
-
-fn spawn_hammer(url: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .arg("hammer")
-        .args(args)
-        .env("REDIS_URL", url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 /// Waits until the hammer has bought something, so a fault lands mid-run.
 fn wait_for_orders(server: &RedisServer, sku: &str) {
@@ -50,9 +41,10 @@ fn accounted(v: &serde_json::Value) -> u64 {
 #[test]
 fn script_flushes_mid_run_cost_no_purchase() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
+    let hammer = spawn_lockctl_with(
         &server.url(),
         &[
+            "hammer",
             "-n",
             "4000",
             "-c",
@@ -63,6 +55,7 @@ fn script_flushes_mid_run_cost_no_purchase() {
             "lock,fenced,atomic",
             "--json",
         ],
+        Streams::Capture,
     );
     wait_for_orders(&server, "sku_886");
     let pid = hammer.id();
@@ -89,9 +82,10 @@ fn script_flushes_mid_run_cost_no_purchase() {
 #[test]
 fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
+    let hammer = spawn_lockctl_with(
         &server.url(),
         &[
+            "hammer",
             "-n",
             "3000",
             "-c",
@@ -102,6 +96,7 @@ fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
             "300",
             "--json",
         ],
+        Streams::Capture,
     );
     wait_for_orders(&server, "sku_886");
     server.signal("STOP");
@@ -128,9 +123,10 @@ fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
 fn a_restart_mid_run_is_survived_and_accounted_for() {
     // Persistence on, so the stock and ledger outlive the restart; the script cache does not.
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let hammer = spawn_hammer(
+    let hammer = spawn_lockctl_with(
         &server.url(),
         &[
+            "hammer",
             "-n",
             "3000",
             "-c",
@@ -143,6 +139,7 @@ fn a_restart_mid_run_is_survived_and_accounted_for() {
             "500",
             "--json",
         ],
+        Streams::Capture,
     );
     wait_for_orders(&server, "sku_886");
     server.restart();
@@ -188,9 +185,10 @@ fn a_paused_server_makes_buy_fail_fast_with_a_timeout() {
 #[test]
 fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
+    let hammer = spawn_lockctl_with(
         &server.url(),
         &[
+            "hammer",
             "-n",
             "100000",
             "-c",
@@ -203,6 +201,7 @@ fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
             "300",
             "--json",
         ],
+        Streams::Capture,
     );
     wait_for_orders(&server, "sku_886");
     let _ = redis::cmd("SHUTDOWN")
@@ -225,9 +224,10 @@ fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
 #[test]
 fn ctrl_c_stops_the_hammer_with_a_partial_report_and_no_lock_left() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
+    let hammer = spawn_lockctl_with(
         &server.url(),
         &[
+            "hammer",
             "-n",
             "100000",
             "-c",
@@ -238,14 +238,10 @@ fn ctrl_c_stops_the_hammer_with_a_partial_report_and_no_lock_left() {
             "5",
             "--watchdog",
         ],
+        Streams::Capture,
     );
     wait_for_orders(&server, "sku_886");
-    let ok = Command::new("kill")
-        .args(["-INT", &hammer.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal(hammer.id(), "INT");
     let out = hammer.wait_with_output().unwrap();
     assert_eq!(code(&out), 130, "{}", stderr(&out));
     let text = stdout(&out);
@@ -300,16 +296,7 @@ fn an_acl_user_works_and_a_wrong_one_is_one_clear_error() {
 /// with openssl in `dir`. Version 3 certificates, as rustls requires.
 fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
-        let out: Output = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (apt-get install -y openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(Command::new("openssl").args(args).current_dir(dir));
     };
     std::fs::write(
         dir.join("server.ext"),

@@ -2,19 +2,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{RedisServer, code, eventually, json, lockctl, stderr, stdout};
+use crate::support::{
+    RedisServer, code, eventually, free_port, json, lockctl, spawn_lockctl, stderr, stdout,
+};
 use redis::Commands;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn scrape(port: u16) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -98,8 +91,9 @@ fn the_metrics_file_has_the_contract_names_and_labels() {
 fn a_live_scrape_during_a_contended_run_sees_the_wait_queue() {
     let server = RedisServer::start();
     let port = free_port();
-    let mut hammer = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args([
+    let mut hammer = spawn_lockctl(
+        &server.url(),
+        &[
             "hammer",
             "-n",
             "400",
@@ -113,12 +107,8 @@ fn a_live_scrape_during_a_contended_run_sees_the_wait_queue() {
             "60000",
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
-        ])
-        .env("REDIS_URL", server.url())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut most = 0.0_f64;
     let seen = eventually(Duration::from_secs(20), || {
         if let Some(v) = scrape(port).and_then(|t| sample(&t, "lockctl_lock_waiters ")) {
@@ -249,14 +239,13 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     lockctl(&url, &["seed", "b", "5"]);
     lockctl(&url, &["buy", "b"]);
     let port = free_port();
-    let mut exporter = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exporter", "--sku", "{a}", "--sku", "b", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .env("REDIS_URL", &url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let mut exporter = spawn_lockctl(
+        &url,
+        &[
+            "exporter", "--sku", "{a}", "--sku", "b", "--listen", &listen,
+        ],
+    );
     let mut text = String::new();
     let up = eventually(Duration::from_secs(10), || match scrape(port) {
         Some(t) => {
