@@ -170,10 +170,7 @@ fn status_shows_the_holder_and_its_ttl() {
     let server = RedisServer::start();
     let url = server.url();
     lockctl(&url, &["seed", "held", "1"]);
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:held", "holder-token", 30_000)
-        .unwrap();
+    server.hold_lock("held", "holder-token", 30_000);
     let v = json(&lockctl(&url, &["status", "held", "--json"]));
     assert_eq!(v["lock"]["token"], "holder-token");
     let ttl = v["lock"]["ttl_ms"].as_u64().unwrap();
@@ -184,10 +181,7 @@ fn status_shows_the_holder_and_its_ttl() {
 fn unlock_without_force_changes_nothing() {
     let server = RedisServer::start();
     let url = server.url();
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "stuck-token", 60_000);
     let out = lockctl(&url, &["unlock", "stuck"]);
     assert_eq!(code(&out), 3);
     assert!(stdout(&out).contains("stuck-token"), "{}", stdout(&out));
@@ -208,10 +202,7 @@ fn unlock_without_force_changes_nothing() {
 fn unlock_force_removes_the_lock_and_names_its_token() {
     let server = RedisServer::start();
     let url = server.url();
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "stuck-token", 60_000);
     let out = lockctl(&url, &["unlock", "stuck", "--force", "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
@@ -219,10 +210,7 @@ fn unlock_force_removes_the_lock_and_names_its_token() {
     assert_eq!(v["removed"], true);
     assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
 
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "t2", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "t2", 60_000);
     let out = lockctl(&url, &["unlock", "stuck", "--token", "t2"]);
     assert_eq!(code(&out), 0);
     assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
@@ -265,7 +253,7 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     assert_eq!(sample(&text, "lockctl_reconciled{sku=\"b\"}"), Some(1.0));
     assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(0.0));
     // Fresh on every scrape.
-    let _: () = server.raw().pset_ex("dist_lock:b", "x", 30_000).unwrap();
+    server.hold_lock("b", "x", 30_000);
     let _: i64 = server.raw().decr("item:stock:b", 1).unwrap();
     let text = scrape(port).unwrap();
     assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(1.0));

@@ -27,6 +27,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockctl::conn::{Conn, ConnectOptions, Target};
+use lockctl::lock::{Acquire, Guard, Lock, LockOptions};
+use redis::Commands;
 
 /// Names the `redis-server` binary the tests start.
 pub const REDIS_SERVER_VAR: &str = "LOCKCTL_TEST_REDIS_SERVER";
@@ -133,6 +135,15 @@ impl RedisServer {
         self.target().connect().expect("connect to the test server")
     }
 
+    /// Holds the lock on `sku` the way a client that knows nothing of lockctl does (the seed's
+    /// PHP client: a plain `SET` with a TTL): `token` for `ms` milliseconds.
+    pub fn hold_lock(&self, sku: &str, token: &str, ms: u64) {
+        let _: () = self
+            .raw()
+            .pset_ex(format!("dist_lock:{sku}"), token, ms)
+            .unwrap();
+    }
+
     /// Sends a signal (`STOP`, `CONT`, ...) to the server process.
     pub fn signal(&self, sig: &str) {
         signal(self.child.id(), sig);
@@ -193,6 +204,21 @@ pub const HAMMER_FIELDS: [&str; 16] = [
     "throughput_rps",
     "latency_ms",
 ];
+
+/// Every request of a `hammer --json` run (or of one of its `runs`), by the outcome it ended in.
+pub fn accounted(v: &serde_json::Value) -> u64 {
+    [
+        "bought",
+        "sold_out",
+        "busy",
+        "lease_lost",
+        "limit_reached",
+        "errors",
+    ]
+    .iter()
+    .map(|f| v[f].as_u64().unwrap())
+    .sum()
+}
 
 /// The real binary with `args`, pointed at `url` through REDIS_URL (as a user's shell would),
 /// with stdin closed and `NO_COLOR` unset.
@@ -271,6 +297,23 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
             return false;
         }
         thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lock options without a watchdog: a `ttl_ms` lease, waiting up to `wait_ms` to get it.
+pub fn lock_options(ttl_ms: u64, wait_ms: u64) -> LockOptions {
+    LockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        watchdog: false,
+    }
+}
+
+/// Acquires `lock`, which the test knows to be free (or to be freed within its wait).
+pub fn take(lock: &Lock, conn: &mut Conn) -> Guard {
+    match lock.acquire(conn).unwrap() {
+        Acquire::Acquired(g) => g,
+        Acquire::Busy => panic!("the lock was busy where the test expected it free"),
     }
 }
 
