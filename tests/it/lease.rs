@@ -2,11 +2,9 @@
 //! work oversells and is caught; fencing, the watchdog and the atomic script survive it; a
 //! killed holder blocks others only until its lease runs out.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, eventually, json, lockctl, spawn_lockctl, stdout};
+use crate::support::{RedisServer, code, eventually, json, lockctl, spawn_lockctl, stdout};
 use redis::Commands;
 
 /// The homework: a 100 ms lease, 150 ms of work, and a wait long enough to queue for the lock.

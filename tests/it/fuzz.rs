@@ -1,17 +1,31 @@
 //! Property tests (proptest) over the inputs that reach Redis and Lua: SKU parsing, and any
 //! valid SKU and order id going through every strategy's scripts on a real server.
 
-mod common;
-
-use common::RedisServer;
+use crate::support::RedisServer;
 use lockctl::keys::{StockKeys, keys_of};
 use lockctl::sku::{MAX_SKU_BYTES, Sku};
 use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use redis::Commands;
 
+/// `cases` cases, with failures kept in `fuzz.proptest-regressions` next to this file.
+///
+/// Proptest's default (`SourceParallel`) climbs from the source file to the first directory
+/// holding a `main.rs` or `lib.rs`: here that is `tests/it/` itself, which would put the
+/// regressions in `tests/proptest-regressions/fuzz.txt`. Named explicitly, they stay beside
+/// the tests they replay.
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::with_cases(cases)
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(config(2000))]
 
     #[test]
     fn any_string_parses_to_a_safe_sku_or_a_message(s in any::<String>()) {
@@ -34,7 +48,7 @@ fn name() -> impl proptest::strategy::Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(config(48))]
 
     #[test]
     fn any_valid_sku_and_order_id_reach_redis_only_as_keys_and_fields(

@@ -1,17 +1,15 @@
 //! Purchases on a real Redis, through the library: outcomes, the ledger, bad data, and each
 //! strategy's promise.
 
-mod common;
-
 use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
-use common::RedisServer;
+use crate::support::RedisServer;
 use lockctl::Error;
 use lockctl::lock::LockOptions;
 use lockctl::sku::Sku;
-use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy};
+use lockctl::stock::{self, Buy, BuyOptions, Buyer, Purchase, Strategy};
 use redis::Commands;
 
 fn sku(s: &str) -> Sku {
@@ -67,10 +65,7 @@ fn a_held_lock_makes_lock_strategies_busy_and_atomic_yield() {
     let s = sku("held");
     stock::seed(&mut conn, &s, 5).unwrap();
     // A foreign holder, such as the seed's PHP client.
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:held", "php-token", 5000)
-        .unwrap();
+    server.hold_lock("held", "php-token", 5000);
     for strategy in [Strategy::Lock, Strategy::Fenced, Strategy::Atomic] {
         let p = Buyer::new(&target, &s, with(strategy))
             .buy(&mut conn, "x", None)
@@ -191,9 +186,10 @@ fn seeding_sets_the_stock_and_clears_the_ledger() {
     assert_eq!(raw_stock(&server, "reseed").as_deref(), Some("7"));
 }
 
-/// 150 ms of work on a 50 ms lease: the lease runs out mid-work.
-fn outliving_the_lease(strategy: Strategy) -> BuyOptions {
-    BuyOptions {
+/// Seeds `name` with 5 and buys one ("late") with 150 ms of work on a 50 ms lease: the lease
+/// runs out mid-work.
+fn buy_outliving_the_lease(server: &RedisServer, name: &str, strategy: Strategy) -> Purchase {
+    let options = BuyOptions {
         strategy,
         work: Duration::from_millis(150),
         lock: LockOptions {
@@ -201,33 +197,30 @@ fn outliving_the_lease(strategy: Strategy) -> BuyOptions {
             ..LockOptions::default()
         },
         ..BuyOptions::default()
-    }
+    };
+    let mut conn = server.conn();
+    let s = sku(name);
+    stock::seed(&mut conn, &s, 5).unwrap();
+    Buyer::new(&server.target(), &s, options)
+        .buy(&mut conn, "late", None)
+        .unwrap()
 }
 
 #[test]
 fn the_fenced_strategy_deducts_nothing_once_the_lease_ran_out() {
     let server = RedisServer::start();
-    let target = server.target();
-    let mut conn = server.conn();
-    let s = sku("fenced");
-    stock::seed(&mut conn, &s, 5).unwrap();
-    let buyer = Buyer::new(&target, &s, outliving_the_lease(Strategy::Fenced));
-    let p = buyer.buy(&mut conn, "late", None).unwrap();
+    let p = buy_outliving_the_lease(&server, "fenced", Strategy::Fenced);
     assert_eq!(p.outcome, Buy::LeaseLost);
     assert!(p.fence.is_some());
     assert_eq!(raw_stock(&server, "fenced").as_deref(), Some("5"));
-    assert!(stock::ledger(&mut conn, &s).unwrap().is_empty());
+    let ledger = stock::ledger(&mut server.conn(), &sku("fenced")).unwrap();
+    assert!(ledger.is_empty());
 }
 
 #[test]
 fn the_lock_strategy_reports_a_deduction_made_past_its_lease() {
     let server = RedisServer::start();
-    let target = server.target();
-    let mut conn = server.conn();
-    let s = sku("overrun");
-    stock::seed(&mut conn, &s, 5).unwrap();
-    let buyer = Buyer::new(&target, &s, outliving_the_lease(Strategy::Lock));
-    let p = buyer.buy(&mut conn, "late", None).unwrap();
+    let p = buy_outliving_the_lease(&server, "overrun", Strategy::Lock);
     assert_eq!(p.outcome, Buy::Bought { remaining: 4 });
     assert!(p.overran_lease);
 }

@@ -1,22 +1,13 @@
 //! Operating it: Prometheus metrics (file, live scrape, exporter), status, unlock.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{RedisServer, code, eventually, json, lockctl, stderr, stdout};
+use crate::support::{
+    RedisServer, code, eventually, free_port, json, lockctl, spawn_lockctl, stderr, stdout,
+};
 use redis::Commands;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn scrape(port: u16) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -100,8 +91,9 @@ fn the_metrics_file_has_the_contract_names_and_labels() {
 fn a_live_scrape_during_a_contended_run_sees_the_wait_queue() {
     let server = RedisServer::start();
     let port = free_port();
-    let mut hammer = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args([
+    let mut hammer = spawn_lockctl(
+        &server.url(),
+        &[
             "hammer",
             "-n",
             "400",
@@ -115,12 +107,8 @@ fn a_live_scrape_during_a_contended_run_sees_the_wait_queue() {
             "60000",
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
-        ])
-        .env("REDIS_URL", server.url())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut most = 0.0_f64;
     let seen = eventually(Duration::from_secs(20), || {
         if let Some(v) = scrape(port).and_then(|t| sample(&t, "lockctl_lock_waiters ")) {
@@ -182,10 +170,7 @@ fn status_shows_the_holder_and_its_ttl() {
     let server = RedisServer::start();
     let url = server.url();
     lockctl(&url, &["seed", "held", "1"]);
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:held", "holder-token", 30_000)
-        .unwrap();
+    server.hold_lock("held", "holder-token", 30_000);
     let v = json(&lockctl(&url, &["status", "held", "--json"]));
     assert_eq!(v["lock"]["token"], "holder-token");
     let ttl = v["lock"]["ttl_ms"].as_u64().unwrap();
@@ -196,10 +181,7 @@ fn status_shows_the_holder_and_its_ttl() {
 fn unlock_without_force_changes_nothing() {
     let server = RedisServer::start();
     let url = server.url();
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "stuck-token", 60_000);
     let out = lockctl(&url, &["unlock", "stuck"]);
     assert_eq!(code(&out), 3);
     assert!(stdout(&out).contains("stuck-token"), "{}", stdout(&out));
@@ -220,10 +202,7 @@ fn unlock_without_force_changes_nothing() {
 fn unlock_force_removes_the_lock_and_names_its_token() {
     let server = RedisServer::start();
     let url = server.url();
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "stuck-token", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "stuck-token", 60_000);
     let out = lockctl(&url, &["unlock", "stuck", "--force", "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
@@ -231,10 +210,7 @@ fn unlock_force_removes_the_lock_and_names_its_token() {
     assert_eq!(v["removed"], true);
     assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
 
-    let _: () = server
-        .raw()
-        .pset_ex("dist_lock:stuck", "t2", 60_000)
-        .unwrap();
+    server.hold_lock("stuck", "t2", 60_000);
     let out = lockctl(&url, &["unlock", "stuck", "--token", "t2"]);
     assert_eq!(code(&out), 0);
     assert!(!server.raw().exists::<_, bool>("dist_lock:stuck").unwrap());
@@ -251,14 +227,13 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     lockctl(&url, &["seed", "b", "5"]);
     lockctl(&url, &["buy", "b"]);
     let port = free_port();
-    let mut exporter = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["exporter", "--sku", "{a}", "--sku", "b", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .env("REDIS_URL", &url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let mut exporter = spawn_lockctl(
+        &url,
+        &[
+            "exporter", "--sku", "{a}", "--sku", "b", "--listen", &listen,
+        ],
+    );
     let mut text = String::new();
     let up = eventually(Duration::from_secs(10), || match scrape(port) {
         Some(t) => {
@@ -278,7 +253,7 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     assert_eq!(sample(&text, "lockctl_reconciled{sku=\"b\"}"), Some(1.0));
     assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(0.0));
     // Fresh on every scrape.
-    let _: () = server.raw().pset_ex("dist_lock:b", "x", 30_000).unwrap();
+    server.hold_lock("b", "x", 30_000);
     let _: i64 = server.raw().decr("item:stock:b", 1).unwrap();
     let text = scrape(port).unwrap();
     assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(1.0));

@@ -1,24 +1,14 @@
 //! Waiting for the lock: FIFO hand-off, crash-safe queue, wake on expiry, and exclusion next
 //! to clients that know nothing of the queue.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, eventually, lockctl, spawn_lockctl};
-use lockctl::lock::{Acquire, Lock, LockOptions, Release, WAITER_LEASE};
+use crate::support::{RedisServer, eventually, lock_options, lockctl, spawn_lockctl, take};
+use lockctl::lock::{Acquire, Lock, Release, WAITER_LEASE};
 use redis::Commands;
-
-fn waiting(ttl_ms: u64, wait_ms: u64) -> LockOptions {
-    LockOptions {
-        ttl: Duration::from_millis(ttl_ms),
-        wait: Duration::from_millis(wait_ms),
-        watchdog: false,
-    }
-}
 
 fn queue_len(server: &RedisServer, name: &str) -> u64 {
     server
@@ -32,18 +22,15 @@ fn waiters_that_arrive_in_order_acquire_in_order() {
     let server = RedisServer::start();
     let target = server.target();
     let mut conn = server.conn();
-    let holder = match Lock::new(&target, "fifo", waiting(10_000, 0))
-        .acquire(&mut conn)
-        .unwrap()
-    {
-        Acquire::Acquired(g) => g,
-        Acquire::Busy => panic!("the lock was free"),
-    };
+    let holder = take(
+        &Lock::new(&target, "fifo", lock_options(10_000, 0)),
+        &mut conn,
+    );
     let mut handles = Vec::new();
     for i in 0..6u64 {
         let target = target.clone();
         handles.push(thread::spawn(move || {
-            let lock = Lock::new(&target, "fifo", waiting(10_000, 20_000));
+            let lock = Lock::new(&target, "fifo", lock_options(10_000, 20_000));
             let mut conn = target.connect().unwrap();
             let Acquire::Acquired(g) = lock.acquire(&mut conn).unwrap() else {
                 panic!("waiter {i} gave up");
@@ -62,7 +49,7 @@ fn waiters_that_arrive_in_order_acquire_in_order() {
             "waiter {i} never queued"
         );
     }
-    let lock = Lock::new(&target, "fifo", waiting(10_000, 0));
+    let lock = Lock::new(&target, "fifo", lock_options(10_000, 0));
     assert_eq!(lock.waiters(&mut conn).unwrap(), 6);
     holder.release(&mut conn).unwrap();
     for h in handles {
@@ -85,10 +72,8 @@ fn a_released_lock_goes_to_the_waiter_without_polling() {
     let server = RedisServer::start();
     let target = server.target();
     let mut conn = server.conn();
-    let lock = Lock::new(&target, "handoff", waiting(10_000, 10_000));
-    let Acquire::Acquired(holder) = lock.acquire(&mut conn).unwrap() else {
-        panic!("the lock was free");
-    };
+    let lock = Lock::new(&target, "handoff", lock_options(10_000, 10_000));
+    let holder = take(&lock, &mut conn);
     let released_at = Arc::new(AtomicU64::new(0));
     let epoch = Instant::now();
     let waiter = {
@@ -147,12 +132,10 @@ fn a_waiter_killed_with_kill_9_does_not_stall_the_queue() {
     let url = server.url();
     lockctl(&url, &["seed", "stall", "5"]);
     let mut conn = server.conn();
-    let Acquire::Acquired(holder) = Lock::new(&target, "stall", waiting(10_000, 0))
-        .acquire(&mut conn)
-        .unwrap()
-    else {
-        panic!("the lock was free");
-    };
+    let holder = take(
+        &Lock::new(&target, "stall", lock_options(10_000, 0)),
+        &mut conn,
+    );
     // A waiter process queues first, then dies without leaving.
     let mut doomed = spawn_lockctl(&url, &["buy", "stall", "--wait-ms", "60000"]);
     assert!(eventually(Duration::from_secs(10), || queue_len(
@@ -162,7 +145,7 @@ fn a_waiter_killed_with_kill_9_does_not_stall_the_queue() {
     let survivor = {
         let target = target.clone();
         thread::spawn(move || {
-            let lock = Lock::new(&target, "stall", waiting(10_000, 30_000));
+            let lock = Lock::new(&target, "stall", lock_options(10_000, 30_000));
             let mut conn = target.connect().unwrap();
             let t = Instant::now();
             let got = matches!(lock.acquire(&mut conn).unwrap(), Acquire::Acquired(_));
@@ -193,13 +176,11 @@ fn a_waiter_whose_wait_runs_out_leaves_and_never_becomes_owner() {
     let server = RedisServer::start();
     let target = server.target();
     let mut conn = server.conn();
-    let Acquire::Acquired(holder) = Lock::new(&target, "leave", waiting(10_000, 0))
-        .acquire(&mut conn)
-        .unwrap()
-    else {
-        panic!("the lock was free");
-    };
-    let impatient = Lock::new(&target, "leave", waiting(10_000, 300));
+    let holder = take(
+        &Lock::new(&target, "leave", lock_options(10_000, 0)),
+        &mut conn,
+    );
+    let impatient = Lock::new(&target, "leave", lock_options(10_000, 300));
     let t = Instant::now();
     assert!(matches!(
         impatient.acquire(&mut conn).unwrap(),
@@ -232,7 +213,7 @@ fn a_holder_killed_mid_work_hands_over_within_its_ttl() {
     let waiter = {
         let target = target.clone();
         thread::spawn(move || {
-            let lock = Lock::new(&target, "dead", waiting(5000, 10_000));
+            let lock = Lock::new(&target, "dead", lock_options(5000, 10_000));
             let mut conn = target.connect().unwrap();
             let Acquire::Acquired(_g) = lock.acquire(&mut conn).unwrap() else {
                 panic!("never got the lock");
@@ -264,7 +245,7 @@ fn plain_set_nx_px_clients_and_queued_waiters_are_never_two_holders() {
         for _ in 0..4 {
             let (target, server, done) = (&target, &server, done.clone());
             s.spawn(move || {
-                let lock = Lock::new(target, "mixed", waiting(5000, 20_000));
+                let lock = Lock::new(target, "mixed", lock_options(5000, 20_000));
                 let mut conn = target.connect().unwrap();
                 let mut raw = server.raw();
                 for _ in 0..30 {

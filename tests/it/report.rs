@@ -1,13 +1,13 @@
 //! The hammer's judge and renderers on hand-built runs: no Redis, every verdict reasoned out.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use lockctl::hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
 use lockctl::render;
 use lockctl::stock::{Buy, Strategy};
+
+use crate::support::HAMMER_FIELDS;
 
 fn facts(requests: u64, initial_stock: i64) -> RunFacts {
     RunFacts {
@@ -56,6 +56,16 @@ fn failed(index: u64, indeterminate: bool) -> Sample {
         lock_hold: None,
         at: Duration::from_millis(index),
     }
+}
+
+/// Fails unless one of the report's violations mentions `needle`.
+#[track_caller]
+fn assert_violation(r: &Report, needle: &str) {
+    assert!(
+        r.violations.iter().any(|v| v.contains(needle)),
+        "no violation mentions {needle:?}: {:?}",
+        r.violations
+    );
 }
 
 /// `n` buyers told "bought", counting the stock down from `stock`, then sold-outs.
@@ -114,11 +124,7 @@ fn negative_stock_is_an_oversell() {
     let r = judge(&facts(20, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
     assert_eq!(r.oversold, 1);
-    assert!(
-        r.violations.iter().any(|v| v.contains("negative")),
-        "{:?}",
-        r.violations
-    );
+    assert_violation(&r, "negative");
 }
 
 #[test]
@@ -132,11 +138,7 @@ fn a_buyer_told_sold_out_while_stock_remained_is_an_under_sell() {
     rb.final_stock = 2;
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
-    assert!(
-        r.violations.iter().any(|v| v.contains("under-sold")),
-        "{:?}",
-        r.violations
-    );
+    assert_violation(&r, "under-sold");
 }
 
 #[test]
@@ -146,13 +148,7 @@ fn an_order_deducted_twice_is_named() {
     rb.final_stock = -1;
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
-    assert!(
-        r.violations
-            .iter()
-            .any(|v| v.contains("hTEST-3 was deducted 2 times")),
-        "{:?}",
-        r.violations
-    );
+    assert_violation(&r, "hTEST-3 was deducted 2 times");
 }
 
 #[test]
@@ -161,12 +157,8 @@ fn stock_that_fell_without_a_buyer_being_told_is_caught() {
     rb.final_stock = -1; // one unit gone with nobody told and nothing in the ledger
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
-    assert!(
-        r.violations
-            .iter()
-            .any(|v| v.contains("the stock fell by 11"))
-    );
-    assert!(r.violations.iter().any(|v| v.contains("ledger records 10")));
+    assert_violation(&r, "the stock fell by 11");
+    assert_violation(&r, "ledger records 10");
 }
 
 #[test]
@@ -182,11 +174,7 @@ fn an_indeterminate_error_may_have_deducted_but_a_refused_one_may_not() {
     samples[9] = failed(9, false);
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
-    assert!(
-        r.violations.iter().any(|v| v.contains("hTEST-9")),
-        "{:?}",
-        r.violations
-    );
+    assert_violation(&r, "hTEST-9");
 }
 
 #[test]
@@ -197,11 +185,7 @@ fn a_lost_request_is_unaccounted_for() {
     rb.ledger.remove(&9);
     rb.final_stock = 1;
     let r = judge(&facts(10, 10), &samples, &rb);
-    assert!(
-        r.violations.iter().any(|v| v.contains("unaccounted")),
-        "{:?}",
-        r.violations
-    );
+    assert_violation(&r, "unaccounted");
 }
 
 fn two_reports() -> Vec<Report> {
@@ -237,7 +221,7 @@ fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
 fn the_json_document_carries_the_contract_fields_and_the_buckets() {
     let reports = two_reports();
     let one = render::hammer_document(&reports[..1]);
-    for f in common::HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
+    for f in HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
         assert!(!one[f].is_null(), "{f} missing");
     }
     let both = render::hammer_document(&reports);

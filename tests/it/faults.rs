@@ -1,59 +1,58 @@
 //! Faults and hostile input on real servers: script cache flushes, pauses, shutdowns, timeouts,
 //! AUTH and ACL users, TLS, bad names and numbers, Ctrl-C.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, eventually, free_port, json, lockctl, stderr, stdout};
+use crate::support::{
+    RedisServer, Streams, accounted, code, eventually, free_port, json, lockctl, run_ok, signal,
+    spawn_lockctl_with, stderr, stdout,
+};
 use redis::Commands;
 
-fn spawn_hammer(url: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .arg("hammer")
-        .args(args)
-        .env("REDIS_URL", url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
+/// A run far longer than any test lets it go on: whatever is done to it lands mid-run.
+const ENDLESS: [&str; 6] = ["-n", "100000", "-c", "4", "--stock", "100000"];
 
-/// Waits until the hammer has bought something, so a fault lands mid-run.
-fn wait_for_orders(server: &RedisServer, sku: &str) {
-    let key = format!("item:orders:{sku}");
+/// Starts `lockctl hammer` with `args` (stdout and stderr kept) on `sku_886`, and returns it once
+/// it has bought something, so that a fault lands mid-run.
+fn hammer_buying(server: &RedisServer, args: &[&str]) -> Child {
+    let args = [&["hammer"][..], args].concat();
+    let hammer = spawn_lockctl_with(&server.url(), &args, Streams::Capture);
     assert!(
         eventually(Duration::from_secs(10), || server
             .raw()
-            .hlen::<_, u64>(&key)
+            .hlen::<_, u64>("item:orders:sku_886")
             .is_ok_and(|n| n > 20)),
         "the hammer never started buying"
     );
+    hammer
 }
 
-fn accounted(v: &serde_json::Value) -> u64 {
-    [
-        "bought",
-        "sold_out",
-        "busy",
-        "lease_lost",
-        "limit_reached",
-        "errors",
-    ]
-    .iter()
-    .map(|f| v[f].as_u64().unwrap())
-    .sum()
+/// The run came through: it passed, oversold nothing, accounted for all its `requests`, and its
+/// final stock is the one Redis holds.
+#[track_caller]
+fn assert_came_through(server: &RedisServer, v: &serde_json::Value, requests: u64) {
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(v["oversold"], 0);
+    assert_eq!(accounted(v), requests);
+    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
+    assert_eq!(Some(stock), v["final_stock"].as_i64());
+}
+
+/// `lockctl status` finds the stock and the ledger of `sku_886` in agreement.
+#[track_caller]
+fn assert_reconciled(server: &RedisServer) {
+    let status = json(&lockctl(&server.url(), &["status", "sku_886", "--json"]));
+    assert_eq!(status["reconciled"], true, "{status}");
 }
 
 #[test]
 fn script_flushes_mid_run_cost_no_purchase() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
-        &server.url(),
+    let hammer = hammer_buying(
+        &server,
         &[
             "-n",
             "4000",
@@ -66,7 +65,6 @@ fn script_flushes_mid_run_cost_no_purchase() {
             "--json",
         ],
     );
-    wait_for_orders(&server, "sku_886");
     let pid = hammer.id();
     let mut flushes = 0;
     while Path::new(&format!("/proc/{pid}")).exists() && flushes < 200 {
@@ -91,8 +89,8 @@ fn script_flushes_mid_run_cost_no_purchase() {
 #[test]
 fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
-        &server.url(),
+    let hammer = hammer_buying(
+        &server,
         &[
             "-n",
             "3000",
@@ -105,15 +103,12 @@ fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
             "--json",
         ],
     );
-    wait_for_orders(&server, "sku_886");
     server.signal("STOP");
     thread::sleep(Duration::from_secs(1));
     server.signal("CONT");
     let out = hammer.wait_with_output().unwrap();
     let v = json(&out);
-    assert_eq!(v["verdict"], "pass", "{v}");
-    assert_eq!(v["oversold"], 0);
-    assert_eq!(accounted(&v), 3000);
+    assert_came_through(&server, &v, 3000);
     assert!(
         v["errors"].as_u64().unwrap() > 0,
         "the pause caused no error: {v}"
@@ -122,16 +117,14 @@ fn a_one_second_pause_mid_run_is_accounted_for_and_oversells_nothing() {
         v["errors_by_kind"]["timed_out"].as_u64().unwrap() > 0,
         "{v}"
     );
-    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
-    assert_eq!(Some(stock), v["final_stock"].as_i64());
 }
 
 #[test]
 fn a_restart_mid_run_is_survived_and_accounted_for() {
     // Persistence on, so the stock and ledger outlive the restart; the script cache does not.
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let hammer = spawn_hammer(
-        &server.url(),
+    let hammer = hammer_buying(
+        &server,
         &[
             "-n",
             "3000",
@@ -146,17 +139,11 @@ fn a_restart_mid_run_is_survived_and_accounted_for() {
             "--json",
         ],
     );
-    wait_for_orders(&server, "sku_886");
     server.restart();
     let out = hammer.wait_with_output().unwrap();
     let v = json(&out);
-    assert_eq!(v["verdict"], "pass", "{v}");
-    assert_eq!(v["oversold"], 0);
-    assert_eq!(accounted(&v), 3000);
-    let stock: i64 = server.raw().get("item:stock:sku_886").unwrap();
-    assert_eq!(Some(stock), v["final_stock"].as_i64());
-    let status = json(&lockctl(&server.url(), &["status", "sku_886", "--json"]));
-    assert_eq!(status["reconciled"], true, "{status}");
+    assert_came_through(&server, &v, 3000);
+    assert_reconciled(&server);
 }
 
 #[test]
@@ -190,23 +177,20 @@ fn a_paused_server_makes_buy_fail_fast_with_a_timeout() {
 #[test]
 fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
-        &server.url(),
+    let hammer = hammer_buying(
+        &server,
         &[
-            "-n",
-            "100000",
-            "-c",
-            "4",
-            "--stock",
-            "100000",
-            "--timeout-ms",
-            "300",
-            "--connect-timeout-ms",
-            "300",
-            "--json",
-        ],
+            &ENDLESS[..],
+            &[
+                "--timeout-ms",
+                "300",
+                "--connect-timeout-ms",
+                "300",
+                "--json",
+            ],
+        ]
+        .concat(),
     );
-    wait_for_orders(&server, "sku_886");
     let _ = redis::cmd("SHUTDOWN")
         .arg("NOSAVE")
         .query::<()>(&mut server.raw());
@@ -227,27 +211,11 @@ fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
 #[test]
 fn ctrl_c_stops_the_hammer_with_a_partial_report_and_no_lock_left() {
     let server = RedisServer::start();
-    let hammer = spawn_hammer(
-        &server.url(),
-        &[
-            "-n",
-            "100000",
-            "-c",
-            "4",
-            "--stock",
-            "100000",
-            "--work-ms",
-            "5",
-            "--watchdog",
-        ],
+    let hammer = hammer_buying(
+        &server,
+        &[&ENDLESS[..], &["--work-ms", "5", "--watchdog"]].concat(),
     );
-    wait_for_orders(&server, "sku_886");
-    let ok = Command::new("kill")
-        .args(["-INT", &hammer.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal(hammer.id(), "INT");
     let out = hammer.wait_with_output().unwrap();
     assert_eq!(code(&out), 130, "{}", stderr(&out));
     let text = stdout(&out);
@@ -258,8 +226,7 @@ fn ctrl_c_stops_the_hammer_with_a_partial_report_and_no_lock_left() {
         !raw.exists::<_, bool>("dist_lock:sku_886").unwrap(),
         "a lock was left held"
     );
-    let v = json(&lockctl(&server.url(), &["status", "sku_886", "--json"]));
-    assert_eq!(v["reconciled"], true, "{v}");
+    assert_reconciled(&server);
 }
 
 #[test]
@@ -302,16 +269,7 @@ fn an_acl_user_works_and_a_wrong_one_is_one_clear_error() {
 /// with openssl in `dir`. Version 3 certificates, as rustls requires.
 fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
-        let out: Output = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (apt-get install -y openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(Command::new("openssl").args(args).current_dir(dir));
     };
     std::fs::write(
         dir.join("server.ext"),

@@ -1,13 +1,14 @@
 //! Redis Cluster: three masters made with `redis-cli --cluster create`, hash-tagged SKUs, and a
 //! slot moved to another master while buyers are buying.
 
-mod common;
-
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, json, lockctl, stderr};
+use crate::support::{
+    RedisServer, Streams, code, eventually, json, lockctl, redis_cli_program, run_ok,
+    spawn_lockctl_with, stderr,
+};
 
 struct Cluster {
     nodes: Vec<RedisServer>,
@@ -29,20 +30,14 @@ impl Cluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("redis-cli must be installed with redis-server");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed:\n{}",
-            String::from_utf8_lossy(&out.stdout)
+        run_ok(
+            Command::new(redis_cli_program())
+                .args(["--cluster", "create"])
+                .args(&addrs)
+                .args(["--cluster-replicas", "0", "--cluster-yes"]),
         );
         let cluster = Cluster { nodes };
-        let ready = common::eventually(Duration::from_secs(20), || {
+        let ready = eventually(Duration::from_secs(20), || {
             cluster.nodes.iter().all(|n| {
                 redis::cmd("CLUSTER")
                     .arg("INFO")
@@ -204,8 +199,9 @@ fn buyers_follow_the_slot_when_it_moves_to_another_master_mid_run() {
     let slot = lockctl::keys::key_slot("{sku_886}");
     let from = cluster.owner(slot);
     let to = (from + 1) % 3;
-    let hammer = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args([
+    let hammer = spawn_lockctl_with(
+        &cluster.url(),
+        &[
             "--cluster",
             "hammer",
             "--sku",
@@ -219,12 +215,9 @@ fn buyers_follow_the_slot_when_it_moves_to_another_master_mid_run() {
             "--strategy",
             "atomic",
             "--json",
-        ])
-        .env("REDIS_URL", cluster.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        Streams::Capture,
+    );
     // Move the slot once buying is under way.
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {

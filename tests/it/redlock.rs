@@ -1,18 +1,28 @@
 //! Redlock across five independent redis-servers, with nodes paused by SIGSTOP.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, code, json, lockctl};
-use lockctl::conn::{ConnectOptions, Target};
+use crate::support::{RedisServer, code, json, lockctl, stderr};
+use lockctl::conn::Target;
 use lockctl::lock::{Acquire, Lock, LockOptions};
 use lockctl::redlock::Quorum;
 use redis::Commands;
 
 fn five() -> Vec<RedisServer> {
     (0..5).map(|_| RedisServer::start()).collect()
+}
+
+fn targets(nodes: &[RedisServer]) -> Vec<Target> {
+    nodes.iter().map(RedisServer::target).collect()
+}
+
+/// How many of `nodes` hold `key` with `token`.
+fn holding(nodes: &[RedisServer], key: &str, token: &str) -> usize {
+    nodes
+        .iter()
+        .filter(|n| n.raw().get::<_, Option<String>>(key).unwrap().as_deref() == Some(token))
+        .count()
 }
 
 fn node_args(nodes: &[RedisServer]) -> Vec<String> {
@@ -92,10 +102,7 @@ fn with_three_of_five_nodes_paused_nothing_is_bought_and_the_run_ends() {
 #[test]
 fn a_grant_needs_a_healthy_majority_for_every_subset_of_failed_nodes() {
     let nodes = five();
-    let targets: Vec<Target> = nodes
-        .iter()
-        .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
-        .collect();
+    let targets = targets(&nodes);
     for mask in 0u32..32 {
         let down: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
         for &i in &down {
@@ -140,12 +147,7 @@ fn the_redlock_lock_also_excludes_single_node_clients_on_the_data_node() {
     let data = RedisServer::start();
     let nodes = five();
     let target = data.target();
-    let q = Arc::new(Quorum::new(
-        nodes
-            .iter()
-            .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
-            .collect(),
-    ));
+    let q = Arc::new(Quorum::new(targets(&nodes)));
     let lock = Lock::new(&target, "both", LockOptions::default()).with_quorum(q.clone());
     let mut conn = data.conn();
     let Acquire::Acquired(g) = lock.acquire(&mut conn).unwrap() else {
@@ -161,17 +163,7 @@ fn the_redlock_lock_also_excludes_single_node_clients_on_the_data_node() {
         .query(&mut data.raw())
         .unwrap();
     assert!(php.is_none());
-    let on_nodes = nodes
-        .iter()
-        .filter(|n| {
-            n.raw()
-                .get::<_, Option<String>>("dist_lock:both")
-                .unwrap()
-                .as_deref()
-                == Some(g.token())
-        })
-        .count();
-    assert_eq!(on_nodes, 5);
+    assert_eq!(holding(&nodes, "dist_lock:both", g.token()), 5);
     g.release(&mut conn).unwrap();
     for n in &nodes {
         assert!(!n.raw().exists::<_, bool>("dist_lock:both").unwrap());
@@ -183,12 +175,7 @@ fn the_watchdog_extends_the_lease_on_a_majority_while_the_holder_works() {
     let data = RedisServer::start();
     let nodes = five();
     nodes[4].signal("STOP"); // one node down: four can still extend
-    let q = Arc::new(Quorum::new(
-        nodes
-            .iter()
-            .map(|n| Target::open(&n.url(), ConnectOptions::default()).unwrap())
-            .collect(),
-    ));
+    let q = Arc::new(Quorum::new(targets(&nodes)));
     let options = LockOptions {
         ttl: Duration::from_millis(300),
         watchdog: true,
@@ -200,17 +187,11 @@ fn the_watchdog_extends_the_lease_on_a_majority_while_the_holder_works() {
         panic!("four healthy nodes and a free data node");
     };
     std::thread::sleep(Duration::from_millis(1200)); // four leases
-    let holding = nodes[..4]
-        .iter()
-        .filter(|n| {
-            n.raw()
-                .get::<_, Option<String>>("dist_lock:dog")
-                .unwrap()
-                .as_deref()
-                == Some(g.token())
-        })
-        .count();
-    assert_eq!(holding, 4, "the extension did not reach the healthy nodes");
+    assert_eq!(
+        holding(&nodes[..4], "dist_lock:dog", g.token()),
+        4,
+        "the extension did not reach the healthy nodes"
+    );
     assert!(!g.lease_lost());
     assert!(g.renewals() >= 3);
     g.release(&mut conn).unwrap();
@@ -262,5 +243,5 @@ fn an_even_number_of_lock_nodes_is_a_usage_error() {
         ],
     );
     assert_eq!(code(&out), 2);
-    assert!(common::stderr(&out).contains("odd number"));
+    assert!(stderr(&out).contains("odd number"));
 }

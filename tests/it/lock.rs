@@ -1,36 +1,32 @@
 //! The lock on a real Redis: exclusion, ownership, expiry, fencing, the watchdog.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use crate::support::{RedisServer, eventually, lock_options, take};
+use lockctl::conn::Conn;
 use lockctl::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use redis::Commands;
 
-fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
-    LockOptions {
-        ttl: Duration::from_millis(ttl_ms),
-        wait: Duration::from_millis(wait_ms),
-        watchdog: false,
-    }
-}
-
-fn take(lock: &Lock, conn: &mut lockctl::conn::Conn) -> Guard {
-    match lock.acquire(conn).unwrap() {
-        Acquire::Acquired(g) => g,
-        Acquire::Busy => panic!("expected to acquire"),
-    }
+/// Takes `name` with a 300 ms lease that the watchdog keeps alive; returns the guard and the
+/// connection that took it.
+fn take_watched(server: &RedisServer, name: &str) -> (Guard, Conn) {
+    let options = LockOptions {
+        watchdog: true,
+        ..lock_options(300, 0)
+    };
+    let mut conn = server.conn();
+    let guard = take(&Lock::new(&server.target(), name, options), &mut conn);
+    (guard, conn)
 }
 
 #[test]
 fn threads_racing_for_one_lock_are_never_two_holders() {
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "race", opts(5000, 10_000));
+    let lock = Lock::new(&target, "race", lock_options(5000, 10_000));
     let acquired = Arc::new(AtomicU64::new(0));
     thread::scope(|s| {
         for _ in 0..8 {
@@ -66,7 +62,7 @@ fn threads_racing_for_one_lock_are_never_two_holders() {
 fn a_held_lock_makes_a_one_try_acquire_busy() {
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "busy", opts(5000, 0));
+    let lock = Lock::new(&target, "busy", lock_options(5000, 0));
     let mut conn = server.conn();
     let _held = take(&lock, &mut conn);
     assert!(matches!(lock.acquire(&mut conn).unwrap(), Acquire::Busy));
@@ -76,7 +72,7 @@ fn a_held_lock_makes_a_one_try_acquire_busy() {
 fn release_by_another_token_leaves_the_lock_in_place() {
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "owner", opts(100, 0));
+    let lock = Lock::new(&target, "owner", lock_options(100, 0));
     let mut conn = server.conn();
     let first = take(&lock, &mut conn);
     thread::sleep(Duration::from_millis(150));
@@ -97,13 +93,13 @@ fn release_by_another_token_leaves_the_lock_in_place() {
 fn a_lock_expires_after_its_ttl_and_its_release_says_so() {
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "ttl", opts(100, 0));
+    let lock = Lock::new(&target, "ttl", lock_options(100, 0));
     let mut conn = server.conn();
     let guard = take(&lock, &mut conn);
     let mut raw = server.raw();
     let pttl: i64 = raw.pttl("dist_lock:ttl").unwrap();
     assert!(pttl > 0 && pttl <= 100, "PX not set: {pttl}");
-    assert!(common::eventually(Duration::from_secs(2), || {
+    assert!(eventually(Duration::from_secs(2), || {
         !raw.exists::<_, bool>("dist_lock:ttl").unwrap()
     }));
     assert_eq!(guard.release(&mut conn).unwrap(), Release::Expired);
@@ -113,7 +109,7 @@ fn a_lock_expires_after_its_ttl_and_its_release_says_so() {
 fn fencing_tokens_grow_with_every_grant() {
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "fence", opts(5000, 0));
+    let lock = Lock::new(&target, "fence", lock_options(5000, 0));
     let mut conn = server.conn();
     let mut last = 0;
     for _ in 0..5 {
@@ -130,7 +126,7 @@ fn a_plain_set_nx_px_client_and_the_lock_exclude_each_other() {
     // The seed's PHP client does exactly this SET.
     let server = RedisServer::start();
     let target = server.target();
-    let lock = Lock::new(&target, "php", opts(5000, 0));
+    let lock = Lock::new(&target, "php", lock_options(5000, 0));
     let mut conn = server.conn();
     let mut raw = server.raw();
     let set: Option<String> = redis::cmd("SET")
@@ -162,11 +158,14 @@ fn waiting_gets_the_lock_once_the_holder_releases() {
     let server = RedisServer::start();
     let target = server.target();
     let mut conn = server.conn();
-    let holder = take(&Lock::new(&target, "wait", opts(5000, 0)), &mut conn);
+    let holder = take(
+        &Lock::new(&target, "wait", lock_options(5000, 0)),
+        &mut conn,
+    );
     let waiter = thread::spawn({
         let target = target.clone();
         move || {
-            let lock = Lock::new(&target, "wait", opts(5000, 3000));
+            let lock = Lock::new(&target, "wait", lock_options(5000, 3000));
             let mut conn = target.connect().unwrap();
             let t = Instant::now();
             let got = matches!(lock.acquire(&mut conn).unwrap(), Acquire::Acquired(_));
@@ -183,17 +182,7 @@ fn waiting_gets_the_lock_once_the_holder_releases() {
 #[test]
 fn the_watchdog_keeps_the_lease_past_its_ttl_and_stops_at_release() {
     let server = RedisServer::start();
-    let target = server.target();
-    let lock = Lock::new(
-        &target,
-        "dog",
-        LockOptions {
-            watchdog: true,
-            ..opts(300, 0)
-        },
-    );
-    let mut conn = server.conn();
-    let guard = take(&lock, &mut conn);
+    let (guard, mut conn) = take_watched(&server, "dog");
     thread::sleep(Duration::from_millis(1000));
     let mut raw = server.raw();
     let holder: Option<String> = raw.get("dist_lock:dog").unwrap();
@@ -213,20 +202,10 @@ fn the_watchdog_keeps_the_lease_past_its_ttl_and_stops_at_release() {
 #[test]
 fn the_watchdog_marks_the_lease_lost_when_the_lock_is_taken_away() {
     let server = RedisServer::start();
-    let target = server.target();
-    let lock = Lock::new(
-        &target,
-        "stolen",
-        LockOptions {
-            watchdog: true,
-            ..opts(300, 0)
-        },
-    );
-    let mut conn = server.conn();
-    let guard = take(&lock, &mut conn);
+    let (guard, mut conn) = take_watched(&server, "stolen");
     let mut raw = server.raw();
     let _: () = raw.set("dist_lock:stolen", "someone-else").unwrap();
-    assert!(common::eventually(Duration::from_secs(2), || guard.lease_lost()));
+    assert!(eventually(Duration::from_secs(2), || guard.lease_lost()));
     assert_eq!(guard.release(&mut conn).unwrap(), Release::NotOwner);
     let holder: String = raw.get("dist_lock:stolen").unwrap();
     assert_eq!(holder, "someone-else");

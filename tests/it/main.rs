@@ -1,0 +1,18 @@
+//! The integration tests, as one test binary: one module per area, all sharing `support`.
+//!
+//! One binary links the library once instead of once per file. Run an area alone with
+//! `cargo test --test it cli::` (or `fifo::`, `faults::`, ...).
+
+mod support;
+
+mod cli;
+mod cluster;
+mod faults;
+mod fifo;
+mod fuzz;
+mod lease;
+mod lock;
+mod ops;
+mod redlock;
+mod report;
+mod stock;

@@ -1,0 +1,426 @@
+//! Test support: a private `redis-server` per test, the real `lockctl` binary, and the external
+//! tools the tests run. Every module uses these; none keeps its own copy.
+//!
+//! Every server runs on a free port with its own temporary directory (`--save ""
+//! --appendonly no`, log inside it), is waited for with a deadline, and is killed on `Drop`, so
+//! tests never touch the machine's own Redis on 6379 or each other's keys.
+//!
+//! Which programs run (environment variables, read at each use; empty counts as unset):
+//!
+//! - `LOCKCTL_TEST_REDIS_SERVER`: the `redis-server` the tests start. Default: `redis-server`
+//!   on the PATH.
+//! - `LOCKCTL_TEST_REDIS_CLI`: the `redis-cli` the cluster tests run. Default: when
+//!   `LOCKCTL_TEST_REDIS_SERVER` names a path, the `redis-cli` in that same directory (a Redis
+//!   built from source has both in `src/`, and a client should match its server); otherwise
+//!   `redis-cli` on the PATH.
+//! - `openssl` (the TLS tests' certificates) and `kill` (signals) always come from the PATH.
+//!
+//! A missing program fails the test with what to install (Debian and Ubuntu:
+//! `apt-get install -y redis-server`, `redis-tools` for `redis-cli`, `openssl`, `procps` for
+//! `kill`): no test is ever skipped for want of one.
+
+use std::ffi::OsStr;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lockctl::conn::{Conn, ConnectOptions, Target};
+use lockctl::lock::{Acquire, Guard, Lock, LockOptions};
+use redis::Commands;
+
+/// Names the `redis-server` binary the tests start.
+pub const REDIS_SERVER_VAR: &str = "LOCKCTL_TEST_REDIS_SERVER";
+/// Names the `redis-cli` binary the tests run.
+pub const REDIS_CLI_VAR: &str = "LOCKCTL_TEST_REDIS_CLI";
+
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A fresh server with default settings.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// A fresh server with extra `redis-server` arguments (e.g. `["--requirepass", "pw"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let port = free_port();
+            let log = dir.path().join("redis.log");
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let child = spawn_server(port, dir.path(), &extra);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                extra,
+            };
+            if server.wait_ready(Duration::from_secs(10)) {
+                return server;
+            }
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+            if !last_log.contains("Address already in use") {
+                break;
+            }
+        }
+        panic!(
+            "{} never answered PING; its log:\n{last_log}",
+            redis_server_program().display()
+        );
+    }
+
+    /// Kills the server and starts it again on the same port and directory (what it kept on
+    /// disk, with `--appendonly yes` among its arguments, survives).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_server(self.port, self.dir.path(), &self.extra);
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        assert!(
+            self.wait_ready(Duration::from_secs(10)),
+            "redis-server did not come back; its log:\n{log}"
+        );
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut c) = self
+                .raw_client()
+                .get_connection_with_timeout(Duration::from_millis(200))
+            {
+                // A server started with requirepass answers NOAUTH: it is up all the same.
+                match redis::cmd("PING").query::<String>(&mut c) {
+                    Ok(_) => return true,
+                    Err(e) if e.code() == Some("NOAUTH") => return true,
+                    Err(_) => {}
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn raw_client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// A plain driver connection, for reading raw state behind the library's back.
+    pub fn raw(&self) -> redis::Connection {
+        self.raw_client()
+            .get_connection()
+            .expect("connect to the test server")
+    }
+
+    pub fn target(&self) -> Target {
+        Target::open(&self.url(), ConnectOptions::default()).unwrap()
+    }
+
+    pub fn conn(&self) -> Conn {
+        self.target().connect().expect("connect to the test server")
+    }
+
+    /// Holds the lock on `sku` the way a client that knows nothing of lockctl does (the seed's
+    /// PHP client: a plain `SET` with a TTL): `token` for `ms` milliseconds.
+    pub fn hold_lock(&self, sku: &str, token: &str, ms: u64) {
+        let _: () = self
+            .raw()
+            .pset_ex(format!("dist_lock:{sku}"), token, ms)
+            .unwrap();
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, ...) to the server process.
+    pub fn signal(&self, sig: &str) {
+        signal(self.child.id(), sig);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A server a failed test left stopped must still die: best effort, never a panic here.
+        let _ = kill_command(self.child.id(), "CONT").output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_server(port: u16, dir: &Path, extra: &[String]) -> Child {
+    // The defaults first: later arguments (extra) override them.
+    spawn_tool(
+        Command::new(redis_server_program())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+}
+
+/// A port nobody listens on at the moment of asking (bound, then let go).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The fields the contract requires in `hammer --json`.
+pub const HAMMER_FIELDS: [&str; 16] = [
+    "verdict",
+    "requests",
+    "concurrency",
+    "strategy",
+    "initial_stock",
+    "final_stock",
+    "bought",
+    "sold_qty",
+    "sold_out",
+    "busy",
+    "lease_lost",
+    "errors",
+    "oversold",
+    "elapsed_s",
+    "throughput_rps",
+    "latency_ms",
+];
+
+/// Every request of a `hammer --json` run (or of one of its `runs`), by the outcome it ended in.
+pub fn accounted(v: &serde_json::Value) -> u64 {
+    [
+        "bought",
+        "sold_out",
+        "busy",
+        "lease_lost",
+        "limit_reached",
+        "errors",
+    ]
+    .iter()
+    .map(|f| v[f].as_u64().unwrap())
+    .sum()
+}
+
+/// The real binary with `args`, pointed at `url` through REDIS_URL (as a user's shell would),
+/// with stdin closed and `NO_COLOR` unset.
+fn lockctl_command(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.args(args)
+        .env("REDIS_URL", url)
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs the real binary against `url` to the end and returns what it printed.
+pub fn lockctl(url: &str, args: &[&str]) -> Output {
+    lockctl_command(url, args).output().expect("run lockctl")
+}
+
+/// What a started `lockctl` does with its stdout and stderr.
+#[derive(Clone, Copy, Debug)]
+pub enum Streams {
+    /// Thrown away: for a child the test only waits for or kills.
+    Discard,
+    /// Piped, for `Child::wait_with_output`.
+    Capture,
+}
+
+/// Starts the real binary against `url` (as `lockctl` would run it) and returns the child.
+pub fn spawn_lockctl_with(url: &str, args: &[&str], streams: Streams) -> Child {
+    let pipe = || match streams {
+        Streams::Discard => Stdio::null(),
+        Streams::Capture => Stdio::piped(),
+    };
+    lockctl_command(url, args)
+        .stdout(pipe())
+        .stderr(pipe())
+        .spawn()
+        .expect("spawn lockctl")
+}
+
+/// A started `lockctl` child whose output nobody reads, for tests that kill it.
+pub fn spawn_lockctl(url: &str, args: &[&str]) -> Child {
+    spawn_lockctl_with(url, args, Streams::Discard)
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The one JSON object on stdout; fails the test if there is anything else.
+pub fn json(o: &Output) -> serde_json::Value {
+    let text = stdout(o);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}):\n{text}\nstderr:\n{}",
+            stderr(o)
+        )
+    })
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+/// Polls `cond` until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lock options without a watchdog: a `ttl_ms` lease, waiting up to `wait_ms` to get it.
+pub fn lock_options(ttl_ms: u64, wait_ms: u64) -> LockOptions {
+    LockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        watchdog: false,
+    }
+}
+
+/// Acquires `lock`, which the test knows to be free (or to be freed within its wait).
+pub fn take(lock: &Lock, conn: &mut Conn) -> Guard {
+    match lock.acquire(conn).unwrap() {
+        Acquire::Acquired(g) => g,
+        Acquire::Busy => panic!("the lock was busy where the test expected it free"),
+    }
+}
+
+/// The `redis-server` to start: `$LOCKCTL_TEST_REDIS_SERVER`, or `redis-server` on the PATH.
+pub fn redis_server_program() -> PathBuf {
+    env_path(REDIS_SERVER_VAR).unwrap_or_else(|| "redis-server".into())
+}
+
+/// The `redis-cli` to run: `$LOCKCTL_TEST_REDIS_CLI`; else the one beside
+/// `$LOCKCTL_TEST_REDIS_SERVER` when that is a path; else `redis-cli` on the PATH.
+pub fn redis_cli_program() -> PathBuf {
+    if let Some(cli) = env_path(REDIS_CLI_VAR) {
+        return cli;
+    }
+    match env_path(REDIS_SERVER_VAR)
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|dir| !dir.as_os_str().is_empty())
+    {
+        Some(dir) => dir.join("redis-cli"),
+        None => "redis-cli".into(),
+    }
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// What to do about a program that could not be started.
+fn how_to_get(program: &OsStr) -> String {
+    let program = Path::new(program);
+    if program == redis_server_program() {
+        format!("install it (apt-get install -y redis-server) or name one in {REDIS_SERVER_VAR}")
+    } else if program == redis_cli_program() {
+        format!("install it (apt-get install -y redis-tools) or name one in {REDIS_CLI_VAR}")
+    } else {
+        match program.file_name().and_then(OsStr::to_str) {
+            Some("openssl") => "install it (apt-get install -y openssl)".into(),
+            Some("kill") => "install it (apt-get install -y procps)".into(),
+            _ => "is it installed and on the PATH?".into(),
+        }
+    }
+}
+
+/// `cmd` as one could paste it into a shell, with its directory when it has one.
+fn command_line(cmd: &Command) -> String {
+    fn quote(word: &OsStr) -> String {
+        let word = word.to_string_lossy();
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c);
+        if !word.is_empty() && word.chars().all(plain) {
+            word.into_owned()
+        } else {
+            format!("'{}'", word.replace('\'', r"'\''"))
+        }
+    }
+    let mut line = quote(cmd.get_program());
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&quote(arg));
+    }
+    match cmd.get_current_dir() {
+        Some(dir) => format!("{line} (in {})", dir.display()),
+        None => line,
+    }
+}
+
+/// Starts an external tool; one that cannot be started fails the test with what to install.
+pub fn spawn_tool(cmd: &mut Command) -> Child {
+    cmd.spawn().unwrap_or_else(|e| cannot_run(cmd, e))
+}
+
+fn cannot_run(cmd: &Command, e: std::io::Error) -> ! {
+    panic!(
+        "cannot run `{}`: {e}; {}",
+        command_line(cmd),
+        how_to_get(cmd.get_program())
+    )
+}
+
+/// Runs an external tool (stdin closed) to the end and returns what it printed. Fails the test
+/// with the command line, the exit status, stdout and stderr unless it exited with 0, and with
+/// what to install when it cannot be started at all.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| cannot_run(cmd, e));
+    assert!(
+        out.status.success(),
+        "`{}` failed ({})\n--- stdout:\n{}\n--- stderr:\n{}",
+        command_line(cmd),
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    out
+}
+
+fn kill_command(pid: u32, sig: &str) -> Command {
+    let mut cmd = Command::new("kill");
+    cmd.arg(format!("-{sig}")).arg(pid.to_string());
+    cmd
+}
+
+/// Sends `sig` (`STOP`, `CONT`, `INT`, ...) to process `pid` with kill(1); it must work.
+pub fn signal(pid: u32, sig: &str) {
+    run_ok(&mut kill_command(pid, sig));
+}
