@@ -1,12 +1,14 @@
 //! What every way of driving load shares: handing out request indices to workers, Ctrl-C,
 //! progress, outages, and turning a purchase or a failure into a [`Sample`].
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::tally::Tally;
 use super::{Ended, HammerOptions, Sample};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::stock::Purchase;
 
 pub(super) fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
@@ -16,10 +18,12 @@ pub(super) fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
 /// Runs every request index through `round` on `workers` threads, each with its own state,
 /// `per_round` indices at a time (the concurrency is `workers * per_round`); a round may leave
 /// requests in flight for the next, and `drain` collects them at the end. Handles what is
-/// common to every way of running: Ctrl-C, progress, and outages (a server that refuses
+/// common to every way of running: Ctrl-C, progress, outages (a server that refuses
 /// connections is down or restarting: the worker backs off, 10 ms doubling to 500 ms, rather
 /// than spend the remaining requests as instant failures while it comes back; after
-/// [`OUTAGE_LIMIT`] of it the requests not yet made are given up, so a dead server ends the run).
+/// [`OUTAGE_LIMIT`] of it the requests not yet made are given up, so a dead server ends the
+/// run), and folding every sample into one [`Tally`] as it comes (a few at a time, so memory
+/// does not grow with the number of requests).
 pub(super) fn fan_out<S>(
     opts: &HammerOptions,
     workers: u64,
@@ -27,76 +31,121 @@ pub(super) fn fan_out<S>(
     init: impl Fn() -> S + Sync,
     round: impl Fn(&mut S, &[u64]) -> Vec<Sample> + Sync,
     drain: impl Fn(&mut S) -> Vec<Sample> + Sync,
-) -> Vec<Sample> {
-    let next = AtomicU64::new(0);
-    let abandon = AtomicBool::new(false);
-    let started = Instant::now();
-    let stopped = || {
-        opts.stop
+) -> Result<Tally> {
+    let shared = Shared {
+        opts,
+        per_round,
+        next: AtomicU64::new(0),
+        abandon: AtomicBool::new(false),
+        started: Instant::now(),
+        tally: Mutex::new(Tally::new(opts.requests, opts.buy.qty)),
+    };
+    let started_workers = thread::scope(|s| {
+        let mut n = 0;
+        for _ in 0..workers.max(1) {
+            let spawned = thread::Builder::new()
+                .name("lockctl-buyer".into())
+                .spawn_scoped(s, || shared.work(init(), &round, &drain));
+            // The OS would give no more threads: run with those started.
+            if spawned.is_err() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    });
+    if started_workers == 0 {
+        return Err(Error::internal(
+            "could not start any buyer thread (lower -c, or raise the process's thread limit)",
+        ));
+    }
+    Ok(shared.tally.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// What the workers of one run share.
+struct Shared<'a> {
+    opts: &'a HammerOptions,
+    per_round: u64,
+    next: AtomicU64,
+    abandon: AtomicBool,
+    started: Instant,
+    tally: Mutex<Tally>,
+}
+
+/// Samples a worker keeps before folding them into the shared tally.
+const FOLD_EVERY: usize = 32;
+
+impl Shared<'_> {
+    fn stopped(&self) -> bool {
+        self.opts
+            .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))
-    };
-    let mut all = Vec::with_capacity(opts.requests as usize);
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..workers.max(1))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut state = init();
-                    let mut mine = Vec::new();
-                    let mut backoff = Duration::from_millis(10);
-                    let mut down_since: Option<Instant> = None;
-                    while !stopped() {
-                        let batch: Vec<u64> = (0..per_round.max(1))
-                            .map(|_| next.fetch_add(1, Ordering::Relaxed))
-                            .filter(|&i| i < opts.requests)
-                            .collect();
-                        if batch.is_empty() {
-                            break;
-                        }
-                        let samples = if abandon.load(Ordering::Relaxed) {
-                            batch.iter().map(|&i| abandoned(i)).collect()
-                        } else {
-                            round(&mut state, &batch)
-                        };
-                        let down = samples.iter().any(
-                            |s| matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage()),
-                        );
-                        if let Some(p) = &opts.progress {
-                            p.fetch_add(samples.len() as u64, Ordering::Relaxed);
-                        }
-                        let at = started.elapsed();
-                        mine.extend(samples.into_iter().map(|s| Sample { at, ..s }));
-                        if down && !abandon.load(Ordering::Relaxed) {
-                            let since = *down_since.get_or_insert_with(Instant::now);
-                            if since.elapsed() >= OUTAGE_LIMIT {
-                                abandon.store(true, Ordering::Relaxed);
-                            }
-                            thread::sleep(backoff);
-                            backoff = (backoff * 2).min(Duration::from_millis(500));
-                        } else {
-                            down_since = None;
-                            backoff = Duration::from_millis(10);
-                        }
-                    }
-                    // Whatever a round left in flight.
-                    let rest = drain(&mut state);
-                    if let Some(p) = &opts.progress {
-                        p.fetch_add(rest.len() as u64, Ordering::Relaxed);
-                    }
-                    let at = started.elapsed();
-                    mine.extend(rest.into_iter().map(|s| Sample { at, ..s }));
-                    mine
-                })
-            })
-            .collect();
-        for h in handles {
-            // A worker that panicked loses its samples; judge() reports them unaccounted for.
-            if let Ok(mine) = h.join() {
-                all.extend(mine);
+    }
+
+    /// The next `n` request indices not yet taken.
+    fn take(&self, n: u64) -> Vec<u64> {
+        (0..n.max(1))
+            .map(|_| self.next.fetch_add(1, Ordering::Relaxed))
+            .filter(|&i| i < self.opts.requests)
+            .collect()
+    }
+
+    /// Counts `samples` as finished now and keeps them in `pending`, folding `pending` into
+    /// the tally once it holds enough (or when `all` is set).
+    fn finished(&self, pending: &mut Vec<Sample>, samples: Vec<Sample>, all: bool) {
+        if let Some(p) = &self.opts.progress {
+            p.fetch_add(samples.len() as u64, Ordering::Relaxed);
+        }
+        let at = self.started.elapsed();
+        pending.extend(samples.into_iter().map(|s| Sample { at, ..s }));
+        if all || pending.len() >= FOLD_EVERY {
+            let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+            for s in pending.drain(..) {
+                t.add(&s);
             }
         }
-    });
-    all
+    }
+
+    fn work<S>(
+        &self,
+        mut state: S,
+        round: &impl Fn(&mut S, &[u64]) -> Vec<Sample>,
+        drain: &impl Fn(&mut S) -> Vec<Sample>,
+    ) {
+        let mut pending = Vec::with_capacity(FOLD_EVERY);
+        let mut backoff = Duration::from_millis(10);
+        let mut down_since: Option<Instant> = None;
+        while !self.stopped() {
+            let batch = self.take(self.per_round);
+            if batch.is_empty() {
+                break;
+            }
+            let samples: Vec<Sample> = if self.abandon.load(Ordering::Relaxed) {
+                batch.iter().map(|&i| abandoned(i)).collect()
+            } else {
+                round(&mut state, &batch)
+            };
+            let down = samples
+                .iter()
+                .any(|s| matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage()));
+            self.finished(&mut pending, samples, false);
+            if down && !self.abandon.load(Ordering::Relaxed) {
+                let since = *down_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= OUTAGE_LIMIT {
+                    self.abandon.store(true, Ordering::Relaxed);
+                }
+                thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            } else {
+                down_since = None;
+                backoff = Duration::from_millis(10);
+            }
+        }
+        // Whatever a round left in flight.
+        let rest = drain(&mut state);
+        self.finished(&mut pending, rest, true);
+    }
 }
 
 pub(super) fn done(index: u64, latency: Duration, p: &Purchase) -> Sample {

@@ -1,25 +1,46 @@
-//! The verdict: what the buyers were told held against what Redis holds. Pure: samples and a
-//! read-back in, a [`Report`] out.
+//! The verdict: what the buyers were told held against what Redis holds. Pure: a tally of the
+//! answers and the read-back in, a [`Report`] out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
 use super::readback::Readback;
-use super::{Bucket, Ended, Percentiles, Report, RunFacts, Sample, TIMELINE_POINTS, Verdict};
+use super::tally::{Bits, Tally};
+use super::{Bucket, Percentiles, Report, RunFacts, Sample, Verdict};
 use crate::error::{Error, ErrorKind};
-use crate::stock::Buy;
 use crate::units::{round_to, round3};
+
+/// Holds what the buyers were told against what Redis holds, and says whether it adds up.
+/// (The hammer itself folds samples into a [`Tally`] as they come and streams the ledger
+/// through a [`LedgerCheck`]; this is the same judgement from records kept in memory.)
+pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
+    let t = tally_of(facts, samples);
+    let mut check = LedgerCheck::new(&t, &facts.run_id);
+    for (&index, &units) in &rb.ledger {
+        check.entry(&t, index, units);
+    }
+    verdict(facts, &t, rb.final_stock, check)
+}
 
 /// The report of a run whose results could not be read back from Redis: the buyers' side is
 /// all there, the verdict is unknown, and nothing is claimed about the stock.
 pub fn judge_unreadable(facts: &RunFacts, samples: &[Sample], e: &Error) -> Report {
-    let rb = Readback {
-        final_stock: facts.initial_stock,
-        ledger: HashMap::new(),
-    };
-    let mut r = judge(facts, samples, &rb);
+    unreadable(facts, &tally_of(facts, samples), e)
+}
+
+fn tally_of(facts: &RunFacts, samples: &[Sample]) -> Tally {
+    let mut t = Tally::new(facts.requests, facts.qty);
+    for s in samples {
+        t.add(s);
+    }
+    t
+}
+
+pub(super) fn unreadable(facts: &RunFacts, t: &Tally, e: &Error) -> Report {
+    let mut check = LedgerCheck::new(t, &facts.run_id);
+    check.look_for_missing = false;
+    let mut r = verdict(facts, t, facts.initial_stock, check);
     r.verdict = Verdict::Unknown;
     r.unknown_because = Some("Redis could not be read back, so nothing is claimed".into());
     r.final_stock = None;
@@ -36,9 +57,90 @@ pub fn judge_unreadable(facts: &RunFacts, samples: &[Sample], e: &Error) -> Repo
     r
 }
 
-fn new_histogram() -> Histogram<u64> {
-    // Microseconds from 1 µs to one hour at three significant figures.
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+/// This run's ledger, held against the buyers' answers one entry at a time: each entry must
+/// belong to a buyer told "bought" with the same units (or to a request that failed
+/// indeterminately), and each such buyer must have one. Keeps the first few mismatches in
+/// words and counts the rest.
+pub struct LedgerCheck {
+    run_id: String,
+    seen: Bits,
+    /// Whether to look for orders told "bought" that the ledger lacks (not when the ledger
+    /// could not be read at all).
+    look_for_missing: bool,
+    /// This run's orders in the ledger, and their units.
+    pub orders: u64,
+    pub units: i64,
+    mismatches: Vec<String>,
+    more: u64,
+}
+
+/// How many order mismatches a report lists in words.
+const SHOWN: usize = 5;
+
+impl LedgerCheck {
+    pub fn new(t: &Tally, run_id: &str) -> LedgerCheck {
+        LedgerCheck {
+            run_id: run_id.to_string(),
+            seen: Bits::new(t.told_bought.len()),
+            look_for_missing: true,
+            orders: 0,
+            units: 0,
+            mismatches: Vec::new(),
+            more: 0,
+        }
+    }
+
+    fn mismatch(&mut self, text: String) {
+        if self.mismatches.len() < SHOWN {
+            self.mismatches.push(text);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// One ledger entry of this run: request `index` recorded `units`.
+    pub fn entry(&mut self, t: &Tally, index: u64, units: i64) {
+        self.orders += 1;
+        self.units += units;
+        self.seen.set(index);
+        let (run, q) = (self.run_id.clone(), t.qty as i64);
+        if t.told_bought.get(index) {
+            if units > q {
+                self.mismatch(format!(
+                    "order {run}-{index} was deducted {} times ({units} units for a {q}-unit order)",
+                    units / q.max(1)
+                ));
+            } else if units < q {
+                self.mismatch(format!(
+                    "order {run}-{index} was told it bought {q} but the ledger has {units}"
+                ));
+            }
+        } else if !(t.maybe_applied.get(index) && units == q) {
+            self.mismatch(format!(
+                "order {run}-{index} is in the ledger ({units} units) but its buyer was not told it bought"
+            ));
+        }
+    }
+
+    /// The mismatches, sorted, with those told "bought" that the ledger lacks.
+    fn finish(mut self, t: &Tally) -> (u64, i64, Vec<String>) {
+        if self.look_for_missing {
+            let missing: Vec<u64> = t.told_bought.minus(&self.seen).collect();
+            for index in missing {
+                let run = self.run_id.clone();
+                self.mismatch(format!(
+                    "order {run}-{index} was told it bought but is not in the ledger"
+                ));
+            }
+        }
+        self.mismatches.sort();
+        if self.more > 0 {
+            let more = self.more;
+            self.mismatches
+                .push(format!("... and {more} more order mismatches"));
+        }
+        (self.orders, self.units, self.mismatches)
+    }
 }
 
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -53,139 +155,33 @@ fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
-fn record(h: &mut Histogram<u64>, d: Duration) {
-    h.saturating_record((d.as_micros() as u64).max(1));
-}
-
-/// What the buyers were told, counted: the buyers' side of the books.
-struct Tally {
-    latency: Histogram<u64>,
-    wait: Histogram<u64>,
-    hold: Histogram<u64>,
-    samples: u64,
-    bought: u64,
-    replayed: u64,
-    sold_out: u64,
-    busy: u64,
-    lease_lost: u64,
-    limit_reached: u64,
-    errors: u64,
-    indeterminate: u64,
-    lease_overrun: u64,
-    errors_by_kind: BTreeMap<ErrorKind, u64>,
-    first_error: Option<String>,
-    /// Request index -> units its buyer was told it bought now (replays excluded).
-    told_bought: HashMap<u64, i64>,
-    /// Requests whose failure may have deducted anyway.
-    maybe_applied: HashSet<u64>,
-}
-
-impl Tally {
-    fn of(samples: &[Sample], qty: u64) -> Tally {
-        let mut t = Tally {
-            latency: new_histogram(),
-            wait: new_histogram(),
-            hold: new_histogram(),
-            samples: 0,
-            bought: 0,
-            replayed: 0,
-            sold_out: 0,
-            busy: 0,
-            lease_lost: 0,
-            limit_reached: 0,
-            errors: 0,
-            indeterminate: 0,
-            lease_overrun: 0,
-            errors_by_kind: BTreeMap::new(),
-            first_error: None,
-            told_bought: HashMap::new(),
-            maybe_applied: HashSet::new(),
-        };
-        for s in samples {
-            t.add(s, qty);
-        }
-        t
-    }
-
-    fn add(&mut self, s: &Sample, qty: u64) {
-        self.samples += 1;
-        record(&mut self.latency, s.latency);
-        if let Some(w) = s.lock_wait {
-            record(&mut self.wait, w);
-        }
-        if let Some(h) = s.lock_hold {
-            record(&mut self.hold, h);
-        }
-        match &s.ended {
-            Ended::Done {
-                outcome,
-                replayed,
-                overran_lease,
-            } => match outcome {
-                Buy::Bought { .. } => {
-                    self.bought += 1;
-                    if *replayed {
-                        self.replayed += 1;
-                    } else {
-                        self.told_bought.insert(s.index, qty as i64);
-                    }
-                    self.lease_overrun += u64::from(*overran_lease);
-                }
-                Buy::SoldOut { .. } => self.sold_out += 1,
-                Buy::Busy => self.busy += 1,
-                Buy::LeaseLost => self.lease_lost += 1,
-                Buy::LimitReached { .. } => self.limit_reached += 1,
-            },
-            Ended::Failed {
-                kind,
-                indeterminate,
-                message,
-            } => {
-                self.errors += 1;
-                *self.errors_by_kind.entry(*kind).or_insert(0) += 1;
-                if *indeterminate {
-                    self.indeterminate += 1;
-                    self.maybe_applied.insert(s.index);
-                }
-                self.first_error.get_or_insert_with(|| message.clone());
-            }
-        }
-    }
-
-    /// Requests that ended as exactly one outcome.
-    fn accounted(&self) -> u64 {
-        self.bought + self.sold_out + self.busy + self.lease_lost + self.limit_reached + self.errors
-    }
-
-    /// Units the buyers were told they bought now.
-    fn sold_qty(&self, qty: u64) -> u64 {
-        (self.bought - self.replayed) * qty
-    }
-}
-
 /// The totals that must add up: every request answered once, stock never negative, nothing
 /// sold beyond the stock, stock consumed == units told bought (within what failed requests
 /// may have done), ledger == stock consumed, and no "sold out" while stock was left.
 /// Returns the violations and the units oversold.
-fn invariants(facts: &RunFacts, t: &Tally, rb: &Readback) -> (Vec<String>, u64) {
+fn invariants(
+    facts: &RunFacts,
+    t: &Tally,
+    final_stock: i64,
+    ledger_qty: i64,
+) -> (Vec<String>, u64) {
     let qty = facts.qty;
-    let sold_qty = t.sold_qty(qty);
-    let consumed = facts.initial_stock - rb.final_stock;
-    let ledger_qty: i64 = rb.ledger.values().sum();
+    let sold_qty = t.sold_qty();
+    let consumed = facts.initial_stock - final_stock;
     let mut violations = Vec::new();
     let accounted = t.accounted();
-    if accounted != facts.requests || t.samples != facts.requests {
+    if accounted != facts.requests || t.samples() != facts.requests {
         violations.push(format!(
             "{} of {} requests are unaccounted for",
             facts.requests.abs_diff(accounted),
             facts.requests
         ));
     }
-    if rb.final_stock < 0 {
-        violations.push(format!("the stock went negative: {}", rb.final_stock));
+    if final_stock < 0 {
+        violations.push(format!("the stock went negative: {final_stock}"));
     }
     let oversold = (sold_qty as i64 - facts.initial_stock)
-        .max(-rb.final_stock)
+        .max(-final_stock)
         .max(0) as u64;
     if oversold > 0 {
         violations.push(format!(
@@ -210,54 +206,17 @@ fn invariants(facts: &RunFacts, t: &Tally, rb: &Readback) -> (Vec<String>, u64) 
             "the ledger records {ledger_qty} units but the stock fell by {consumed}"
         ));
     }
-    violations.extend(per_order(facts, t, rb));
-    // Stock only goes down, so "sold out" while enough stock is left at the end was wrong.
-    if t.sold_out > 0 && rb.final_stock >= qty as i64 && t.errors == 0 {
-        violations.push(format!(
-            "under-sold: {} buyers were told sold out but {} units are left",
-            t.sold_out, rb.final_stock
-        ));
-    }
     (violations, oversold)
 }
 
-/// Order by order: each ledger entry of this run belongs to a buyer told "bought" with the
-/// same units (or to a request that failed indeterminately), and each such buyer has one.
-/// At most five mismatches are listed, then a count of the rest.
-fn per_order(facts: &RunFacts, t: &Tally, rb: &Readback) -> Vec<String> {
-    let run = &facts.run_id;
-    let mut out = Vec::new();
-    for (index, &units) in &rb.ledger {
-        match t.told_bought.get(index) {
-            Some(&q) if units == q => {}
-            Some(&q) if units > q => out.push(format!(
-                "order {run}-{index} was deducted {} times ({units} units for a {q}-unit order)",
-                units / q.max(1)
-            )),
-            Some(&q) => out.push(format!(
-                "order {run}-{index} was told it bought {q} but the ledger has {units}"
-            )),
-            None if t.maybe_applied.contains(index) && units == facts.qty as i64 => {}
-            None => out.push(format!(
-                "order {run}-{index} is in the ledger ({units} units) but its buyer was not told it bought"
-            )),
-        }
-    }
-    for index in t.told_bought.keys() {
-        if !rb.ledger.contains_key(index) {
-            out.push(format!(
-                "order {run}-{index} was told it bought but is not in the ledger"
-            ));
-        }
-    }
-    out.sort();
-    const SHOWN: usize = 5;
-    if out.len() > SHOWN {
-        let more = out.len() - SHOWN;
-        out.truncate(SHOWN);
-        out.push(format!("... and {more} more order mismatches"));
-    }
-    out
+/// Stock only goes down, so "sold out" while enough stock is left at the end was wrong.
+fn undersold(facts: &RunFacts, t: &Tally, final_stock: i64) -> Option<String> {
+    (t.sold_out > 0 && final_stock >= facts.qty as i64 && t.errors == 0).then(|| {
+        format!(
+            "under-sold: {} buyers were told sold out but {final_stock} units are left",
+            t.sold_out
+        )
+    })
 }
 
 /// `timed_out 2, refused 1`: the errors by kind, most frequent first.
@@ -272,13 +231,13 @@ pub fn errors_in_words(by_kind: &BTreeMap<ErrorKind, u64>) -> String {
 }
 
 /// What happened, in words, for a person reading the report.
-fn notes(t: &Tally, rb: &Readback) -> Vec<String> {
+fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     let mut notes = Vec::new();
     if t.lease_overrun > 0 {
         notes.push(format!(
             "{} buyers worked past their lease (the lock had expired before they \
-             released it); stock went to {}",
-            t.lease_overrun, rb.final_stock
+             released it); stock went to {final_stock}",
+            t.lease_overrun
         ));
     }
     if t.lease_lost > 0 {
@@ -287,7 +246,7 @@ fn notes(t: &Tally, rb: &Readback) -> Vec<String> {
             t.lease_lost
         ));
     }
-    if t.busy > 0 && rb.final_stock > 0 {
+    if t.busy > 0 && final_stock > 0 {
         notes.push(format!(
             "{} buyers were turned away busy while stock remained (raise --wait-ms to wait for the lock)",
             t.busy
@@ -302,13 +261,12 @@ fn notes(t: &Tally, rb: &Readback) -> Vec<String> {
     notes
 }
 
-/// Holds what the buyers were told against what Redis holds, and says whether it adds up.
-pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
-    let t = Tally::of(samples, facts.qty);
-    let (violations, oversold) = invariants(facts, &t, rb);
-    let notes = notes(&t, rb);
-    let elapsed_s = facts.elapsed.as_secs_f64();
-    let locks = facts.strategy.locks() && !t.wait.is_empty();
+/// The report: the tally and the ledger check held against the stock read back.
+pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: LedgerCheck) -> Report {
+    let (ledger_orders, ledger_qty, per_order) = check.finish(t);
+    let (mut violations, oversold) = invariants(facts, t, final_stock, ledger_qty);
+    violations.extend(per_order);
+    violations.extend(undersold(facts, t, final_stock));
     // Invariants that hold because nothing happened prove nothing: a run in which every
     // request failed, while there was stock to sell, has measured nothing.
     let nothing_measured = violations.is_empty()
@@ -322,6 +280,15 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
             errors_in_words(&t.errors_by_kind)
         )
     });
+    let elapsed_s = facts.elapsed.as_secs_f64();
+    let locks = facts.strategy.locks() && !t.wait.is_empty();
+    let mut timeline = vec![[0.0, facts.initial_stock as f64]];
+    timeline.extend(
+        t.timeline_points()
+            .iter()
+            .map(|(at, stock)| [at.as_secs_f64(), *stock as f64]),
+    );
+    timeline.push([elapsed_s, final_stock as f64]);
     Report {
         verdict: if !violations.is_empty() {
             Verdict::Fail
@@ -333,10 +300,10 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         unknown_because,
         run: facts.clone(),
         interrupted: false,
-        final_stock: Some(rb.final_stock),
-        consumed: Some(facts.initial_stock - rb.final_stock),
+        final_stock: Some(final_stock),
+        consumed: Some(facts.initial_stock - final_stock),
         bought: t.bought,
-        sold_qty: t.sold_qty(facts.qty),
+        sold_qty: t.sold_qty(),
         replayed: t.replayed,
         sold_out: t.sold_out,
         busy: t.busy,
@@ -346,8 +313,8 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         indeterminate: t.indeterminate,
         lease_overrun: t.lease_overrun,
         oversold,
-        ledger_orders: rb.ledger.len() as u64,
-        ledger_qty: rb.ledger.values().sum(),
+        ledger_orders,
+        ledger_qty,
         elapsed_s: round3(elapsed_s),
         throughput_rps: if elapsed_s > 0.0 {
             round_to(facts.requests as f64 / elapsed_s, 1)
@@ -358,11 +325,11 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
         lock_wait_ms: locks.then(|| percentiles(&t.wait)),
         lock_hold_ms: (locks && !t.hold.is_empty()).then(|| percentiles(&t.hold)),
         violations,
-        notes,
+        notes: notes(t, final_stock),
         latency_buckets: buckets(&t.latency),
-        stock_timeline: timeline(facts, samples, rb.final_stock),
-        errors_by_kind: t.errors_by_kind,
-        first_error: t.first_error,
+        stock_timeline: timeline,
+        errors_by_kind: t.errors_by_kind.clone(),
+        first_error: t.first_error.as_ref().map(|(_, m)| m.clone()),
     }
 }
 
@@ -392,32 +359,5 @@ fn buckets(h: &Histogram<u64>) -> Vec<Bucket> {
     for b in &mut out {
         b.le_ms = (b.le_ms).round() / 1000.0;
     }
-    out
-}
-
-/// The stock each buyer was told, in the order the purchases finished, thinned to at most
-/// [`TIMELINE_POINTS`] points, starting at the initial stock and ending at the final one.
-fn timeline(facts: &RunFacts, samples: &[Sample], final_stock: i64) -> Vec<[f64; 2]> {
-    let mut points: Vec<(Duration, i64)> = samples
-        .iter()
-        .filter_map(|s| match s.ended {
-            Ended::Done {
-                outcome: Buy::Bought { remaining },
-                replayed: false,
-                ..
-            } => Some((s.at, remaining)),
-            _ => None,
-        })
-        .collect();
-    points.sort_by_key(|p| p.0);
-    let step = points.len().div_ceil(TIMELINE_POINTS - 2).max(1);
-    let mut out = vec![[0.0, facts.initial_stock as f64]];
-    out.extend(
-        points
-            .iter()
-            .step_by(step)
-            .map(|(at, stock)| [at.as_secs_f64(), *stock as f64]),
-    );
-    out.push([facts.elapsed.as_secs_f64(), final_stock as f64]);
     out
 }

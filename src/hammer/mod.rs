@@ -17,6 +17,7 @@ mod multiplexed;
 mod procs;
 mod readback;
 pub mod report;
+pub mod tally;
 mod threads;
 
 use std::path::PathBuf;
@@ -114,17 +115,18 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     };
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
     let started = Instant::now();
-    let samples = match opts.mode {
+    let tally = match opts.mode {
         // Simulated work needs a thread per buyer to sleep in.
         Mode::Threads if multiplexes(opts, target) => {
             multiplexed::run_multiplexed(target, opts, &run_id)?
         }
-        Mode::Threads => threads::run_threads(target, opts, &run_id),
+        Mode::Threads => threads::run_threads(target, opts, &run_id)?,
         Mode::Procs => procs::run_procs(target, opts, &run_id)?,
     };
     let elapsed = started.elapsed();
-    let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &keys, &run_id);
-    let interrupted = samples.len() as u64 != opts.requests
+    let made = tally.samples();
+    let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
+    let interrupted = made != opts.requests
         && opts
             .stop
             .as_ref()
@@ -133,11 +135,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         sku: opts.sku.to_string(),
         run_id,
         // An interrupted run is judged on the requests it made.
-        requests: if interrupted {
-            samples.len() as u64
-        } else {
-            opts.requests
-        },
+        requests: if interrupted { made } else { opts.requests },
         concurrency: opts.concurrency,
         strategy: opts.buy.strategy,
         mode: opts.mode,
@@ -151,16 +149,15 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         elapsed,
     };
     let mut report = match readback {
-        Ok(rb) => judge(&facts, &samples, &rb),
-        Err(e) => judge_unreadable(&facts, &samples, &e),
+        Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),
+        Err(e) => judge::unreadable(&facts, &tally, &e),
     };
     if interrupted {
         report.interrupted = true;
         report.notes.insert(
             0,
             format!(
-                "interrupted: {} of {} requests were made; the report covers those",
-                samples.len(),
+                "interrupted: {made} of {} requests were made; the report covers those",
                 opts.requests
             ),
         );

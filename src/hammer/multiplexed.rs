@@ -5,6 +5,7 @@ use std::thread;
 use std::time::Instant;
 
 use super::fan_out::{done, failed, fan_out, user_of};
+use super::tally::Tally;
 use super::threads::one_purchase;
 use super::{HammerOptions, Sample};
 use crate::conn::{Conn, Target};
@@ -22,7 +23,7 @@ pub(super) fn run_multiplexed(
     target: &Target,
     opts: &HammerOptions,
     run_id: &str,
-) -> Result<Vec<Sample>> {
+) -> Result<Tally> {
     let buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
     buyer.load_scripts(&mut target.connect()?)?;
     let cores = thread::available_parallelism().map_or(1, |n| n.get() as u64);
@@ -44,7 +45,7 @@ pub(super) fn run_multiplexed(
         }
         Some(sample)
     };
-    Ok(fan_out(
+    fan_out(
         opts,
         workers,
         per_round,
@@ -81,7 +82,7 @@ pub(super) fn run_multiplexed(
             samples
         },
         |slots| slots.iter_mut().filter_map(&receive).collect(),
-    ))
+    )
 }
 
 /// One connection of [`run_multiplexed`] and the purchase in flight on it.

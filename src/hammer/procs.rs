@@ -17,6 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::fan_out::{fan_out, user_of};
+use super::tally::Tally;
 use super::{Ended, HammerOptions, Sample};
 use crate::conn::{ConnectOptions, Target, TlsFiles};
 use crate::error::{Error, ErrorKind, Result};
@@ -120,11 +121,7 @@ pub fn child_deadline(target: &Target, buy: &BuyOptions) -> Duration {
         + buy.lock.ttl
 }
 
-pub(super) fn run_procs(
-    target: &Target,
-    opts: &HammerOptions,
-    run_id: &str,
-) -> Result<Vec<Sample>> {
+pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
     let exe = match &opts.exe {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(|e| {
@@ -170,14 +167,14 @@ pub(super) fn run_procs(
         }
     };
     let workers = opts.concurrency.clamp(1, opts.requests.max(1));
-    Ok(fan_out(
+    fan_out(
         opts,
         workers,
         1,
         || (),
         |_, batch| batch.iter().map(|&i| one_child(i)).collect(),
         |_| Vec::new(),
-    ))
+    )
 }
 
 fn push(args: &mut Vec<OsString>, flag: &str, value: impl Into<OsString>) {

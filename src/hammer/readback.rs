@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::judge::LedgerCheck;
+use super::tally::Tally;
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
@@ -23,38 +25,37 @@ pub const READ_BACK_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Reads the results back, on fresh connections and with pauses if the first try fails, for
 /// at most [`READ_BACK_PATIENCE`]: a fault at the end of a run should not cost the verdict.
+/// Returns the stock now and this run's ledger, checked against the tally entry by entry as
+/// HSCAN pages it in (the ledger is never held in memory whole).
 pub(super) fn read_back_patiently(
     target: &Target,
     conn: &mut Conn,
     sku: &Sku,
-    keys: &StockKeys,
     run_id: &str,
-) -> Result<Readback> {
+    t: &Tally,
+) -> Result<(i64, LedgerCheck)> {
     let deadline = Instant::now() + READ_BACK_PATIENCE;
-    let mut result = read_back(conn, sku, keys, run_id);
+    let mut result = read_back(conn, sku, run_id, t);
     while result.is_err() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(200));
         result = target
             .connect()
-            .and_then(|mut c| read_back(&mut c, sku, keys, run_id));
+            .and_then(|mut c| read_back(&mut c, sku, run_id, t));
     }
     result
 }
 
-fn read_back(conn: &mut Conn, sku: &Sku, keys: &StockKeys, run_id: &str) -> Result<Readback> {
-    let final_stock = stock::read_stock(conn, sku, keys)?.ok_or_else(|| Error::Unseeded {
+fn read_back(conn: &mut Conn, sku: &Sku, run_id: &str, t: &Tally) -> Result<(i64, LedgerCheck)> {
+    let keys = StockKeys::new(sku);
+    let final_stock = stock::read_stock(conn, sku, &keys)?.ok_or_else(|| Error::Unseeded {
         sku: sku.to_string(),
     })?;
     let prefix = format!("{run_id}-");
-    let ledger = stock::ledger(conn, sku)?
-        .into_iter()
-        .filter_map(|(order, units)| {
-            let index = order.strip_prefix(&prefix)?.parse().ok()?;
-            Some((index, units))
-        })
-        .collect();
-    Ok(Readback {
-        final_stock,
-        ledger,
-    })
+    let mut check = LedgerCheck::new(t, run_id);
+    stock::scan_ledger(conn, sku, |order, units| {
+        if let Some(index) = order.strip_prefix(&prefix).and_then(|i| i.parse().ok()) {
+            check.entry(t, index, units);
+        }
+    })?;
+    Ok((final_stock, check))
 }

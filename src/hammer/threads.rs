@@ -3,8 +3,10 @@
 use std::time::Instant;
 
 use super::fan_out::{done, failed, fan_out, user_of};
+use super::tally::Tally;
 use super::{HammerOptions, Sample};
 use crate::conn::{Conn, Target};
+use crate::error::Result;
 use crate::stock::Buyer;
 
 /// One purchase through `buyer` on `conn` (opened if needed; dropped after an error, since it
@@ -35,7 +37,7 @@ pub(super) fn one_purchase(
 }
 
 /// One thread and one connection per buyer: every strategy, every kind of server.
-pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Vec<Sample> {
+pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
     let mut buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
     if let Some(q) = &opts.quorum {
         buyer = buyer.with_quorum(q.clone());
