@@ -316,6 +316,12 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
         ledger_orders,
         ledger_qty,
         elapsed_s: round3(elapsed_s),
+        client_cpu_s: facts.client_cpu.map(|d| round3(d.as_secs_f64())),
+        client_cpu_us_per_request: facts
+            .client_cpu
+            .filter(|_| facts.requests > 0)
+            .map(|d| round_to(d.as_secs_f64() * 1e6 / facts.requests as f64, 1)),
+        client_max_rss_mb: super::usage::max_rss_mb().map(|m| round_to(m, 1)),
         throughput_rps: if elapsed_s > 0.0 {
             round_to(facts.requests as f64 / elapsed_s, 1)
         } else {

@@ -19,6 +19,7 @@ mod readback;
 pub mod report;
 pub mod tally;
 mod threads;
+pub mod usage;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -115,6 +116,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     };
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
     let started = Instant::now();
+    let cpu_before = usage::cpu_time();
     let tally = match opts.mode {
         // Simulated work needs a thread per buyer to sleep in.
         Mode::Threads if multiplexes(opts, target) => {
@@ -124,6 +126,9 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Mode::Procs => procs::run_procs(target, opts, &run_id)?,
     };
     let elapsed = started.elapsed();
+    let client_cpu = usage::cpu_time()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let made = tally.samples();
     let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
     let interrupted = made != opts.requests
@@ -147,6 +152,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         seeded: opts.stock.is_some(),
         initial_stock,
         elapsed,
+        client_cpu,
     };
     let mut report = match readback {
         Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),

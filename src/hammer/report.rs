@@ -60,6 +60,9 @@ pub struct RunFacts {
     /// Wall time of the purchases (the report carries it as `elapsed_s`).
     #[serde(skip)]
     pub elapsed: Duration,
+    /// The hammer's CPU time during the purchases, when it can be read.
+    #[serde(skip)]
+    pub client_cpu: Option<Duration>,
 }
 
 /// Latency percentiles in milliseconds.
@@ -119,6 +122,12 @@ pub struct Report {
     pub ledger_qty: i64,
     pub elapsed_s: f64,
     pub throughput_rps: f64,
+    /// The hammer's own CPU time (user + system, every thread) during the purchases.
+    pub client_cpu_s: Option<f64>,
+    /// The hammer's own CPU time per purchase, in microseconds.
+    pub client_cpu_us_per_request: Option<f64>,
+    /// The hammer process's peak resident memory, in MB.
+    pub client_max_rss_mb: Option<f64>,
     pub latency_ms: Percentiles,
     /// Time to acquire the lock, for the lock strategies.
     pub lock_wait_ms: Option<Percentiles>,

@@ -77,6 +77,13 @@ fn facts_rows(s: &mut String, r: &Report) {
             r.throughput_rps, r.elapsed_s
         ),
     );
+    if let (Some(cpu), Some(rss)) = (r.client_cpu_us_per_request, r.client_max_rss_mb) {
+        row(
+            s,
+            "instrument",
+            format!("{cpu:.1} µs of the hammer's CPU per purchase, peak memory {rss:.1} MB"),
+        );
+    }
     for n in &r.notes {
         row(s, "note", n.clone());
     }

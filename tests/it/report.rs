@@ -25,6 +25,7 @@ fn facts(requests: u64, initial_stock: i64) -> RunFacts {
         seeded: true,
         initial_stock,
         elapsed: Duration::from_millis(100),
+        client_cpu: None,
     }
 }
 
