@@ -20,15 +20,11 @@ use lockctl::stock::{BuyOptions, MAX_STOCK, Strategy};
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version, propagate_version = true)]
 pub struct Cli {
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// (TLS), redis+unix:///path.
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis: String,
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// (TLS), redis+unix:///path
+    /// [default: redis://127.0.0.1:6379]. `hammer` also takes `auto`: a private redis-server
+    /// for that run only (what it does anyway when nothing answers at the default).
+    #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true)]
+    pub redis: Option<String>,
 
     /// Limit on each Redis call, in ms; a slower call is an error, never a hang.
     #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
@@ -75,7 +71,21 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Where Redis is when `--redis` and `REDIS_URL` say nothing.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
 impl Cli {
+    /// The `--redis` URL, or the default. The default itself can be moved with
+    /// `LOCKCTL_DEFAULT_REDIS_URL`, which exists for lockctl's own tests (to stand for "nothing
+    /// runs on 6379" without stopping the machine's Redis).
+    pub fn redis_url(&self) -> String {
+        match &self.redis {
+            Some(url) => url.clone(),
+            None => std::env::var("LOCKCTL_DEFAULT_REDIS_URL")
+                .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_string()),
+        }
+    }
+
     /// The connection limits and TLS files every connection gets.
     pub fn connect_options(&self) -> ConnectOptions {
         ConnectOptions {

@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod private_redis;
 mod progress;
 mod report_files;
 mod signals;

@@ -76,6 +76,7 @@ pub fn listen(first: First) -> Stop {
 
 fn quit_now(n: i32) -> ! {
     let held = lock::give_back_all(GIVE_BACK_LIMIT);
+    crate::private_redis::stop_all();
     if held > 0 {
         eprintln!(
             "lockctl: {}: gave back {held} lock(s) and queue place(s); quitting",

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::cli::{Cli, Command};
+use crate::private_redis::PrivateRedis;
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::Verdict;
 use lockctl::keys::check_one_slot;
@@ -90,18 +91,25 @@ pub struct Ctx {
     pub json: bool,
     /// The `--redis` URL as given (for a seed node of a cluster that must be asked directly).
     pub url: String,
+    /// The private redis-server this run uses, if any: stopped when the command ends.
+    _private: Option<PrivateRedis>,
 }
 
 /// Opens what the global flags name, then runs the command.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let options = cli.connect_options();
+    let private = private_redis(&cli, &options)?;
+    let url = match &private {
+        Some(p) => p.url(),
+        None => cli.redis_url(),
+    };
     let target = if cli.cluster {
         for sku in cli.command.skus() {
             check_one_slot(sku).map_err(UsageError)?;
         }
-        Target::open_cluster(&cli.redis, options.clone())?
+        Target::open_cluster(&url, options.clone())?
     } else {
-        Target::open(&cli.redis, options.clone())?
+        Target::open(&url, options.clone())?
     };
     let quorum = match cli.lock_node_count() {
         Ok(0) => None,
@@ -120,7 +128,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         quorum,
         options,
         json: cli.json,
-        url: cli.redis.clone(),
+        url,
+        _private: private,
     };
     match cli.command {
         Command::Check => check::run(&ctx, cli.cluster),
@@ -131,6 +140,52 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
     }
+}
+
+/// A private redis-server for this hammer: asked for with `--redis auto`, or taken when no
+/// `--redis` was given and nothing answers at the default address. Other commands never get
+/// one: what they write must outlive them.
+fn private_redis(cli: &Cli, options: &ConnectOptions) -> anyhow::Result<Option<PrivateRedis>> {
+    let hammer = matches!(cli.command, Command::Hammer(_));
+    match cli.redis.as_deref() {
+        Some("auto") if !hammer => Err(UsageError(
+            "--redis auto starts a private redis-server that vanishes when the command ends; only hammer can use one (it seeds, buys and checks within the run)".into(),
+        )
+        .into()),
+        Some("auto") if cli.cluster => Err(UsageError(
+            "--redis auto starts a single private server, not a cluster: drop --cluster".into(),
+        )
+        .into()),
+        Some("auto") => Ok(Some(PrivateRedis::start("--redis auto asks for a private server")?)),
+        Some(_) => Ok(None),
+        None if !hammer || cli.cluster => Ok(None),
+        None => {
+            let default = cli.redis_url();
+            if someone_answers(&default, options) {
+                return Ok(None);
+            }
+            let shown = Target::open(&default, options.clone())
+                .map(|t| t.addr().to_string())
+                .unwrap_or(default);
+            let private = PrivateRedis::start(&format!("no Redis answers at {shown}"))?;
+            eprintln!(
+                "lockctl: no Redis at {shown}: using a private redis-server on port {} for this run; its data is discarded",
+                private.port()
+            );
+            Ok(Some(private))
+        }
+    }
+}
+
+/// Whether anything answers at `url` (a server that refuses the password still answers).
+fn someone_answers(url: &str, options: &ConnectOptions) -> bool {
+    let Ok(target) = Target::open(url, options.clone()) else {
+        return true;
+    };
+    !matches!(
+        target.connect(),
+        Err(Error::Connect { .. } | Error::ConnectTimeout { .. })
+    )
 }
 
 /// A command line clap refused (or help and version, which are not errors). Under `--json` a
