@@ -9,6 +9,7 @@ mod cli;
 mod cluster;
 mod faults;
 mod fifo;
+mod fresh;
 mod fuzz;
 mod lease;
 mod lock;

@@ -424,3 +424,17 @@ fn kill_command(pid: u32, sig: &str) -> Command {
 pub fn signal(pid: u32, sig: &str) {
     run_ok(&mut kill_command(pid, sig));
 }
+
+/// The real binary with no `--redis` and no `REDIS_URL`, as a newcomer runs it, its default
+/// address moved to `default_url` (`LOCKCTL_DEFAULT_REDIS_URL`, which exists for these tests) and
+/// its temporary files under `tmp`.
+pub fn lockctl_unconfigured(default_url: &str, tmp: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .env_remove("NO_COLOR")
+        .env("LOCKCTL_DEFAULT_REDIS_URL", default_url)
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null());
+    cmd
+}

@@ -1,0 +1,168 @@
+//! A fresh machine: the main job runs with no Redis started (a private redis-server for the
+//! run), and commands whose writes must outlive them never get one.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::{code, eventually, free_port, json, lockctl_unconfigured, signal, stderr};
+
+/// A default address where nothing listens.
+fn nobody_home() -> String {
+    format!("redis://127.0.0.1:{}", free_port())
+}
+
+/// Whether any process still runs with `dir` in its command line (a private server keeps its
+/// files there).
+fn process_mentions(dir: &Path) -> bool {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|cmd| String::from_utf8_lossy(&cmd).contains(&needle))
+}
+
+fn leftovers(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_main_job_runs_on_a_private_server_when_nothing_answers_and_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &["hammer", "-n", "100", "-c", "10", "--stock", "10", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("using a private redis-server on port"),
+        "{}",
+        stderr(&out)
+    );
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["final_stock"], 0);
+    assert_eq!(v["bought"], 10);
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+    assert!(
+        !process_mentions(tmp.path()),
+        "a private redis-server is still running"
+    );
+}
+
+#[test]
+fn redis_auto_asks_for_the_private_server_and_ctrl_c_stops_it_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &[
+            "--redis", "auto", "hammer", "-n", "30", "--stock", "5", "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["verdict"], "pass");
+    assert!(leftovers(tmp.path()).is_empty());
+
+    // Interrupted twice mid-run: the quick exit stops the private server as well.
+    let child = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &[
+            "--redis",
+            "auto",
+            "hammer",
+            "-n",
+            "1000",
+            "-c",
+            "4",
+            "--stock",
+            "1000",
+            "--work-ms",
+            "50",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // Running once its private server's directory exists.
+    assert!(eventually(Duration::from_secs(20), || !leftovers(
+        tmp.path()
+    )
+    .is_empty()));
+    std::thread::sleep(Duration::from_millis(300));
+    signal(child.id(), "INT");
+    std::thread::sleep(Duration::from_millis(100));
+    signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(
+        eventually(Duration::from_secs(5), || leftovers(tmp.path()).is_empty()
+            && !process_mentions(tmp.path())),
+        "left behind: {:?}",
+        leftovers(tmp.path())
+    );
+}
+
+#[test]
+fn without_redis_server_installed_the_hammer_says_how_to_get_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockctl_unconfigured(&nobody_home(), tmp.path(), &["hammer", "--stock", "10"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("apt-get install -y redis-server"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(leftovers(tmp.path()).is_empty());
+}
+
+#[test]
+fn commands_whose_writes_must_last_never_start_a_private_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = nobody_home();
+    for args in [
+        &["seed", "sku_886", "10"][..],
+        &["buy", "sku_886"],
+        &["status", "sku_886"],
+        &["unlock", "sku_886"],
+    ] {
+        let out = lockctl_unconfigured(&home, tmp.path(), args)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 1, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("could not connect"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("private"), "{}", stderr(&out));
+        assert!(leftovers(tmp.path()).is_empty());
+    }
+    let out = lockctl_unconfigured(&home, tmp.path(), &["--redis", "auto", "seed", "s", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("only hammer"), "{}", stderr(&out));
+}
