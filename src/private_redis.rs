@@ -34,7 +34,8 @@ impl PrivateRedis {
     /// Starts one, or says why it cannot (not installed: how to install it). `why` says why one
     /// is wanted, for that message.
     pub fn start(why: &str) -> anyhow::Result<PrivateRedis> {
-        let binary = std::env::var_os("LOCKCTL_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let binary =
+            std::env::var_os("LOCKCTL_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
         let mut last = String::new();
         // A free port can be taken between finding it and binding it: try a few.
         for _ in 0..5 {
@@ -152,8 +153,12 @@ fn fresh_dir() -> anyhow::Result<PathBuf> {
         std::process::id(),
         hex::encode(rand::random::<[u8; 4]>())
     ));
-    std::fs::create_dir(&dir)
-        .with_context(|| format!("could not create '{}' for the private redis-server", dir.display()))?;
+    std::fs::create_dir(&dir).with_context(|| {
+        format!(
+            "could not create '{}' for the private redis-server",
+            dir.display()
+        )
+    })?;
     Ok(dir)
 }
 
