@@ -14,7 +14,8 @@
 //! - [`redlock`]: the quorum of independent masters behind `--lock-node`.
 //! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
 //! - [`check`]: is a server fit to hold locks?
-//! - [`metrics`]: the Prometheus metrics the lock and stock modules feed, and a `/metrics` endpoint.
+//! - [`metrics`]: the Prometheus metrics the lock and stock modules feed.
+//! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
 //! - [`hammer`]: many purchases at once, then the verdict; measures and never prints.
 //! - [`status`]: one SKU's books and lock, reconciled.
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
@@ -26,6 +27,7 @@
 
 pub mod check;
 pub mod conn;
+pub mod endpoint;
 pub mod error;
 pub mod hammer;
 pub mod keys;

@@ -5,14 +5,10 @@
 //! renewals and lost leases as they happen, the stock module records each purchase's outcome
 //! and the stock it saw. The wait-queue length is different: it belongs to Redis, not to this
 //! process, so [`Metrics::set_waiters`] is fed from the queue itself (`Lock::waiters`) by
-//! whoever serves the metrics, just before each scrape. [`serve`] is a minimal HTTP endpoint
-//! for `/metrics`, enough for a scrape without pulling in a web framework.
+//! whoever serves the metrics, just before each scrape ([`crate::endpoint`] serves them).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::sync::LazyLock;
-use std::thread;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -205,48 +201,4 @@ impl Metrics {
         }
         out
     }
-}
-
-/// Serves `GET /metrics` on `addr` from a background thread, calling `before_scrape` first on
-/// each request (to read what lives in Redis) and then `render` for the body. Returns the
-/// address actually bound (useful with port 0).
-pub fn serve<B, R>(addr: &str, before_scrape: B, render: R) -> std::io::Result<SocketAddr>
-where
-    B: Fn() + Send + 'static,
-    R: Fn() -> String + Send + 'static,
-{
-    let listener = TcpListener::bind(addr)?;
-    let bound = listener.local_addr()?;
-    thread::Builder::new()
-        .name("lockctl-metrics".into())
-        .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-                let mut reader = BufReader::new(&stream);
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
-                    continue;
-                }
-                // Drain the headers so the client sees a clean response.
-                let mut line = String::new();
-                while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
-                    line.clear();
-                }
-                let path = request_line.split_whitespace().nth(1).unwrap_or("");
-                let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
-                    before_scrape();
-                    ("200 OK", render())
-                } else {
-                    ("404 Not Found", "try /metrics\n".to_string())
-                };
-                let mut out = &stream;
-                let _ = write!(
-                    out,
-                    "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        })?;
-    Ok(bound)
 }

@@ -32,16 +32,32 @@ const GAUGES: [(&str, &str); 7] = [
     ),
 ];
 
-/// One scrape in the Prometheus text format, and whether any SKU could not be read (the
-/// connection may then be broken; the caller should open a fresh one).
-pub fn scrape(conn: &mut Conn, target: &Target, skus: &[Sku]) -> (String, bool) {
+/// One scrape on a connection of its own, opened for it (so a scrape never waits on another's
+/// reads, and each is bounded by the connect and call timeouts). When Redis cannot be reached
+/// every SKU reports `lockctl_scrape_error 1`: the endpoint still answers, so the alert on it
+/// can fire.
+pub fn scrape_fresh(target: &Target, skus: &[Sku]) -> String {
+    let mut conn = target.connect().ok();
+    scrape(&mut conn, target, skus)
+}
+
+/// One scrape in the OpenMetrics text format. A connection that fails in a way that may have
+/// left it in any state (a timeout, an I/O error) is dropped, and the SKUs after it are
+/// reported unreadable rather than each waiting out its own timeout.
+pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String {
     let mut samples: Vec<Vec<String>> = vec![Vec::new(); GAUGES.len()];
     let mut errors = Vec::new();
-    let mut failed = false;
     for sku in skus {
         let label = format!("sku=\"{}\"", escape_label(sku.as_str()));
-        let values = read_one(conn, target, sku);
-        failed |= values.is_err();
+        let values = match conn.as_mut() {
+            Some(c) => read_one(c, target, sku),
+            None => Err(crate::Error::internal("Redis could not be reached")),
+        };
+        if let Err(e) = &values
+            && (e.is_indeterminate() || e.kind().is_outage())
+        {
+            *conn = None;
+        }
         errors.push(format!("{{{label}}} {}", u8::from(values.is_err())));
         for (i, v) in values.into_iter().flatten().enumerate() {
             if let Some(v) = v {
@@ -64,7 +80,7 @@ pub fn scrape(conn: &mut Conn, target: &Target, skus: &[Sku]) -> (String, bool) 
         }
     }
     out.push_str("# EOF\n");
-    (out, failed)
+    out
 }
 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).

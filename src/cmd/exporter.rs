@@ -1,33 +1,26 @@
 //! `lockctl exporter`: per-SKU state from Redis as Prometheus metrics, read on every scrape.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 
-use lockctl::conn::Reconnecting;
+use lockctl::endpoint::{self, EndpointOptions};
+use lockctl::scrape;
 use lockctl::sku::Sku;
-use lockctl::{metrics, scrape};
 
 use super::{Ctx, Exit, UsageError};
 
-/// Serves until killed. One connection, reopened after a failed scrape.
+/// Serves until killed. It starts whether or not Redis answers: an unreachable Redis is what
+/// `lockctl_scrape_error` reports, scrape by scrape.
 pub fn run(ctx: &Ctx, skus: Vec<Sku>, listen: &str) -> anyhow::Result<Exit> {
-    let mut conn = Reconnecting::new(&ctx.target);
-    conn.get()?;
-    let conn = Mutex::new(conn);
     let target = ctx.target.clone();
-    let bound = metrics::serve(
+    let options = EndpointOptions {
+        scrape_limit: ctx.options.connect_timeout
+            + ctx.options.call_timeout * (skus.len() as u32 * 4 + 1),
+        ..EndpointOptions::default()
+    };
+    let bound = endpoint::serve(
         listen,
-        || {},
-        move || {
-            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            let Ok(c) = conn.get() else {
-                return "# Redis unreachable\n# EOF\n".into();
-            };
-            let (body, failed) = scrape::scrape(c, &target, &skus);
-            if failed {
-                conn.reset();
-            }
-            body
-        },
+        Arc::new(move || scrape::scrape_fresh(&target, &skus)),
+        options,
     )
     .map_err(|e| UsageError(format!("cannot listen on --listen '{listen}': {e}")))?;
     eprintln!("lockctl: serving http://{bound}/metrics (Ctrl-C to stop)");

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use lockctl::conn::Reconnecting;
+use lockctl::endpoint::{self, EndpointOptions};
 use lockctl::hammer::{self, HammerOptions, Report, overall_verdict};
 use lockctl::keys::StockKeys;
 use lockctl::lock::{Lock, LockOptions};
@@ -38,11 +39,15 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     };
     let read_waiters = waiters_reader(ctx, &args);
     if let Some(addr) = &args.metrics_addr {
-        let bound = metrics::serve(addr, read_waiters.clone(), || metrics::global().encode())
-            .map_err(|e| {
-                exports.discard();
-                UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}"))
-            })?;
+        let before = read_waiters.clone();
+        let scrape = Arc::new(move || {
+            before();
+            metrics::global().encode()
+        });
+        let bound = endpoint::serve(addr, scrape, EndpointOptions::default()).map_err(|e| {
+            exports.discard();
+            UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}"))
+        })?;
         eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
     }
     let signals = signals::listen(signals::First::Finish);
@@ -128,7 +133,7 @@ fn unseeded_hint(e: Error) -> anyhow::Error {
 
 /// Reads the wait-queue length from Redis into the waiters gauge (before each scrape, and at
 /// the end for the metrics file), on a connection of its own.
-fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + 'static {
+fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + Sync + 'static {
     let lock = Lock::new(&ctx.target, args.sku.as_str(), LockOptions::default());
     let conn = Arc::new(Mutex::new(Reconnecting::new(&ctx.target)));
     move || {

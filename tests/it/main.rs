@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod cluster;
+mod endpoint;
 mod faults;
 mod fifo;
 mod fresh;

@@ -355,6 +355,7 @@ fn how_to_get(program: &OsStr) -> String {
         match program.file_name().and_then(OsStr::to_str) {
             Some("openssl") => "install it (apt-get install -y openssl)".into(),
             Some("kill") => "install it (apt-get install -y procps)".into(),
+            Some("promtool") => "install it (apt-get install -y prometheus)".into(),
             _ => "is it installed and on the PATH?".into(),
         }
     }
