@@ -122,6 +122,7 @@ impl Command {
             | Command::Buy(BuyArgs { sku, .. })
             | Command::Hammer(HammerArgs { sku, .. }) => vec![sku],
             Command::Exporter { sku, .. } => sku.iter().collect(),
+            Command::Run(r) => r.name.iter().collect(),
         }
     }
 }
@@ -159,6 +160,9 @@ pub enum Command {
         #[arg(long, value_parser = token)]
         token: Option<String>,
     },
+    /// Run a command while holding the lock dist_lock:<NAME>: a distributed flock that stops the
+    /// command if the lease is lost.
+    Run(RunArgs),
     /// Serve per-SKU state from Redis as Prometheus metrics, read fresh on every scrape.
     Exporter {
         /// A SKU to export (repeat for several).
@@ -168,6 +172,33 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
     },
+}
+
+/// `lockctl run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's name: the job holds dist_lock:<NAME> (a SKU's name excludes its buyers).
+    /// Default: the command's file name.
+    #[arg(long)]
+    pub name: Option<Sku>,
+
+    /// Lock lease in ms, renewed every third of it while the command runs.
+    #[arg(long, default_value_t = 30_000, value_parser = value_parser!(u64).range(100..=86_400_000))]
+    pub ttl_ms: u64,
+
+    /// How long to wait for a held lock, in ms; 0 tries once.
+    #[arg(long, default_value_t = 0, value_parser = value_parser!(u64).range(0..=86_400_000))]
+    pub wait_ms: u64,
+
+    /// After a lost lease: how long the command's process group has between SIGTERM and
+    /// SIGKILL, in ms. It must leave the group dead before the lease could end on the server
+    /// (at most a third of the TTL, less a margin). [default: 5000, or that bound if smaller]
+    #[arg(long, value_parser = value_parser!(u64).range(0..=3_600_000))]
+    pub grace_ms: Option<u64>,
+
+    /// The command and its arguments (after --).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// How each purchase is made (shared by `buy` and `hammer`).

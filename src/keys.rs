@@ -52,6 +52,9 @@ pub struct LockKeys {
     pub deadlines: String,
     /// `dist_lock_wake:<name>:`, followed by a waiter's token: the list it blocks on.
     pub wake_prefix: String,
+    /// `dist_lock_grant:<name>`: the last grant, `<token>:<fence>:<server ms>`, so `status`
+    /// can say since when the holder has held the lock.
+    pub grant: String,
 }
 
 impl LockKeys {
@@ -62,6 +65,7 @@ impl LockKeys {
             queue: format!("dist_lock_queue:{name}"),
             deadlines: format!("dist_lock_waiting:{name}"),
             wake_prefix: format!("dist_lock_wake:{name}:"),
+            grant: format!("dist_lock_grant:{name}"),
         }
     }
 }
@@ -81,6 +85,7 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         l.queue,
         l.deadlines,
         format!("{}{}", l.wake_prefix, "0".repeat(32)),
+        l.grant,
     ]
 }
 

@@ -22,6 +22,8 @@ pub struct Stop {
     pub requested: Arc<AtomicBool>,
     /// The first signal's number, 0 before any.
     signal: Arc<AtomicI32>,
+    /// With [`First::Forward`]: the process group signals are passed to (0: none yet).
+    pub forward_to: Arc<AtomicI32>,
 }
 
 impl Stop {
@@ -41,6 +43,9 @@ pub enum First {
     Finish,
     /// Give back what is held and exit now (a single purchase).
     Quit,
+    /// Pass every signal on to the process group in `Stop::forward_to` once it is set (a job
+    /// under `lockctl run`); before that, give back what is held and exit now.
+    Forward,
 }
 
 /// Starts listening for the three signals. Without a listener (it could not be installed) the
@@ -49,6 +54,7 @@ pub fn listen(first: First) -> Stop {
     let stop = Stop {
         requested: Arc::new(AtomicBool::new(false)),
         signal: Arc::new(AtomicI32::new(0)),
+        forward_to: Arc::new(AtomicI32::new(0)),
     };
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
         return stop;
@@ -58,11 +64,22 @@ pub fn listen(first: First) -> Stop {
         .name("lockctl-signals".into())
         .spawn(move || {
             for n in signals.forever() {
+                let group = s.forward_to.load(Ordering::SeqCst);
+                if first == First::Forward && group > 0 {
+                    let _ = s
+                        .signal
+                        .compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
+                    // SAFETY: kill(2) on the job's own process group.
+                    unsafe {
+                        libc::kill(-group, n);
+                    }
+                    continue;
+                }
                 let again = s.requested.swap(true, Ordering::SeqCst);
                 let _ = s
                     .signal
                     .compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
-                if again || first == First::Quit {
+                if again || first != First::Finish {
                     quit_now(n);
                 }
                 eprintln!(

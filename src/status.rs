@@ -21,13 +21,18 @@ pub struct Holder {
     pub token: String,
     /// Remaining lease in milliseconds.
     pub ttl_ms: u64,
+    /// The fencing token of this grant (when lockctl made it).
+    pub fence: Option<u64>,
+    /// How long this holder has held the lock, in milliseconds (when lockctl made the grant).
+    pub held_ms: Option<u64>,
 }
 
 /// What `status` found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
     pub sku: String,
-    pub stock: i64,
+    /// The stock; `None` for a name with no stock (a `lockctl run` lock, an unseeded SKU).
+    pub stock: Option<i64>,
     /// The count last given to `seed`; `None` when the stock was set some other way.
     pub seeded: Option<i64>,
     /// Units sold since the seed, by the sold counter.
@@ -55,9 +60,7 @@ pub struct Status {
 /// problem, not an error, so `status` can say what is wrong.
 pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let keys = StockKeys::new(sku);
-    let stock = stock::read_stock(conn, sku, &keys)?.ok_or_else(|| Error::Unseeded {
-        sku: sku.to_string(),
-    })?;
+    let stock = stock::read_stock(conn, sku, &keys)?;
     let mut problems = Vec::new();
     let seeded = read_counter(conn, &keys.seeded, &mut problems)?;
     let sold = read_counter(conn, &keys.sold, &mut problems)?.unwrap_or(0);
@@ -75,7 +78,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         Err(e) => return Err(e),
     };
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
-    let holder = match lock.holder(conn) {
+    let holder = match lock.holder_info(conn) {
         Ok(h) => h,
         Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
             problems.push(format!(
@@ -98,7 +101,9 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             }
         ));
     }
-    if stock < 0 {
+    if let Some(stock) = stock
+        && stock < 0
+    {
         problems.push(format!("the stock is negative: {stock} (oversold)"));
     }
     if ledger_ok && sold != ledger_qty {
@@ -106,7 +111,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             "the sold counter says {sold} but the ledger holds {ledger_qty} units in {ledger_orders} orders"
         ));
     }
-    if let Some(n) = seeded
+    if let (Some(n), Some(stock)) = (seeded, stock)
         && ledger_ok
         && stock + ledger_qty != n
     {
@@ -119,7 +124,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let reconciled = if !problems.is_empty() {
         Some(false)
     } else {
-        seeded.map(|_| true)
+        seeded.and(stock).map(|_| true)
     };
     Ok(Status {
         sku: sku.to_string(),
@@ -130,9 +135,11 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         ledger_qty,
         reconciled,
         problems,
-        lock: holder.map(|(token, ttl)| Holder {
-            token,
-            ttl_ms: ttl.as_millis() as u64,
+        lock: holder.map(|h| Holder {
+            token: h.token,
+            ttl_ms: h.ttl.as_millis() as u64,
+            fence: h.fence,
+            held_ms: h.held_for.map(|d| d.as_millis() as u64),
         }),
         fence: fence.max(0) as u64,
         waiters: queue.live,

@@ -6,6 +6,7 @@ mod buy;
 mod check;
 mod exporter;
 mod hammer;
+mod run;
 mod seed;
 mod status;
 mod unlock;
@@ -38,6 +39,8 @@ pub enum Exit {
     LeaseLost,
     /// Stopped by a signal: 128 + its number, as shells report it (130 for Ctrl-C).
     Signal(i32),
+    /// `run`: the job's own exit code (128 + n when a signal ended it), passed through.
+    Child(i32),
 }
 
 impl Exit {
@@ -49,7 +52,7 @@ impl Exit {
             Exit::Refused => 3,
             Exit::Busy => 4,
             Exit::LeaseLost => 5,
-            Exit::Signal(code) => code.clamp(0, 255) as u8,
+            Exit::Signal(code) | Exit::Child(code) => code.clamp(0, 255) as u8,
         }
     }
 }
@@ -139,6 +142,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Status { sku } => status::run(&ctx, &sku),
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
+        Command::Run(args) => run::run(&ctx, args),
     }
 }
 

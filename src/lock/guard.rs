@@ -75,6 +75,12 @@ impl Guard {
         self.lease.still_valid(self.ttl)
     }
 
+    /// How much longer the lease can be valid by this process's own clock, as of the last
+    /// renewal the server confirmed (zero once a renewal found it lost). Does not wait.
+    pub fn remaining_validity(&self) -> Duration {
+        self.lease.remaining()
+    }
+
     /// Renewals the watchdog has made so far.
     pub fn renewals(&self) -> u64 {
         self.watchdog

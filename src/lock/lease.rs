@@ -92,6 +92,16 @@ impl Lease {
         self.with(|s| s.lost)
     }
 
+    /// How much longer the lease can be valid by this process's clock (zero once lost), without
+    /// waiting for a renewal in flight.
+    pub(super) fn remaining(&self) -> Duration {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.lost {
+            return Duration::ZERO;
+        }
+        s.valid_until.saturating_duration_since(Instant::now())
+    }
+
     /// Whether the lease can still be valid now, by this process's clock. Waits for a renewal
     /// in flight, up to `limit`; one still unanswered then does not count.
     pub(super) fn still_valid(&self, limit: Duration) -> bool {

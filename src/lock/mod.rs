@@ -85,13 +85,14 @@ impl LockKeys {
 
     /// The arguments every queue-aware script takes, in order: token, TTL ms, '1' to queue,
     /// the waiter lease in ms, the wake prefix (see the scripts' comments).
-    pub(crate) fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 5] {
+    pub(crate) fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 6] {
         [
             token.to_string(),
             ttl_ms.to_string(),
             if queue { "1" } else { "0" }.to_string(),
             WAITER_LEASE.as_millis().to_string(),
             self.wake_prefix.clone(),
+            self.grant.clone(),
         ]
     }
 
@@ -207,6 +208,18 @@ impl Reply {
 /// Whether the holder's lease (the PTTL in a "not yet" reply) ends within `block`.
 fn r_pttl_below(r: &Reply, block: Duration) -> bool {
     r.n >= 0 && (r.n as u128) < block.as_millis()
+}
+
+/// Who holds a lock, as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderInfo {
+    pub token: String,
+    /// The lease left.
+    pub ttl: Duration,
+    /// The fencing token of this grant, when lockctl made it.
+    pub fence: Option<u64>,
+    /// How long this holder has held the lock, when lockctl made the grant.
+    pub held_for: Option<Duration>,
 }
 
 /// What a forced unlock removed.
@@ -473,6 +486,37 @@ impl Lock {
             None,
         )?;
         Ok(token.map(|t| (t, Duration::from_millis(pttl.max(0) as u64))))
+    }
+
+    /// Who holds the lock, for how much longer, and (when the grant was made by lockctl) with
+    /// which fence and since when: `status` for a SKU or a `lockctl run` job.
+    pub fn holder_info(&self, conn: &mut Conn) -> Result<Option<HolderInfo>> {
+        type Read = (Option<String>, i64, Option<String>, (i64, i64));
+        let ((token, pttl, grant, (secs, micros)), _): (Read, _) = conn.transaction(
+            &[
+                redis::Cmd::get(&self.keys.lock),
+                redis::cmd("PTTL").arg(&self.keys.lock).clone(),
+                redis::Cmd::get(&self.keys.grant),
+                redis::cmd("TIME"),
+            ],
+            None,
+        )?;
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        let now_ms = secs * 1000 + micros / 1000;
+        // `<token>:<fence>:<ms>`: only if it describes the grant the holder has now.
+        let grant = grant.and_then(|g| {
+            let mut parts = g.rsplitn(3, ':');
+            let (ms, fence, t) = (parts.next()?, parts.next()?, parts.next()?);
+            (t == token).then_some((fence.parse::<u64>().ok()?, ms.parse::<i64>().ok()?))
+        });
+        Ok(Some(HolderInfo {
+            token,
+            ttl: Duration::from_millis(pttl.max(0) as u64),
+            fence: grant.map(|(f, _)| f),
+            held_for: grant.map(|(_, at)| Duration::from_millis((now_ms - at).max(0) as u64)),
+        }))
     }
 
     /// Deletes the lock whoever holds it (a holder that is stuck, not one that is working: its

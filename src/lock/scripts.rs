@@ -23,13 +23,19 @@ use redis::Script;
 /// the waiter can tell when its lease began), on which it is blocked with BLPOP. The
 /// wake list expires with the grant, so a message for a waiter that died is not left behind;
 /// a lock granted to a waiter that died after its last refresh expires by its TTL.
-/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV[5] (in every caller): wake prefix.
+/// Every grant also records `<token>:<fence>:<server ms>` in the grant key, for `status`.
+/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV (in every caller): 5 wake prefix,
+/// 6 grant key (both named here rather than declared: with a hash-tagged name they share the
+/// lock's cluster slot).
 /// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
 /// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
 /// must not lock a SKU out), and `repair` drops every such member at once. The fencing
 /// counter is checked before anything is written, since an `INCR` that fails after the `SET`
 /// of the lock would leave a grant half made.
-/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV[5] (in every caller): wake prefix.
+/// Every grant also records `<token>:<fence>:<server ms>` in the grant key, for `status`.
+/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV (in every caller): 5 wake prefix,
+/// 6 grant key (both named here rather than declared: with a hash-tagged name they share the
+/// lock's cluster slot).
 pub(super) const QUEUE_LUA: &str = r"
 local function now_us()
   local t = redis.call('TIME')
@@ -69,6 +75,7 @@ local function grant_head(now)
     if token and redis.call('ZSCORE', KEYS[4], head) then
       local fence = next_fence()
       redis.call('SET', KEYS[1], token, 'PX', ttl)
+      redis.call('SET', ARGV[6], token .. ':' .. fence .. ':' .. now)
       redis.call('ZREM', KEYS[3], head)
       redis.call('ZREM', KEYS[4], head)
       local wake = ARGV[5] .. token
@@ -119,7 +126,8 @@ end
 /// so nobody overtakes the queue, except a client that knows nothing of it (the seed's plain
 /// `SET NX PX`), which may; exclusion holds all the same.
 /// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list.
-/// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix.
+/// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix,
+/// 6 grant key.
 /// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown)} when the
 /// lock is now ours, {0, the lock's PTTL, server ms now, 0} when not.
 pub(super) const ACQUIRE_LUA: &str = r"
@@ -140,6 +148,7 @@ if not holder then
   if not granted then
     local fence = next_fence()
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', ARGV[6], ARGV[1] .. ':' .. fence .. ':' .. now)
     return {1, fence, now, now}
   end
 end

@@ -70,35 +70,51 @@ pub fn check_json(r: &CheckReport) -> Value {
 
 /// `status` for a person.
 pub fn status_text(st: &Status) -> String {
-    let mut s = format!(
-        "{}: stock {}, seeded {}, sold {} (ledger: {} units in {} orders)\n",
-        st.sku,
-        st.stock,
-        st.seeded.map_or("unknown".into(), |n| n.to_string()),
-        st.sold,
-        st.ledger_qty,
-        st.ledger_orders
-    );
-    match st.reconciled {
-        Some(true) => s.push_str("books: reconciled (stock + sold == seeded, ledger == sold)\n"),
-        Some(false) => {
+    let mut s = match st.stock {
+        Some(stock) => format!(
+            "{}: stock {stock}, seeded {}, sold {} (ledger: {} units in {} orders)\n",
+            st.sku,
+            st.seeded.map_or("unknown".into(), |n| n.to_string()),
+            st.sold,
+            st.ledger_qty,
+            st.ledger_orders
+        ),
+        None => format!(
+            "{}: no stock (a lock name of lockctl run, or a SKU never seeded)\n",
+            st.sku
+        ),
+    };
+    match (st.reconciled, st.stock) {
+        (Some(true), _) => {
+            s.push_str("books: reconciled (stock + sold == seeded, ledger == sold)\n")
+        }
+        (Some(false), _) => {
             s.push_str("books: DO NOT RECONCILE\n");
             for p in &st.problems {
                 let _ = writeln!(s, "  - {p}");
             }
         }
-        None => s.push_str(
+        (None, Some(_)) => s.push_str(
             "books: cannot reconcile: no seed record (the stock was not set by lockctl seed)\n",
         ),
+        (None, None) => {}
     }
     match &st.lock {
         Some(h) => {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "lock: held by {}, {:.3} s of lease left",
                 h.token,
                 h.ttl_ms as f64 / 1000.0
             );
+            if let (Some(fence), Some(held)) = (h.fence, h.held_ms) {
+                let _ = write!(
+                    s,
+                    " (fence {fence}, held for {:.3} s)",
+                    held as f64 / 1000.0
+                );
+            }
+            s.push('\n');
         }
         None => s.push_str("lock: free\n"),
     }

@@ -17,4 +17,5 @@ mod lock;
 mod ops;
 mod redlock;
 mod report;
+mod run;
 mod stock;

@@ -1,0 +1,312 @@
+//! `lockctl run -- CMD`: a distributed `flock` that never lets two holders overlap.
+//!
+//! The job runs in a process group of its own, with the lease renewed by the watchdog. The one
+//! idea that keeps holders from overlapping: the job's whole group must be dead before the
+//! lease could end on the server. So the job is stopped (SIGTERM to the group, SIGKILL after
+//! `--grace-ms`) as soon as a renewal fails or finds another holder, or as soon as the lease's
+//! validity by this process's own clock falls to the grace period plus a margin; `--grace-ms`
+//! is refused when it cannot fit. If lockctl itself dies, the child dies with it (the
+//! parent-death signal), a guard process kills the rest of the group, and the lease, no longer
+//! renewed, ends within one TTL.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde_json::json;
+
+use lockctl::lock::{Acquire, Guard, Lock, LockOptions};
+use lockctl::sku::Sku;
+
+use super::{Ctx, Exit, UsageError, emit, emit_json};
+use crate::cli::RunArgs;
+use crate::signals;
+
+/// How often the job and its lease are looked at.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Slack between the group's death and the earliest end of the lease: the poll, a SIGKILL's
+/// delivery, and scheduling.
+const SAFETY: Duration = Duration::from_millis(40);
+
+/// How the job ended.
+struct Ended {
+    status: Option<ExitStatus>,
+    lease_lost: bool,
+}
+
+pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => name_of(&args.command[0])?,
+    };
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let grace = grace(ttl, args.grace_ms)?;
+    let stop = signals::listen(signals::First::Forward);
+    let mut lock = Lock::new(
+        &ctx.target,
+        name.as_str(),
+        LockOptions {
+            ttl,
+            wait: Duration::from_millis(args.wait_ms),
+            watchdog: true,
+        },
+    );
+    if let Some(q) = &ctx.quorum {
+        lock = lock.with_quorum(q.clone());
+    }
+    let started = Instant::now();
+    let mut conn = ctx.target.connect()?;
+    let guard = match lock.acquire(&mut conn)? {
+        Acquire::Acquired(g) => g,
+        Acquire::Busy => {
+            report_busy(ctx, &name, &lock, started)?;
+            return Ok(Exit::Busy);
+        }
+    };
+    let waited = guard.waited();
+    let held_from = Instant::now();
+    let job = Job::start(&args.command, &lock, &guard);
+    let mut job = match job {
+        Ok(j) => j,
+        Err(e) => {
+            let _ = guard.release(&mut conn);
+            return Err(e);
+        }
+    };
+    stop.forward_to.store(job.pgid, Ordering::SeqCst);
+    let ended = job.watch(&guard, grace);
+    stop.forward_to.store(0, Ordering::SeqCst);
+    let renewals = guard.renewals();
+    let fence = guard.fence();
+    let released = guard.release(&mut conn);
+    job.dismiss_guard();
+    let exit = match (ended.lease_lost, ended.status) {
+        (true, _) => Exit::LeaseLost,
+        (false, Some(s)) => Exit::Child(exit_code(s)),
+        (false, None) => Exit::Error,
+    };
+    let held = held_from.elapsed();
+    let status = ended.status;
+    if ctx.json {
+        emit_json(&json!({
+            "name": name.as_str(),
+            "acquired": true,
+            "fence": fence,
+            "waited_ms": waited.as_millis() as u64,
+            "held_ms": held.as_millis() as u64,
+            "exit_code": status.and_then(|s| s.code()),
+            "signal": status.and_then(|s| s.signal()),
+            "renewals": renewals,
+            "lease_lost": ended.lease_lost,
+            "released": released.is_ok(),
+        }))?;
+    } else if ended.lease_lost {
+        eprintln!(
+            "lockctl: the lease on dist_lock:{name} was lost; the command's process group was stopped"
+        );
+    }
+    Ok(exit)
+}
+
+/// The lock's name when `--name` is not given: the command's file name.
+fn name_of(program: &OsString) -> anyhow::Result<Sku> {
+    let file = Path::new(program)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    file.parse::<Sku>().map_err(|e| {
+        UsageError(format!(
+            "cannot name the lock after the command ({e}); give one with --name"
+        ))
+        .into()
+    })
+}
+
+/// The grace period: the one given, or 5 s, and never more than fits in the lease. The lease is
+/// renewed every TTL/3 and a renewal may take up to another TTL/3 to fail, so a loss is known
+/// at the latest 2/3 of a TTL after the last confirmed renewal; the group must then be dead
+/// within the last third, less the drift margin (1% + 2 ms) and [`SAFETY`].
+fn grace(ttl: Duration, asked: Option<u64>) -> anyhow::Result<Duration> {
+    let fits = (ttl / 3)
+        .saturating_sub(ttl / 100 + Duration::from_millis(2))
+        .saturating_sub(SAFETY);
+    match asked.map(Duration::from_millis) {
+        Some(g) if g > fits => Err(UsageError(format!(
+            "--grace-ms {} cannot fit: with --ttl-ms {} the job's group must be dead within {} ms of a lost lease being noticed; lower --grace-ms or raise --ttl-ms",
+            g.as_millis(),
+            ttl.as_millis(),
+            fits.as_millis()
+        ))
+        .into()),
+        Some(g) => Ok(g),
+        None => Ok(fits.min(Duration::from_secs(5))),
+    }
+}
+
+fn report_busy(ctx: &Ctx, name: &Sku, lock: &Lock, started: Instant) -> anyhow::Result<()> {
+    let waited = started.elapsed();
+    if ctx.json {
+        emit_json(&json!({
+            "name": name.as_str(),
+            "acquired": false,
+            "waited_ms": waited.as_millis() as u64,
+            "lease_lost": false,
+        }))?;
+    } else {
+        emit(&format!(
+            "busy: {} is held by another job (waited {} ms; wait longer with --wait-ms)\n",
+            lock.keys().lock,
+            waited.as_millis()
+        ))?;
+    }
+    Ok(())
+}
+
+/// The 128+n convention for a child killed by signal n; its own code otherwise.
+fn exit_code(s: ExitStatus) -> i32 {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+/// The job: the child (leader of its own process group) and the guard that kills that group
+/// if lockctl dies.
+struct Job {
+    child: Child,
+    pgid: i32,
+    guard: Option<Child>,
+}
+
+impl Job {
+    fn start(command: &[OsString], lock: &Lock, guard: &Guard) -> anyhow::Result<Job> {
+        let deadline = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            + guard.remaining_validity();
+        let mut cmd = Command::new(&command[0]);
+        cmd.args(&command[1..])
+            .env("LOCKCTL_LOCK_KEY", &lock.keys().lock)
+            .env("LOCKCTL_TOKEN", guard.token())
+            .env("LOCKCTL_FENCE", guard.fence().to_string())
+            .env(
+                "LOCKCTL_LEASE_DEADLINE_MS",
+                deadline.as_millis().to_string(),
+            )
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe and affects only the child being started.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot run '{}'", command[0].to_string_lossy()))?;
+        let pgid = child.id() as i32;
+        Ok(Job {
+            child,
+            pgid,
+            guard: spawn_group_guard(pgid),
+        })
+    }
+
+    /// Waits for the child, stopping the group if the lease is lost (or about to be). After
+    /// the child exits, what is left of its group (background processes) is stopped too,
+    /// before the lock is released: nothing of the job may outlive its lock.
+    fn watch(&mut self, guard: &Guard, grace: Duration) -> Ended {
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.stop_group(grace);
+                return Ended {
+                    status: Some(status),
+                    lease_lost: false,
+                };
+            }
+            if guard.lease_lost() || guard.remaining_validity() < grace + SAFETY {
+                self.stop_group(grace);
+                return Ended {
+                    status: self.child.wait().ok(),
+                    lease_lost: true,
+                };
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    /// SIGTERM to the group, then SIGKILL after `grace` if anyone is left.
+    fn stop_group(&mut self, grace: Duration) {
+        if !self.group_alive() {
+            return;
+        }
+        self.signal_group(libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && self.group_alive() {
+            let _ = self.child.try_wait();
+            thread::sleep(Duration::from_millis(2));
+        }
+        if self.group_alive() {
+            self.signal_group(libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    fn signal_group(&self, sig: i32) {
+        // SAFETY: kill(2) on the job's own process group.
+        unsafe {
+            libc::kill(-self.pgid, sig);
+        }
+    }
+
+    /// Whether any process of the group is left (zombies of our own child aside, which
+    /// `try_wait` reaps).
+    fn group_alive(&mut self) -> bool {
+        let _ = self.child.try_wait();
+        // SAFETY: signal 0 only checks that the group exists.
+        unsafe { libc::kill(-self.pgid, 0) == 0 }
+    }
+
+    /// The job is over: the guard must not outlive it (the group id could be reused).
+    fn dismiss_guard(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            let _ = g.kill();
+            let _ = g.wait();
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.dismiss_guard();
+    }
+}
+
+/// A tiny `sh` that kills the job's group when its stdin closes, which happens when lockctl
+/// dies however it dies (the kernel closes the pipe): the parent-death signal reaches only the
+/// child, not what the child started. Best effort: without `sh` the child still dies with us.
+fn spawn_group_guard(pgid: i32) -> Option<Child> {
+    let mut guard = Command::new("/bin/sh")
+        .args([
+            "-c",
+            &format!("read _ignored; kill -KILL -{pgid} 2>/dev/null"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()?;
+    // Keep the write end open for as long as lockctl lives; never write to it.
+    if let Some(stdin) = guard.stdin.take() {
+        std::mem::forget(stdin);
+    }
+    Some(guard)
+}
