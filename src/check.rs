@@ -6,7 +6,7 @@
 //! evict keys with a TTL, no persistence, or asynchronous replicas that a failover promotes
 //! without the lock. Problems make the server unfit; risks are warnings.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -57,8 +57,8 @@ pub struct NodeCheck {
 }
 
 /// Adds each Redlock node's answer to `report`, and a problem when no majority answers.
-pub fn check_quorum(report: &mut CheckReport, q: &Quorum, timeout: Duration) {
-    let answers = q.ping_all(timeout);
+pub fn check_quorum(report: &mut CheckReport, q: &Quorum) {
+    let answers = q.ping_all();
     let up = answers.iter().filter(|(_, r)| r.is_ok()).count();
     report.nodes = answers
         .into_iter()
@@ -89,8 +89,9 @@ pub fn check_quorum(report: &mut CheckReport, q: &Quorum, timeout: Duration) {
     }
 }
 
-/// Runs every check on `conn`. Fails only when the server cannot be talked to at all.
-pub fn check(conn: &mut Conn) -> Result<CheckReport> {
+/// Runs every check on `conn` (a cluster node when `cluster`, as `--cluster` says). Fails only
+/// when the server cannot be talked to at all.
+pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
     let mut rtts = Vec::with_capacity(RTT_SAMPLES);
     for _ in 0..RTT_SAMPLES {
         let t = Instant::now();
@@ -122,6 +123,12 @@ pub fn check(conn: &mut Conn) -> Result<CheckReport> {
         Err(e) => problems.push(format!(
             "scripts do not run (EVAL failed: {e}); release and renewal need them"
         )),
+    }
+    if field("cluster_enabled").as_deref() == Some("1") && !cluster {
+        problems.push(
+            "this server is a node of a Redis Cluster: add --cluster (and write SKUs with a hash tag, {sku_886}, so each SKU's keys share a slot)"
+                .into(),
+        );
     }
     if role == "slave" {
         problems

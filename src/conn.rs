@@ -130,9 +130,9 @@ impl Target {
     /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
     /// processes through the environment; it is never displayed.
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
-        let bad = |e: RedisError| Error::BadUrl {
+        let bad = |_: RedisError| Error::BadUrl {
             url: redact_url(url),
-            reason: shorten(scrub(&e.to_string(), url)),
+            reason: url_problem(url),
         };
         let tls = url.starts_with("rediss://");
         if tls {
@@ -162,9 +162,9 @@ impl Target {
     /// A Redis Cluster reached through the seed node `url`; commands follow MOVED and ASK
     /// redirections to the node that owns each key's slot.
     pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
-        let bad = |e: RedisError| Error::BadUrl {
+        let bad = |_: RedisError| Error::BadUrl {
             url: redact_url(url),
-            reason: shorten(scrub(&e.to_string(), url)),
+            reason: url_problem(url),
         };
         if url.starts_with("rediss://") || options.tls.any() {
             return Err(Error::Tls {
@@ -240,54 +240,67 @@ impl Target {
         }
     }
 
+    /// What a failed connect means, in the library's terms: each case names what to check.
+    fn connect_error(&self, e: RedisError, after: Duration) -> Error {
+        let addr = self.addr.to_string();
+        let text = e.to_string();
+        if e.is_timeout() {
+            Error::ConnectTimeout { addr, after }
+        } else if is_auth_error(&e) {
+            Error::Auth {
+                addr,
+                reason: auth_reason(&e),
+            }
+        } else if text.contains("max number of clients") {
+            // Up and answering, but full: not an outage to wait out.
+            Error::Redis {
+                addr,
+                reason: "the server has reached its maxclients: it refuses new connections \
+                         (lower -c, or raise maxclients)"
+                    .into(),
+                code: Some("MAXCLIENTS".into()),
+                indeterminate: false,
+            }
+        } else if e.is_connection_refusal() {
+            Error::Connect {
+                addr,
+                reason: "connection refused".into(),
+            }
+        } else if is_tls_error(&e) {
+            Error::Tls {
+                reason: format!(
+                    "could not connect to '{addr}': {} (check --tls-ca, --tls-cert, --tls-key)",
+                    shorten(scrub(&text, &self.url))
+                ),
+            }
+        } else if e.kind() == ErrorKind::Parse || text.contains("Parse error") {
+            Error::NotRedis { addr }
+        } else if e.code().is_some() || text.contains("refused to switch database") {
+            // The server answered, and said no (a database index out of range, say).
+            Error::Refused {
+                addr,
+                reason: shorten(scrub(&text, &self.url)),
+            }
+        } else {
+            Error::Connect {
+                addr,
+                reason: shorten(scrub(&text, &self.url)),
+            }
+        }
+    }
+
     /// Opens a connection, giving up after `connect_timeout`.
     pub fn connect_within(&self, connect_timeout: Duration) -> Result<Conn> {
-        let timed_out = || Error::ConnectTimeout {
-            addr: self.addr.to_string(),
-            after: connect_timeout,
-        };
         let inner = match self.open_within(connect_timeout) {
             Some(opened) => opened,
-            None => return Err(timed_out()),
-        }
-        .map_err(|e| {
-            if e.is_timeout() {
-                timed_out()
-            } else if is_auth_error(&e) {
-                Error::Auth {
+            None => {
+                return Err(Error::ConnectTimeout {
                     addr: self.addr.to_string(),
-                    reason: auth_reason(&e),
-                }
-            } else if e.to_string().contains("max number of clients") {
-                // Up and answering, but full: not an outage to wait out.
-                Error::Redis {
-                    addr: self.addr.to_string(),
-                    reason: "the server has reached its maxclients: it refuses new \
-                             connections (lower -c, or raise maxclients)"
-                        .into(),
-                    code: Some("MAXCLIENTS".into()),
-                    indeterminate: false,
-                }
-            } else if e.is_connection_refusal() {
-                Error::Connect {
-                    addr: self.addr.to_string(),
-                    reason: "connection refused".into(),
-                }
-            } else if is_tls_error(&e) {
-                Error::Tls {
-                    reason: format!(
-                        "could not connect to '{}': {} (check --tls-ca, --tls-cert, --tls-key)",
-                        self.addr,
-                        shorten(scrub(&e.to_string(), &self.url))
-                    ),
-                }
-            } else {
-                Error::Connect {
-                    addr: self.addr.to_string(),
-                    reason: shorten(scrub(&e.to_string(), &self.url)),
-                }
+                    after: connect_timeout,
+                });
             }
-        })?;
+        }
+        .map_err(|e| self.connect_error(e, connect_timeout))?;
         let cluster = match &self.client {
             Client::Cluster(c) => Some(c.clone()),
             Client::Single(_) => None,
@@ -551,10 +564,24 @@ impl Conn {
             // An I/O failure after the command was written may have been applied; a reply from
             // the server (an error string) means it was processed and rejected.
             let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
+            let code = e.code().map(str::to_string);
+            let mut reason = shorten(scrub(&e.to_string(), &self.url));
+            match code.as_deref() {
+                Some("MOVED" | "ASK") if self.cluster.is_none() => reason.push_str(
+                    " (this server is a node of a Redis Cluster: add --cluster, and write the SKU with a hash tag, {sku})",
+                ),
+                Some("CLUSTERDOWN") => {
+                    reason = "the cluster is down (CLUSTERDOWN): not every slot is served by a \
+                              master, so the cluster refuses commands until it is repaired \
+                              (see lockctl --cluster check)"
+                        .into()
+                }
+                _ => {}
+            }
             Error::Redis {
                 addr,
-                reason: shorten(scrub(&e.to_string(), &self.url)),
-                code: e.code().map(str::to_string),
+                reason,
+                code,
                 indeterminate,
             }
         }
@@ -612,6 +639,27 @@ impl Reconnecting {
     /// Drops the connection: the next call opens a fresh one.
     pub fn reset(&mut self) {
         self.conn = None;
+    }
+}
+
+/// What is wrong with a URL the driver would not parse, and what form is expected.
+fn url_problem(url: &str) -> String {
+    const FORMS: &str = "expected redis://host:port[/db], rediss://host:port (TLS) or \
+                         redis+unix:///path/to/socket";
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        None => format!("it has no scheme; {FORMS}"),
+        Some("redis" | "rediss" | "redis+unix" | "unix") => {
+            let port = url
+                .rsplit_once(':')
+                .map(|(_, p)| p.split('/').next().unwrap_or(""))
+                .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty());
+            match port.map(|p| p.parse::<u16>()) {
+                Some(Err(_)) => format!("the port is not a number from 1 to 65535; {FORMS}"),
+                _ => format!("it does not parse as a Redis URL; {FORMS}"),
+            }
+        }
+        Some(other) => format!("{other}:// is not a Redis URL scheme; {FORMS}"),
     }
 }
 

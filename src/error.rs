@@ -22,6 +22,17 @@ pub enum Error {
     )]
     Connect { addr: String, reason: String },
 
+    /// Something answered that does not speak Redis's protocol (an HTTP server, say).
+    #[error(
+        "what answers at '{addr}' is not a Redis server (protocol error): check the host and port in --redis"
+    )]
+    NotRedis { addr: String },
+
+    /// The server answered the handshake with a refusal other than the credentials (a
+    /// database index out of range, say).
+    #[error("Redis at '{addr}' refused the connection: {reason} (see --redis)")]
+    Refused { addr: String, reason: String },
+
     /// TLS settings that cannot work (a file that cannot be read, a flag without rediss://).
     #[error("TLS: {reason}")]
     Tls { reason: String },
@@ -41,12 +52,13 @@ pub enum Error {
     Auth { addr: String, reason: String },
 
     /// The SKU's stock key does not exist.
-    #[error("'{sku}' has no stock in Redis (seed it first: lockctl seed {sku} <COUNT>)")]
+    #[error("'{sku}' has no stock in Redis (seed it first: {})", seed_command(sku))]
     Unseeded { sku: String },
 
     /// The SKU's stock key holds something that is not an integer.
     #[error(
-        "the stock of '{sku}' ('{key}') holds {value}, not an integer; nothing was changed (reset it with: lockctl seed {sku} <COUNT>)"
+        "the stock of '{sku}' ('{key}') holds {value}, not an integer; nothing was changed (reset it with: {})",
+        seed_command(sku)
     )]
     BadStock {
         sku: String,
@@ -57,9 +69,20 @@ pub enum Error {
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
     /// never writes there. Nothing was changed.
     #[error(
-        "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: lockctl seed {sku} <COUNT>)"
+        "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: {})",
+        seed_command(sku)
     )]
     BadData { sku: String, reason: String },
+
+    /// Too few `--lock-node` masters answered for a Redlock majority.
+    #[error(
+        "no quorum: {answered} of {total} lock nodes answered, and Redlock needs {needed} (lockctl check --lock-node ... shows which are down)"
+    )]
+    NoQuorum {
+        answered: usize,
+        total: usize,
+        needed: usize,
+    },
 
     /// The run would need more connections than the server accepts.
     #[error(
@@ -107,6 +130,8 @@ pub enum ErrorKind {
     BadStock,
     BadData,
     Redis,
+    /// Too few Redlock nodes answered.
+    NoQuorum,
     Internal,
     /// Bad arguments (the binary's exit 2).
     Usage,
@@ -132,6 +157,7 @@ impl ErrorKind {
             ErrorKind::BadStock => "bad_stock",
             ErrorKind::BadData => "bad_data",
             ErrorKind::Redis => "redis",
+            ErrorKind::NoQuorum => "no_quorum",
             ErrorKind::Internal => "internal",
             ErrorKind::Usage => "usage",
             ErrorKind::Child => "child",
@@ -159,12 +185,14 @@ impl Error {
             Error::BadUrl { .. } => ErrorKind::BadUrl,
             Error::Tls { .. } => ErrorKind::Tls,
             Error::Connect { .. } => ErrorKind::Refused,
+            Error::NotRedis { .. } | Error::Refused { .. } => ErrorKind::Redis,
             Error::Timeout { .. } | Error::ConnectTimeout { .. } => ErrorKind::TimedOut,
             Error::Auth { .. } => ErrorKind::Auth,
             Error::Unseeded { .. } => ErrorKind::Unseeded,
             Error::BadStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
+            Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::TooManyClients { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }
@@ -206,6 +234,16 @@ impl Error {
             Error::Redis { indeterminate, .. } => *indeterminate,
             _ => false,
         }
+    }
+}
+
+/// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
+/// it, or it would be read as a flag.
+pub fn seed_command(sku: &str) -> String {
+    if sku.starts_with('-') {
+        format!("lockctl seed -- {sku} <COUNT>")
+    } else {
+        format!("lockctl seed {sku} <COUNT>")
     }
 }
 

@@ -1,14 +1,13 @@
-//! The hammer's progress bar on stderr: only when stderr is a terminal and `NO_COLOR` is unset,
-//! so pipes, files and CI logs stay clean. The hammer itself only counts finished requests; a
-//! thread here draws the count.
+//! The hammer's progress bar on stderr: only when stderr is a terminal, colour is on (`--color`,
+//! `NO_COLOR`) and `-q` is not given, so pipes, files and CI logs stay clean. The hammer itself
+//! only counts finished requests; a thread here draws the count.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 pub struct Bar {
     done: Arc<AtomicU64>,
@@ -17,18 +16,23 @@ pub struct Bar {
 }
 
 impl Bar {
-    /// A bar for `total` requests, or `None` where none should be drawn.
-    pub fn start(total: u64, label: &str, show_label: bool) -> Option<Bar> {
-        if !std::io::stderr().is_terminal() || std::env::var_os("NO_COLOR").is_some() {
+    /// A bar for `total` requests when `show` (stderr is a terminal, colour is on, not `-q`),
+    /// `None` otherwise.
+    pub fn start(show: bool, total: u64, label: &str, show_label: bool) -> Option<Bar> {
+        if !show {
             return None;
         }
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         let template = if show_label {
-            "{prefix:>7} [{bar:30}] {pos}/{len} {per_sec} eta {eta}"
+            "{prefix:>7} [{bar:30}] {pos}/{len} {rate} eta {eta}"
         } else {
-            "[{bar:30}] {pos}/{len} {per_sec} eta {eta}"
+            "[{bar:30}] {pos}/{len} {rate} eta {eta}"
         };
         if let Ok(style) = ProgressStyle::with_template(template) {
+            // indicatif's own {per_sec} prints four decimals ("4,550.3754/s").
+            let style = style.with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", s.per_sec());
+            });
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(label.to_string());

@@ -96,10 +96,10 @@ impl Quorum {
             .collect()
     }
 
-    /// One round: `SET key token NX PX ttl` on every node at once. Returns the validity left
-    /// when a majority granted it in time; otherwise releases wherever it was granted and
-    /// returns `None`.
-    pub fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Option<Duration> {
+    /// One round: `SET key token NX PX ttl` on every node at once. Won with the validity left
+    /// when a majority granted it in time; otherwise releases wherever it was granted and says
+    /// how many nodes answered at all (fewer than a majority: no quorum, not a held lock).
+    pub fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Round {
         let started = Instant::now();
         let ttl_ms = ttl.as_millis() as u64;
         let votes = self.on_all(ttl, |c| {
@@ -114,15 +114,16 @@ impl Quorum {
             Ok(ok.is_some())
         });
         let granted = votes.iter().filter(|v| matches!(v, Ok(true))).count();
+        let answered = votes.iter().filter(|v| v.is_ok()).count();
         let drift = ttl / 100 + Duration::from_millis(2);
         let validity = ttl
             .checked_sub(started.elapsed())
             .and_then(|v| v.checked_sub(drift));
         match validity {
-            Some(v) if granted >= self.majority() && !v.is_zero() => Some(v),
+            Some(v) if granted >= self.majority() && !v.is_zero() => Round::Won(v),
             _ => {
                 self.release(key, token, ttl);
-                None
+                Round::Lost { answered }
             }
         }
     }
@@ -144,14 +145,29 @@ impl Quorum {
         extended >= self.majority() && started.elapsed() < validity
     }
 
-    /// Who answers, for `check`: each node's address and `Ok(rtt)` or the error.
-    pub fn ping_all(&self, timeout: Duration) -> Vec<(String, Result<Duration>)> {
-        let answers = self.on_all(timeout * 10, |c| {
-            let t = Instant::now();
-            c.query::<String>(&redis::cmd("PING"))?;
-            Ok(t.elapsed())
-        });
-        self.addrs().into_iter().zip(answers).collect()
+    /// Who answers, for `check`: each node's address and `Ok(rtt)` or the error, on a fresh
+    /// connection with the command line's own limits (`--connect-timeout-ms`, `--timeout-ms`),
+    /// so a failure names the flag that sets it.
+    pub fn ping_all(&self) -> Vec<(String, Result<Duration>)> {
+        thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|node| {
+                    thread::Builder::new().spawn_scoped(s, move || {
+                        let mut c = node.target.connect()?;
+                        let t = Instant::now();
+                        c.query::<String>(&redis::cmd("PING"))?;
+                        Ok(t.elapsed())
+                    })
+                })
+                .collect();
+            self.addrs()
+                .into_iter()
+                .zip(handles)
+                .map(|(addr, h)| (addr, joined(h)))
+                .collect()
+        })
     }
 
     /// Runs `f` on every node at once, each with a pooled connection whose calls time out
@@ -170,24 +186,32 @@ impl Quorum {
                 .iter()
                 .map(|node| {
                     let f = &f;
-                    s.spawn(move || node.call(limit, f))
+                    thread::Builder::new().spawn_scoped(s, move || node.call(limit, f))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .zip(&self.nodes)
-                .map(|(h, node)| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(crate::Error::Redis {
-                            addr: node.target.addr().to_string(),
-                            reason: "a Redlock node thread panicked".into(),
-                            code: None,
-                            indeterminate: true,
-                        })
-                    })
-                })
-                .collect()
+            handles.into_iter().map(joined).collect()
         })
+    }
+}
+
+/// What happened to one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Round {
+    /// A majority granted the lock; it counts for this long.
+    Won(Duration),
+    /// No majority; this many nodes answered at all.
+    Lost { answered: usize },
+}
+
+/// A node's thread's result; a thread that could not start or that panicked is an error.
+fn joined<T>(h: std::io::Result<thread::ScopedJoinHandle<'_, Result<T>>>) -> Result<T> {
+    match h {
+        Ok(h) => h
+            .join()
+            .unwrap_or_else(|_| Err(crate::Error::internal("a Redlock node thread panicked"))),
+        Err(e) => Err(crate::Error::internal(format!(
+            "could not start a Redlock node thread: {e}"
+        ))),
     }
 }
 

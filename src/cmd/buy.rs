@@ -18,6 +18,7 @@ pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
     }
     let options = args.buy_options();
     let strategy = options.strategy;
+    let wait = options.lock.wait;
     let mut buyer = Buyer::new(&ctx.target, &args.sku, options);
     if let Some(q) = &ctx.quorum {
         buyer = buyer.with_quorum(q.clone());
@@ -27,7 +28,7 @@ pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
     let sku = args.sku.as_str();
     output(
         ctx,
-        || render::buy_text(sku, &purchase),
+        || render::buy_text(sku, &purchase, wait),
         || render::buy_json(sku, strategy, &purchase),
     )?;
     Ok(match purchase.outcome {

@@ -12,17 +12,22 @@ pub fn run(ctx: &Ctx, cluster: bool) -> anyhow::Result<Exit> {
         true => Target::open(&ctx.url, ctx.options.clone())?.connect()?,
         false => ctx.target.connect()?,
     };
-    let mut report = check::check(&mut seed)?;
+    let mut report = check::check(&mut seed, cluster)?;
     if cluster {
         check::check_cluster(&mut report, &mut seed);
     }
     if let Some(q) = &ctx.quorum {
-        check::check_quorum(&mut report, q, ctx.options.call_timeout);
+        check::check_quorum(&mut report, q);
     }
-    output(
-        ctx,
-        || render::check_text(&report),
-        || render::check_json(&report),
-    )?;
+    // With -q the verdict comes first: it is the line a script wants.
+    let text = || match ctx.quiet {
+        true => render::check_text(&report)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string(),
+        false => render::check_text(&report),
+    };
+    output(ctx, text, || render::check_json(&report))?;
     Ok(if report.ok { Exit::Ok } else { Exit::Refused })
 }

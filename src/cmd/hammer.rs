@@ -57,7 +57,13 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let bar = progress::Bar::start(args.requests, strategy.name(), strategies.len() > 1);
+        let show_bar = !ctx.quiet && ctx.color.enabled(io::stderr().is_terminal());
+        let bar = progress::Bar::start(
+            show_bar,
+            args.requests,
+            strategy.name(),
+            strategies.len() > 1,
+        );
         let opts = HammerOptions {
             sku: args.sku.clone(),
             requests: args.requests,
@@ -88,7 +94,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         if ctx.json {
             emit_json(&document)?;
         } else {
-            emit(&hammer_text(&reports))?;
+            emit(&hammer_text(ctx, &reports))?;
         }
     }
     // Ctrl-C (or SIGTERM, SIGHUP) stopped new requests; those in flight finished and released
@@ -125,7 +131,8 @@ fn starting_stock(ctx: &Ctx, args: &HammerArgs, strategies: usize) -> anyhow::Re
 fn unseeded_hint(e: Error) -> anyhow::Error {
     match e {
         Error::Unseeded { sku } => anyhow::anyhow!(
-            "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: lockctl seed {sku} <COUNT>"
+            "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: {}",
+            lockctl::error::seed_command(&sku)
         ),
         e => e.into(),
     }
@@ -144,14 +151,22 @@ fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + Sy
     }
 }
 
-fn hammer_text(reports: &[Report]) -> String {
-    let color = std::env::var_os("NO_COLOR").is_none() && io::stdout().is_terminal();
+fn hammer_text(ctx: &Ctx, reports: &[Report]) -> String {
+    let color = ctx.color.enabled(io::stdout().is_terminal());
     let mut out: Vec<String> = reports
         .iter()
-        .map(|r| render::hammer_text(r, color))
+        .map(|r| match ctx.quiet {
+            // The verdict line, and the violations under it.
+            true => render::hammer_text(r, color)
+                .lines()
+                .skip_while(|l| !l.trim_start().starts_with("verdict"))
+                .map(|l| format!("{l}\n"))
+                .collect(),
+            false => render::hammer_text(r, color),
+        })
         .collect();
-    if reports.len() > 1 {
+    if reports.len() > 1 && !ctx.quiet {
         out.push(render::comparison_text(reports));
     }
-    out.join("\n")
+    out.join(if ctx.quiet { "" } else { "\n" })
 }

@@ -4,6 +4,7 @@
 
 mod buy;
 mod check;
+mod docs;
 mod exporter;
 mod hammer;
 mod run;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ColorArg, Command};
 use crate::private_redis::PrivateRedis;
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::Verdict;
@@ -92,6 +93,10 @@ pub struct Ctx {
     pub quorum: Option<Arc<Quorum>>,
     pub options: ConnectOptions,
     pub json: bool,
+    /// `-q`: only the verdict or result line.
+    pub quiet: bool,
+    /// `--color`.
+    pub color: ColorArg,
     /// The `--redis` URL as given (for a seed node of a cluster that must be asked directly).
     pub url: String,
     /// The private redis-server this run uses, if any: stopped when the command ends.
@@ -100,6 +105,12 @@ pub struct Ctx {
 
 /// Opens what the global flags name, then runs the command.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    // These two only print what the command line itself defines.
+    match &cli.command {
+        Command::Completions { shell } => return docs::completions(*shell),
+        Command::Man => return docs::man(),
+        _ => {}
+    }
     let options = cli.connect_options();
     let private = private_redis(&cli, &options)?;
     let url = match &private {
@@ -131,6 +142,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         quorum,
         options,
         json: cli.json,
+        quiet: cli.quiet,
+        color: cli.color,
         url,
         _private: private,
     };
@@ -143,6 +156,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
         Command::Run(args) => run::run(&ctx, args),
+        Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
     }
 }
 
@@ -211,10 +225,14 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("lockctl: error: {err:#}");
-    let usage = err.is::<UsageError>();
+    // A URL that does not parse is a bad argument like any other.
+    let usage = err.is::<UsageError>()
+        || err
+            .downcast_ref::<Error>()
+            .is_some_and(|e| matches!(e, Error::BadUrl { .. }));
     if json {
         let message = format!("{err:#}");
-        let reply = match (usage, err.downcast_ref::<Error>()) {
+        let reply = match (err.is::<UsageError>(), err.downcast_ref::<Error>()) {
             (true, _) => ErrorJson::new(message, ErrorKind::Usage, false),
             (false, Some(lib)) => ErrorJson::from_error(message, lib),
             (false, None) => ErrorJson::new(message, ErrorKind::Internal, false),
@@ -237,7 +255,8 @@ pub fn emit_json<T: serde::Serialize + ?Sized>(v: &T) -> io::Result<()> {
     emit(&format!("{line}\n"))
 }
 
-/// Text or JSON, as the command line asked.
+/// Text or JSON, as the command line asked; with `-q`, only the text's first line (`check`
+/// hands over its verdict as that line).
 pub fn output(
     ctx: &Ctx,
     text: impl FnOnce() -> String,
@@ -245,6 +264,10 @@ pub fn output(
 ) -> io::Result<()> {
     if ctx.json {
         emit_json(&json())
+    } else if ctx.quiet {
+        // The result line only: the first, where every command puts its outcome.
+        let t = text();
+        emit(&format!("{}\n", t.lines().next().unwrap_or("")))
     } else {
         emit(&text())
     }

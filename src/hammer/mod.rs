@@ -149,6 +149,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         wait_ms: opts.buy.lock.wait.as_millis() as u64,
         work_ms: opts.buy.work.as_millis() as u64,
         watchdog: opts.buy.lock.watchdog,
+        redlock_nodes: opts.quorum.as_ref().map(|q| q.addrs().len() as u64),
         seeded: opts.stock.is_some(),
         initial_stock,
         elapsed,

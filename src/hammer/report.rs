@@ -54,6 +54,9 @@ pub struct RunFacts {
     pub wait_ms: u64,
     pub work_ms: u64,
     pub watchdog: bool,
+    /// The number of `--lock-node` masters when the lock was taken by Redlock quorum; null for
+    /// the data node's own lock.
+    pub redlock_nodes: Option<u64>,
     /// Whether the hammer seeded the stock itself (`--stock`).
     pub seeded: bool,
     pub initial_stock: i64,

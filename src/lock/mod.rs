@@ -35,10 +35,10 @@ use scripts::{ACQUIRE, FORCE, HEALTH, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
 use watchdog::{ExpiryPoker, Watchdog};
 
 use crate::conn::{Conn, Target};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::metrics::{self, AcquireResult};
-use crate::redlock::Quorum;
+use crate::redlock::{Quorum, Round};
 
 /// How a lock is taken and held.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -366,12 +366,21 @@ impl Lock {
                 return Ok(None);
             };
             let round = Instant::now();
-            if let Some(validity) = q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
-                return Ok(Some((grant, Some(round + validity))));
-            }
+            let answered = match q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
+                Round::Won(validity) => return Ok(Some((grant, Some(round + validity)))),
+                Round::Lost { answered } => answered,
+            };
             release_token(conn, &self.keys, token)?;
             let left = self.options.wait.saturating_sub(started.elapsed());
             if left.is_zero() {
+                // Not a held lock: the nodes that could vote were too few.
+                if answered < q.majority() {
+                    return Err(Error::NoQuorum {
+                        answered,
+                        total: q.addrs().len(),
+                        needed: q.majority(),
+                    });
+                }
                 return Ok(None);
             }
             thread::sleep(Duration::from_micros(rand::random_range(1_000..20_000)).min(left));

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::hammer::judge::errors_in_words;
 use crate::hammer::{Mode, Percentiles, Report, Verdict, overall_verdict};
-use crate::units::round3;
+use crate::units::{count, round3};
 
 /// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`).
 pub fn hammer_text(r: &Report, color: bool) -> String {
@@ -25,13 +25,14 @@ fn row(s: &mut String, label: &str, text: String) {
 fn facts_rows(s: &mut String, r: &Report) {
     let _ = writeln!(
         s,
-        "hammer: {} purchases of {} x{}, {} at a time, strategy {} ({})",
-        r.run.requests,
+        "hammer: {} of {} x{}, {} at a time, strategy {} ({}{})",
+        count(r.run.requests, "purchase", "purchases"),
         r.run.sku,
         r.run.qty,
-        r.run.concurrency,
+        r.run.concurrency.min(r.run.requests),
         r.run.strategy,
-        mode_name(r)
+        mode_name(r),
+        lock_kind(r)
     );
     let mut outcomes = format!(
         "bought {}  sold out {}  busy {}  lease lost {}  errors {}",
@@ -48,13 +49,13 @@ fn facts_rows(s: &mut String, r: &Report) {
         s,
         "stock",
         format!(
-            "{} -> {} (consumed {}, sold {}, ledger {} units in {} orders){}",
+            "{} -> {} (consumed {}, sold {}, ledger {} in {}){}",
             r.run.initial_stock,
             opt(r.final_stock),
             opt(r.consumed),
             r.sold_qty,
-            r.ledger_qty,
-            r.ledger_orders,
+            count(r.ledger_qty, "unit", "units"),
+            count(r.ledger_orders, "order", "orders"),
             if r.run.seeded {
                 ""
             } else {
@@ -304,6 +305,16 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
         let _ = write!(s, "\nViolations:\n\n{}\n", violations.join("\n"));
     }
     s
+}
+
+/// How the lock was taken, for the lock strategies: `, single-node lock` or `, Redlock quorum
+/// of 5 lock nodes`.
+pub(super) fn lock_kind(r: &Report) -> String {
+    match (r.run.strategy.locks(), r.run.redlock_nodes) {
+        (false, _) => String::new(),
+        (true, None) => ", single-node lock".into(),
+        (true, Some(n)) => format!(", Redlock quorum of {n} lock nodes"),
+    }
 }
 
 pub(super) fn mode_name(r: &Report) -> &'static str {

@@ -72,12 +72,12 @@ pub fn check_json(r: &CheckReport) -> Value {
 pub fn status_text(st: &Status) -> String {
     let mut s = match st.stock {
         Some(stock) => format!(
-            "{}: stock {stock}, seeded {}, sold {} (ledger: {} units in {} orders)\n",
+            "{}: stock {stock}, seeded {}, sold {} (ledger: {} in {})\n",
             st.sku,
             st.seeded.map_or("unknown".into(), |n| n.to_string()),
             st.sold,
-            st.ledger_qty,
-            st.ledger_orders
+            crate::units::count(st.ledger_qty, "unit", "units"),
+            crate::units::count(st.ledger_orders, "order", "orders")
         ),
         None => format!(
             "{}: no stock (a lock name of lockctl run, or a SKU never seeded)\n",
@@ -127,8 +127,9 @@ pub fn status_json(st: &Status) -> Value {
     to_json(st)
 }
 
-/// `buy` for a person, after the seed's three messages.
-pub fn buy_text(sku: &str, p: &Purchase) -> String {
+/// `buy` for a person, after the tutorial's three messages. `wait` is how long the buyer was
+/// willing to wait for the lock (`--wait-ms`).
+pub fn buy_text(sku: &str, p: &Purchase, wait: std::time::Duration) -> String {
     let mut s = match p.outcome {
         Buy::Bought { remaining } => match p.replayed {
             Some(q) => format!(
@@ -143,8 +144,12 @@ pub fn buy_text(sku: &str, p: &Purchase) -> String {
         Buy::SoldOut { remaining } => {
             format!("sold out: {sku} has {remaining} left, {} wanted", p.qty)
         }
-        Buy::Busy => format!(
+        Buy::Busy if wait.is_zero() => format!(
             "busy, try again: another buyer holds the lock on {sku} (or wait for it with --wait-ms)"
+        ),
+        Buy::Busy => format!(
+            "busy, try again: another buyer held the lock on {sku} for the whole {} ms wait (wait longer with --wait-ms)",
+            wait.as_millis()
         ),
         Buy::LeaseLost => format!(
             "lease lost: the lock on {sku} expired before the deduction; nothing was deducted \

@@ -26,6 +26,7 @@ fn facts(requests: u64, initial_stock: i64) -> RunFacts {
         initial_stock,
         elapsed: Duration::from_millis(100),
         client_cpu: None,
+        redlock_nodes: None,
     }
 }
 

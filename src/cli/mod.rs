@@ -1,71 +1,112 @@
 //! The command line: clap definitions, and their conversion into the library's validated
 //! types (connection options, the Redlock quorum's size, purchase options). The library knows
 //! nothing of clap; the fixed choices here map onto its enums.
+//!
+//! Layout: the global flags and the subcommands here; `args` the arguments of `buy`, `hammer`
+//! and `run`; `parse` the value parsers; `help` the examples and exit codes the help ends with.
+
+mod args;
+mod help;
+mod parse;
+
+pub use args::{BuyArgs, HammerArgs, RunArgs};
+use parse::{token, whole};
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum, value_parser};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use lockctl::conn::{ConnectOptions, TlsFiles};
-use lockctl::hammer::Mode;
-use lockctl::lock::LockOptions;
-use lockctl::sku::{Sku, check_name};
-use lockctl::stock::{BuyOptions, MAX_STOCK, Strategy};
+use lockctl::sku::Sku;
+use lockctl::stock::MAX_STOCK;
 
 /// Flash-sale stock deduction under a Redis distributed lock.
 ///
 /// Seed a SKU's stock, buy it under a lock the way the tutorial does (or with a safer strategy),
 /// and hammer it with concurrent buyers to prove nothing is oversold.
 #[derive(Debug, Parser)]
-#[command(name = "lockctl", version, propagate_version = true)]
+#[command(
+    name = "lockctl",
+    version = help::VERSION,
+    propagate_version = true,
+    after_help = help::TOP
+)]
 pub struct Cli {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss:// (TLS), redis+unix:///path
     /// [default: redis://127.0.0.1:6379]. `hammer` also takes `auto`: a private redis-server
     /// for that run only (what it does anyway when nothing answers at the default).
-    #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        help_heading = "Connection"
+    )]
     pub redis: Option<String>,
 
     /// Limit on each Redis call, in ms; a slower call is an error, never a hang.
-    #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
+    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "Connection")]
     pub timeout_ms: u64,
 
     /// Limit on opening a connection (including AUTH), in ms.
-    #[arg(long, global = true, default_value_t = 2000, value_parser = value_parser!(u64).range(1..=3_600_000))]
+    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "Connection")]
     pub connect_timeout_ms: u64,
 
     /// PEM file of the CA that signed the server's certificate (rediss:// only).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
     pub tls_ca: Option<PathBuf>,
 
     /// PEM file of a client certificate, for servers that require one (with --tls-key).
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "tls_key",
+        help_heading = "Connection"
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM file of the client certificate's private key.
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "tls_cert",
+        help_heading = "Connection"
+    )]
     pub tls_key: Option<PathBuf>,
 
     /// The --redis URL is a seed node of a Redis Cluster (write SKUs with a hash tag, {sku_886},
     /// so that all of a SKU's keys share one slot).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Connection")]
     pub cluster: bool,
 
     /// Take the lock by Redlock quorum on these independent masters (repeat; an odd number,
-    /// at least 3); the stock stays on --redis. Also LOCKCTL_LOCK_NODES, comma-separated.
+    /// at least 3); the stock stays on --redis. Also LOCKCTL_LOCK_NODES, comma-separated. For
+    /// check, buy, hammer and run (the others take no lock).
     #[arg(
         long = "lock-node",
         global = true,
         value_name = "URL",
         env = "LOCKCTL_LOCK_NODES",
         hide_env_values = true,
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = "Connection"
     )]
     pub lock_nodes: Vec<String>,
 
     /// Print exactly one JSON object on stdout instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
+
+    /// Print only the verdict (hammer) or the result line (check, buy, seed).
+    #[arg(short, long, global = true, help_heading = "Output")]
+    pub quiet: bool,
+
+    /// Colour the verdict: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto, help_heading = "Output")]
+    pub color: ColorArg,
 
     #[command(subcommand)]
     pub command: Command,
@@ -123,6 +164,26 @@ impl Command {
             | Command::Hammer(HammerArgs { sku, .. }) => vec![sku],
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
+            Command::Completions { .. } | Command::Man => vec![],
+        }
+    }
+}
+
+/// `--color`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorArg {
+    /// Whether to colour output going to a stream that is (or is not) a terminal.
+    pub fn enabled(self, terminal: bool) -> bool {
+        match self {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => terminal && std::env::var_os("NO_COLOR").is_none(),
         }
     }
 }
@@ -131,25 +192,32 @@ impl Command {
 pub enum Command {
     /// Is this Redis reachable and fit for locking? (version, scripting, eviction, persistence,
     /// replication, round-trip time)
+    #[command(after_help = help::CHECK)]
     Check,
     /// Set the stock of SKU to COUNT and clear its order ledger.
+    #[command(after_help = help::SEED)]
     Seed {
         /// The product, e.g. sku_886 (write {sku_886} to keep its keys in one cluster slot).
         sku: Sku,
         /// The new stock, a whole number from 0.
-        #[arg(value_parser = value_parser!(u64).range(0..=MAX_STOCK))]
+        #[arg(value_parser = whole(0, MAX_STOCK), allow_negative_numbers = true)]
         count: u64,
     },
-    /// One purchase: take the lock, read the stock, deduct if enough, release.
+    /// One purchase, the tutorial's flow: take the lock, read the stock, deduct if enough,
+    /// release.
+    #[command(after_help = help::BUY)]
     Buy(BuyArgs),
     /// N purchases, C at a time, then verify from Redis that nothing was oversold.
+    #[command(after_help = help::HAMMER)]
     Hammer(HammerArgs),
     /// Stock, sold, ledger, lock holder and TTL, waiters; checks that the books reconcile.
+    #[command(after_help = help::STATUS)]
     Status {
         /// The product, e.g. sku_886.
         sku: Sku,
     },
     /// Operator's escape hatch for a stuck lock: shows the holder; removes it with --force.
+    #[command(after_help = help::UNLOCK)]
     Unlock {
         /// The product whose lock to remove.
         sku: Sku,
@@ -162,8 +230,10 @@ pub enum Command {
     },
     /// Run a command while holding the lock dist_lock:<NAME>: a distributed flock that stops the
     /// command if the lease is lost.
+    #[command(after_help = help::RUN)]
     Run(RunArgs),
     /// Serve per-SKU state from Redis as Prometheus metrics, read fresh on every scrape.
+    #[command(after_help = help::EXPORTER)]
     Exporter {
         /// A SKU to export (repeat for several).
         #[arg(long, required = true)]
@@ -172,233 +242,24 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
     },
-}
-
-/// `lockctl run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The lock's name: the job holds dist_lock:<NAME> (a SKU's name excludes its buyers).
-    /// Default: the command's file name.
-    #[arg(long)]
-    pub name: Option<Sku>,
-
-    /// Lock lease in ms, renewed every third of it while the command runs.
-    #[arg(long, default_value_t = 30_000, value_parser = value_parser!(u64).range(100..=86_400_000))]
-    pub ttl_ms: u64,
-
-    /// How long to wait for a held lock, in ms; 0 tries once.
-    #[arg(long, default_value_t = 0, value_parser = value_parser!(u64).range(0..=86_400_000))]
-    pub wait_ms: u64,
-
-    /// After a lost lease: how long the command's process group has between SIGTERM and
-    /// SIGKILL, in ms. It must leave the group dead before the lease could end on the server
-    /// (at most a third of the TTL, less a margin). [default: 5000, or that bound if smaller]
-    #[arg(long, value_parser = value_parser!(u64).range(0..=3_600_000))]
-    pub grace_ms: Option<u64>,
-
-    /// The command and its arguments (after --).
-    #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
-    pub command: Vec<std::ffi::OsString>,
-}
-
-/// How each purchase is made (shared by `buy` and `hammer`).
-#[derive(Debug, Args)]
-pub struct PurchaseArgs {
-    /// Lock lease in ms: the lock frees itself this long after it was taken (or renewed).
-    #[arg(long, default_value_t = 5000, value_parser = value_parser!(u64).range(1..=86_400_000))]
-    pub ttl_ms: u64,
-
-    /// How long to wait for a held lock, in ms; 0 tries once, as the tutorial does.
-    /// [default: 0 for buy, 5000 for hammer, so that a hammer sells its whole stock]
-    #[arg(long, value_parser = value_parser!(u64).range(0..=86_400_000))]
-    pub wait_ms: Option<u64>,
-
-    /// Simulated business time inside the critical section, in ms (after the read, before the
-    /// write).
-    #[arg(long, default_value_t = 0, value_parser = value_parser!(u64).range(0..=3_600_000))]
-    pub work_ms: u64,
-
-    /// Renew the lease every TTL/3 while the purchase holds the lock.
-    #[arg(long)]
-    pub watchdog: bool,
-
-    /// Units per purchase.
-    #[arg(long, default_value_t = 1, value_parser = value_parser!(u64).range(1..=1_000_000))]
-    pub qty: u64,
-
-    /// At most this many units per user (with --user on buy, --users on hammer).
-    #[arg(long, value_parser = value_parser!(u64).range(1..=MAX_STOCK))]
-    pub limit: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-pub struct BuyArgs {
-    /// The product, e.g. sku_886.
-    pub sku: Sku,
-
-    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
-    #[arg(long, value_enum, default_value_t = StrategyArg::Lock)]
-    pub strategy: StrategyArg,
-
-    #[command(flatten)]
-    pub purchase: PurchaseArgs,
-
-    /// Idempotency key: repeating an order id that bought reports that purchase and deducts
-    /// nothing (fenced and atomic strategies). Default: a fresh random id.
-    #[arg(long, value_parser = order_id)]
-    pub order_id: Option<String>,
-
-    /// Who is buying, for --limit.
-    #[arg(long, value_parser = user_id, requires = "limit")]
-    pub user: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct HammerArgs {
-    /// The product to hammer.
-    #[arg(long, default_value = "sku_886")]
-    pub sku: Sku,
-
-    /// Purchases in all.
-    #[arg(short = 'n', long = "requests", default_value_t = 100, value_parser = value_parser!(u64).range(1..=100_000_000))]
-    pub requests: u64,
-
-    /// Purchases in flight at once.
-    #[arg(short = 'c', long = "concurrency", default_value_t = 10, value_parser = value_parser!(u64).range(1..=10_000))]
-    pub concurrency: u64,
-
-    /// threads: workers in this process; procs: one child `lockctl buy` per purchase.
-    #[arg(long, value_enum, default_value_t = ModeArg::Threads)]
-    pub mode: ModeArg,
-
-    /// Seed the stock to this first (and clear the ledger); without it the stock already in
-    /// Redis is used.
-    #[arg(long, value_parser = value_parser!(u64).range(0..=MAX_STOCK))]
-    pub stock: Option<u64>,
-
-    /// Spread purchases over this many simulated users (u0, u1, ...), for --limit.
-    #[arg(long, value_parser = value_parser!(u64).range(1..=100_000_000), requires = "limit")]
-    pub users: Option<u64>,
-
-    /// How the stock is protected; a comma-separated list (lock,fenced,atomic) runs the same
-    /// load once per strategy on a freshly seeded stock and compares them.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "lock")]
-    pub strategy: Vec<StrategyArg>,
-
-    #[command(flatten)]
-    pub purchase: PurchaseArgs,
-
-    /// Write the full report as JSON (latency buckets included) to FILE; - for stdout.
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-
-    /// Write the summary table as Markdown to FILE; - for stdout.
-    #[arg(long, value_name = "FILE")]
-    pub export_markdown: Option<PathBuf>,
-
-    /// Write a self-contained HTML page with latency and stock charts to FILE; - for stdout.
-    #[arg(long, value_name = "FILE")]
-    pub export_html: Option<PathBuf>,
-
-    /// Serve Prometheus metrics on HOST:PORT at /metrics while the hammer runs.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub metrics_addr: Option<String>,
-
-    /// Write the Prometheus metrics to FILE when the hammer ends.
-    #[arg(long, value_name = "FILE")]
-    pub metrics_file: Option<PathBuf>,
-}
-
-/// `--strategy`: how the stock is protected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// The tutorial's flow: lock, GET, DECR if enough, release.
-    Lock,
-    /// The lock, but the deduction checks the lease atomically.
-    Fenced,
-    /// No lock: one script checks and deducts.
-    Atomic,
-    /// GET then DECR with no lock: the negative control.
-    Naive,
-}
-
-impl From<StrategyArg> for Strategy {
-    fn from(s: StrategyArg) -> Strategy {
-        match s {
-            StrategyArg::Lock => Strategy::Lock,
-            StrategyArg::Fenced => Strategy::Fenced,
-            StrategyArg::Atomic => Strategy::Atomic,
-            StrategyArg::Naive => Strategy::Naive,
-        }
-    }
-}
-
-/// `--mode`: how the hammer's purchases run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// Worker threads in this process, one connection each.
-    Threads,
-    /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
-    Procs,
-}
-
-impl From<ModeArg> for Mode {
-    fn from(m: ModeArg) -> Mode {
-        match m {
-            ModeArg::Threads => Mode::Threads,
-            ModeArg::Procs => Mode::Procs,
-        }
-    }
-}
-
-impl PurchaseArgs {
-    /// The library's options for `strategy`, waiting `default_wait_ms` for the lock unless
-    /// `--wait-ms` says otherwise.
-    pub fn buy_options(&self, strategy: Strategy, default_wait_ms: u64) -> BuyOptions {
-        BuyOptions {
-            strategy,
-            qty: self.qty,
-            work: Duration::from_millis(self.work_ms),
-            lock: LockOptions {
-                ttl: Duration::from_millis(self.ttl_ms),
-                wait: Duration::from_millis(self.wait_ms.unwrap_or(default_wait_ms)),
-                watchdog: self.watchdog,
-            },
-            limit: self.limit,
-        }
-    }
-}
-
-impl BuyArgs {
-    /// `buy` tries the lock once unless `--wait-ms` is given, as the tutorial does.
-    pub fn buy_options(&self) -> BuyOptions {
-        self.purchase.buy_options(self.strategy.into(), 0)
-    }
-}
-
-impl HammerArgs {
-    /// The strategies to run, in the order given.
-    pub fn strategies(&self) -> Vec<Strategy> {
-        self.strategy.iter().map(|&s| s.into()).collect()
-    }
-}
-
-fn order_id(s: &str) -> Result<String, String> {
-    check_name("an order id", "order-42", s).map(|()| s.to_string())
-}
-
-fn token(s: &str) -> Result<String, String> {
-    check_name("a token", "5f0c...e21a (see lockctl status)", s).map(|()| s.to_string())
-}
-
-fn user_id(s: &str) -> Result<String, String> {
-    check_name("a user id", "alice", s).map(|()| s.to_string())
+    /// Print shell completions for bash, zsh or fish.
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from the same definitions as --help.
+    #[command(after_help = help::MAN)]
+    Man,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use lockctl::lock::LockOptions;
+    use lockctl::stock::{BuyOptions, Strategy};
     use proptest::strategy::Strategy as _;
 
     #[test]

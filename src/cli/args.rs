@@ -1,0 +1,228 @@
+//! The arguments of `buy`, `hammer` and `run`, and their conversion into the library's
+//! options.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::parse::{order_id, user_id, whole};
+use lockctl::hammer::Mode;
+use lockctl::lock::LockOptions;
+use lockctl::sku::Sku;
+use lockctl::stock::{BuyOptions, MAX_STOCK, Strategy};
+
+/// `lockctl run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's name: the job holds dist_lock:<NAME> (a SKU's name excludes its buyers).
+    /// Default: the command's file name.
+    #[arg(long)]
+    pub name: Option<Sku>,
+
+    /// Lock lease in ms, renewed every third of it while the command runs.
+    #[arg(long, default_value_t = 30_000, value_parser = whole(100, 86_400_000), allow_negative_numbers = true)]
+    pub ttl_ms: u64,
+
+    /// How long to wait for a held lock, in ms; 0 tries once.
+    #[arg(long, default_value_t = 0, value_parser = whole(0, 86_400_000), allow_negative_numbers = true)]
+    pub wait_ms: u64,
+
+    /// After a lost lease: how long the command's process group has between SIGTERM and
+    /// SIGKILL, in ms. It must leave the group dead before the lease could end on the server
+    /// (at most a third of the TTL, less a margin). [default: 5000, or that bound if smaller]
+    #[arg(long, value_parser = whole(0, 3_600_000), allow_negative_numbers = true)]
+    pub grace_ms: Option<u64>,
+
+    /// The command and its arguments (after --).
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// How each purchase is made (shared by `buy` and `hammer`).
+#[derive(Debug, Args)]
+pub struct PurchaseArgs {
+    /// Lock lease in ms: the lock frees itself this long after it was taken (or renewed).
+    #[arg(long, default_value_t = 5000, value_parser = whole(1, 86_400_000), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub ttl_ms: u64,
+
+    /// How long to wait for a held lock, in ms; 0 tries once, as the tutorial does.
+    /// [default: 0 for buy, 5000 for hammer, so that a hammer sells its whole stock]
+    #[arg(long, value_parser = whole(0, 86_400_000), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub wait_ms: Option<u64>,
+
+    /// Simulated business time inside the critical section, in ms (after the read, before the
+    /// write).
+    #[arg(long, default_value_t = 0, value_parser = whole(0, 3_600_000), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub work_ms: u64,
+
+    /// Renew the lease every TTL/3 while the purchase holds the lock.
+    #[arg(long, help_heading = "Purchase")]
+    pub watchdog: bool,
+
+    /// Units per purchase.
+    #[arg(long, default_value_t = 1, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub qty: u64,
+
+    /// At most this many units per user (with --user on buy, --users on hammer).
+    #[arg(long, value_parser = whole(1, MAX_STOCK), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct BuyArgs {
+    /// The product, e.g. sku_886.
+    pub sku: Sku,
+
+    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
+    #[arg(long, value_enum, default_value_t = StrategyArg::Lock, help_heading = "Purchase")]
+    pub strategy: StrategyArg,
+
+    #[command(flatten)]
+    pub purchase: PurchaseArgs,
+
+    /// Idempotency key: repeating an order id that bought reports that purchase and deducts
+    /// nothing (fenced and atomic strategies). Default: a fresh random id.
+    #[arg(long, value_parser = order_id, help_heading = "Purchase")]
+    pub order_id: Option<String>,
+
+    /// Who is buying, for --limit.
+    #[arg(long, value_parser = user_id, requires = "limit", help_heading = "Purchase")]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HammerArgs {
+    /// The product to hammer.
+    #[arg(long, default_value = "sku_886", help_heading = "Load")]
+    pub sku: Sku,
+
+    /// Purchases in all.
+    #[arg(short = 'n', long = "requests", default_value_t = 100, value_parser = whole(1, 100_000_000), allow_negative_numbers = true, help_heading = "Load")]
+    pub requests: u64,
+
+    /// Purchases in flight at once.
+    #[arg(short = 'c', long = "concurrency", default_value_t = 10, value_parser = whole(1, 10_000), allow_negative_numbers = true, help_heading = "Load")]
+    pub concurrency: u64,
+
+    /// threads: workers in this process; procs: one child `lockctl buy` per purchase.
+    #[arg(long, value_enum, default_value_t = ModeArg::Threads, help_heading = "Load")]
+    pub mode: ModeArg,
+
+    /// Seed the stock to this first (and clear the ledger); without it the stock already in
+    /// Redis is used.
+    #[arg(long, value_parser = whole(0, MAX_STOCK), allow_negative_numbers = true, help_heading = "Load")]
+    pub stock: Option<u64>,
+
+    /// Spread purchases over this many simulated users (u0, u1, ...), for --limit.
+    #[arg(long, value_parser = whole(1, 100_000_000), allow_negative_numbers = true, requires = "limit", help_heading = "Load")]
+    pub users: Option<u64>,
+
+    /// How the stock is protected; a comma-separated list (lock,fenced,atomic) runs the same
+    /// load once per strategy on a freshly seeded stock and compares them.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "lock",
+        help_heading = "Load"
+    )]
+    pub strategy: Vec<StrategyArg>,
+
+    #[command(flatten)]
+    pub purchase: PurchaseArgs,
+
+    /// Write the full report as JSON (latency buckets included) to FILE; - for stdout.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub export_json: Option<PathBuf>,
+
+    /// Write the summary table as Markdown to FILE; - for stdout.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub export_markdown: Option<PathBuf>,
+
+    /// Write a self-contained HTML page with latency and stock charts to FILE; - for stdout.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub export_html: Option<PathBuf>,
+
+    /// Serve Prometheus metrics on HOST:PORT at /metrics while the hammer runs.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Reports")]
+    pub metrics_addr: Option<String>,
+
+    /// Write the Prometheus metrics to FILE when the hammer ends.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// `--strategy`: how the stock is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    /// The tutorial's flow: lock, GET, DECR if enough, release.
+    Lock,
+    /// The lock, but the deduction checks the lease atomically.
+    Fenced,
+    /// No lock: one script checks and deducts.
+    Atomic,
+    /// GET then DECR with no lock: the negative control.
+    Naive,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::Lock => Strategy::Lock,
+            StrategyArg::Fenced => Strategy::Fenced,
+            StrategyArg::Atomic => Strategy::Atomic,
+            StrategyArg::Naive => Strategy::Naive,
+        }
+    }
+}
+
+/// `--mode`: how the hammer's purchases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Worker threads in this process, one connection each.
+    Threads,
+    /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
+    Procs,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Threads => Mode::Threads,
+            ModeArg::Procs => Mode::Procs,
+        }
+    }
+}
+
+impl PurchaseArgs {
+    /// The library's options for `strategy`, waiting `default_wait_ms` for the lock unless
+    /// `--wait-ms` says otherwise.
+    pub fn buy_options(&self, strategy: Strategy, default_wait_ms: u64) -> BuyOptions {
+        BuyOptions {
+            strategy,
+            qty: self.qty,
+            work: Duration::from_millis(self.work_ms),
+            lock: LockOptions {
+                ttl: Duration::from_millis(self.ttl_ms),
+                wait: Duration::from_millis(self.wait_ms.unwrap_or(default_wait_ms)),
+                watchdog: self.watchdog,
+            },
+            limit: self.limit,
+        }
+    }
+}
+
+impl BuyArgs {
+    /// `buy` tries the lock once unless `--wait-ms` is given, as the tutorial does.
+    pub fn buy_options(&self) -> BuyOptions {
+        self.purchase.buy_options(self.strategy.into(), 0)
+    }
+}
+
+impl HammerArgs {
+    /// The strategies to run, in the order given.
+    pub fn strategies(&self) -> Vec<Strategy> {
+        self.strategy.iter().map(|&s| s.into()).collect()
+    }
+}

@@ -1,0 +1,85 @@
+//! What `--help` ends with: examples for each command (as redis-cli and hyperfine do), and the
+//! exit codes for the whole tool.
+
+/// The version, with the git commit it was built from when built from a checkout.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("LOCKCTL_GIT_COMMIT"),
+    ")"
+);
+
+pub const TOP: &str = "\
+Exit codes:
+  0    success: bought, check passed, hammer verified nothing was oversold
+  1    error: Redis unreachable, wrong password, bad data in Redis, internal failure
+  2    usage: bad arguments
+  3    buy: sold out · hammer: an invariant was violated · check: not fit for locking
+  4    buy, run: busy (the lock was not acquired within --wait-ms)
+  5    buy: lease lost, nothing deducted · run: lease lost, the job was stopped
+  128+n  ended by signal n after cleaning up (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
+
+Examples:
+  lockctl seed sku_886 10
+  lockctl buy sku_886
+  lockctl hammer -n 100 -c 10 --stock 10
+  lockctl --redis redis://:password@10.0.0.5:6379 status sku_886";
+
+pub const CHECK: &str = "\
+Examples:
+  lockctl check
+  lockctl --redis rediss://cache.internal:6380 --tls-ca ca.pem check
+  lockctl --lock-node redis://a:6379 --lock-node redis://b:6379 --lock-node redis://c:6379 check";
+
+pub const SEED: &str = "\
+Examples:
+  lockctl seed sku_886 10
+  lockctl --cluster --redis redis://127.0.0.1:7000 seed '{sku_886}' 500
+  lockctl seed -- -odd-sku 3        # a SKU that starts with '-'";
+
+pub const BUY: &str = "\
+Examples:
+  lockctl buy sku_886                          # the tutorial: one try at the lock
+  lockctl buy sku_886 --wait-ms 2000           # wait up to 2 s in line for the lock
+  lockctl buy sku_886 --strategy fenced --order-id order-42
+  lockctl --json buy sku_886 --user alice --limit 2";
+
+pub const HAMMER: &str = "\
+Examples:
+  lockctl hammer -n 100 -c 10 --stock 10                       # the tutorial's ab test, judged
+  lockctl hammer -n 40 -c 8 --stock 10 --ttl-ms 100 --work-ms 150   # the homework: oversells
+  lockctl hammer -n 20000 -c 50 --stock 5000 --strategy lock,fenced,atomic
+  lockctl hammer --redis auto --export-html report.html        # on a private redis-server";
+
+pub const STATUS: &str = "\
+Examples:
+  lockctl status sku_886
+  lockctl --json status sku_886 | jq .problems";
+
+pub const UNLOCK: &str = "\
+Examples:
+  lockctl unlock sku_886                       # show the holder; change nothing
+  lockctl unlock sku_886 --token 5f0c...e21a   # release only if that holder still has it
+  lockctl unlock sku_886 --force               # remove it whoever holds it";
+
+pub const RUN: &str = "\
+Examples:
+  lockctl run --name nightly-reconcile -- ./reconcile.sh
+  lockctl run --name price-import --wait-ms 600000 -- python3 import.py
+  lockctl run --name sku_886 --ttl-ms 10000 -- sh -c 'echo fence $LOCKCTL_FENCE'";
+
+pub const EXPORTER: &str = "\
+Examples:
+  lockctl exporter --sku sku_886
+  lockctl exporter --sku sku_886 --sku sku_887 --listen 0.0.0.0:9464";
+
+pub const COMPLETIONS: &str = "\
+Examples:
+  lockctl completions bash > /etc/bash_completion.d/lockctl
+  lockctl completions zsh > \"${fpath[1]}/_lockctl\"
+  lockctl completions fish > ~/.config/fish/completions/lockctl.fish";
+
+pub const MAN: &str = "\
+Examples:
+  lockctl man > /usr/local/share/man/man1/lockctl.1
+  lockctl man | man -l -";
