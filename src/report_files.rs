@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::cli::HammerArgs;
 use crate::cmd::UsageError;
 use lockctl::hammer::Report;
-use lockctl::render;
+use lockctl::render::{self, Context};
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -73,13 +73,18 @@ impl Exports {
     }
 
     /// Writes every export; returns whether one of them took stdout.
-    pub fn write(&self, reports: &[Report], document: &Value) -> anyhow::Result<bool> {
+    pub fn write(
+        &self,
+        reports: &[Report],
+        document: &Value,
+        context: &Context,
+    ) -> anyhow::Result<bool> {
         let mut stdout_taken = false;
         for e in &self.0 {
             let text = match e.kind {
                 Kind::Json => format!("{document:#}\n"),
-                Kind::Markdown => render::hammer_markdown(reports),
-                Kind::Html => render::hammer_html(reports),
+                Kind::Markdown => render::hammer_markdown(reports, context),
+                Kind::Html => render::hammer_html(reports, context),
                 Kind::Metrics => lockctl::metrics::global().encode(),
             };
             match &e.target {

@@ -10,6 +10,7 @@ mod help;
 mod parse;
 
 pub use args::{BuyArgs, HammerArgs, RunArgs};
+pub use help::VERSION;
 use parse::{token, whole};
 
 use std::path::PathBuf;

@@ -5,10 +5,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use lockctl::conn::Reconnecting;
+use lockctl::conn::redact_url;
 use lockctl::endpoint::{self, EndpointOptions};
 use lockctl::hammer::{self, HammerOptions, Report, overall_verdict};
 use lockctl::keys::StockKeys;
 use lockctl::lock::{Lock, LockOptions};
+use lockctl::render::Context;
 use lockctl::stock::{self, Strategy};
 use lockctl::{Error, metrics, render};
 
@@ -52,6 +54,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     }
     let signals = signals::listen(signals::First::Finish);
     let stop = signals.requested.clone();
+    let context = run_context(ctx);
     let mut reports = Vec::new();
     for &strategy in &strategies {
         if stop.load(Ordering::SeqCst) {
@@ -88,8 +91,8 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         }
     }
     read_waiters();
-    let document = render::hammer_document(&reports);
-    let stdout_taken = exports.write(&reports, &document)?;
+    let document = render::hammer_document(&reports, &context);
+    let stdout_taken = exports.write(&reports, &document, &context)?;
     if !stdout_taken {
         if ctx.json {
             emit_json(&document)?;
@@ -104,6 +107,54 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::of_verdict(overall_verdict(&reports))
     })
+}
+
+/// Where and when this run happens, for reports that stand alone.
+fn run_context(ctx: &Ctx) -> Context {
+    let redis_version = ctx.target.connect().ok().and_then(|mut c| {
+        let info: String = c.query(redis::cmd("INFO").arg("server")).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .map(|v| v.trim().to_string())
+    });
+    let command_line = std::env::args()
+        .map(|a| match a.contains("://") || a.contains('@') {
+            true => redact_url(&a),
+            false => a,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    Context {
+        redis: ctx.target.addr().to_string(),
+        redis_version,
+        lockctl_version: crate::cli::VERSION.to_string(),
+        started_at: utc_now(),
+        command_line,
+    }
+}
+
+/// Now, as `2026-11-30T11:22:08Z`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil: the proleptic Gregorian date of a day count.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// The hammer waits for the lock by default: with the tutorial's one try, most of a fast run's

@@ -333,6 +333,8 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
         violations,
         notes: notes(t, final_stock),
         latency_buckets: buckets(&t.latency),
+        lock_wait_buckets: buckets(&t.wait),
+        lock_hold_buckets: buckets(&t.hold),
         stock_timeline: timeline,
         errors_by_kind: t.errors_by_kind.clone(),
         first_error: t.first_error.as_ref().map(|(_, m)| m.clone()),

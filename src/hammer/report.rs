@@ -148,6 +148,10 @@ pub struct Report {
     pub first_error: Option<String>,
     /// The latency distribution: requests per bucket, each bucket up to `le_ms`.
     pub latency_buckets: Vec<Bucket>,
+    /// The lock wait distribution, as `latency_buckets` (empty without a lock).
+    pub lock_wait_buckets: Vec<Bucket>,
+    /// The lock hold distribution, as `latency_buckets` (empty without a lock).
+    pub lock_hold_buckets: Vec<Bucket>,
     /// Stock over time as the buyers were told it: `[seconds since start, stock]`, at most
     /// [`TIMELINE_POINTS`] points.
     pub stock_timeline: Vec<[f64; 2]>,

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::hammer::judge::errors_in_words;
@@ -156,22 +157,50 @@ pub fn hammer_json(r: &Report) -> Value {
     super::to_json(r)
 }
 
-/// The one JSON document for a hammer run: the report itself for one strategy; for several,
-/// `{verdict, runs: [report...], comparison: [...]}` with `verdict` pass only if all passed.
-pub fn hammer_document(reports: &[Report]) -> Value {
-    match reports {
+/// Where and when a hammer ran, beyond the run's own facts: what a report needs to stand
+/// alone.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Context {
+    /// `host:port` of the data node.
+    pub redis: String,
+    pub redis_version: Option<String>,
+    pub lockctl_version: String,
+    /// UTC, RFC 3339.
+    pub started_at: String,
+    /// The command line, passwords removed.
+    pub command_line: String,
+}
+
+/// The version of the JSON document `--export-json` writes; raised when a field changes
+/// meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The JSON document for a hammer run, one shape whatever the number of strategies:
+/// `{schema_version, context, verdict, runs: [report...], comparison: [...]}`, `verdict` pass
+/// only if every run passed. With one strategy the document also carries that run's fields at
+/// the top level (what `hammer --json` promises).
+pub fn hammer_document(reports: &[Report], context: &Context) -> Value {
+    let mut doc = match reports {
         [one] => hammer_json(one),
-        _ => json!({
-            "verdict": overall_verdict(reports),
-            "runs": reports.iter().map(hammer_json).collect::<Vec<_>>(),
-            "comparison": ranked(reports).iter().map(|(r, rel)| json!({
+        _ => json!({}),
+    };
+    doc["schema_version"] = json!(SCHEMA_VERSION);
+    doc["context"] = json!(context);
+    doc["verdict"] = json!(overall_verdict(reports));
+    doc["runs"] = reports.iter().map(hammer_json).collect::<Vec<_>>().into();
+    doc["comparison"] = ranked(reports)
+        .iter()
+        .map(|(r, rel)| {
+            json!({
                 "strategy": r.run.strategy,
                 "throughput_rps": r.throughput_rps,
                 "relative_speed": rel,
                 "verdict": r.verdict,
-            })).collect::<Vec<_>>(),
-        }),
-    }
+            })
+        })
+        .collect::<Vec<_>>()
+        .into();
+    doc
 }
 
 /// All pass: pass; any fail: fail; otherwise (some unknown): unknown.
@@ -250,22 +279,35 @@ pub(super) fn opt(v: Option<i64>) -> String {
 }
 
 /// `--export-markdown`: one row per strategy, then every violation.
-pub fn hammer_markdown(reports: &[Report]) -> String {
+pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
     let mut s = String::new();
     if let Some(r) = reports.first() {
         let _ = writeln!(
             s,
-            "Hammer on {}: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
+            "Hammer on {}: {}, {} at a time, {} ({} mode{}), stock {} each run, TTL {} ms, wait {} ms, work {} ms.\n",
             code_span(&r.run.sku),
-            r.run.requests,
-            r.run.concurrency,
+            count(r.run.requests, "purchase", "purchases"),
+            r.run.concurrency.min(r.run.requests),
             if r.run.watchdog {
                 "watchdog on"
             } else {
                 "no watchdog"
             },
             mode_name(r),
-            r.run.initial_stock
+            lock_kind(r),
+            r.run.initial_stock,
+            r.run.ttl_ms,
+            r.run.wait_ms,
+            r.run.work_ms
+        );
+        let _ = writeln!(
+            s,
+            "Redis {} (version {}), lockctl {}, {}: {}\n",
+            code_span(&context.redis),
+            context.redis_version.as_deref().unwrap_or("unknown"),
+            context.lockctl_version,
+            context.started_at,
+            code_span(&context.command_line)
         );
     }
     s.push_str("| strategy | purchases/s | slower than fastest | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | bought | sold out | busy | lease lost | errors | final stock | oversold | verdict |\n");
@@ -309,7 +351,7 @@ pub fn hammer_markdown(reports: &[Report]) -> String {
 
 /// How the lock was taken, for the lock strategies: `, single-node lock` or `, Redlock quorum
 /// of 5 lock nodes`.
-pub(super) fn lock_kind(r: &Report) -> String {
+pub(crate) fn lock_kind(r: &Report) -> String {
     match (r.run.strategy.locks(), r.run.redlock_nodes) {
         (false, _) => String::new(),
         (true, None) => ", single-node lock".into(),

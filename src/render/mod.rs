@@ -6,6 +6,7 @@
 //! Layout: `check`, `status` and `buy` here; the hammer's text, JSON and Markdown in `hammer`;
 //! its self-contained HTML page in `html`.
 
+mod chart;
 mod hammer;
 mod html;
 
@@ -13,7 +14,10 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-pub use hammer::{comparison_text, hammer_document, hammer_json, hammer_markdown, hammer_text};
+pub use hammer::{
+    Context, SCHEMA_VERSION, comparison_text, hammer_document, hammer_json, hammer_markdown,
+    hammer_text,
+};
 pub use html::hammer_html;
 
 use crate::check::CheckReport;

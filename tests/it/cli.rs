@@ -348,7 +348,9 @@ fn hammer_exports_json_markdown_and_html_files() {
         "{md}"
     );
     let html = std::fs::read_to_string(&h).unwrap();
-    assert_eq!(html.matches("<svg").count(), 2);
+    // Latency, lock wait, lock hold and stock: the lock strategies have all four.
+    assert_eq!(html.matches("<svg").count(), 4, "{html}");
+    assert_eq!(doc["schema_version"], 1);
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod fresh;
 mod fuzz;
 mod lease;
 mod lock;
+mod messages;
 mod ops;
 mod redlock;
 mod report;

@@ -272,3 +272,32 @@ fn an_even_number_of_lock_nodes_is_a_usage_error() {
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("odd number"));
 }
+
+#[test]
+fn check_names_the_flag_that_set_a_lock_node_s_timeout() {
+    let data = RedisServer::start();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    nodes[2].signal("STOP");
+    let mut args = node_args(&nodes);
+    args.extend(
+        [
+            "--timeout-ms",
+            "300",
+            "--connect-timeout-ms",
+            "300",
+            "check",
+        ]
+        .map(String::from),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = lockctl(&data.url(), &argv);
+    nodes[2].signal("CONT");
+    let text = crate::support::stdout(&out);
+    assert!(text.contains("DOWN"), "{text}");
+    assert!(
+        text.contains("300 ms")
+            && (text.contains("--timeout-ms") || text.contains("--connect-timeout-ms")),
+        "the timeout must be the one the flags set: {text}"
+    );
+    assert!(!text.contains("after 50 ms"), "{text}");
+}

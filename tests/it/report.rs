@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lockctl::hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
-use lockctl::render;
+use lockctl::render::{self, Context};
 use lockctl::stock::{Buy, Strategy};
 
 use crate::support::HAMMER_FIELDS;
@@ -222,11 +222,11 @@ fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
 #[test]
 fn the_json_document_carries_the_contract_fields_and_the_buckets() {
     let reports = two_reports();
-    let one = render::hammer_document(&reports[..1]);
+    let one = render::hammer_document(&reports[..1], &Context::default());
     for f in HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
         assert!(!one[f].is_null(), "{f} missing");
     }
-    let both = render::hammer_document(&reports);
+    let both = render::hammer_document(&reports, &Context::default());
     assert_eq!(both["verdict"], "pass");
     assert_eq!(both["runs"].as_array().unwrap().len(), 2);
     assert_eq!(both["comparison"][0]["strategy"], "atomic");
@@ -237,7 +237,7 @@ fn the_json_document_carries_the_contract_fields_and_the_buckets() {
 
 #[test]
 fn the_markdown_table_has_a_row_per_strategy() {
-    let md = render::hammer_markdown(&two_reports());
+    let md = render::hammer_markdown(&two_reports(), &Context::default());
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
     assert_eq!(rows.len(), 4, "header, rule and two rows:\n{md}");
     let cells = rows[0].split('|').count();
@@ -246,11 +246,40 @@ fn the_markdown_table_has_a_row_per_strategy() {
 }
 
 #[test]
-fn the_html_page_is_self_contained_with_both_charts() {
-    let html = render::hammer_html(&two_reports());
+fn the_html_page_stands_alone_with_its_settings_every_column_and_the_distributions() {
+    let context = Context {
+        redis: "127.0.0.1:6379".into(),
+        redis_version: Some("7.0.15".into()),
+        lockctl_version: "0.1.0 (abc)".into(),
+        started_at: "2026-11-30T11:00:00Z".into(),
+        command_line: "lockctl hammer -n 100".into(),
+    };
+    let html = render::hammer_html(&two_reports(), &context);
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert_eq!(html.matches("<svg").count(), 2);
-    assert_eq!(html.matches("<polyline").count(), 4, "two series per chart");
+    for heading in ["Latency", "Stock over time"] {
+        assert!(html.contains(&format!("<h2>{heading}</h2>")), "{heading}");
+    }
+    for cell in [
+        "<th>SKU</th>",
+        "<th>lock</th>",
+        "7.0.15",
+        "0.1.0 (abc)",
+        "2026-11-30T11:00:00Z",
+        "lockctl hammer -n 100",
+        "p90 ms",
+        "p99.9 ms",
+        "sold out",
+        "errors",
+        "oversold",
+    ] {
+        assert!(html.contains(cell), "{cell} missing");
+    }
+    // Each chart draws one line per strategy, told apart by dash pattern and markers too.
+    let charts = html.matches("<svg").count();
+    assert!(charts >= 2, "{charts} charts");
+    assert_eq!(html.matches("<polyline").count(), charts * 2);
+    assert!(html.contains("stroke-dasharray=\"8 4\""));
+    assert!(html.contains("<rect") && html.contains("<circle"));
     for banned in ["<script", "http://", "https://", "src="] {
         let outside_svg_ns = html.replace("http://www.w3.org/2000/svg", "");
         assert!(!outside_svg_ns.contains(banned), "{banned} in the page");
@@ -269,7 +298,7 @@ fn a_run_that_cannot_be_read_back_has_an_unknown_verdict() {
     assert_eq!(r.final_stock, None);
     assert!(r.violations.is_empty());
     assert!(r.notes[0].contains("unknown"), "{:?}", r.notes);
-    let v = render::hammer_document(std::slice::from_ref(&r));
+    let v = render::hammer_document(std::slice::from_ref(&r), &Context::default());
     assert_eq!(v["verdict"], "unknown");
     assert!(v["final_stock"].is_null());
     assert!(render::hammer_text(&r, false).contains("UNKNOWN"));

@@ -1,0 +1,266 @@
+//! What a user reads: every message a user can cause says what happened and what to type
+//! instead; help ends with examples; completions and the man page work; -q and --color do what
+//! they say. Each through the real binary, exit code and key words.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::thread;
+
+use crate::support::{RedisServer, code, json, lockctl, run_ok, stderr, stdout};
+use redis::Commands;
+
+fn assert_says(out: &std::process::Output, exit: i32, words: &[&str]) {
+    let text = format!("{}{}", stdout(out), stderr(out));
+    assert_eq!(code(out), exit, "{text}");
+    for w in words {
+        assert!(text.contains(w), "'{w}' missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_url_that_does_not_parse_is_a_usage_error_that_shows_the_expected_form() {
+    for (url, why) in [
+        ("localhost:6379", "has no scheme"),
+        ("http://127.0.0.1:6379", "http:// is not a Redis URL scheme"),
+        (
+            "redis://127.0.0.1:99999",
+            "port is not a number from 1 to 65535",
+        ),
+    ] {
+        let out = lockctl(url, &["check"]);
+        assert_says(
+            &out,
+            2,
+            &[why, "redis://host:port", "rediss://", "redis+unix://"],
+        );
+    }
+}
+
+#[test]
+fn something_that_is_not_redis_is_named_so() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut s in listener.incoming().flatten().take(4) {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let out = lockctl(&format!("redis://127.0.0.1:{port}"), &["check"]);
+    assert_says(&out, 1, &["not a Redis server", "--redis"]);
+    assert!(!stderr(&out).contains("Parse error"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_database_index_out_of_range_does_not_ask_whether_redis_runs() {
+    let server = RedisServer::start();
+    let out = lockctl(&format!("{}/99", server.url()), &["check"]);
+    assert_says(&out, 1, &["DB index is out of range", "--redis"]);
+    assert!(!stderr(&out).contains("is redis-server running"));
+}
+
+#[test]
+fn busy_after_a_wait_says_how_long_it_waited() {
+    let server = RedisServer::start();
+    lockctl(&server.url(), &["seed", "b", "3"]);
+    server.hold_lock("b", "someone", 30_000);
+    let out = lockctl(&server.url(), &["buy", "b"]);
+    assert_says(&out, 4, &["busy, try again", "wait for it with --wait-ms"]);
+    let out = lockctl(&server.url(), &["buy", "b", "--wait-ms", "200"]);
+    assert_says(
+        &out,
+        4,
+        &["for the whole 200 ms wait", "wait longer with --wait-ms"],
+    );
+}
+
+#[test]
+fn negative_and_fractional_counts_say_what_is_expected() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["seed", "s", "-5"]);
+    assert_says(&out, 2, &["<COUNT>", "must be 0 or more, not -5"]);
+    let out = lockctl(&server.url(), &["seed", "s", "1.5"]);
+    assert_says(&out, 2, &["must be a whole number from 0"]);
+    let out = lockctl(&server.url(), &["hammer", "-c", "-3"]);
+    assert_says(&out, 2, &["--concurrency", "must be 1 or more"]);
+    assert!(!server.raw().exists::<_, bool>("item:stock:s").unwrap());
+}
+
+#[test]
+fn the_hint_for_an_unseeded_sku_that_starts_with_a_dash_can_be_typed() {
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["buy", "--", "-odd"]);
+    assert_says(&out, 1, &["lockctl seed -- -odd <COUNT>"]);
+    let out = lockctl(&server.url(), &["hammer", "--sku=-odd"]);
+    assert_says(&out, 1, &["lockctl seed -- -odd <COUNT>"]);
+}
+
+#[test]
+fn counts_agree_with_their_nouns_and_concurrency_is_capped_at_the_purchases() {
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &["hammer", "-n", "5", "-c", "50", "--stock", "1"],
+    );
+    assert_says(
+        &out,
+        0,
+        &[
+            "5 purchases of sku_886 x1, 5 at a time",
+            "ledger 1 unit in 1 order",
+        ],
+    );
+    let out = lockctl(&server.url(), &["hammer", "-n", "1", "--stock", "1"]);
+    assert_says(&out, 0, &["1 purchase of sku_886"]);
+}
+
+#[test]
+fn every_command_s_help_ends_with_examples_and_the_top_lists_exit_codes() {
+    let top = lockctl("redis://127.0.0.1:1", &["--help"]);
+    assert_says(
+        &top,
+        0,
+        &["Exit codes:", "128+n", "Examples:", "Connection", "Output"],
+    );
+    for cmd in [
+        "check",
+        "seed",
+        "buy",
+        "hammer",
+        "status",
+        "unlock",
+        "run",
+        "exporter",
+        "completions",
+        "man",
+    ] {
+        let out = lockctl("redis://127.0.0.1:1", &[cmd, "--help"]);
+        assert_eq!(code(&out), 0);
+        let text = stdout(&out);
+        let examples = text.rfind("Examples:").expect(cmd);
+        assert!(text[examples..].contains("lockctl"), "{cmd}: {text}");
+    }
+    let hammer = stdout(&lockctl("redis://127.0.0.1:1", &["hammer", "--help"]));
+    for heading in ["Load:", "Purchase:", "Reports:", "Connection:"] {
+        assert!(hammer.contains(heading), "{heading} missing: {hammer}");
+    }
+}
+
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = lockctl("redis://127.0.0.1:1", &["--version"]);
+    let v = stdout(&out);
+    assert!(v.starts_with("lockctl 0."), "{v}");
+    assert!(v.contains('(') && v.trim_end().ends_with(')'), "{v}");
+}
+
+#[test]
+fn bash_completes_ha_to_hammer() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("lockctl.bash");
+    let out = lockctl("redis://127.0.0.1:1", &["completions", "bash"]);
+    assert_eq!(code(&out), 0);
+    std::fs::write(&script, &out.stdout).unwrap();
+    let probe = format!(
+        "source {}; COMP_WORDS=(lockctl ha); COMP_CWORD=1; COMP_LINE='lockctl ha'; COMP_POINT=10; _lockctl lockctl ha lockctl; echo \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let out = run_ok(Command::new("bash").args(["-c", &probe]));
+    assert_eq!(stdout(&out).trim(), "hammer", "{}", stdout(&out));
+    for shell in ["zsh", "fish"] {
+        let out = lockctl("redis://127.0.0.1:1", &["completions", shell]);
+        assert_eq!(code(&out), 0);
+        assert!(stdout(&out).contains("hammer"));
+    }
+}
+
+#[test]
+fn the_man_page_renders() {
+    let page = lockctl("redis://127.0.0.1:1", &["man"]);
+    assert_eq!(code(&page), 0);
+    let mut man = Command::new("man");
+    man.args(["-l", "-"])
+        .env("MANPAGER", "cat")
+        .env("COLUMNS", "100")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = crate::support::spawn_tool(&mut man);
+    child.stdin.take().unwrap().write_all(&page.stdout).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in ["NAME", "lockctl", "hammer", "Exit codes"] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+}
+
+#[test]
+fn quiet_prints_the_verdict_alone_and_color_does_what_it_is_told() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = lockctl(&url, &["-q", "hammer", "-n", "20", "--stock", "5"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("verdict") && text.contains("PASS"), "{text}");
+    let out = lockctl(&url, &["-q", "check"]);
+    assert_eq!(stdout(&out).lines().count(), 1);
+    let always = stdout(&lockctl(
+        &url,
+        &["--color", "always", "hammer", "-n", "5", "--stock", "2"],
+    ));
+    assert!(always.contains("\x1b[1;32mPASS"), "{always}");
+    let never = stdout(&lockctl(
+        &url,
+        &["--color", "never", "hammer", "-n", "5", "--stock", "2"],
+    ));
+    assert!(!never.contains('\x1b'), "{never}");
+}
+
+#[test]
+fn the_json_export_has_one_shape_whatever_the_number_of_strategies() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for strategies in ["lock", "lock,atomic"] {
+        let file = dir.path().join(format!("{strategies}.json"));
+        let out = lockctl(
+            &server.url(),
+            &[
+                "hammer",
+                "-n",
+                "20",
+                "--stock",
+                "5",
+                "--strategy",
+                strategies,
+                "--export-json",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(doc["schema_version"], 1);
+        assert_eq!(doc["verdict"], "pass");
+        let runs = doc["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), strategies.split(',').count());
+        assert_eq!(runs[0]["sku"], "sku_886");
+        assert!(doc["context"]["redis_version"].is_string(), "{doc}");
+        assert!(
+            doc["context"]["command_line"]
+                .as_str()
+                .unwrap()
+                .contains("hammer")
+        );
+    }
+    // --json on stdout keeps the contract's fields at the top for one strategy.
+    let v = json(&lockctl(
+        &server.url(),
+        &["--json", "hammer", "-n", "10", "--stock", "3"],
+    ));
+    assert_eq!(v["requests"], 10);
+    assert_eq!(v["schema_version"], 1);
+}
