@@ -10,12 +10,13 @@ use crate::support::{
     spawn_lockctl_with, stderr,
 };
 
-struct Cluster {
-    nodes: Vec<RedisServer>,
+/// Three masters; shared with the adversarial tests, which pause the one that owns a slot.
+pub(crate) struct Cluster {
+    pub(crate) nodes: Vec<RedisServer>,
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    pub(crate) fn start() -> Cluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 RedisServer::start_with(&[
@@ -49,7 +50,7 @@ impl Cluster {
         cluster
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.nodes[0].url()
     }
 
@@ -61,7 +62,7 @@ impl Cluster {
     }
 
     /// The index of the node serving `slot`.
-    fn owner(&self, slot: u16) -> usize {
+    pub(crate) fn owner(&self, slot: u16) -> usize {
         let id: String = (0..3)
             .find_map(|i| {
                 let nodes: String = redis::cmd("CLUSTER")

@@ -266,8 +266,9 @@ fn an_acl_user_works_and_a_wrong_one_is_one_clear_error() {
 }
 
 /// A CA, a server certificate for localhost and 127.0.0.1, and a client certificate, made
-/// with openssl in `dir`. Version 3 certificates, as rustls requires.
-fn make_certs(dir: &Path) {
+/// with openssl in `dir`. Version 3 certificates, as rustls requires. (The adversarial tests
+/// use it too.)
+pub(crate) fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
         run_ok(Command::new("openssl").args(args).current_dir(dir));
     };

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod adversarial;
 mod cli;
 mod cluster;
 mod endpoint;

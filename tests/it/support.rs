@@ -67,7 +67,11 @@ impl RedisServer {
                 return server;
             }
             last_log = std::fs::read_to_string(&log).unwrap_or_default();
-            if !last_log.contains("Address already in use") {
+            // Taken meanwhile, or (a cluster node) too high for its bus port at port + 10000:
+            // either way, another free port will do.
+            if !last_log.contains("Address already in use")
+                && !last_log.contains("port number too high")
+            {
                 break;
             }
         }
@@ -236,6 +240,13 @@ pub fn lockctl(url: &str, args: &[&str]) -> Output {
     lockctl_command(url, args).output().expect("run lockctl")
 }
 
+/// [`lockctl`] with extra environment variables (`LOCKCTL_LOCK_NODES`, ...).
+pub fn lockctl_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = lockctl_command(url, args);
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run lockctl")
+}
+
 /// What a started `lockctl` does with its stdout and stderr.
 #[derive(Clone, Copy, Debug)]
 pub enum Streams {
@@ -284,6 +295,27 @@ pub fn json(o: &Output) -> serde_json::Value {
 
 pub fn code(o: &Output) -> i32 {
     o.status.code().expect("exited normally")
+}
+
+/// Waits up to `limit` for a started child to end on its own and returns what it printed. A
+/// child still running then is a hang: it is continued (it may have been stopped) and killed,
+/// and the test fails saying so.
+pub fn finish_within(child: Child, limit: Duration, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("wait for lockctl"),
+        Err(_) => {
+            // Not reaped yet (the waiting thread still holds it), so the pid is still ours.
+            let _ = kill_command(pid, "CONT").output();
+            let _ = kill_command(pid, "KILL").output();
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            panic!("{what} was still running after {limit:?}: it hangs");
+        }
+    }
 }
 
 /// Polls `cond` until it holds or `limit` passes; returns whether it held.
