@@ -737,16 +737,19 @@ pub fn redact_url(url: &str) -> String {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'+')
     });
-    match (well_formed, password_of(url), url.rfind('@')) {
-        (true, Some(p), _) if !p.is_empty() => url.replacen(&format!(":{p}@"), ":***@", 1),
-        (true, _, _) | (false, _, None) => url.to_string(),
-        (false, _, Some(at)) => {
-            let scheme_end = url
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '+'))
-                .unwrap_or(0)
-                .min(at);
-            format!("{}***{}", &url[..scheme_end], &url[at..])
-        }
+    let Some(at) = url.rfind('@') else {
+        return url.to_string();
+    };
+    if !well_formed {
+        // No telling what before the '@' is a password: none of it is shown.
+        return format!("***{}", &url[at..]);
+    }
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url[start..at].split_once(':') {
+        // user:password: the user stays, the password goes.
+        Some((user, _)) => format!("{}{user}:***{}", &url[..start], &url[at..]),
+        // A single word where the user goes may well be a password typed there.
+        None => format!("{}***{}", &url[..start], &url[at..]),
     }
 }
 
@@ -767,11 +770,17 @@ mod tests {
     #[test]
     fn malformed_urls_lose_whatever_looks_like_credentials() {
         for (bad, shown) in [
-            ("redis//:S3cr3tPW@127.0.0.1:6379", "redis***@127.0.0.1:6379"),
-            ("redis:/:S3cr3tPW@127.0.0.1:6379", "redis***@127.0.0.1:6379"),
-            ("redis:S3cr3tPW@h", "redis***@h"),
+            ("redis//:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("redis:/:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("redis:S3cr3tPW@h", "***@h"),
             ("://u:S3cr3tPW@h", "***@h"),
-            ("x y:S3cr3tPW@a@h", "x***@h"),
+            ("x y:S3cr3tPW@a@h", "***@h"),
+            ("S3cr3tPW@127.0.0.1:6390", "***@127.0.0.1:6390"),
+            (
+                "redis://S3cr3tPW@127.0.0.1:99999",
+                "redis://***@127.0.0.1:99999",
+            ),
+            ("redis://alice:S3cr3tPW@h/2", "redis://alice:***@h/2"),
         ] {
             assert_eq!(redact_url(bad), shown, "{bad}");
         }

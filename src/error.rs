@@ -74,6 +74,10 @@ pub enum Error {
     )]
     BadData { sku: String, reason: String },
 
+    /// PostgreSQL failed or refused (the orders pipeline); `url` has no password.
+    #[error("PostgreSQL at '{url}': {reason}")]
+    Database { url: String, reason: String },
+
     /// Too few `--lock-node` masters answered for a Redlock majority.
     #[error(
         "no quorum: {answered} of {total} lock nodes answered, and Redlock needs {needed} (lockctl check --lock-node ... shows which are down)"
@@ -132,6 +136,8 @@ pub enum ErrorKind {
     Redis,
     /// Too few Redlock nodes answered.
     NoQuorum,
+    /// PostgreSQL failed.
+    Database,
     Internal,
     /// Bad arguments (the binary's exit 2).
     Usage,
@@ -158,6 +164,7 @@ impl ErrorKind {
             ErrorKind::BadData => "bad_data",
             ErrorKind::Redis => "redis",
             ErrorKind::NoQuorum => "no_quorum",
+            ErrorKind::Database => "database",
             ErrorKind::Internal => "internal",
             ErrorKind::Usage => "usage",
             ErrorKind::Child => "child",
@@ -193,6 +200,7 @@ impl Error {
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
+            Error::Database { .. } => ErrorKind::Database,
             Error::TooManyClients { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }

@@ -23,6 +23,11 @@ pub struct StockKeys {
     /// `item:sold:<SKU>`: units sold since the last seed, kept with every deduction so that
     /// `stock + sold == seeded` can be checked without reading the whole ledger.
     pub sold: String,
+    /// `item:order_events:<SKU>`: with `--queue`, a stream entry per bought order, appended by
+    /// the deduction itself; consumer group `lockctl`.
+    pub events: String,
+    /// `item:order_dead:<SKU>`: stream entries a worker could not parse, with the reason.
+    pub dead_letters: String,
 }
 
 impl StockKeys {
@@ -34,6 +39,8 @@ impl StockKeys {
             seeded: format!("item:seeded:{s}"),
             buyers: format!("item:buyers:{s}"),
             sold: format!("item:sold:{s}"),
+            events: format!("item:order_events:{s}"),
+            dead_letters: format!("item:order_dead:{s}"),
         }
     }
 }
@@ -80,6 +87,8 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.seeded,
         s.buyers,
         s.sold,
+        s.events,
+        s.dead_letters,
         l.lock,
         l.fence,
         l.queue,
@@ -161,7 +170,15 @@ mod tests {
     fn every_key_contains_the_sku_verbatim() {
         let sku: Sku = "{t}".parse().unwrap();
         let k = StockKeys::new(&sku);
-        for key in [&k.stock, &k.ledger, &k.seeded, &k.buyers, &k.sold] {
+        for key in [
+            &k.stock,
+            &k.ledger,
+            &k.seeded,
+            &k.buyers,
+            &k.sold,
+            &k.events,
+            &k.dead_letters,
+        ] {
             assert!(key.ends_with(":{t}"), "{key}");
         }
         assert_eq!(k.stock, "item:stock:{t}");

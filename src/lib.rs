@@ -16,6 +16,7 @@
 //! - [`check`]: is a server fit to hold locks?
 //! - [`metrics`]: the Prometheus metrics the lock and stock modules feed.
 //! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
+//! - [`orders`]: the pipeline: order events in a Redis stream, moved into PostgreSQL by workers.
 //! - [`hammer`]: many purchases at once, then the verdict; measures and never prints.
 //! - [`status`]: one SKU's books and lock, reconciled.
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
@@ -33,6 +34,7 @@ pub mod hammer;
 pub mod keys;
 pub mod lock;
 pub mod metrics;
+pub mod orders;
 pub mod redlock;
 pub mod render;
 pub mod scrape;

@@ -72,6 +72,11 @@ pub struct Metrics {
     renewals: Counter,
     lease_lost: Counter,
     buys: Family<OutcomeLabel, Counter>,
+    /// The orders pipeline (`lockctl worker`, `hammer --queue --db`).
+    persisted: Counter,
+    conflicts: Counter,
+    dead_letters: Counter,
+    batch_commit: Histogram,
     stock: Family<SkuLabel, Gauge>,
 }
 
@@ -132,6 +137,29 @@ impl Metrics {
             lease_lost.clone(),
         );
         r.register("lockctl_buy", "Purchases by outcome", buys.clone());
+        let (persisted, conflicts, dead_letters) =
+            (Counter::default(), Counter::default(), Counter::default());
+        let batch_commit = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        r.register(
+            "lockctl_orders_persisted",
+            "Orders the worker committed to PostgreSQL",
+            persisted.clone(),
+        );
+        r.register(
+            "lockctl_order_conflicts",
+            "Order ids already persisted with another SKU or quantity",
+            conflicts.clone(),
+        );
+        r.register(
+            "lockctl_dead_letters",
+            "Stream entries that were not orders, moved to the dead-letter stream",
+            dead_letters.clone(),
+        );
+        r.register(
+            "lockctl_batch_commit_seconds",
+            "Time to insert and commit one batch of orders",
+            batch_commit.clone(),
+        );
         r.register("lockctl_stock", "Stock last seen, per SKU", stock.clone());
         Metrics {
             registry: r,
@@ -142,6 +170,10 @@ impl Metrics {
             renewals,
             lease_lost,
             buys,
+            persisted,
+            conflicts,
+            dead_letters,
+            batch_commit,
             stock,
         }
     }
@@ -158,6 +190,17 @@ impl Metrics {
 
     pub fn renewed(&self) {
         self.renewals.inc();
+    }
+
+    /// One batch committed: its time, new orders and conflicts.
+    pub fn observe_batch(&self, d: Duration, persisted: u64, conflicts: u64) {
+        self.batch_commit.observe(d.as_secs_f64());
+        self.persisted.inc_by(persisted);
+        self.conflicts.inc_by(conflicts);
+    }
+
+    pub fn dead_letter(&self) {
+        self.dead_letters.inc();
     }
 
     pub fn lease_lost(&self) {

@@ -53,6 +53,9 @@ pub struct Status {
     pub waiters: u64,
     /// Queue entries lockctl did not write (0 for a healthy queue).
     pub queue_damaged: u64,
+    /// With `--db`: the orders in PostgreSQL and in the stream, against the books.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orders: Option<crate::orders::PipelineBooks>,
 }
 
 /// Reads one SKU's state and checks its books. Damaged data (a counter that is not an
@@ -144,7 +147,45 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         fence: fence.max(0) as u64,
         waiters: queue.live,
         queue_damaged: queue.damaged + u64::from(queue.wrong_type),
+        orders: None,
     })
+}
+
+/// Adds the orders pipeline to a status: seeded == stock + persisted units + units still
+/// queued, every ledger order persisted or queued, nothing persisted that the ledger lacks,
+/// and no conflicts.
+pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
+    if let (Some(seeded), Some(stock)) = (st.seeded, st.stock) {
+        let total = stock + books.persisted_units + books.queued_units;
+        if total != seeded {
+            st.problems.push(format!(
+                "stock {stock} + persisted {} + queued {} = {total} but {seeded} was seeded",
+                books.persisted_units, books.queued_units
+            ));
+        }
+    }
+    if books.lost > 0 {
+        st.problems.push(format!(
+            "{} ledger order(s) are neither in PostgreSQL nor in the stream",
+            books.lost
+        ));
+    }
+    if books.unknown > 0 {
+        st.problems.push(format!(
+            "{} order(s) in PostgreSQL are not in the ledger",
+            books.unknown
+        ));
+    }
+    if books.conflicts > 0 {
+        st.problems.push(format!(
+            "{} order id(s) arrived with another SKU or quantity than persisted (lockctl_order_conflicts)",
+            books.conflicts
+        ));
+    }
+    if !st.problems.is_empty() {
+        st.reconciled = Some(false);
+    }
+    st.orders = Some(books);
 }
 
 /// An integer kept in a string key (the seed record, the sold counter, the fencing counter):

@@ -39,6 +39,43 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// `lockctl worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// PostgreSQL URL: postgres://user[:password]@host[:port]/database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub db: String,
+
+    /// A SKU whose queued orders to persist (repeat for several).
+    #[arg(long, required = true)]
+    pub sku: Vec<Sku>,
+
+    /// Orders per batch: one read, one transaction, one acknowledgement.
+    #[arg(long, default_value_t = 1000, value_parser = whole(1, 100_000), allow_negative_numbers = true)]
+    pub batch: u64,
+
+    /// Take over orders another worker has left unacknowledged this long, in ms (a worker
+    /// that died).
+    #[arg(long, default_value_t = 30_000, value_parser = whole(1, 86_400_000), allow_negative_numbers = true)]
+    pub claim_idle_ms: u64,
+
+    /// Drain what is queued now and exit, instead of running until stopped.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// `lockctl db ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum DbCommand {
+    /// Create the orders schema, or migrate it to this lockctl's version (idempotent).
+    #[command(after_help = super::help::DB_INIT)]
+    Init {
+        /// PostgreSQL URL: postgres://user[:password]@host[:port]/database.
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+        db: String,
+    },
+}
+
 /// How each purchase is made (shared by `buy` and `hammer`).
 #[derive(Debug, Args)]
 pub struct PurchaseArgs {
@@ -67,6 +104,11 @@ pub struct PurchaseArgs {
     /// At most this many units per user (with --user on buy, --users on hammer).
     #[arg(long, value_parser = whole(1, MAX_STOCK), allow_negative_numbers = true, help_heading = "Purchase")]
     pub limit: Option<u64>,
+
+    /// Append each bought order to the stream item:order_events:<SKU>, in the same script as
+    /// the deduction, for `lockctl worker` to persist into PostgreSQL.
+    #[arg(long, help_heading = "Purchase")]
+    pub queue: bool,
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +193,22 @@ pub struct HammerArgs {
     /// Write the Prometheus metrics to FILE when the hammer ends.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub metrics_file: Option<PathBuf>,
+
+    /// With --queue: run workers beside the buyers that persist the orders into this
+    /// PostgreSQL database, wait for the queue to drain, and check every order there.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        requires = "queue",
+        help_heading = "Load"
+    )]
+    pub db: Option<String>,
+
+    /// Workers beside the buyers (with --db).
+    #[arg(long, default_value_t = 1, value_parser = whole(1, 64), allow_negative_numbers = true, help_heading = "Load")]
+    pub workers: u64,
 }
 
 /// `--strategy`: how the stock is protected.
@@ -209,6 +267,7 @@ impl PurchaseArgs {
                 watchdog: self.watchdog,
             },
             limit: self.limit,
+            queue: self.queue,
         }
     }
 }

@@ -83,3 +83,13 @@ pub const MAN: &str = "\
 Examples:
   lockctl man > /usr/local/share/man/man1/lockctl.1
   lockctl man | man -l -";
+
+pub const WORKER: &str = "\
+Examples:
+  lockctl worker --db postgres://postgres@127.0.0.1/shop --sku sku_886
+  DATABASE_URL=postgres://postgres@127.0.0.1/shop lockctl worker --sku a --sku b --batch 500
+  lockctl worker --db postgres://postgres@127.0.0.1/shop --sku sku_886 --once   # drain and exit";
+
+pub const DB_INIT: &str = "\
+Examples:
+  lockctl db init --db postgres://postgres@127.0.0.1:5432/shop";

@@ -9,7 +9,7 @@ mod args;
 mod help;
 mod parse;
 
-pub use args::{BuyArgs, HammerArgs, RunArgs};
+pub use args::{BuyArgs, DbCommand, HammerArgs, RunArgs, StrategyArg, WorkerArgs};
 pub use help::VERSION;
 use parse::{token, whole};
 
@@ -159,13 +159,14 @@ impl Command {
         match self {
             Command::Check => vec![],
             Command::Seed { sku, .. }
-            | Command::Status { sku }
+            | Command::Status { sku, .. }
             | Command::Unlock { sku, .. }
             | Command::Buy(BuyArgs { sku, .. })
             | Command::Hammer(HammerArgs { sku, .. }) => vec![sku],
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
-            Command::Completions { .. } | Command::Man => vec![],
+            Command::Worker(w) => w.sku.iter().collect(),
+            Command::Completions { .. } | Command::Man | Command::Db(_) => vec![],
         }
     }
 }
@@ -216,6 +217,10 @@ pub enum Command {
     Status {
         /// The product, e.g. sku_886.
         sku: Sku,
+        /// Also reconcile the orders in this PostgreSQL database (seeded == stock + persisted +
+        /// still queued).
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+        db: Option<String>,
     },
     /// Operator's escape hatch for a stuck lock: shows the holder; removes it with --force.
     #[command(after_help = help::UNLOCK)]
@@ -243,6 +248,12 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
     },
+    /// Persist queued orders (the streams of --queue) into PostgreSQL.
+    #[command(after_help = help::WORKER)]
+    Worker(WorkerArgs),
+    /// The orders database: `db init` creates (or migrates) its schema.
+    #[command(subcommand)]
+    Db(DbCommand),
     /// Print shell completions for bash, zsh or fish.
     #[command(after_help = help::COMPLETIONS)]
     Completions {
@@ -289,6 +300,7 @@ mod tests {
                     watchdog: i % 2 == 1,
                 },
                 limit: (i % 2 == 0).then_some(5),
+                queue: i % 2 == 0,
             };
             let child = ChildBuy {
                 target: &target,

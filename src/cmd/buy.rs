@@ -16,6 +16,12 @@ pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
         )
         .into());
     }
+    if args.purchase.queue && args.strategy == crate::cli::StrategyArg::Naive {
+        return Err(UsageError(
+            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
+        )
+        .into());
+    }
     let options = args.buy_options();
     let strategy = options.strategy;
     let wait = options.lock.wait;

@@ -3,11 +3,12 @@
 use std::io::{self, IsTerminal};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lockctl::conn::Reconnecting;
 use lockctl::conn::redact_url;
 use lockctl::endpoint::{self, EndpointOptions};
-use lockctl::hammer::{self, HammerOptions, Report, overall_verdict};
+use lockctl::hammer::{self, HammerOptions, PipelineOptions, Report, overall_verdict};
 use lockctl::keys::StockKeys;
 use lockctl::lock::{Lock, LockOptions};
 use lockctl::render::Context;
@@ -25,6 +26,12 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     if args.purchase.limit.is_some() && args.users.is_none() {
         return Err(UsageError(
             "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
+        )
+        .into());
+    }
+    if args.purchase.queue && args.strategies().contains(&Strategy::Naive) {
+        return Err(UsageError(
+            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
         )
         .into());
     }
@@ -79,6 +86,11 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             progress: bar.as_ref().map(progress::Bar::counter),
             quorum: ctx.quorum.clone(),
             stop: Some(stop.clone()),
+            pipeline: args.db.clone().map(|db_url| PipelineOptions {
+                db_url,
+                workers: args.workers,
+                patience: Duration::from_secs(30),
+            }),
         };
         let result = hammer::run(&ctx.target, &opts);
         drop(bar);

@@ -11,6 +11,7 @@ mod run;
 mod seed;
 mod status;
 mod unlock;
+mod worker;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::cli::{Cli, ColorArg, Command};
+use crate::cli::{Cli, ColorArg, Command, DbCommand};
 use crate::private_redis::PrivateRedis;
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::Verdict;
@@ -152,10 +153,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Seed { sku, count } => seed::run(&ctx, &sku, count),
         Command::Buy(args) => buy::run(&ctx, args),
         Command::Hammer(args) => hammer::run(&ctx, args),
-        Command::Status { sku } => status::run(&ctx, &sku),
+        Command::Status { sku, db } => status::run(&ctx, &sku, db),
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
         Command::Run(args) => run::run(&ctx, args),
+        Command::Worker(args) => worker::run(&ctx, args),
+        Command::Db(DbCommand::Init { db }) => worker::db_init(&ctx, &db),
         Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
     }
 }
@@ -229,7 +232,7 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
     let usage = err.is::<UsageError>()
         || err
             .downcast_ref::<Error>()
-            .is_some_and(|e| matches!(e, Error::BadUrl { .. }));
+            .is_some_and(|e| matches!(e, Error::BadUrl { .. } | Error::TooManyClients { .. }));
     if json {
         let message = format!("{err:#}");
         let reply = match (err.is::<UsageError>(), err.downcast_ref::<Error>()) {

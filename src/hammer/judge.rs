@@ -298,6 +298,7 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
             Verdict::Pass
         },
         unknown_because,
+        pipeline: None,
         run: facts.clone(),
         interrupted: false,
         final_stock: Some(final_stock),

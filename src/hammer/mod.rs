@@ -14,6 +14,7 @@
 mod fan_out;
 pub mod judge;
 mod multiplexed;
+pub mod pipeline;
 mod procs;
 mod readback;
 pub mod report;
@@ -30,6 +31,7 @@ use serde::Serialize;
 
 pub use fan_out::OUTAGE_LIMIT;
 pub use judge::{judge, judge_unreadable};
+pub use pipeline::{PipelineOptions, PipelineReport};
 pub use procs::{ChildBuy, child_deadline};
 pub use readback::{READ_BACK_PATIENCE, Readback};
 pub use report::{Bucket, Ended, Percentiles, Report, RunFacts, Sample, Verdict};
@@ -77,6 +79,9 @@ pub struct HammerOptions {
     pub quorum: Option<Arc<Quorum>>,
     /// Once set, no new request starts; those in flight finish. Default: none.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Workers beside the buyers persisting the orders into PostgreSQL (`--queue --db`), and
+    /// the whole path checked. Default: none.
+    pub pipeline: Option<PipelineOptions>,
 }
 
 impl Default for HammerOptions {
@@ -93,6 +98,7 @@ impl Default for HammerOptions {
             progress: None,
             quorum: None,
             stop: None,
+            pipeline: None,
         }
     }
 }
@@ -115,6 +121,10 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         })?,
     };
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
+    let running = match &opts.pipeline {
+        Some(p) => Some(pipeline::start(target, opts, p)?),
+        None => None,
+    };
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
     let tally = match opts.mode {
@@ -159,6 +169,24 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),
         Err(e) => judge::unreadable(&facts, &tally, &e),
     };
+    if let (Some(running), Some(p)) = (running, &opts.pipeline) {
+        let (pipe, violations) =
+            pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;
+        report.violations.extend(violations);
+        if let Some(consumed) = report.consumed
+            && pipe.drained
+            && consumed != pipe.row_units
+        {
+            report.violations.push(format!(
+                "the stock fell by {consumed} but PostgreSQL holds {} units of this run",
+                pipe.row_units
+            ));
+        }
+        if !report.violations.is_empty() {
+            report.verdict = Verdict::Fail;
+        }
+        report.pipeline = Some(pipe);
+    }
     if interrupted {
         report.interrupted = true;
         report.notes.insert(

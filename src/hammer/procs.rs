@@ -57,6 +57,7 @@ impl ChildBuy<'_> {
                     watchdog,
                 },
             limit,
+            queue,
         } = self.buy;
         let ms = |d: &Duration| d.as_millis().to_string();
         let mut a: Vec<OsString> = vec!["--json".into()];
@@ -85,6 +86,9 @@ impl ChildBuy<'_> {
         }
         if *watchdog {
             a.push("--watchdog".into());
+        }
+        if *queue {
+            a.push("--queue".into());
         }
         a
     }

@@ -138,6 +138,9 @@ pub struct Report {
     pub lock_hold_ms: Option<Percentiles>,
     /// Every invariant that did not hold, in words. Empty on a pass.
     pub violations: Vec<String>,
+    /// With `--queue --db`: the orders pipeline, drained and checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<super::pipeline::PipelineReport>,
     /// Why the verdict is unknown (Redis could not be read back, or no request got an answer
     /// to judge); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]

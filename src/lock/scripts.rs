@@ -183,7 +183,7 @@ return {0, 0, now_ms(), 0}
 pub(super) const RELEASE_LUA: &str = r"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  if not grant_head(now_ms()) then redis.call('DEL', KEYS[1]) end
+  if not grant_head(now_ms()) then redis.call('DEL', KEYS[1], ARGV[6]) end
   return 1
 end
 if holder then return 0 end

@@ -91,6 +91,29 @@ fn facts_rows(s: &mut String, r: &Report) {
             format!("hammer CPU {cpu:.2} s ({per:.1} µs per purchase), peak memory {rss:.1} MB"),
         );
     }
+    if let Some(p) = &r.pipeline {
+        row(
+            s,
+            "orders",
+            format!(
+                "{} rows in PostgreSQL ({} units) from {}; queue peak {}, {} {:.3} s after the buyers",
+                p.rows,
+                p.row_units,
+                count(p.workers, "worker", "workers"),
+                p.queue_peak,
+                if p.drained { "drained" } else { "NOT drained" },
+                p.drain_s
+            ),
+        );
+        row(
+            s,
+            "",
+            format!(
+                "ingress {:.1} orders/s, persisted {:.1}/s; {} redelivered, {} conflicts, {} dead letters",
+                p.ingress_rps, p.drain_rps, p.redelivered, p.conflicts, p.dead_letters
+            ),
+        );
+    }
     for n in &r.notes {
         row(s, "note", n.clone());
     }

@@ -123,6 +123,13 @@ pub fn status_text(st: &Status) -> String {
         None => s.push_str("lock: free\n"),
     }
     let _ = writeln!(s, "fence: {}  waiters: {}", st.fence, st.waiters);
+    if let Some(o) = &st.orders {
+        let _ = writeln!(
+            s,
+            "orders: {} persisted ({} units), {} queued ({} units), {} conflicts",
+            o.persisted_orders, o.persisted_units, o.queued_orders, o.queued_units, o.conflicts
+        );
+    }
     s
 }
 

@@ -182,7 +182,7 @@ impl Buyer {
             Ok(Step::Deduct) => {
                 // The write and the release travel together: one round trip fewer inside the
                 // critical section.
-                match guard.release_after(conn, &self.deduct_commands(&p.order_id, ul)) {
+                match guard.release_after(conn, &self.deduct_commands(&p.order_id, ul, p.fence)) {
                     Ok((replies, released)) => (self.bought(conn, &replies), Some(released)),
                     Err(e) => (Err(e), None),
                 }
@@ -251,17 +251,29 @@ impl Buyer {
 
     /// The tutorial's DECR, with the order recorded, as one all-or-nothing script (see
     /// [`WRITE_LUA`]), to send in the same packet as the release. Its reply is the stock left.
-    fn deduct_commands(&self, order_id: &str, ul: Option<(&str, u64)>) -> Vec<redis::Cmd> {
+    fn deduct_commands(
+        &self,
+        order_id: &str,
+        ul: Option<(&str, u64)>,
+        fence: Option<u64>,
+    ) -> Vec<redis::Cmd> {
+        let keys = [
+            &self.keys.stock,
+            &self.keys.ledger,
+            &self.keys.sold,
+            &self.keys.buyers,
+            &self.keys.events,
+        ];
         let mut eval = redis::cmd("EVAL");
         eval.arg(WRITE_LUA.as_str())
-            .arg(4)
-            .arg(&self.keys.stock)
-            .arg(&self.keys.ledger)
-            .arg(&self.keys.sold)
-            .arg(&self.keys.buyers)
+            .arg(keys.len())
+            .arg(&keys)
             .arg(self.options.qty)
             .arg(order_id)
-            .arg(ul.map_or("", |(user, _)| user));
+            .arg(ul.map_or("", |(user, _)| user))
+            .arg(if self.options.queue { "1" } else { "" })
+            .arg(fence.map_or(String::new(), |f| f.to_string()))
+            .arg(self.sku.as_str());
         vec![eval]
     }
 
@@ -296,7 +308,7 @@ impl Buyer {
         ul: Option<(&str, u64)>,
     ) -> Result<Buy> {
         let (replies, _): (Vec<redis::Value>, _) =
-            conn.transaction(&self.deduct_commands(order_id, ul), None)?;
+            conn.transaction(&self.deduct_commands(order_id, ul, None), None)?;
         self.bought(conn, &replies)
     }
 
@@ -307,27 +319,48 @@ impl Buyer {
         ul: Option<(&str, u64)>,
         p: &mut Purchase,
     ) -> Result<Buy> {
-        let (user, limit) = ul.unwrap_or(("", 0));
-        let reply: (String, i64, String) = conn.script(
-            DEDUCT
-                .key(&self.deduct_keys())
-                .arg(token)
-                .arg(self.options.qty)
-                .arg(&p.order_id)
-                .arg(user)
-                .arg(limit),
-        )?;
+        let limit = ul.map_or(0, |(_, l)| l);
+        let mut inv = DEDUCT.prepare_invoke();
+        inv.key(&self.deduct_keys()).arg(&self.deduct_args(
+            token,
+            &p.order_id,
+            ul.map(|(u, _)| u),
+            p.fence,
+        ));
+        let reply: (String, i64, String) = conn.script(&inv)?;
         self.deduct_outcome(conn, reply, limit, p)
     }
 
     /// The deduct script's keys, in its order.
-    fn deduct_keys(&self) -> [&str; 5] {
+    fn deduct_keys(&self) -> [&str; 6] {
         [
             &self.keys.stock,
             &self.keys.ledger,
             &self.lock.keys().lock,
             &self.keys.buyers,
             &self.keys.sold,
+            &self.keys.events,
+        ]
+    }
+
+    /// The deduct script's arguments, in its order (see `DEDUCT_BODY`).
+    fn deduct_args(
+        &self,
+        token: &str,
+        order_id: &str,
+        user: Option<&str>,
+        fence: Option<u64>,
+    ) -> [String; 8] {
+        let (user, limit) = user.zip(self.options.limit).unwrap_or(("", 0));
+        [
+            token.to_string(),
+            self.options.qty.to_string(),
+            order_id.to_string(),
+            user.to_string(),
+            limit.to_string(),
+            if self.options.queue { "1" } else { "" }.to_string(),
+            fence.map_or(String::new(), |f| f.to_string()),
+            self.sku.to_string(),
         ]
     }
 
@@ -369,13 +402,8 @@ impl Buyer {
     /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
     /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
     pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
-        let (user, limit) = user.zip(self.options.limit).unwrap_or(("", 0));
         let mut cmd = evalsha(&DEDUCT, &self.deduct_keys());
-        cmd.arg("")
-            .arg(self.options.qty)
-            .arg(order_id)
-            .arg(user)
-            .arg(limit);
+        cmd.arg(&self.deduct_args("", order_id, user, None));
         cmd
     }
 

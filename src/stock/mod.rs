@@ -97,6 +97,9 @@ pub struct BuyOptions {
     /// The most units one user may buy of the SKU in all; applies to purchases that name a
     /// user. Default: none.
     pub limit: Option<u64>,
+    /// Append each bought order to the SKU's events stream, in the same script as the
+    /// deduction (`--queue`). Default: off.
+    pub queue: bool,
 }
 
 impl Default for BuyOptions {
@@ -107,6 +110,7 @@ impl Default for BuyOptions {
             work: Duration::ZERO,
             lock: LockOptions::default(),
             limit: None,
+            queue: false,
         }
     }
 }

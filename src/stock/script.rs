@@ -9,7 +9,10 @@ use redis::Script;
 /// either: a write that fails halfway leaves the writes before it in place. So every key a
 /// script will write is checked first (right type, integers where it counts), and a script
 /// that finds hostile data returns before writing anything.
-/// `bad_books(ledger, sold, buyers, order id, user)` returns why not, or nil.
+/// `bad_books(ledger, sold, buyers, order id, user, events stream or nil)` returns why not, or
+/// nil. `order_event(...)` appends a bought order to the events stream (`--queue`), in the same
+/// script as the deduction: there is no moment when the stock is gone and the event is not
+/// there.
 const BOOKS_LUA: &str = r#"
 local function is_int(v)
   return v == false or v == nil or v == '0'
@@ -28,21 +31,32 @@ local function bad_hash(key, field)
   end
   return nil
 end
-local function bad_books(ledger, sold, buyers, order, user)
+local function bad_books(ledger, sold, buyers, order, user, events)
   local why = bad_hash(ledger, order) or bad_hash(buyers, user)
   if why then return why end
+  if events then
+    local t = redis.call('TYPE', events)['ok']
+    if t ~= 'none' and t ~= 'stream' then return events .. ' is a ' .. t .. ', not a stream' end
+  end
   local n = redis.pcall('GET', sold)
   if type(n) == 'table' then return sold .. ' is not a string' end
   if not is_int(n) then return sold .. ' holds ' .. quoted(n) .. ', not an integer' end
   return nil
 end
+local function order_event(events, order, sku, qty, user, fence)
+  local t = redis.call('TIME')
+  local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('XADD', events, '*', 'order_id', order, 'sku', sku, 'qty', qty, 'user', user,
+    'fence', fence, 'at', at)
+end
 "#;
 
 /// Deducts `qty` and records the order, in one atomic step, after checking whatever the caller
 /// asked for: a replayed order id, the lock, the per-user limit and the stock.
-/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units), 5 sold counter.
+/// KEYS: 1 stock, 2 ledger, 3 lock, 4 buyers (user -> units), 5 sold counter, 6 events.
 /// ARGV: 1 token ('' = we hold no lock: yield while anyone does), 2 qty, 3 order id,
-///       4 user ('' = no per-user limit), 5 the limit.
+///       4 user ('' = no per-user limit), 5 the limit, 6 '1' to append the order to the events
+///       stream, 7 the fencing token ('' without a lock), 8 the SKU.
 /// Returns {status, n, text}:
 ///   {'bought', stock left, ''}         {'replayed', units of the original order, stock now}
 ///   {'sold_out', stock, ''}            {'limit', units this user already has, ''}
@@ -53,7 +67,9 @@ end
 /// '-0'), because Lua's `tonumber` accepts '1e3', ' 7' and '+5' while DECRBY refuses them,
 /// and `nil`/`false` would otherwise read as "sold out".
 const DEDUCT_BODY: &str = r"
-local why = bad_books(KEYS[2], KEYS[5], KEYS[4], ARGV[3], ARGV[4])
+local events = nil
+if ARGV[6] == '1' then events = KEYS[6] end
+local why = bad_books(KEYS[2], KEYS[5], KEYS[4], ARGV[3], ARGV[4], events)
 if why then return {'bad_data', 0, why} end
 local prior = redis.call('HGET', KEYS[2], ARGV[3])
 if prior then
@@ -80,6 +96,7 @@ local left = redis.call('DECRBY', KEYS[1], qty)
 redis.call('HSET', KEYS[2], ARGV[3], qty)
 redis.call('INCRBY', KEYS[5], qty)
 if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
+if events then order_event(events, ARGV[3], ARGV[8], qty, ARGV[4], ARGV[7]) end
 return {'bought', left, ''}
 ";
 
@@ -93,20 +110,23 @@ pub(super) static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(&DEDUC
 /// `MULTI` does not roll back: a `DECRBY` that fails on a value that is not an integer would
 /// leave the ledger and the sold counter incremented. It checks nothing else (not the lock,
 /// not the stock): that is the read's job, and what the homework shows failing.
-/// KEYS: 1 stock, 2 ledger, 3 sold counter, 4 buyers. ARGV: 1 qty, 2 order id, 3 user ('' =
-/// none). Returns the stock left, or {'unseeded'} / {'bad_stock', reason} / {'bad_data',
+/// KEYS: 1 stock, 2 ledger, 3 sold counter, 4 buyers, 5 events. ARGV: 1 qty, 2 order id, 3 user
+/// ('' = none), 4 '1' to append the order to the events stream, 5 the fencing token, 6 the SKU. Returns the stock left, or {'unseeded'} / {'bad_stock', reason} / {'bad_data',
 /// reason} having written nothing.
 const WRITE_BODY: &str = r"
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) == 'table' then return {'bad_stock', 'a value of the wrong type'} end
 if not raw then return {'unseeded'} end
 if not is_int(raw) then return {'bad_stock', quoted(raw)} end
-local why = bad_books(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+local events = nil
+if ARGV[4] == '1' then events = KEYS[5] end
+local why = bad_books(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], events)
 if why then return {'bad_data', why} end
 local left = redis.call('DECRBY', KEYS[1], ARGV[1])
 redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[1])
 redis.call('INCRBY', KEYS[3], ARGV[1])
 if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[3], ARGV[1]) end
+if events then order_event(events, ARGV[2], ARGV[6], ARGV[1], ARGV[3], ARGV[5]) end
 return left
 ";
 

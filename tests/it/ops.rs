@@ -15,7 +15,8 @@ fn scrape(port: u16) -> Option<String> {
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.1 200").then_some(body)
+    // The server answers in the request's own version.
+    body.starts_with("HTTP/1.0 200").then_some(body)
 }
 
 /// The value of the first sample line starting with `prefix`.

@@ -1,0 +1,270 @@
+//! `hammer --queue --db URL`: workers beside the buyers move the orders into PostgreSQL, and the
+//! verdict covers the whole path. After the buyers finish, the hammer waits (bounded) for the
+//! queue to drain, stops the workers, and holds the rows of this run against what the buyers
+//! were told: every order told "bought" is in PostgreSQL once with its quantity, nothing else
+//! of the run is, and the stock consumed equals the units persisted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::tally::{Bits, Tally};
+use super::{HammerOptions, TIMELINE_POINTS};
+use crate::conn::Target;
+use crate::error::{Error, Result};
+use crate::keys::StockKeys;
+use crate::orders::db::Db;
+use crate::orders::worker::{self, WorkerOptions, WorkerStats};
+use crate::orders::{ensure_group, queue_state};
+use crate::units::{round_to, round3};
+
+/// What to run beside the buyers.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// The PostgreSQL URL (`--db`).
+    pub db_url: String,
+    /// Workers beside the buyers. Default: 1.
+    pub workers: u64,
+    /// How long the queue may make no progress after the buyers finish before the hammer stops
+    /// waiting for it. Default: 30 s.
+    pub patience: Duration,
+}
+
+/// The pipeline's part of the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PipelineReport {
+    pub workers: u64,
+    /// Orders the workers inserted (and saw again, and found in conflict, and dead-lettered).
+    pub persisted: u64,
+    pub redelivered: u64,
+    pub conflicts: u64,
+    pub dead_letters: u64,
+    /// Whether every queued order was persisted before the hammer stopped waiting.
+    pub drained: bool,
+    /// How long the queue took to drain after the buyers finished.
+    pub drain_s: f64,
+    /// Orders bought per second, and persisted per second (over buying and draining).
+    pub ingress_rps: f64,
+    pub drain_rps: f64,
+    /// The longest the queue got.
+    pub queue_peak: u64,
+    /// `[seconds since start, orders queued and not yet persisted]`.
+    pub queue_timeline: Vec<[f64; 2]>,
+    /// This run's rows in PostgreSQL, and their units.
+    pub rows: u64,
+    pub row_units: i64,
+}
+
+/// The running workers and the queue sampler.
+pub(super) struct Running {
+    stop: Arc<AtomicBool>,
+    workers: Vec<thread::JoinHandle<Result<WorkerStats>>>,
+    sampler: Option<thread::JoinHandle<()>>,
+    timeline: Arc<Mutex<Vec<[f64; 2]>>>,
+    sampling: Arc<AtomicBool>,
+    started: Instant,
+}
+
+/// Starts the workers and the sampler; fails (before any purchase) when the database cannot
+/// be reached or has no schema.
+pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
+    let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
+    db.require_schema(&p.db_url)?;
+    let keys = StockKeys::new(&opts.sku);
+    ensure_group(&mut target.connect()?, &keys)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..p.workers.max(1) {
+        let mut w = WorkerOptions::new(vec![opts.sku.clone()]);
+        w.block = Duration::from_millis(100);
+        // Orders a dead worker left pending are taken over after a second, not the default
+        // 30 s: a run should not wait that long. A slow but live worker loses nothing to this:
+        // the insert is idempotent.
+        w.claim_idle = Duration::from_secs(1);
+        w.stop = Some(stop.clone());
+        let (target, url) = (target.clone(), p.db_url.clone());
+        let spawned = thread::Builder::new()
+            .name("lockctl-worker".into())
+            .spawn(move || worker::run(&target, &url, &w));
+        match spawned {
+            Ok(h) => workers.push(h),
+            Err(e) => return Err(Error::internal(format!("could not start a worker: {e}"))),
+        }
+    }
+    let timeline = Arc::new(Mutex::new(Vec::new()));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let started = Instant::now();
+    let sampler = {
+        let (target, timeline, sampling) = (target.clone(), timeline.clone(), sampling.clone());
+        thread::Builder::new()
+            .name("lockctl-queue".into())
+            .spawn(move || sample(&target, &keys, &timeline, &sampling, started))
+            .ok()
+    };
+    Ok(Running {
+        stop,
+        workers,
+        sampler,
+        timeline,
+        sampling,
+        started,
+    })
+}
+
+/// The queue's backlog every 50 ms (thinned by half whenever the buffer fills).
+fn sample(
+    target: &Target,
+    keys: &StockKeys,
+    timeline: &Mutex<Vec<[f64; 2]>>,
+    sampling: &AtomicBool,
+    started: Instant,
+) {
+    let mut conn = crate::conn::Reconnecting::new(target);
+    while sampling.load(Ordering::SeqCst) {
+        if let Ok(q) = conn.with(|c| queue_state(c, keys)) {
+            let mut t = timeline.lock().unwrap_or_else(|e| e.into_inner());
+            t.push([started.elapsed().as_secs_f64(), q.backlog() as f64]);
+            if t.len() >= 2 * TIMELINE_POINTS {
+                let mut keep = false;
+                t.retain(|_| {
+                    keep = !keep;
+                    keep
+                });
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// After the buyers: waits for the queue to drain (while it makes progress, up to
+/// `patience` without any), stops the workers, and checks this run's rows.
+pub(super) fn finish(
+    running: Running,
+    target: &Target,
+    opts: &HammerOptions,
+    p: &PipelineOptions,
+    buyers_elapsed: Duration,
+    run_id: &str,
+    t: &Tally,
+) -> Result<(PipelineReport, Vec<String>)> {
+    let keys = StockKeys::new(&opts.sku);
+    let drain_started = Instant::now();
+    let mut conn = crate::conn::Reconnecting::new(target);
+    let (mut last, mut since) = (u64::MAX, Instant::now());
+    let drained = loop {
+        match conn.with(|c| queue_state(c, &keys)) {
+            Ok(q) if q.backlog() == 0 => break true,
+            Ok(q) if q.backlog() < last => (last, since) = (q.backlog(), Instant::now()),
+            _ => {}
+        }
+        if since.elapsed() > p.patience {
+            break false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let drain = drain_started.elapsed();
+    running.stop.store(true, Ordering::SeqCst);
+    let mut stats = WorkerStats::default();
+    let mut failures = Vec::new();
+    for h in running.workers {
+        match h.join() {
+            Ok(Ok(s)) => {
+                stats.persisted += s.persisted;
+                stats.redelivered += s.redelivered;
+                stats.conflicts += s.conflicts;
+                stats.dead_letters += s.dead_letters;
+            }
+            Ok(Err(e)) => failures.push(format!("a worker failed: {e}")),
+            Err(_) => failures.push("a worker thread panicked".into()),
+        }
+    }
+    running.sampling.store(false, Ordering::SeqCst);
+    if let Some(s) = running.sampler {
+        let _ = s.join();
+    }
+    let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
+    let (rows, _) = db.orders(&p.db_url, opts.sku.as_str(), &format!("{run_id}-"))?;
+    let mut violations = failures;
+    violations.extend(check_rows(t, run_id, &rows));
+    if !drained {
+        violations.push(format!(
+            "the queue did not drain: no progress for {} s after the buyers finished",
+            p.patience.as_secs()
+        ));
+    }
+    let timeline = running
+        .timeline
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let bought = t.sold_qty() / t.qty.max(1);
+    let whole = buyers_elapsed + drain;
+    let report = PipelineReport {
+        workers: p.workers,
+        persisted: stats.persisted,
+        redelivered: stats.redelivered,
+        conflicts: stats.conflicts,
+        dead_letters: stats.dead_letters,
+        drained,
+        drain_s: round3(drain.as_secs_f64()),
+        ingress_rps: round_to(bought as f64 / buyers_elapsed.as_secs_f64().max(1e-9), 1),
+        drain_rps: round_to(rows.len() as f64 / whole.as_secs_f64().max(1e-9), 1),
+        queue_peak: timeline.iter().map(|p| p[1] as u64).max().unwrap_or(0),
+        queue_timeline: timeline,
+        rows: rows.len() as u64,
+        row_units: rows.iter().map(|(_, q)| q).sum(),
+    };
+    let _ = running.started;
+    Ok((report, violations))
+}
+
+/// This run's rows against the answers: each order told "bought" persisted once with its
+/// quantity (the primary key makes "once"), and no row of the run that no buyer was told.
+fn check_rows(t: &Tally, run_id: &str, rows: &[(String, i64)]) -> Vec<String> {
+    let prefix = format!("{run_id}-");
+    let mut seen = Bits::new(t.told_bought.len());
+    let (mut extra, mut wrong) = (Vec::new(), Vec::new());
+    for (order, qty) in rows {
+        let Some(index) = order
+            .strip_prefix(&prefix)
+            .and_then(|i| i.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        seen.set(index);
+        if t.told_bought.get(index) {
+            if *qty != t.qty as i64 {
+                wrong.push(order.clone());
+            }
+        } else if !t.maybe_applied.get(index) {
+            extra.push(order.clone());
+        }
+    }
+    let missing: Vec<u64> = t.told_bought.minus(&seen).collect();
+    let mut out = Vec::new();
+    if !missing.is_empty() {
+        out.push(format!(
+            "{} order(s) told bought are not in PostgreSQL (e.g. {run_id}-{})",
+            missing.len(),
+            missing[0]
+        ));
+    }
+    if !extra.is_empty() {
+        out.push(format!(
+            "{} row(s) in PostgreSQL belong to no buyer told bought (e.g. {})",
+            extra.len(),
+            extra[0]
+        ));
+    }
+    if !wrong.is_empty() {
+        out.push(format!(
+            "{} row(s) in PostgreSQL have another quantity than bought (e.g. {})",
+            wrong.len(),
+            wrong[0]
+        ));
+    }
+    out
+}
