@@ -3,7 +3,8 @@
 //! Unlike the in-process metrics (which count what this process did), everything here is read
 //! fresh from Redis at scrape time, without taking any lock, so any number of buying processes
 //! (lockctl, the tutorial's PHP code) show up. Reads are O(1) per SKU: the sold counter stands
-//! in for the ledger, whose full check is `status`'s job.
+//! in for the ledger, whose full check is `status`'s job; the orders queue is read from the
+//! stream's consumer group (length, orders not yet persisted, age of the oldest).
 
 use std::fmt::Write as _;
 
@@ -13,7 +14,7 @@ use crate::lock::{Lock, LockOptions};
 use crate::sku::Sku;
 
 /// The exported gauges, in the order [`read_one`] returns their values, with their help text.
-const GAUGES: [(&str, &str); 7] = [
+const GAUGES: [(&str, &str); 10] = [
     ("lockctl_stock", "Stock now, per SKU"),
     ("lockctl_sold", "Units sold since the last seed, per SKU"),
     ("lockctl_seeded", "Stock given to the last seed, per SKU"),
@@ -29,6 +30,18 @@ const GAUGES: [(&str, &str); 7] = [
     (
         "lockctl_lock_waiters",
         "Clients waiting for the lock right now (the wait-queue length)",
+    ),
+    (
+        "lockctl_queue_length",
+        "Entries in the SKU's order events stream (acknowledged ones stay until trimmed)",
+    ),
+    (
+        "lockctl_queue_pending",
+        "Orders queued and not yet persisted: delivered to a worker and not acknowledged, or not yet delivered",
+    ),
+    (
+        "lockctl_queue_lag_seconds",
+        "Age of the oldest order not yet persisted (0 when none)",
     ),
 ];
 
@@ -84,7 +97,7 @@ pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String 
 }
 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).
-fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Option<f64>; 7]> {
+fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Option<f64>; 10]> {
     let keys = StockKeys::new(sku);
     let ((stock, sold, seeded), _): ((Option<i64>, Option<i64>, Option<i64>), _) = conn
         .transaction(
@@ -98,6 +111,12 @@ fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Optio
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
     let holder = lock.holder(conn)?;
     let waiters = lock.waiters(conn)?;
+    let queue = crate::orders::queue_state(conn, &keys)?;
+    let (secs, micros): (i64, i64) = conn.query(&redis::cmd("TIME"))?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let lag = queue
+        .oldest_unacked_ms
+        .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
     let reconciled = match (stock, seeded) {
         (Some(st), Some(se)) => Some(if st + sold.unwrap_or(0) == se {
             1.0
@@ -114,6 +133,9 @@ fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Optio
         Some(if holder.is_some() { 1.0 } else { 0.0 }),
         Some(holder.map_or(0.0, |(_, ttl)| ttl.as_secs_f64())),
         Some(waiters as f64),
+        Some(queue.length as f64),
+        Some(queue.backlog() as f64),
+        Some(lag),
     ])
 }
 

@@ -17,6 +17,7 @@ mod lease;
 mod lock;
 mod messages;
 mod ops;
+mod pipeline;
 mod redlock;
 mod report;
 mod run;

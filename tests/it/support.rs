@@ -471,3 +471,145 @@ pub fn lockctl_unconfigured(default_url: &str, tmp: &std::path::Path, args: &[&s
         .stdin(Stdio::null());
     cmd
 }
+
+/// Where the tests' PostgreSQL server is: `LOCKCTL_TEST_DATABASE_URL`, by default the local
+/// server with trust authentication. Each test makes its own database there.
+pub fn admin_database_url() -> String {
+    std::env::var("LOCKCTL_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database of its own for one test (a unique name), dropped on `Drop`.
+pub struct TestDb {
+    admin: String,
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub fn create() -> TestDb {
+        TestDb::create_on(&admin_database_url())
+    }
+
+    /// On the server `admin` (a URL of a database there to connect to first).
+    pub fn create_on(admin: &str) -> TestDb {
+        let name = format!("lockctl_test_{}", hex::encode(rand::random::<[u8; 6]>()));
+        let mut client = postgres::Client::connect(admin, postgres::NoTls).unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is not reachable at {admin} ({e}): install and start it (apt-get install -y postgresql; pg_ctlcluster 15 main start), or set LOCKCTL_TEST_DATABASE_URL"
+            )
+        });
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the test database");
+        let base = admin.rsplit_once('/').map_or(admin, |(b, _)| b);
+        TestDb {
+            admin: admin.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+
+    pub fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, postgres::NoTls).expect("connect to the test database")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// A PostgreSQL server of its own (initdb in a temporary directory, a free port), for the test
+/// that restarts it mid-run; stopped on `Drop`. Needs the server binaries
+/// (`apt-get install -y postgresql`; or `LOCKCTL_TEST_PG_BINDIR`) and, as root, the `postgres`
+/// user to run them as.
+pub struct PrivatePostgres {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl PrivatePostgres {
+    pub fn start() -> PrivatePostgres {
+        let bin = std::env::var_os("LOCKCTL_TEST_PG_BINDIR")
+            .map(PathBuf::from)
+            .or_else(|| {
+                let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+                    .ok()?
+                    .flatten()
+                    .map(|e| e.path().join("bin"))
+                    .filter(|p| p.join("initdb").exists())
+                    .collect();
+                dirs.sort();
+                dirs.pop()
+            })
+            .expect("PostgreSQL's server binaries are missing: apt-get install -y postgresql (or set LOCKCTL_TEST_PG_BINDIR)");
+        let dir = tempfile::tempdir().unwrap();
+        run_ok(Command::new("chown").args(["postgres"]).arg(dir.path()));
+        let data = dir.path().join("data");
+        run_ok(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(bin.join("initdb"))
+                .args(["-A", "trust", "-U", "postgres", "-D"])
+                .arg(&data),
+        );
+        let pg = PrivatePostgres {
+            bin,
+            dir,
+            port: free_port(),
+        };
+        pg.ctl("start");
+        pg
+    }
+
+    fn ctl(&self, action: &str) {
+        let data = self.dir.path().join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        run_ok(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"))
+                .args(["-D"])
+                .arg(&data)
+                .args(["-o", &opts, "-l"])
+                .arg(self.dir.path().join("log"))
+                .args(["-m", "fast", "-w", action]),
+        );
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn stop(&self) {
+        self.ctl("stop");
+    }
+
+    pub fn start_again(&self) {
+        self.ctl("start");
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}

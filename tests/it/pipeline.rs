@@ -1,0 +1,380 @@
+//! The orders pipeline on real servers: each test has its own redis-server and its own
+//! PostgreSQL database (or, for the restart, its own PostgreSQL server). Nothing lost, nothing
+//! doubled, through crashes, restarts and poison.
+
+use std::time::Duration;
+
+use crate::support::{
+    PrivatePostgres, RedisServer, Streams, TestDb, code, eventually, json, lockctl, lockctl_env,
+    signal, spawn_lockctl_with, stderr, stdout,
+};
+use redis::Commands;
+
+/// The database's orders of `sku`: (rows, distinct order ids, units).
+fn rows(db: &TestDb, sku: &str) -> (i64, i64, i64) {
+    let r = db
+        .client()
+        .query_one(
+            "SELECT count(*), count(DISTINCT order_id), coalesce(sum(qty), 0)::bigint
+               FROM lockctl_orders WHERE sku = $1",
+            &[&sku],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+fn init(url: &str, db: &TestDb) {
+    let out = lockctl(url, &["db", "init", "--db", &db.url]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+/// `n` bought orders of `sku` waiting in its stream (no worker yet).
+fn queue_orders(server: &RedisServer, sku: &str, n: &str) {
+    let out = lockctl(
+        &server.url(),
+        &[
+            "--json",
+            "hammer",
+            "--sku",
+            sku,
+            "-n",
+            n,
+            "-c",
+            "10",
+            "--stock",
+            n,
+            "--strategy",
+            "atomic",
+            "--queue",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let len: u64 = server
+        .raw()
+        .xlen(format!("item:order_events:{sku}"))
+        .unwrap();
+    assert_eq!(len.to_string(), n);
+}
+
+fn reconciled(server: &RedisServer, db: &TestDb, sku: &str) -> serde_json::Value {
+    let out = lockctl(&server.url(), &["--json", "status", sku, "--db", &db.url]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    json(&out)
+}
+
+#[test]
+fn db_init_is_idempotent_and_a_worker_before_it_says_what_to_run() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    let out = lockctl(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "s", "--once"],
+    );
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("lockctl db init"), "{}", stderr(&out));
+    let first = json(&lockctl(
+        &server.url(),
+        &["--json", "db", "init", "--db", &db.url],
+    ));
+    assert_eq!(first["schema_version_before"], 0);
+    assert_eq!(first["schema_version"], 1);
+    let again = json(&lockctl(
+        &server.url(),
+        &["--json", "db", "init", "--db", &db.url],
+    ));
+    assert_eq!(again["schema_version_before"], 1);
+    let out = lockctl(
+        &server.url(),
+        &["db", "init", "--db", "postgres://nobody@127.0.0.1:1/x"],
+    );
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("is it running"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_hammer_verifies_the_whole_path_into_postgresql_for_every_strategy() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    for (strategy, n, stock) in [
+        ("atomic", "2000", "1000"),
+        ("lock", "300", "150"),
+        ("fenced", "300", "150"),
+    ] {
+        let sku = format!("p-{strategy}");
+        let out = lockctl(
+            &server.url(),
+            &[
+                "--json",
+                "hammer",
+                "--sku",
+                &sku,
+                "-n",
+                n,
+                "-c",
+                "10",
+                "--stock",
+                stock,
+                "--strategy",
+                strategy,
+                "--queue",
+                "--db",
+                &db.url,
+                "--workers",
+                "2",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["verdict"], "pass", "{v}");
+        assert_eq!(v["pipeline"]["drained"], true);
+        assert_eq!(v["pipeline"]["rows"].to_string(), stock);
+        let (count, distinct, units) = rows(&db, &sku);
+        assert_eq!(
+            (count, distinct, units.to_string()),
+            (distinct, count, stock.to_string())
+        );
+        let st = reconciled(&server, &db, &sku);
+        assert_eq!(st["orders"]["persisted_units"].to_string(), stock);
+        assert_eq!(st["orders"]["queued_units"], 0);
+    }
+}
+
+#[test]
+fn a_worker_killed_before_its_commit_loses_nothing() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "k1", "500");
+    // The worker dies on the spot there, as a kill -9 would (a test-only crash point).
+    let out = lockctl_env(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "k1", "--batch", "100"],
+        &[("LOCKCTL_WORKER_CRASH_AT", "before_commit")],
+    );
+    assert!(
+        out.status.code().is_none(),
+        "the worker should have died: {}",
+        stderr(&out)
+    );
+    assert_eq!(rows(&db, "k1").0, 0, "nothing committed before the crash");
+    drain(&server, &db, "k1");
+    assert_eq!(rows(&db, "k1"), (500, 500, 500));
+    reconciled(&server, &db, "k1");
+}
+
+#[test]
+fn a_worker_killed_between_commit_and_ack_adds_no_row_when_redelivered() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "k2", "500");
+    // The worker dies on the spot there, as a kill -9 would (a test-only crash point).
+    let out = lockctl_env(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "k2", "--batch", "100"],
+        &[("LOCKCTL_WORKER_CRASH_AT", "after_commit")],
+    );
+    assert!(out.status.code().is_none(), "the worker should have died");
+    assert_eq!(
+        rows(&db, "k2").0,
+        100,
+        "the first batch committed, then the crash"
+    );
+    let v = drain(&server, &db, "k2");
+    assert!(v["redelivered"].as_u64().unwrap() >= 100, "{v}");
+    assert_eq!(rows(&db, "k2"), (500, 500, 500));
+    reconciled(&server, &db, "k2");
+}
+
+/// Runs `worker --once` with a 1 ms claim time (the crashed worker's entries are taken over at
+/// once) and returns its JSON summary.
+fn drain(server: &RedisServer, db: &TestDb, sku: &str) -> serde_json::Value {
+    let out = lockctl(
+        &server.url(),
+        &[
+            "--json",
+            "worker",
+            "--db",
+            &db.url,
+            "--sku",
+            sku,
+            "--once",
+            "--claim-idle-ms",
+            "1",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    json(&out)
+}
+
+#[test]
+fn two_workers_on_one_sku_write_each_order_once() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "two", "3000");
+    let args = [
+        "--json", "worker", "--db", &db.url, "--sku", "two", "--once", "--batch", "50",
+    ];
+    let a = spawn_lockctl_with(&server.url(), &args, Streams::Capture);
+    let b = spawn_lockctl_with(&server.url(), &args, Streams::Capture);
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_eq!((code(&a), code(&b)), (0, 0));
+    let persisted =
+        json(&a)["persisted"].as_u64().unwrap() + json(&b)["persisted"].as_u64().unwrap();
+    assert_eq!(persisted, 3000);
+    assert_eq!(rows(&db, "two"), (3000, 3000, 3000));
+}
+
+#[test]
+fn a_poison_entry_goes_to_the_dead_letter_stream_and_never_blocks_the_queue() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "poison", "100");
+    let _: String = server
+        .raw()
+        .xadd(
+            "item:order_events:poison",
+            "*",
+            &[("order_id", "x"), ("qty", "many")],
+        )
+        .unwrap();
+    queue_orders_more(&server, "poison");
+    let v = drain(&server, &db, "poison");
+    assert_eq!(v["dead_letters"], 1);
+    assert_eq!(rows(&db, "poison").0, 100 + 50);
+    let dead: u64 = server.raw().xlen("item:order_dead:poison").unwrap();
+    assert_eq!(dead, 1);
+}
+
+/// 50 more orders of `sku` on top of its stock, without reseeding.
+fn queue_orders_more(server: &RedisServer, sku: &str) {
+    let _: () = server.raw().incr(format!("item:stock:{sku}"), 50).unwrap();
+    let _: () = server.raw().incr(format!("item:seeded:{sku}"), 50).unwrap();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "--sku",
+            sku,
+            "-n",
+            "50",
+            "--strategy",
+            "atomic",
+            "--queue",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn postgresql_restarted_mid_run_loses_nothing() {
+    let server = RedisServer::start();
+    let pg = PrivatePostgres::start();
+    let db = TestDb::create_on(&pg.admin_url());
+    init(&server.url(), &db);
+    let mut worker = spawn_lockctl_with(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "pgr"],
+        Streams::Discard,
+    );
+    let buyers = spawn_lockctl_with(
+        &server.url(),
+        &[
+            "hammer",
+            "--sku",
+            "pgr",
+            "-n",
+            "400",
+            "-c",
+            "4",
+            "--stock",
+            "400",
+            "--strategy",
+            "atomic",
+            "--work-ms",
+            "5",
+            "--queue",
+        ],
+        Streams::Capture,
+    );
+    std::thread::sleep(Duration::from_millis(150));
+    pg.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    pg.start_again();
+    assert_eq!(code(&buyers.wait_with_output().unwrap()), 0);
+    assert!(
+        eventually(Duration::from_secs(60), || rows(&db, "pgr").0 == 400),
+        "the worker did not catch up after the restart: {:?}",
+        rows(&db, "pgr")
+    );
+    signal(worker.id(), "TERM");
+    let _ = worker.wait();
+    assert_eq!(rows(&db, "pgr"), (400, 400, 400));
+    reconciled(&server, &db, "pgr");
+}
+
+#[test]
+fn redis_restarted_mid_run_with_appendonly_loses_nothing() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    let mut worker = spawn_lockctl_with(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "rr"],
+        Streams::Discard,
+    );
+    queue_orders(&server, "rr", "300");
+    server.restart();
+    queue_orders_more(&server, "rr");
+    assert!(
+        eventually(Duration::from_secs(60), || rows(&db, "rr").0 == 350),
+        "the worker did not resume after Redis came back: {:?}",
+        rows(&db, "rr")
+    );
+    signal(worker.id(), "TERM");
+    let _ = worker.wait();
+    assert_eq!(rows(&db, "rr"), (350, 350, 350));
+    reconciled(&server, &db, "rr");
+}
+
+#[test]
+fn a_queue_faster_than_its_worker_grows_then_drains_and_the_verdict_holds() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    let out = lockctl(
+        &server.url(),
+        &[
+            "--json",
+            "hammer",
+            "--sku",
+            "burst",
+            "-n",
+            "20000",
+            "-c",
+            "20",
+            "--stock",
+            "20000",
+            "--strategy",
+            "atomic",
+            "--queue",
+            "--db",
+            &db.url,
+            "--workers",
+            "1",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass");
+    assert!(
+        v["pipeline"]["queue_peak"].as_u64().unwrap() > 0,
+        "{}",
+        v["pipeline"]
+    );
+    assert_eq!(v["pipeline"]["drained"], true);
+    assert_eq!(rows(&db, "burst"), (20000, 20000, 20000));
+}
