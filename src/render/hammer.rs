@@ -336,27 +336,7 @@ pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
     s.push_str("| strategy | purchases/s | slower than fastest | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | bought | sold out | busy | lease lost | errors | final stock | oversold | verdict |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (r, rel) in ranked(reports) {
-        let l = &r.latency_ms;
-        let _ = writeln!(
-            s,
-            "| {} | {:.1} | {:.2}x | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.run.strategy,
-            r.throughput_rps,
-            rel,
-            l.p50,
-            l.p90,
-            l.p99,
-            l.p999,
-            l.max,
-            r.bought,
-            r.sold_out,
-            r.busy,
-            r.lease_lost,
-            r.errors,
-            opt(r.final_stock),
-            r.oversold,
-            verdict_word(r.verdict)
-        );
+        let _ = writeln!(s, "| {} |", summary_cells(r, rel).join(" | "));
     }
     let violations: Vec<String> = reports
         .iter()
@@ -370,6 +350,31 @@ pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
         let _ = write!(s, "\nViolations:\n\n{}\n", violations.join("\n"));
     }
     s
+}
+
+/// One strategy's row of the summary table (Markdown and HTML), in the header's order:
+/// strategy, purchases/s, slower than fastest, p50, p90, p99, p99.9, max (ms), bought, sold
+/// out, busy, lease lost, errors, final stock, oversold, verdict.
+pub(super) fn summary_cells(r: &Report, rel: f64) -> [String; 16] {
+    let l = &r.latency_ms;
+    [
+        r.run.strategy.to_string(),
+        format!("{:.1}", r.throughput_rps),
+        format!("{rel:.2}x"),
+        format!("{:.3}", l.p50),
+        format!("{:.3}", l.p90),
+        format!("{:.3}", l.p99),
+        format!("{:.3}", l.p999),
+        format!("{:.3}", l.max),
+        r.bought.to_string(),
+        r.sold_out.to_string(),
+        r.busy.to_string(),
+        r.lease_lost.to_string(),
+        r.errors.to_string(),
+        opt(r.final_stock),
+        r.oversold.to_string(),
+        verdict_word(r.verdict).to_string(),
+    ]
 }
 
 /// How the lock was taken, for the lock strategies: `, single-node lock` or `, Redlock quorum

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::chart::{Scale, Series, line_chart};
-use super::hammer::{Context, lock_kind, mode_name, opt, ranked, verdict_word};
+use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
 use crate::hammer::{Bucket, Report};
 
 /// The page.
@@ -173,27 +173,16 @@ fn stock_series(reports: &[Report]) -> Vec<Series> {
 fn summary_rows(reports: &[Report]) -> String {
     let mut rows = String::new();
     for (r, rel) in ranked(reports) {
-        let l = &r.latency_ms;
-        let word = verdict_word(r.verdict);
+        let mut cells = summary_cells(r, rel);
+        let word = std::mem::take(&mut cells[15]);
+        let tds: String = cells[..15]
+            .iter()
+            .map(|c| format!("<td>{}</td>", escape(c)))
+            .collect();
         let _ = writeln!(
             rows,
-            "<tr><td>{}</td><td>{:.1}</td><td>{:.2}x</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{word}</td></tr>",
-            r.run.strategy,
-            r.throughput_rps,
-            rel,
-            l.p50,
-            l.p90,
-            l.p99,
-            l.p999,
-            l.max,
-            r.bought,
-            r.sold_out,
-            r.busy,
-            r.lease_lost,
-            r.errors,
-            opt(r.final_stock),
-            r.oversold,
-            word.to_lowercase(),
+            "<tr>{tds}<td class=\"{}\">{word}</td></tr>",
+            word.to_lowercase()
         );
     }
     rows

@@ -15,10 +15,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::faults::make_certs;
+use crate::faults::tls_server;
 use crate::support::{
-    RedisServer, Streams, accounted, code, eventually, finish_within, free_port, json, lockctl,
-    lockctl_env, signal, spawn_lockctl, spawn_lockctl_with, stderr, stdout,
+    RedisServer, Streams, accounted, code, eventually, finish_within, json, lockctl, lockctl_env,
+    signal, spawn_lockctl, spawn_lockctl_with, stderr, stdout,
 };
 use redis::Commands;
 
@@ -852,24 +852,8 @@ fn a_backtick_in_a_sku_survives_the_markdown_export() {
 /// and the run buys the whole stock.
 #[test]
 fn a_procs_hammer_over_tls_with_a_password_buys_end_to_end() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
+    let (certs, server, tls_port) = tls_server(&["--requirepass", "tls-s3cret"]);
     let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
-    let tls_port = free_port();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &p("server.crt"),
-        "--tls-key-file",
-        &p("server.key"),
-        "--tls-ca-cert-file",
-        &p("ca.crt"),
-        "--tls-auth-clients",
-        "yes",
-        "--requirepass",
-        "tls-s3cret",
-    ]);
     let url = format!("rediss://:tls-s3cret@localhost:{tls_port}");
     let (ca, cert, key) = (p("ca.crt"), p("client.crt"), p("client.key"));
     let out = lockctl(

@@ -268,6 +268,32 @@ fn an_acl_user_works_and_a_wrong_one_is_one_clear_error() {
 /// A CA, a server certificate for localhost and 127.0.0.1, and a client certificate, made
 /// with openssl in `dir`. Version 3 certificates, as rustls requires. (The adversarial tests
 /// use it too.)
+/// A redis-server that speaks TLS on its own port too (with `extra` arguments), requiring a
+/// client certificate; its certificates in the returned directory (`ca.crt`, `client.crt`,
+/// `client.key`, `other-ca.crt`).
+pub(crate) fn tls_server(extra: &[&str]) -> (tempfile::TempDir, RedisServer, u16) {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let tls_port = free_port();
+    let mut args = vec![
+        "--tls-port".to_string(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        p("server.crt"),
+        "--tls-key-file".into(),
+        p("server.key"),
+        "--tls-ca-cert-file".into(),
+        p("ca.crt"),
+        "--tls-auth-clients".into(),
+        "yes".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_with(&argv);
+    (certs, server, tls_port)
+}
+
 pub(crate) fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
         run_ok(Command::new("openssl").args(args).current_dir(dir));
@@ -334,22 +360,8 @@ pub(crate) fn make_certs(dir: &Path) {
 
 #[test]
 fn tls_with_the_right_ca_and_client_certificate_works_and_anything_less_is_refused() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
+    let (certs, server, tls_port) = tls_server(&[]);
     let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
-    let tls_port = free_port();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &p("server.crt"),
-        "--tls-key-file",
-        &p("server.key"),
-        "--tls-ca-cert-file",
-        &p("ca.crt"),
-        "--tls-auth-clients",
-        "yes",
-    ]);
     let url = format!("rediss://localhost:{tls_port}");
     let (ca, cert, key) = (p("ca.crt"), p("client.crt"), p("client.key"));
     let full = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
