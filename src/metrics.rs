@@ -80,6 +80,34 @@ pub struct Metrics {
     stock: Family<SkuLabel, Gauge>,
 }
 
+/// The orders pipeline's metrics (a worker's), registered in `r`.
+fn register_pipeline(r: &mut Registry) -> (Counter, Counter, Counter, Histogram) {
+    let (persisted, conflicts, dead_letters) =
+        (Counter::default(), Counter::default(), Counter::default());
+    let batch_commit = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+    r.register(
+        "lockctl_orders_persisted",
+        "Orders the worker committed to PostgreSQL",
+        persisted.clone(),
+    );
+    r.register(
+        "lockctl_order_conflicts",
+        "Order ids already persisted with another SKU or quantity",
+        conflicts.clone(),
+    );
+    r.register(
+        "lockctl_dead_letters",
+        "Stream entries that were not orders, moved to the dead-letter stream",
+        dead_letters.clone(),
+    );
+    r.register(
+        "lockctl_batch_commit_seconds",
+        "Time to insert and commit one batch of orders",
+        batch_commit.clone(),
+    );
+    (persisted, conflicts, dead_letters, batch_commit)
+}
+
 /// This process's metrics.
 pub fn global() -> &'static Metrics {
     static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -137,29 +165,7 @@ impl Metrics {
             lease_lost.clone(),
         );
         r.register("lockctl_buy", "Purchases by outcome", buys.clone());
-        let (persisted, conflicts, dead_letters) =
-            (Counter::default(), Counter::default(), Counter::default());
-        let batch_commit = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        r.register(
-            "lockctl_orders_persisted",
-            "Orders the worker committed to PostgreSQL",
-            persisted.clone(),
-        );
-        r.register(
-            "lockctl_order_conflicts",
-            "Order ids already persisted with another SKU or quantity",
-            conflicts.clone(),
-        );
-        r.register(
-            "lockctl_dead_letters",
-            "Stream entries that were not orders, moved to the dead-letter stream",
-            dead_letters.clone(),
-        );
-        r.register(
-            "lockctl_batch_commit_seconds",
-            "Time to insert and commit one batch of orders",
-            batch_commit.clone(),
-        );
+        let (persisted, conflicts, dead_letters, batch_commit) = register_pipeline(&mut r);
         r.register("lockctl_stock", "Stock last seen, per SKU", stock.clone());
         Metrics {
             registry: r,

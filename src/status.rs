@@ -104,26 +104,8 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             }
         ));
     }
-    if let Some(stock) = stock
-        && stock < 0
-    {
-        problems.push(format!("the stock is negative: {stock} (oversold)"));
-    }
-    if ledger_ok && sold != ledger_qty {
-        problems.push(format!(
-            "the sold counter says {sold} but the ledger holds {ledger_qty} units in {ledger_orders} orders"
-        ));
-    }
-    if let (Some(n), Some(stock)) = (seeded, stock)
-        && ledger_ok
-        && stock + ledger_qty != n
-    {
-        problems.push(format!(
-            "stock {stock} + ledger {ledger_qty} = {} but {n} was seeded: {} units unaccounted for",
-            stock + ledger_qty,
-            n - stock - ledger_qty
-        ));
-    }
+    let ledger = ledger_ok.then_some((ledger_orders, ledger_qty));
+    problems.extend(book_problems(stock, seeded, sold, ledger));
     let reconciled = if !problems.is_empty() {
         Some(false)
     } else {
@@ -186,6 +168,43 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
         st.reconciled = Some(false);
     }
     st.orders = Some(books);
+}
+
+/// The three records of the sales against each other: the stock never negative, the sold
+/// counter equal to the ledger, and stock + ledger equal to the seed. `ledger` is (orders,
+/// units), `None` when it could not be read.
+fn book_problems(
+    stock: Option<i64>,
+    seeded: Option<i64>,
+    sold: i64,
+    ledger: Option<(u64, i64)>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(stock) = stock
+        && stock < 0
+    {
+        problems.push(format!("the stock is negative: {stock} (oversold)"));
+    }
+    let Some((orders, units)) = ledger else {
+        return problems;
+    };
+    if sold != units {
+        problems.push(format!(
+            "the sold counter says {sold} but the ledger holds {} in {}",
+            crate::units::count(units, "unit", "units"),
+            crate::units::count(orders, "order", "orders")
+        ));
+    }
+    if let (Some(n), Some(stock)) = (seeded, stock)
+        && stock + units != n
+    {
+        problems.push(format!(
+            "stock {stock} + ledger {units} = {} but {n} was seeded: {} unaccounted for",
+            stock + units,
+            crate::units::count(n - stock - units, "unit", "units")
+        ));
+    }
+    problems
 }
 
 /// An integer kept in a string key (the seed record, the sold counter, the fencing counter):

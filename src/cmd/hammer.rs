@@ -23,18 +23,7 @@ use crate::signals;
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
 pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
-    if args.purchase.limit.is_some() && args.users.is_none() {
-        return Err(UsageError(
-            "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
-        )
-        .into());
-    }
-    if args.purchase.queue && args.strategies().contains(&Strategy::Naive) {
-        return Err(UsageError(
-            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
-        )
-        .into());
-    }
+    check_args(&args)?;
     // A bad export path fails here, before any purchase is made.
     let exports = Exports::open(&args)?;
     let mut strategies: Vec<Strategy> = args.strategies();
@@ -47,17 +36,11 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         }
     };
     let read_waiters = waiters_reader(ctx, &args);
-    if let Some(addr) = &args.metrics_addr {
-        let before = read_waiters.clone();
-        let scrape = Arc::new(move || {
-            before();
-            metrics::global().encode()
-        });
-        let bound = endpoint::serve(addr, scrape, EndpointOptions::default()).map_err(|e| {
-            exports.discard();
-            UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}"))
-        })?;
-        eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
+    if let Some(addr) = &args.metrics_addr
+        && let Err(e) = serve_metrics(addr, read_waiters.clone())
+    {
+        exports.discard();
+        return Err(e);
     }
     let signals = signals::listen(signals::First::Finish);
     let stop = signals.requested.clone();
@@ -119,6 +102,35 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::of_verdict(overall_verdict(&reports))
     })
+}
+
+/// What the command line allows but the hammer cannot honour.
+fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
+    if args.purchase.limit.is_some() && args.users.is_none() {
+        return Err(UsageError(
+            "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
+        )
+        .into());
+    }
+    if args.purchase.queue && args.strategies().contains(&Strategy::Naive) {
+        return Err(UsageError(
+            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// `--metrics-addr`: this process's metrics, with the queue length read just before each scrape.
+fn serve_metrics(addr: &str, before: impl Fn() + Send + Sync + 'static) -> anyhow::Result<()> {
+    let scrape = Arc::new(move || {
+        before();
+        metrics::global().encode()
+    });
+    let bound = endpoint::serve(addr, scrape, EndpointOptions::default())
+        .map_err(|e| UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}")))?;
+    eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
+    Ok(())
 }
 
 /// Where and when this run happens, for reports that stand alone.

@@ -172,20 +172,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     if let (Some(running), Some(p)) = (running, &opts.pipeline) {
         let (pipe, violations) =
             pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;
-        report.violations.extend(violations);
-        if let Some(consumed) = report.consumed
-            && pipe.drained
-            && consumed != pipe.row_units
-        {
-            report.violations.push(format!(
-                "the stock fell by {consumed} but PostgreSQL holds {} units of this run",
-                pipe.row_units
-            ));
-        }
-        if !report.violations.is_empty() {
-            report.verdict = Verdict::Fail;
-        }
-        report.pipeline = Some(pipe);
+        pipeline::judge(&mut report, pipe, violations);
     }
     if interrupted {
         report.interrupted = true;

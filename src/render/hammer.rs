@@ -64,6 +64,18 @@ fn facts_rows(s: &mut String, r: &Report) {
             }
         ),
     );
+    timing_rows(s, r);
+    pipeline_rows(s, r);
+    for n in &r.notes {
+        row(s, "note", n.clone());
+    }
+    if let Some(e) = &r.first_error {
+        row(s, "first error", e.clone());
+    }
+}
+
+/// Latencies, lock wait and hold, throughput, and the instrument's own cost.
+fn timing_rows(s: &mut String, r: &Report) {
     row(s, "latency", pct_text(&r.latency_ms));
     if let Some(w) = &r.lock_wait_ms {
         row(s, "lock wait", pct_text(w));
@@ -91,6 +103,10 @@ fn facts_rows(s: &mut String, r: &Report) {
             format!("hammer CPU {cpu:.2} s ({per:.1} µs per purchase), peak memory {rss:.1} MB"),
         );
     }
+}
+
+/// The orders pipeline, when there was one.
+fn pipeline_rows(s: &mut String, r: &Report) {
     if let Some(p) = &r.pipeline {
         row(
             s,
@@ -113,12 +129,6 @@ fn facts_rows(s: &mut String, r: &Report) {
                 p.ingress_rps, p.drain_rps, p.redelivered, p.conflicts, p.dead_letters
             ),
         );
-    }
-    for n in &r.notes {
-        row(s, "note", n.clone());
-    }
-    if let Some(e) = &r.first_error {
-        row(s, "first error", e.clone());
     }
 }
 

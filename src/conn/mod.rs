@@ -1,0 +1,352 @@
+//! Connections to Redis with bounded waits and errors that never leak a password.
+//!
+//! Every call goes through [`Conn`], which sets a read and write timeout on the socket, so a
+//! paused or partitioned server turns into a [`Error::Timeout`] after `--timeout-ms` instead of
+//! a hang, and which maps the driver's errors to [`Error`] in one place. Scripts run through
+//! `redis::Script` (EVALSHA first, loading the script on `NOSCRIPT`), so a flushed script cache
+//! or a restarted server costs one extra round trip, not a failure.
+//!
+//! Layout: [`Conn`] here; [`Target`] (what to connect to, and connecting) in `target`; the
+//! limits and TLS files in `options`; error wording and password redaction in `errors`.
+
+mod errors;
+mod options;
+mod target;
+
+pub use errors::redact_url;
+use errors::{auth_reason, is_auth_error, is_interrupted, scrub, shorten};
+pub use options::{ConnectOptions, TlsFiles};
+pub use target::Target;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisError};
+
+use crate::error::{Error, Result};
+
+/// One connection. Not shared between threads: each worker opens its own.
+pub struct Conn {
+    inner: Inner,
+    /// The cluster's client, to reconnect with a fresh slot map after a redirection.
+    cluster: Option<redis::cluster::ClusterClient>,
+    addr: Arc<str>,
+    url: Arc<str>,
+    call_timeout: Duration,
+}
+
+enum Inner {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Inner {
+    fn like(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Inner::Single(c) => c,
+            Inner::Cluster(c) => c,
+        }
+    }
+
+    fn set_timeouts(&self, limit: Duration) -> redis::RedisResult<()> {
+        match self {
+            Inner::Single(c) => c
+                .set_read_timeout(Some(limit))
+                .and(c.set_write_timeout(Some(limit))),
+            Inner::Cluster(c) => c
+                .set_read_timeout(Some(limit))
+                .and(c.set_write_timeout(Some(limit))),
+        }
+    }
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn").field("addr", &self.addr).finish()
+    }
+}
+
+impl Conn {
+    /// `host:port` of the server.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The per-call limit now in force.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Changes the per-call limit (a blocking command needs more than its own block time).
+    pub fn set_call_timeout(&mut self, limit: Duration) -> Result<()> {
+        let limit = limit.max(Duration::from_millis(1));
+        self.call_timeout = limit;
+        self.inner.set_timeouts(limit).map_err(|e| self.map_err(e))
+    }
+
+    /// Runs one command.
+    pub fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
+        self.following_redirects(|c| {
+            let r = cmd.query(c.inner.like());
+            r.map_err(|e| c.map_err(e))
+        })
+    }
+
+    /// Runs `call`, and on a cluster runs it again while the server answers with a
+    /// redirection (`MOVED`, `ASK`, `TRYAGAIN`: the slot is elsewhere or migrating). Such an
+    /// answer means the server applied nothing, so sending again cannot apply anything twice;
+    /// the connection is reopened first, which reads the slot map afresh. Nothing else is ever
+    /// sent again: a timeout or a broken connection may have been applied. Gives up after the
+    /// per-call limit.
+    fn following_redirects<T>(
+        &mut self,
+        mut call: impl FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = std::time::Instant::now() + self.call_timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let result = call(self);
+            let redirected = matches!(&result,
+                Err(Error::Redis { code: Some(c), indeterminate: false, .. })
+                    if matches!(c.as_str(), "MOVED" | "ASK" | "TRYAGAIN"));
+            let Some(client) = self.cluster.as_ref().filter(|_| redirected) else {
+                return result;
+            };
+            if std::time::Instant::now() + pause > deadline {
+                return result;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
+            if let Ok(fresh) = client.get_connection() {
+                self.inner = Inner::Cluster(Box::new(fresh));
+                let limit = self.call_timeout;
+                self.inner
+                    .set_timeouts(limit)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
+    }
+
+    /// Runs `commands` in one MULTI/EXEC transaction, followed in the same round trip by `then`
+    /// if given (which runs whatever the transaction did; on a cluster, in a second round trip).
+    /// Returns EXEC's replies, parsed as `T`, and `then`'s reply (`None` if it could not be
+    /// read: the caller runs it again its own way).
+    ///
+    /// Built by hand rather than with `redis::Pipeline` because a cluster connection refuses
+    /// pipelines; sent as one packet, it goes to the node owning the first command's key, which
+    /// is the node of every key of a SKU when the SKU carries a hash tag.
+    pub fn transaction<T: FromRedisValue>(
+        &mut self,
+        commands: &[redis::Cmd],
+        then: Option<&redis::Cmd>,
+    ) -> Result<(T, Option<redis::Value>)> {
+        self.following_redirects(|c| c.transaction_once(commands, then))
+    }
+
+    fn transaction_once<T: FromRedisValue>(
+        &mut self,
+        commands: &[redis::Cmd],
+        then: Option<&redis::Cmd>,
+    ) -> Result<(T, Option<redis::Value>)> {
+        // A cluster connection fails a whole packet on any error reply in it, so a NOSCRIPT
+        // from `then` would hide that the transaction ran: there `then` is sent on its own,
+        // after the transaction.
+        let (in_packet, after) = match self.inner {
+            Inner::Cluster(_) => (None, then),
+            Inner::Single(_) => (then, None),
+        };
+        let mut packed = redis::cmd("MULTI").get_packed_command();
+        for c in commands {
+            packed.extend(c.get_packed_command());
+        }
+        packed.extend(redis::cmd("EXEC").get_packed_command());
+        if let Some(t) = in_packet {
+            packed.extend(t.get_packed_command());
+        }
+        let count = commands.len() + 2 + usize::from(in_packet.is_some());
+        // An error here may come from any command of the packet, after EXEC applied the
+        // transaction: its effect is unknown.
+        let mut replies = self
+            .inner
+            .like()
+            .req_packed_commands(&packed, 0, count)
+            .map_err(|e| self.map_err(e).into_indeterminate())?;
+        let then_reply = in_packet.and_then(|_| replies.pop());
+        let exec = replies.pop().unwrap_or(redis::Value::Nil);
+        let exec = match exec {
+            redis::Value::ServerError(e) => return Err(self.map_err(e.into())),
+            redis::Value::Nil => {
+                // MULTI refused a command (EXECABORT): find the reason among the replies.
+                let why = replies.into_iter().find_map(|r| match r {
+                    redis::Value::ServerError(e) => Some(e),
+                    _ => None,
+                });
+                return Err(match why {
+                    Some(e) => self.map_err(e.into()),
+                    None => self.unexpected("the transaction was aborted".into()),
+                });
+            }
+            v => v,
+        };
+        let parsed = T::from_redis_value(exec).map_err(|e| self.map_err(e.into()))?;
+        // An error from a separate `then` is left to the caller to retry (as for NOSCRIPT).
+        let then_reply =
+            then_reply.or_else(|| after.and_then(|t| self.inner.like().req_command(t).ok()));
+        Ok((parsed, then_reply))
+    }
+
+    /// Sends a command without reading its reply, for a caller that drives several
+    /// connections at once; read the reply with [`Conn::recv`]. Not on a cluster connection.
+    pub fn send(&mut self, cmd: &redis::Cmd) -> Result<()> {
+        let r = match &mut self.inner {
+            Inner::Single(c) => c.send_packed_command(&cmd.get_packed_command()),
+            Inner::Cluster(_) => {
+                return Err(self.unexpected("send/recv is not available on a cluster".into()));
+            }
+        };
+        r.map_err(|e| self.map_err(e).into_indeterminate())
+    }
+
+    /// Reads the reply to the oldest command sent with [`Conn::send`]. A failure here is
+    /// indeterminate: the command may have run.
+    pub fn recv<T: FromRedisValue>(&mut self) -> Result<T> {
+        let r = match &mut self.inner {
+            Inner::Single(c) => c.recv_response(),
+            Inner::Cluster(_) => {
+                return Err(self.unexpected("send/recv is not available on a cluster".into()));
+            }
+        };
+        let value = match r {
+            Ok(redis::Value::ServerError(e)) => return Err(self.map_err(e.into())),
+            Ok(v) => v,
+            Err(e) => return Err(self.map_err(e).into_indeterminate()),
+        };
+        T::from_redis_value(value).map_err(|e| self.map_err(e.into()))
+    }
+
+    /// Runs a script by EVALSHA, loading it first if the server does not know it.
+    pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
+        self.following_redirects(|c| {
+            let r = inv.invoke(c.inner.like());
+            r.map_err(|e| c.map_err(e))
+        })
+    }
+
+    /// An error for a reply that makes no sense here.
+    pub fn unexpected(&self, reason: String) -> Error {
+        Error::Redis {
+            addr: self.addr.to_string(),
+            reason,
+            code: None,
+            indeterminate: false,
+        }
+    }
+
+    /// Maps a driver error to the library's error, naming this connection's address.
+    pub fn map_err(&self, e: RedisError) -> Error {
+        let addr = self.addr.to_string();
+        let interrupted = is_interrupted(&e);
+        if interrupted {
+            Error::Redis {
+                addr,
+                reason: "the call was interrupted (the process was stopped and continued)".into(),
+                code: Some(crate::error::INTERRUPTED.into()),
+                indeterminate: true,
+            }
+        } else if e.is_timeout() {
+            Error::Timeout {
+                addr,
+                after: self.call_timeout,
+            }
+        } else if is_auth_error(&e) {
+            Error::Auth {
+                addr,
+                reason: auth_reason(&e),
+            }
+        } else if e.is_connection_refusal() {
+            Error::Connect {
+                addr,
+                reason: "connection refused".into(),
+            }
+        } else {
+            // An I/O failure after the command was written may have been applied; a reply from
+            // the server (an error string) means it was processed and rejected.
+            let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
+            let code = e.code().map(str::to_string);
+            let mut reason = shorten(scrub(&e.to_string(), &self.url));
+            match code.as_deref() {
+                Some("MOVED" | "ASK") if self.cluster.is_none() => reason.push_str(
+                    " (this server is a node of a Redis Cluster: add --cluster, and write the SKU with a hash tag, {sku})",
+                ),
+                Some("CLUSTERDOWN") => {
+                    reason = "the cluster is down (CLUSTERDOWN): not every slot is served by a \
+                              master, so the cluster refuses commands until it is repaired \
+                              (see lockctl --cluster check)"
+                        .into()
+                }
+                _ => {}
+            }
+            Error::Redis {
+                addr,
+                reason,
+                code,
+                indeterminate,
+            }
+        }
+    }
+}
+
+/// `EVALSHA` of `script` with `keys`, for a caller that adds the arguments and sends the
+/// command itself (pipelined, or inside a packet with others): the key count always comes from
+/// `keys`. Unlike [`Conn::script`] it does not load a script the server lacks; the caller
+/// handles `NOSCRIPT`.
+pub fn evalsha<K: redis::ToRedisArgs>(script: &redis::Script, keys: &[K]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// A connection opened on first use and dropped after a failure (a failed connection may be in
+/// any state), so the next use opens a fresh one: for long-lived helpers (a metrics endpoint,
+/// the exporter, the read-back) that must outlive outages.
+#[derive(Debug)]
+pub struct Reconnecting {
+    target: Target,
+    conn: Option<Conn>,
+}
+
+impl Reconnecting {
+    /// Nothing is opened until the first call.
+    pub fn new(target: &Target) -> Reconnecting {
+        Reconnecting {
+            target: target.clone(),
+            conn: None,
+        }
+    }
+
+    /// Runs `f` on the connection, opening it first if needed; after an error the connection
+    /// is dropped and the next call opens another.
+    pub fn with<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        let result = f(self.get()?);
+        if result.is_err() {
+            self.conn = None;
+        }
+        result
+    }
+
+    /// The connection, opened first if none is.
+    pub fn get(&mut self) -> Result<&mut Conn> {
+        if self.conn.is_none() {
+            self.conn = Some(self.target.connect()?);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("the connection was not kept"))
+    }
+
+    /// Drops the connection: the next call opens a fresh one.
+    pub fn reset(&mut self) {
+        self.conn = None;
+    }
+}

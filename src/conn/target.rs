@@ -1,0 +1,238 @@
+//! A server to connect to, and opening connections to it with a bounded wait and an error that
+//! says what to check.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError};
+
+use super::errors::{
+    auth_reason, is_auth_error, is_tls_error, redact_url, scrub, shorten, url_problem,
+};
+use super::options::{ConnectOptions, init_tls};
+use super::{Conn, Inner};
+use crate::error::{Error, Result};
+
+/// A Redis server (or a Redis Cluster, by one of its nodes) to connect to: the parsed URL plus
+/// the limits that every connection gets.
+#[derive(Clone)]
+pub struct Target {
+    client: Client,
+    url: Arc<str>,
+    addr: Arc<str>,
+    options: ConnectOptions,
+}
+
+#[derive(Clone)]
+pub(super) enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Client {
+    pub(super) fn open(&self, limit: Duration) -> redis::RedisResult<Inner> {
+        match self {
+            Client::Single(c) => c.get_connection_with_timeout(limit).map(Inner::Single),
+            Client::Cluster(c) => c.get_connection().map(|c| Inner::Cluster(Box::new(c))),
+        }
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the URL itself: it may carry a password.
+        f.debug_struct("Target").field("addr", &self.addr).finish()
+    }
+}
+
+impl Target {
+    /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
+    /// processes through the environment; it is never displayed.
+    pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
+        let bad = |_: RedisError| Error::BadUrl {
+            url: redact_url(url),
+            reason: url_problem(url),
+        };
+        let tls = url.starts_with("rediss://");
+        if tls {
+            init_tls();
+        } else if options.tls.any() {
+            return Err(Error::Tls {
+                reason: format!(
+                    "--tls-ca/--tls-cert/--tls-key need a rediss:// URL, not '{}'",
+                    redact_url(url)
+                ),
+            });
+        }
+        let client = if tls && options.tls.any() {
+            redis::Client::build_with_tls(url, options.tls.load()?).map_err(bad)?
+        } else {
+            redis::Client::open(url).map_err(bad)?
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        Ok(Target {
+            client: Client::Single(client),
+            url: url.into(),
+            addr: addr.into(),
+            options,
+        })
+    }
+
+    /// A Redis Cluster reached through the seed node `url`; commands follow MOVED and ASK
+    /// redirections to the node that owns each key's slot.
+    pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
+        let bad = |_: RedisError| Error::BadUrl {
+            url: redact_url(url),
+            reason: url_problem(url),
+        };
+        if url.starts_with("rediss://") || options.tls.any() {
+            return Err(Error::Tls {
+                reason: "TLS to a Redis Cluster is not supported yet; use redis:// with --cluster"
+                    .into(),
+            });
+        }
+        let addr = redis::Client::open(url)
+            .map_err(bad)?
+            .get_connection_info()
+            .addr()
+            .to_string();
+        // No retries inside the driver: it would send a packet again after a timeout or a
+        // dropped connection, when the first copy may have been applied (a deduction made
+        // twice). Redirections, which a server answers without applying anything, are followed
+        // by `Conn` itself.
+        let client = redis::cluster::ClusterClient::builder([url])
+            .retries(0)
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.call_timeout)
+            .build()
+            .map_err(bad)?;
+        Ok(Target {
+            client: Client::Cluster(client),
+            url: url.into(),
+            addr: addr.into(),
+            options,
+        })
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.client, Client::Cluster(_))
+    }
+
+    /// `host:port` (or the socket path): safe to print.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The URL as given, password included: for a child process's environment only.
+    pub fn secret_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The limits every connection gets.
+    pub fn options(&self) -> &ConnectOptions {
+        &self.options
+    }
+
+    /// Opens a connection whose every call is bounded by the call timeout.
+    pub fn connect(&self) -> Result<Conn> {
+        self.connect_within(self.options.connect_timeout)
+    }
+
+    /// Opens the driver's connection on a helper thread and waits at most `limit` for it: the
+    /// driver bounds the TCP connect and the handshake that follows (HELLO, AUTH, SELECT) each
+    /// by the timeout, so a server that accepts and then says nothing would cost twice the
+    /// limit. `None` when the limit passed; the thread then finishes on its own within the
+    /// driver's bounds and its connection is dropped.
+    fn open_within(&self, limit: Duration) -> Option<redis::RedisResult<Inner>> {
+        let client = self.client.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("lockctl-connect".into())
+            .spawn(move || {
+                let _ = tx.send(client.open(limit));
+            });
+        match spawned {
+            Ok(_) => rx.recv_timeout(limit).ok(),
+            // No thread to be had: connect here, with the driver's own bounds.
+            Err(_) => Some(self.client.open(limit)),
+        }
+    }
+
+    /// What a failed connect means, in the library's terms: each case names what to check.
+    fn connect_error(&self, e: RedisError, after: Duration) -> Error {
+        let addr = self.addr.to_string();
+        let text = e.to_string();
+        if e.is_timeout() {
+            Error::ConnectTimeout { addr, after }
+        } else if is_auth_error(&e) {
+            Error::Auth {
+                addr,
+                reason: auth_reason(&e),
+            }
+        } else if text.contains("max number of clients") {
+            // Up and answering, but full: not an outage to wait out.
+            Error::Redis {
+                addr,
+                reason: "the server has reached its maxclients: it refuses new connections \
+                         (lower -c, or raise maxclients)"
+                    .into(),
+                code: Some("MAXCLIENTS".into()),
+                indeterminate: false,
+            }
+        } else if e.is_connection_refusal() {
+            Error::Connect {
+                addr,
+                reason: "connection refused".into(),
+            }
+        } else if is_tls_error(&e) {
+            Error::Tls {
+                reason: format!(
+                    "could not connect to '{addr}': {} (check --tls-ca, --tls-cert, --tls-key)",
+                    shorten(scrub(&text, &self.url))
+                ),
+            }
+        } else if e.kind() == ErrorKind::Parse || text.contains("Parse error") {
+            Error::NotRedis { addr }
+        } else if e.code().is_some() || text.contains("refused to switch database") {
+            // The server answered, and said no (a database index out of range, say).
+            Error::Refused {
+                addr,
+                reason: shorten(scrub(&text, &self.url)),
+            }
+        } else {
+            Error::Connect {
+                addr,
+                reason: shorten(scrub(&text, &self.url)),
+            }
+        }
+    }
+
+    /// Opens a connection, giving up after `connect_timeout`.
+    pub fn connect_within(&self, connect_timeout: Duration) -> Result<Conn> {
+        let inner = match self.open_within(connect_timeout) {
+            Some(opened) => opened,
+            None => {
+                return Err(Error::ConnectTimeout {
+                    addr: self.addr.to_string(),
+                    after: connect_timeout,
+                });
+            }
+        }
+        .map_err(|e| self.connect_error(e, connect_timeout))?;
+        let cluster = match &self.client {
+            Client::Cluster(c) => Some(c.clone()),
+            Client::Single(_) => None,
+        };
+        let mut conn = Conn {
+            inner,
+            cluster,
+            addr: self.addr.clone(),
+            url: self.url.clone(),
+            call_timeout: self.options.call_timeout,
+        };
+        conn.set_call_timeout(self.options.call_timeout)?;
+        Ok(conn)
+    }
+}
