@@ -161,7 +161,7 @@ fn status_reports_the_books_and_catches_a_mismatch_made_on_purpose() {
     let v = json(&lockctl(&url, &["status", "books", "--json"]));
     assert_eq!(v["reconciled"], false);
     assert!(
-        v["problems"].to_string().contains("1 units unaccounted"),
+        v["problems"].to_string().contains("1 unit unaccounted"),
         "{v}"
     );
 }
