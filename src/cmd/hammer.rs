@@ -20,6 +20,9 @@ use crate::signals;
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
 pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
+    if args.http.wanted() {
+        return super::hammer_http::run(ctx, args);
+    }
     if args.purchase.limit.is_some() && args.users.is_none() {
         return Err(UsageError(
             "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
@@ -82,21 +85,31 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         }
     }
     read_waiters();
-    let document = render::hammer_document(&reports);
-    let stdout_taken = exports.write(&reports, &document)?;
+    finish(ctx, &exports, &reports, &signals)
+}
+
+/// Prints and exports the reports; the exit code of their verdict, or of the signal that
+/// stopped the run (Ctrl-C, SIGTERM, SIGHUP: new requests stopped, those in flight finished
+/// and released their locks, and the partial report was printed).
+pub(super) fn finish(
+    ctx: &Ctx,
+    exports: &Exports,
+    reports: &[Report],
+    signals: &signals::Stop,
+) -> anyhow::Result<Exit> {
+    let document = render::hammer_document(reports);
+    let stdout_taken = exports.write(reports, &document)?;
     if !stdout_taken {
         if ctx.json {
             emit_json(&document)?;
         } else {
-            emit(&hammer_text(&reports))?;
+            emit(&hammer_text(reports))?;
         }
     }
-    // Ctrl-C (or SIGTERM, SIGHUP) stopped new requests; those in flight finished and released
-    // their locks, and the partial report was printed.
     Ok(if let Some(code) = signals.exit_code() {
         Exit::Signal(code)
     } else {
-        Exit::of_verdict(overall_verdict(&reports))
+        Exit::of_verdict(overall_verdict(reports))
     })
 }
 

@@ -213,6 +213,7 @@ pub fn accounted(v: &serde_json::Value) -> u64 {
         "busy",
         "lease_lost",
         "limit_reached",
+        "answered",
         "errors",
     ]
     .iter()
