@@ -12,6 +12,7 @@ mod faults;
 mod fifo;
 mod fresh;
 mod fuzz;
+mod http;
 mod lease;
 mod lock;
 mod ops;

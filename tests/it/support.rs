@@ -357,6 +357,7 @@ fn how_to_get(program: &OsStr) -> String {
             Some("openssl") => "install it (apt-get install -y openssl)".into(),
             Some("kill") => "install it (apt-get install -y procps)".into(),
             Some("promtool") => "install it (apt-get install -y prometheus)".into(),
+            Some("php") => "install it (apt-get install -y php-cli php-redis)".into(),
             _ => "is it installed and on the PATH?".into(),
         }
     }
