@@ -12,7 +12,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper::header::{HOST, HeaderName, HeaderValue};
+use hyper::header::{HOST, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 
 /// The values of one request's placeholders.
@@ -136,11 +136,12 @@ pub struct RequestSpec {
     url: Template,
     /// The URL as given, with any password hidden: for reports.
     shown_url: String,
-    /// `host:port` as written in the URL, for the `Host` header.
-    authority: String,
     host: String,
     port: u16,
+    /// Headers with placeholders, filled per request.
     headers: Vec<(HeaderName, Template)>,
+    /// `Host` and the headers without placeholders, built once and cloned per request.
+    fixed_headers: HeaderMap,
     body: Option<Template>,
     /// The parsed URL when it has no placeholder (built once, cloned per request).
     constant_uri: Option<Uri>,
@@ -178,21 +179,41 @@ impl RequestSpec {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let headers = headers
-            .iter()
-            .map(|h| parse_header(h))
-            .collect::<Result<Vec<_>, _>>()?;
+        let authority = authorities.swap_remove(0);
+        let mut fixed_headers = HeaderMap::new();
+        // hyper's connection-level client sends only what it is given: the Host header too.
+        let host_value = HeaderValue::from_str(&authority)
+            .map_err(|_| format!("--url '{shown_url}': '{authority}' cannot be a Host header"))?;
+        fixed_headers.insert(HOST, host_value);
+        let mut templated = Vec::new();
+        for h in headers {
+            let (name, value) = parse_header(h)?;
+            if value.is_constant() {
+                let v = value.fill(&SAMPLES[0], false);
+                fixed_headers.insert(name, HeaderValue::from_bytes(v.as_bytes()).expect("checked"));
+            } else {
+                templated.push((name, value));
+            }
+        }
         Ok(RequestSpec {
             method,
             constant_uri: template.is_constant().then(|| origin_form(&uri)),
             url: template,
             shown_url,
-            authority: authorities.swap_remove(0),
             host,
             port: uri.port_u16().unwrap_or(80),
-            headers,
+            headers: templated,
+            fixed_headers,
             body: body.map(Template::parse),
         })
+    }
+
+    /// Whether every request is the same (no placeholder anywhere), so its values need not
+    /// be made.
+    pub fn is_constant(&self) -> bool {
+        self.constant_uri.is_some()
+            && self.headers.is_empty()
+            && self.body.as_ref().is_none_or(Template::is_constant)
     }
 
     /// The URL as given, any password in it hidden.
@@ -235,12 +256,8 @@ impl RequestSpec {
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = uri;
+        *req.headers_mut() = self.fixed_headers.clone();
         let headers = req.headers_mut();
-        // hyper's connection-level client sends only what it is given: the Host header too.
-        headers.insert(
-            HOST,
-            HeaderValue::from_str(&self.authority).map_err(|e| e.to_string())?,
-        );
         for (name, value) in &self.headers {
             let v = HeaderValue::from_bytes(value.fill(vars, false).as_bytes()).map_err(|_| {
                 format!(

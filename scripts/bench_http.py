@@ -1,0 +1,270 @@
+"""The HTTP part of scripts/bench: `lockctl hammer --url` against wrk and ab, in the same run.
+
+1. Debian's nginx-light (one worker) serves a 3-byte static file on a free loopback port;
+   wrk -t1, ab -k (keep-alive), ab (a connection per request) and lockctl fire at it with the
+   same 50 connections, in turns, `repeat` rounds; each row is the median round.
+2. The tutorial's run_demo.php under `PHP_CLI_SERVER_WORKERS=10 php -S`, on a redis-server of
+   the script's own: ab -n 10000 -c 10, as the tutorial does, against lockctl with --preset
+   tutorial, which also judges the run.
+
+The static file sells nothing, so lockctl runs there without patterns: every 2xx answer is
+counted as answered and the verdict is "nothing to judge" (exit 1), which is the documented
+behaviour; the benchmark reads only the throughput.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HEADING = "## HTTP endpoints (hammer --url)"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "php")
+
+# command : Debian package
+TOOLS = [("nginx", "nginx-light"), ("wrk", "wrk"), ("ab", "apache2-utils"),
+         ("php", "php-cli"), ("redis-server", "redis-server")]
+
+
+def ensure_tools():
+    """Installs the HTTP benchmark's tools when missing (as root), or says what to install."""
+    missing = [pkg for cmd, pkg in TOOLS if not shutil.which(cmd)]
+    php_modules = subprocess.run(["php", "-m"], capture_output=True, text=True).stdout \
+        if shutil.which("php") else ""
+    if "redis" not in php_modules.split():
+        missing.append("php-redis")
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        sys.exit("scripts/bench needs these Debian packages: " + " ".join(missing) +
+                 "\n  install them with: sudo apt-get install -y " + " ".join(missing))
+    print("scripts/bench: installing " + " ".join(missing), file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True,
+                   env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                   stdout=subprocess.DEVNULL)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, log):
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit(f"{what} did not start; its log:\n" + open(log).read())
+
+
+def start_nginx(tmp):
+    port = free_port()
+    www = os.path.join(tmp, "www")
+    os.makedirs(www)
+    with open(os.path.join(www, "ok.txt"), "w") as f:
+        f.write("ok\n")
+    conf = os.path.join(tmp, "nginx.conf")
+    log = os.path.join(tmp, "nginx.log")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {log};
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 100000000;
+  server {{ listen 127.0.0.1:{port}; root {www}; }}
+}}
+""")
+    # nginx's worker runs as nobody: it must be able to read the file.
+    os.chmod(tmp, 0o755)
+    proc = subprocess.Popen(["nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+                            stderr=open(log, "a"))
+    wait_port(port, proc, "nginx", log)
+    return proc, port
+
+
+def start_redis(tmp):
+    port = free_port()
+    log = os.path.join(tmp, "redis.log")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", tmp, "--logfile", log],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    open(log, "a").close()
+    wait_port(port, proc, "redis-server", log)
+    return proc, port
+
+
+def start_php(tmp, redis_port, workers):
+    port = free_port()
+    log = os.path.join(tmp, "php.log")
+    proc = subprocess.Popen(
+        ["php", "-S", f"127.0.0.1:{port}", "-t", FIXTURES],
+        env=dict(os.environ, PHP_CLI_SERVER_WORKERS=str(workers), REDIS_PORT=str(redis_port)),
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_port(port, proc, "php -S", log)
+    return proc, port
+
+
+def stop(proc):
+    try:
+        os.killpg(proc.pid, 9) if proc.args[0] == "php" else proc.kill()
+    except OSError:
+        pass
+    proc.wait()
+
+
+def run_wrk(url, c, secs):
+    argv = ["wrk", "-t1", f"-c{c}", f"-d{secs}s", url]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return " ".join(argv), float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def run_ab(url, c, n, keepalive):
+    argv = ["ab", "-q", *(["-k"] if keepalive else []), "-n", str(n), "-c", str(c), url]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return " ".join(argv), float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+
+
+def run_lockctl(lockctl, redis_url, url, c, n, extra=()):
+    """`lockctl hammer --json --url`; `redis_url` only where the run reads a stock."""
+    redis = ["--redis", redis_url] if redis_url else []
+    argv = [lockctl, *redis, "hammer", "--json", "--url", url, "-n", str(n), "-c", str(c),
+            *extra]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    report = json.loads(out.stdout)
+    return "lockctl " + " ".join(argv[1:]), report["throughput_rps"], report
+
+
+def rounds(repeat, runs):
+    """Runs each of `runs` (name -> callable) once per round, in turns; the median per name."""
+    results = {name: [] for name in runs}
+    for r in range(repeat):
+        for name, run in runs.items():
+            cmd, rps, *_ = run()
+            results[name].append((rps, cmd))
+            print(f"  round {r + 1}: {name:<12} {rps:>10.1f} requests/s", file=sys.stderr)
+    return {name: (statistics.median(v[0] for v in vals), vals[0][1], [v[0] for v in vals])
+            for name, vals in results.items()}
+
+
+def static_rows(lockctl, quick, repeat, tmp):
+    nginx, port = start_nginx(tmp)
+    try:
+        url = f"http://127.0.0.1:{port}/ok.txt"
+        secs, c = (1 if quick else 5), 50
+        run_wrk(url, c, 1)  # warm up
+        _, probe = run_wrk(url, c, secs)
+        n = int(probe * secs)
+        runs = {
+            "wrk": lambda: run_wrk(url, c, secs),
+            "lockctl": lambda: run_lockctl(lockctl, None, url, c, n),
+            "ab -k": lambda: run_ab(url, c, n, True),
+            "ab": lambda: run_ab(url, c, max(n // 4, 1000), False),
+        }
+        return rounds(repeat, runs), url
+    finally:
+        stop(nginx)
+
+
+def php_rows(lockctl, quick, repeat, tmp):
+    redis, redis_port = start_redis(tmp)
+    php, port = start_php(tmp, redis_port, 10)
+    try:
+        redis_url = f"redis://127.0.0.1:{redis_port}"
+        n, c = (2000 if quick else 10000), 10
+        ab_url = f"http://127.0.0.1:{port}/run_demo.php?sku=bench_php"
+        subprocess.run(["redis-cli", "-p", str(redis_port), "set", "item:stock:bench_php",
+                        "100000000"], check=True, capture_output=True)
+        url = f"http://127.0.0.1:{port}/run_demo.php?sku={{sku}}"
+        verdicts = []
+
+        def judged():
+            cmd, rps, report = run_lockctl(lockctl, redis_url, url, c, n,
+                                           ["--preset", "tutorial", "--stock", "100000000"])
+            verdicts.append(report["verdict"])
+            return cmd, rps
+
+        runs = {"ab": lambda: run_ab(ab_url, c, n, False), "lockctl": judged}
+        return rounds(max(3, repeat - 2), runs), verdicts
+    finally:
+        stop(php)
+        stop(redis)
+
+
+def run(lockctl, quick, repeat):
+    """Both benchmarks; returns the section of BENCHMARKS.md."""
+    with tempfile.TemporaryDirectory() as tmp:
+        print("HTTP: nginx static file", file=sys.stderr)
+        static, static_url = static_rows(lockctl, quick, repeat, tmp)
+        print("HTTP: the tutorial's PHP", file=sys.stderr)
+        php, verdicts = php_rows(lockctl, quick, repeat, tmp)
+    versions = {
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
+        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
+        "ab": subprocess.run(["ab", "-V"], capture_output=True, text=True).stdout.split("\n")[0],
+        "php": subprocess.run(["php", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
+    }
+    lines = [HEADING, ""]
+    w = lines.append
+    w(f"The same machine, in the same run: {os.cpu_count()} cores, loopback. Each tool ran "
+      f"{len(next(iter(static.values()))[2])} rounds in turns (wrk, lockctl, ab -k, ab), so "
+      "a busy moment on this shared machine hits all of them alike; each row is the median "
+      "round, and every round is listed. " + "; ".join(versions.values()) + ".")
+    w("")
+    w("### nginx serving a 3-byte static file (1 worker), 50 connections")
+    w("")
+    w("| tool | requests/s (median) | ratio to wrk | every round |")
+    w("|---|---:|---:|---|")
+    wrk_rps = static["wrk"][0]
+    for name in ["wrk", "lockctl", "ab -k", "ab"]:
+        rps, _, all_rps = static[name]
+        w(f"| {name} | {rps:,.0f} | {rps / wrk_rps:.2f} | "
+          + ", ".join(f"{x:,.0f}" for x in all_rps) + " |")
+    w("")
+    ratio = static["lockctl"][0] / wrk_rps
+    target = "met" if ratio >= 0.9 else "NOT met"
+    w(f"lockctl reached {ratio:.2f}x wrk's requests/s (the target of 0.9x: {target}) and "
+      f"{static['lockctl'][0] / static['ab -k'][0]:.2f}x ab -k's. lockctl and wrk each drive "
+      "every connection from one thread; ab -k too; plain ab opens a connection per request.")
+    w("")
+    w("### The tutorial's run_demo.php under `PHP_CLI_SERVER_WORKERS=10 php -S`, 10 connections")
+    w("")
+    w("| tool | requests/s (median) | ratio to ab | every round |")
+    w("|---|---:|---:|---|")
+    ab_rps = php["ab"][0]
+    for name in ["ab", "lockctl"]:
+        rps, _, all_rps = php[name]
+        w(f"| {name} | {rps:,.0f} | {rps / ab_rps:.2f} | "
+          + ", ".join(f"{x:,.0f}" for x in all_rps) + " |")
+    w("")
+    w("PHP's built-in server closes the connection after every answer, so both tools connect "
+      "once per request here. lockctl's runs also read the stock before and after and judged "
+      f"each run: {', '.join(verdicts)}.")
+    w("")
+    w("Commands (ports are free ones picked per run):")
+    w("")
+    w("```")
+    for table in (static, php):
+        for _, cmd, _ in table.values():
+            w(cmd.replace(os.path.join(ROOT, "target", "release", "lockctl"), "lockctl"))
+    w("```")
+    w(f"(the static file: {static_url.rsplit('/', 1)[1]}, `ok\\n`)")
+    w("")
+    return "\n".join(lines)
