@@ -71,6 +71,14 @@ def wait_port(port, proc, what, log):
     sys.exit(f"{what} did not start; its log:\n" + open(log).read())
 
 
+def pinned(cpu):
+    """`taskset -c CPU` on a machine with two cores or more: nginx on one core and each client
+    in turn on the other, so that no tool's run depends on where the scheduler put it."""
+    if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
 def start_nginx(tmp):
     port = free_port()
     www = os.path.join(tmp, "www")
@@ -93,7 +101,7 @@ http {{
 """)
     # nginx's worker runs as nobody: it must be able to read the file.
     os.chmod(tmp, 0o755)
-    proc = subprocess.Popen(["nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*pinned(0), "nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
                             stderr=open(log, "a"))
     wait_port(port, proc, "nginx", log)
     return proc, port
@@ -124,32 +132,33 @@ def start_php(tmp, redis_port, workers):
 
 def stop(proc):
     try:
-        os.killpg(proc.pid, 9) if proc.args[0] == "php" else proc.kill()
+        os.killpg(proc.pid, 9) if "php" in proc.args else proc.kill()
     except OSError:
         pass
     proc.wait()
 
 
-def run_wrk(url, c, secs):
-    argv = ["wrk", "-t1", f"-c{c}", f"-d{secs}s", url]
+def run_wrk(url, c, secs, pin=()):
+    argv = [*pin, "wrk", "-t1", f"-c{c}", f"-d{secs}s", url]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return " ".join(argv), float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def run_ab(url, c, n, keepalive):
-    argv = ["ab", "-q", *(["-k"] if keepalive else []), "-n", str(n), "-c", str(c), url]
+def run_ab(url, c, n, keepalive, pin=()):
+    argv = [*pin, "ab", "-q", *(["-k"] if keepalive else []), "-n", str(n), "-c", str(c), url]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return " ".join(argv), float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
 
 
-def run_lockctl(lockctl, redis_url, url, c, n, extra=()):
+def run_lockctl(lockctl, redis_url, url, c, n, extra=(), pin=()):
     """`lockctl hammer --json --url`; `redis_url` only where the run reads a stock."""
     redis = ["--redis", redis_url] if redis_url else []
-    argv = [lockctl, *redis, "hammer", "--json", "--url", url, "-n", str(n), "-c", str(c),
+    argv = [*pin, lockctl, *redis, "hammer", "--json", "--url", url, "-n", str(n), "-c", str(c),
             *extra]
     out = subprocess.run(argv, capture_output=True, text=True)
     report = json.loads(out.stdout)
-    return "lockctl " + " ".join(argv[1:]), report["throughput_rps"], report
+    shown = " ".join(argv).replace(lockctl, "lockctl")
+    return shown, report["throughput_rps"], report
 
 
 def rounds(repeat, runs):
@@ -169,14 +178,15 @@ def static_rows(lockctl, quick, repeat, tmp):
     try:
         url = f"http://127.0.0.1:{port}/ok.txt"
         secs, c = (1 if quick else 5), 50
-        run_wrk(url, c, 1)  # warm up
-        _, probe = run_wrk(url, c, secs)
+        pin = pinned(1)
+        run_wrk(url, c, 1, pin)  # warm up
+        _, probe = run_wrk(url, c, secs, pin)
         n = int(probe * secs)
         runs = {
-            "wrk": lambda: run_wrk(url, c, secs),
-            "lockctl": lambda: run_lockctl(lockctl, None, url, c, n),
-            "ab -k": lambda: run_ab(url, c, n, True),
-            "ab": lambda: run_ab(url, c, max(n // 4, 1000), False),
+            "wrk": lambda: run_wrk(url, c, secs, pin),
+            "lockctl": lambda: run_lockctl(lockctl, None, url, c, n, pin=pin),
+            "ab -k": lambda: run_ab(url, c, n, True, pin),
+            "ab": lambda: run_ab(url, c, max(n // 4, 1000), False, pin),
         }
         return rounds(repeat, runs), url
     finally:
@@ -201,6 +211,7 @@ def php_rows(lockctl, quick, repeat, tmp):
             verdicts.append(report["verdict"])
             return cmd, rps
 
+        run_ab(ab_url, c, n // 5, False)  # warm up
         runs = {"ab": lambda: run_ab(ab_url, c, n, False), "lockctl": judged}
         return rounds(max(3, repeat - 2), runs), verdicts
     finally:
@@ -223,7 +234,9 @@ def run(lockctl, quick, repeat):
     }
     lines = [HEADING, ""]
     w = lines.append
-    w(f"The same machine, in the same run: {os.cpu_count()} cores, loopback. Each tool ran "
+    pin = ("nginx pinned to core 0 and each client to core 1 (taskset), " if pinned(1) else "")
+    w(f"The same machine, in the same run: {os.cpu_count()} cores, loopback, {pin}lockctl "
+      "built with `cargo build --release`. Each tool ran "
       f"{len(next(iter(static.values()))[2])} rounds in turns (wrk, lockctl, ab -k, ab), so "
       "a busy moment on this shared machine hits all of them alike; each row is the median "
       "round, and every round is listed. " + "; ".join(versions.values()) + ".")
@@ -263,7 +276,7 @@ def run(lockctl, quick, repeat):
     w("```")
     for table in (static, php):
         for _, cmd, _ in table.values():
-            w(cmd.replace(os.path.join(ROOT, "target", "release", "lockctl"), "lockctl"))
+            w(cmd)
     w("```")
     w(f"(the static file: {static_url.rsplit('/', 1)[1]}, `ok\\n`)")
     w("")

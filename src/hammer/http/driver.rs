@@ -12,8 +12,8 @@
 //!
 //! Two load models. Closed: each connection sends its next request when the last one is
 //! answered. Open (`--rate R`): request `i` is due at `start + i/R` whatever the answers; a
-//! free connection takes the next request and waits for its moment, so a request waits only
-//! when every connection is busy. Its latency counts from that moment (coordinated omission
+//! clock thread hands each request over at its moment and a free connection takes it, so a
+//! request waits only when every connection is busy. Its latency counts from that moment (coordinated omission
 //! corrected, as wrk2 and k6's constant-arrival-rate do); the service time from sending to
 //! the answer is kept beside it, and a request sent more than [`LATE_AFTER_MS`] after its
 //! moment is counted late. Every request is sent, late or not: none is silently dropped.
@@ -21,6 +21,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -30,6 +31,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::CONNECTION;
 use hyper::{Request, Response, Version};
 use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::classify::{Classifier, KEPT_BODY};
 use super::request::{RequestSpec, Vars};
@@ -70,6 +72,13 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         .enable_time()
         .build()
         .map_err(|e| Error::internal(format!("could not start the HTTP driver: {e}")))?;
+    let (tx, rx) = match plan.rate {
+        Some(_) => {
+            let (tx, rx) = unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
     let shared = Arc::new(Shared {
         plan: plan.clone(),
         keep_body: plan.classifier.judges(),
@@ -79,6 +88,7 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         progress: opts.progress.clone(),
         stop: opts.stop.clone(),
         next: AtomicU64::new(0),
+        due: rx.map(tokio::sync::Mutex::new),
         abandon: AtomicBool::new(false),
         start: Instant::now(),
         books: Mutex::new(Driven {
@@ -89,6 +99,10 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         }),
     });
     let connections = opts.concurrency.clamp(1, opts.requests.max(1));
+    let metronome = match (plan.rate, tx) {
+        (Some(rate), Some(tx)) => Some(metronome(rate, opts, shared.start, tx)?),
+        _ => None,
+    };
     runtime.block_on(async {
         let tasks: Vec<_> = (0..connections)
             .map(|_| tokio::spawn(connection_task(shared.clone())))
@@ -99,9 +113,49 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         }
     });
     drop(runtime);
+    if let Some(m) = metronome {
+        let _ = m.join();
+    }
     let shared = Arc::into_inner(shared)
         .ok_or_else(|| Error::internal("an HTTP connection task outlived the run"))?;
     Ok(shared.books.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The open model's clock: a thread of its own that hands each request to the connection
+/// tasks at its moment, `start + i/rate`. A plain thread sleeps to within tens of
+/// microseconds of a moment, where the runtime's timer ticks once a millisecond and would add
+/// up to two to every request's latency; the channel wakes the runtime at once. A request no
+/// connection is free to take waits in the channel, and its latency keeps counting.
+fn metronome(
+    rate: f64,
+    opts: &HammerOptions,
+    start: Instant,
+    tx: UnboundedSender<(u64, Instant)>,
+) -> Result<thread::JoinHandle<()>> {
+    let (requests, stop) = (opts.requests, opts.stop.clone());
+    let stopped = move || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+    thread::Builder::new()
+        .name("lockctl-metronome".into())
+        .spawn(move || {
+            for i in 0..requests {
+                let at = start + Duration::from_secs_f64(i as f64 / rate);
+                loop {
+                    if stopped() {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if now >= at {
+                        break;
+                    }
+                    // In slices, so that Ctrl-C is seen within 100 ms at any rate.
+                    thread::sleep((at - now).min(Duration::from_millis(100)));
+                }
+                if tx.send((i, at)).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| Error::internal(format!("could not start the open model's clock: {e}")))
 }
 
 /// What the connection tasks share.
@@ -114,7 +168,10 @@ struct Shared {
     requests: u64,
     progress: Option<Arc<AtomicU64>>,
     stop: Option<Arc<AtomicBool>>,
+    /// Closed model: the next request to take.
     next: AtomicU64,
+    /// Open model: requests as they fall due, from the metronome.
+    due: Option<tokio::sync::Mutex<UnboundedReceiver<(u64, Instant)>>>,
     abandon: AtomicBool,
     start: Instant,
     books: Mutex<Driven>,
@@ -138,24 +195,18 @@ impl Shared {
             .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
-    /// The moment request `i` is due, in the open model.
-    fn moment(&self, i: u64) -> Option<Instant> {
-        let rate = self.plan.rate?;
-        Some(self.start + Duration::from_secs_f64(i as f64 / rate))
-    }
-
-    /// Waits until `at`, a slice at a time so that Ctrl-C is seen; false if stopped.
-    async fn wait_until(&self, at: Instant) -> bool {
-        loop {
-            if self.stopped() {
-                return false;
+    /// The next request to send and, in the open model, the moment it fell due; `None` when
+    /// every request has been taken (or the run was stopped).
+    async fn take(&self) -> Option<(u64, Option<Instant>)> {
+        if self.stopped() {
+            return None;
+        }
+        match &self.due {
+            Some(due) => due.lock().await.recv().await.map(|(i, at)| (i, Some(at))),
+            None => {
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                (i < self.requests).then_some((i, None))
             }
-            let now = Instant::now();
-            if now >= at {
-                return true;
-            }
-            let slice = (at - now).min(Duration::from_millis(100));
-            tokio::time::sleep(slice).await;
         }
     }
 
@@ -193,17 +244,7 @@ async fn connection_task(sh: Arc<Shared>) {
     let mut pending = Vec::with_capacity(FOLD_EVERY);
     let mut backoff = Duration::from_millis(10);
     let mut down_since: Option<Instant> = None;
-    while !sh.stopped() {
-        let i = sh.next.fetch_add(1, Ordering::Relaxed);
-        if i >= sh.requests {
-            break;
-        }
-        let moment = sh.moment(i);
-        if let Some(at) = moment
-            && !sh.wait_until(at).await
-        {
-            break;
-        }
+    while let Some((i, moment)) = sh.take().await {
         if sh.abandon.load(Ordering::Relaxed) {
             let sample = abandoned(i, "the endpoint");
             let r = Record {

@@ -190,7 +190,10 @@ impl RequestSpec {
             let (name, value) = parse_header(h)?;
             if value.is_constant() {
                 let v = value.fill(&SAMPLES[0], false);
-                fixed_headers.insert(name, HeaderValue::from_bytes(v.as_bytes()).expect("checked"));
+                fixed_headers.insert(
+                    name,
+                    HeaderValue::from_bytes(v.as_bytes()).expect("checked"),
+                );
             } else {
                 templated.push((name, value));
             }
