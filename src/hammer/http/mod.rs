@@ -128,10 +128,10 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         max_lag_ms: open.then(|| millis(driven.max_lag)),
     });
     if open && driven.late > 0 {
+        let (n, ms) = (driven.late, super::LATE_AFTER_MS);
+        let requests = if n == 1 { "request" } else { "requests" };
         report.notes.push(format!(
-            "{} requests left more than {} ms after their scheduled moment (every connection was busy, or lockctl fell behind): their latency counts from the schedule; raise -c or lower --rate",
-            driven.late,
-            super::LATE_AFTER_MS
+            "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; raise -c or lower --rate"
         ));
     }
     if stopped_early {
