@@ -12,8 +12,10 @@ counted as answered and the verdict is "nothing to judge" (exit 1), which is the
 behaviour; the benchmark reads only the throughput.
 """
 
+import datetime
 import json
 import os
+import resource
 import re
 import shutil
 import socket
@@ -141,13 +143,14 @@ def stop(proc):
 def run_wrk(url, c, secs, pin=()):
     argv = [*pin, "wrk", "-t1", f"-c{c}", f"-d{secs}s", url]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    return " ".join(argv), float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    done = int(re.search(r"(\d+) requests in", out).group(1))
+    return " ".join(argv), float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), done
 
 
 def run_ab(url, c, n, keepalive, pin=()):
     argv = [*pin, "ab", "-q", *(["-k"] if keepalive else []), "-n", str(n), "-c", str(c), url]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    return " ".join(argv), float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+    return " ".join(argv), float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1)), n
 
 
 def run_lockctl(lockctl, redis_url, url, c, n, extra=(), pin=()):
@@ -158,29 +161,51 @@ def run_lockctl(lockctl, redis_url, url, c, n, extra=(), pin=()):
     out = subprocess.run(argv, capture_output=True, text=True)
     report = json.loads(out.stdout)
     shown = " ".join(argv).replace(lockctl, "lockctl")
-    return shown, report["throughput_rps"], report
+    return shown, report["throughput_rps"], n, report
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def rounds(repeat, runs):
-    """Runs each of `runs` (name -> callable) once per round, in turns; the median per name."""
+    """Runs each of `runs` (name -> callable) once per round, in turns. Per name: the median
+    requests/s, a command line, every round's requests/s, the median client CPU per request
+    (µs, user + system, from getrusage) and the median of its per-round ratio to the first
+    name's (the same round, seconds apart: a slow spell on this shared machine mostly hits
+    both)."""
     results = {name: [] for name in runs}
     for r in range(repeat):
         for name, run in runs.items():
-            cmd, rps, *_ = run()
-            results[name].append((rps, cmd))
-            print(f"  round {r + 1}: {name:<12} {rps:>10.1f} requests/s", file=sys.stderr)
-    return {name: (statistics.median(v[0] for v in vals), vals[0][1], [v[0] for v in vals])
-            for name, vals in results.items()}
+            before = children_cpu()
+            cmd, rps, requests, *_ = run()
+            cpu_us = (children_cpu() - before) * 1e6 / max(requests, 1)
+            results[name].append((rps, cmd, cpu_us))
+            print(f"  round {r + 1}: {name:<8} {rps:>10.1f} requests/s, "
+                  f"{cpu_us:5.1f} µs CPU per request", file=sys.stderr)
+    first = next(iter(results.values()))
+    out = {}
+    for name, vals in results.items():
+        ratios = [v[0] / f[0] for v, f in zip(vals, first)]
+        out[name] = {
+            "rps": statistics.median(v[0] for v in vals),
+            "cmd": vals[0][1],
+            "all": [v[0] for v in vals],
+            "cpu_us": statistics.median(v[2] for v in vals),
+            "ratio": statistics.median(ratios),
+        }
+    return out
 
 
 def static_rows(lockctl, quick, repeat, tmp):
     nginx, port = start_nginx(tmp)
     try:
         url = f"http://127.0.0.1:{port}/ok.txt"
-        secs, c = (1 if quick else 5), 50
+        secs, c = (1 if quick else 2), 50
         pin = pinned(1)
         run_wrk(url, c, 1, pin)  # warm up
-        _, probe = run_wrk(url, c, secs, pin)
+        _, probe, _ = run_wrk(url, c, secs, pin)
         n = int(probe * secs)
         runs = {
             "wrk": lambda: run_wrk(url, c, secs, pin),
@@ -198,7 +223,7 @@ def php_rows(lockctl, quick, repeat, tmp):
     php, port = start_php(tmp, redis_port, 10)
     try:
         redis_url = f"redis://127.0.0.1:{redis_port}"
-        n, c = (2000 if quick else 10000), 10
+        n, c = (2000 if quick else 5000), 10
         ab_url = f"http://127.0.0.1:{port}/run_demo.php?sku=bench_php"
         subprocess.run(["redis-cli", "-p", str(redis_port), "set", "item:stock:bench_php",
                         "100000000"], check=True, capture_output=True)
@@ -206,14 +231,14 @@ def php_rows(lockctl, quick, repeat, tmp):
         verdicts = []
 
         def judged():
-            cmd, rps, report = run_lockctl(lockctl, redis_url, url, c, n,
-                                           ["--preset", "tutorial", "--stock", "100000000"])
+            cmd, rps, done, report = run_lockctl(lockctl, redis_url, url, c, n,
+                                                 ["--preset", "tutorial", "--stock", "100000000"])
             verdicts.append(report["verdict"])
-            return cmd, rps
+            return cmd, rps, done
 
         run_ab(ab_url, c, n // 5, False)  # warm up
         runs = {"ab": lambda: run_ab(ab_url, c, n, False), "lockctl": judged}
-        return rounds(max(3, repeat - 2), runs), verdicts
+        return rounds(repeat, runs), verdicts
     finally:
         stop(php)
         stop(redis)
@@ -235,49 +260,50 @@ def run(lockctl, quick, repeat):
     lines = [HEADING, ""]
     w = lines.append
     pin = ("nginx pinned to core 0 and each client to core 1 (taskset), " if pinned(1) else "")
-    w(f"The same machine, in the same run: {os.cpu_count()} cores, loopback, {pin}lockctl "
-      "built with `cargo build --release`. Each tool ran "
-      f"{len(next(iter(static.values()))[2])} rounds in turns (wrk, lockctl, ab -k, ab), so "
-      "a busy moment on this shared machine hits all of them alike; each row is the median "
-      "round, and every round is listed. " + "; ".join(versions.values()) + ".")
+    w(f"Produced by `scripts/bench --only http` on {datetime.date.today().isoformat()}: "
+      f"{os.cpu_count()} cores, loopback, {pin}lockctl built with `cargo build --release`. The "
+      f"tools ran in turns, {len(next(iter(static.values()))['all'])} rounds, so that a busy "
+      "spell on this shared machine (other engineers build and test on it) hits all of them "
+      "alike. Requests/s is the median round; the ratio is the median of the per-round ratios "
+      "(each tool against the first, seconds apart in the same round); every round is listed, "
+      "and so is each client's own CPU per request (user + system, median), which the noise "
+      "moves least. " + "; ".join(versions.values()) + ".")
     w("")
     w("### nginx serving a 3-byte static file (1 worker), 50 connections")
     w("")
-    w("| tool | requests/s (median) | ratio to wrk | every round |")
-    w("|---|---:|---:|---|")
-    wrk_rps = static["wrk"][0]
+    w("| tool | requests/s (median) | ratio to wrk | client CPU µs/request | every round |")
+    w("|---|---:|---:|---:|---|")
     for name in ["wrk", "lockctl", "ab -k", "ab"]:
-        rps, _, all_rps = static[name]
-        w(f"| {name} | {rps:,.0f} | {rps / wrk_rps:.2f} | "
-          + ", ".join(f"{x:,.0f}" for x in all_rps) + " |")
+        t = static[name]
+        w(f"| {name} | {t['rps']:,.0f} | {t['ratio']:.2f} | {t['cpu_us']:.1f} | "
+          + ", ".join(f"{x:,.0f}" for x in t["all"]) + " |")
     w("")
-    ratio = static["lockctl"][0] / wrk_rps
+    ratio = static["lockctl"]["ratio"]
     target = "met" if ratio >= 0.9 else "NOT met"
+    vs_ab = statistics.median(l / a for l, a in zip(static["lockctl"]["all"], static["ab -k"]["all"]))
     w(f"lockctl reached {ratio:.2f}x wrk's requests/s (the target of 0.9x: {target}) and "
-      f"{static['lockctl'][0] / static['ab -k'][0]:.2f}x ab -k's. lockctl and wrk each drive "
-      "every connection from one thread; ab -k too; plain ab opens a connection per request.")
+      f"{vs_ab:.2f}x ab -k's (median per-round ratios). lockctl and wrk each drive every "
+      "connection from one thread; ab -k too; plain ab opens a connection per request.")
     w("")
     w("### The tutorial's run_demo.php under `PHP_CLI_SERVER_WORKERS=10 php -S`, 10 connections")
     w("")
-    w("| tool | requests/s (median) | ratio to ab | every round |")
-    w("|---|---:|---:|---|")
-    ab_rps = php["ab"][0]
+    w("| tool | requests/s (median) | ratio to ab | client CPU µs/request | every round |")
+    w("|---|---:|---:|---:|---|")
     for name in ["ab", "lockctl"]:
-        rps, _, all_rps = php[name]
-        w(f"| {name} | {rps:,.0f} | {rps / ab_rps:.2f} | "
-          + ", ".join(f"{x:,.0f}" for x in all_rps) + " |")
+        t = php[name]
+        w(f"| {name} | {t['rps']:,.0f} | {t['ratio']:.2f} | {t['cpu_us']:.1f} | "
+          + ", ".join(f"{x:,.0f}" for x in t["all"]) + " |")
     w("")
     w("PHP's built-in server closes the connection after every answer, so both tools connect "
-      "once per request here. lockctl's runs also read the stock before and after and judged "
-      f"each run: {', '.join(verdicts)}.")
+      "once per request here. lockctl's runs also set and read the stock and judged each run: "
+      f"{', '.join(verdicts)}.")
     w("")
     w("Commands (ports are free ones picked per run):")
     w("")
     w("```")
     for table in (static, php):
-        for _, cmd, _ in table.values():
-            w(cmd)
+        for t in table.values():
+            w(t["cmd"])
     w("```")
-    w(f"(the static file: {static_url.rsplit('/', 1)[1]}, `ok\\n`)")
     w("")
     return "\n".join(lines)
