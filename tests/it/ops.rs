@@ -12,7 +12,9 @@ use redis::Commands;
 fn scrape(port: u16) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    // HTTP/1.1 (hyper answers a 1.0 request in 1.0), one request: the endpoint closes after it.
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
     body.starts_with("HTTP/1.1 200").then_some(body)
