@@ -371,8 +371,9 @@ pub struct HttpArgs {
 }
 
 /// The hammer's flags that mean nothing for an external endpoint, which protects its stock
-/// its own way.
-const LOCK_ONLY: [&str; 10] = [
+/// its own way. (`--lock-node`, often set through LOCKCTL_LOCK_NODES, is ignored rather than
+/// refused; `--cluster` still applies: the stock key is read from a cluster.)
+const LOCK_ONLY: [&str; 8] = [
     "strategy",
     "ttl_ms",
     "wait_ms",
@@ -381,8 +382,6 @@ const LOCK_ONLY: [&str; 10] = [
     "limit",
     "mode",
     "metrics_addr",
-    "lock_nodes",
-    "cluster",
 ];
 
 /// `--preset`: answers of a known endpoint.

@@ -23,6 +23,12 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     if args.http.wanted() {
         return super::hammer_http::run(ctx, args);
     }
+    if args.users.is_some() && args.purchase.limit.is_none() {
+        return Err(UsageError(
+            "--users spreads purchases over simulated users for a per-user limit: add --limit N (or, with --url, it numbers {user})".into(),
+        )
+        .into());
+    }
     if args.purchase.limit.is_some() && args.users.is_none() {
         return Err(UsageError(
             "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),

@@ -31,7 +31,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::CONNECTION;
 use hyper::{Request, Response, Version};
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{self, Receiver, channel};
 
 use super::classify::{Classifier, KEPT_BODY};
 use super::request::{RequestSpec, Vars};
@@ -74,7 +74,7 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         .map_err(|e| Error::internal(format!("could not start the HTTP driver: {e}")))?;
     let (tx, rx) = match plan.rate {
         Some(_) => {
-            let (tx, rx) = unbounded_channel();
+            let (tx, rx) = channel(BACKLOG);
             (Some(tx), Some(rx))
         }
         None => (None, None),
@@ -113,13 +113,20 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         }
     });
     drop(runtime);
+    let shared = Arc::into_inner(shared)
+        .ok_or_else(|| Error::internal("an HTTP connection task outlived the run"))?;
+    // A clock still handing out requests (the run was stopped) finds the channel closed.
+    drop(shared.due);
     if let Some(m) = metronome {
         let _ = m.join();
     }
-    let shared = Arc::into_inner(shared)
-        .ok_or_else(|| Error::internal("an HTTP connection task outlived the run"))?;
     Ok(shared.books.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
+
+/// Requests due but not yet taken by a connection, at most: past it the clock waits for room
+/// (each request keeps its own moment, so its latency still counts from there), and memory
+/// stays bounded whatever `-n` and however far the endpoint falls behind.
+const BACKLOG: usize = 65_536;
 
 /// The open model's clock: a thread of its own that hands each request to the connection
 /// tasks at its moment, `start + i/rate`. A plain thread sleeps to within tens of
@@ -130,7 +137,7 @@ fn metronome(
     rate: f64,
     opts: &HammerOptions,
     start: Instant,
-    tx: UnboundedSender<(u64, Instant)>,
+    tx: mpsc::Sender<(u64, Instant)>,
 ) -> Result<thread::JoinHandle<()>> {
     let (requests, stop) = (opts.requests, opts.stop.clone());
     let stopped = move || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
@@ -150,7 +157,7 @@ fn metronome(
                     // In slices, so that Ctrl-C is seen within 100 ms at any rate.
                     thread::sleep((at - now).min(Duration::from_millis(100)));
                 }
-                if tx.send((i, at)).is_err() {
+                if tx.blocking_send((i, at)).is_err() {
                     return;
                 }
             }
@@ -171,7 +178,7 @@ struct Shared {
     /// Closed model: the next request to take.
     next: AtomicU64,
     /// Open model: requests as they fall due, from the metronome.
-    due: Option<tokio::sync::Mutex<UnboundedReceiver<(u64, Instant)>>>,
+    due: Option<tokio::sync::Mutex<Receiver<(u64, Instant)>>>,
     abandon: AtomicBool,
     start: Instant,
     books: Mutex<Driven>,
