@@ -111,23 +111,8 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         Some(Ok(f)) => judge_http::verdict(&facts, t, f),
         Some(Err(e)) => judge_http::unreadable(&facts, t, &e),
     };
-    let open = http.rate.is_some();
-    report.http = Some(HttpFacts {
-        url: http.request.shown_url().to_string(),
-        method: http.request.method().to_string(),
-        stock_key: judged.then_some(key),
-        load: if open {
-            LoadModel::Open
-        } else {
-            LoadModel::Closed
-        },
-        rate_rps: http.rate,
-        timeout_ms: http.timeout.as_millis() as u64,
-        service_ms: driven.service.as_ref().map(percentiles),
-        late: open.then_some(driven.late),
-        max_lag_ms: open.then(|| millis(driven.max_lag)),
-    });
-    if open && driven.late > 0 {
+    report.http = Some(http_facts(http, judged.then_some(key), &driven));
+    if http.rate.is_some() && driven.late > 0 {
         let (n, ms) = (driven.late, super::LATE_AFTER_MS);
         let requests = if n == 1 { "request" } else { "requests" };
         report.notes.push(format!(
@@ -138,6 +123,26 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         mark_interrupted(&mut report, made, opts.requests);
     }
     Ok(report)
+}
+
+/// What the report says of the endpoint and the load model.
+fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &driver::Driven) -> HttpFacts {
+    let open = http.rate.is_some();
+    HttpFacts {
+        url: http.request.shown_url().to_string(),
+        method: http.request.method().to_string(),
+        stock_key,
+        load: if open {
+            LoadModel::Open
+        } else {
+            LoadModel::Closed
+        },
+        rate_rps: http.rate,
+        timeout_ms: http.timeout.as_millis() as u64,
+        service_ms: driven.service.as_ref().map(percentiles),
+        late: open.then_some(driven.late),
+        max_lag_ms: open.then(|| millis(driven.max_lag)),
+    }
 }
 
 /// A connection to Redis and the stock at `key` before the run: set to `opts.stock` when
