@@ -34,14 +34,16 @@ TOOLS = [("nginx", "nginx-light"), ("wrk", "wrk"), ("ab", "apache2-utils"),
          ("php", "php-cli"), ("redis-server", "redis-server")]
 
 
-PHP_SHORTFALL = """Where the difference goes, as far as measured: with a new connection per
-request, lockctl pays hyper's connection setup every time (a dispatcher task, its request
-channel and buffers, a second readiness round before the first write), about 18 µs more
-client CPU per request than ab (the CPU column), on two cores that the ten PHP workers and
-Redis already saturate. That explains a few percent, not all of it; sending HTTP/1.0 as ab
-does, `Connection: close`, or no TCP_NODELAY did not close the gap in manual A/B runs
-(0.8-0.9x ab there, 0.7x in this benchmark's rounds). With keep-alive (nginx above) the same
-client is level with wrk."""
+PHP_SHORTFALL = """Where the difference goes, as far as measured: with one connection (`-c 1`), where
+nothing competes for the CPU, lockctl matched ab on this endpoint (1,729 against 1,749
+requests/s in a manual run), so the gap is not a slower request path but CPU per request
+under contention. With a new connection per request lockctl pays hyper's connection setup
+every time (a dispatcher task, its request channel and buffers) and one more wake-up per
+request (perf stat: 2.6 context switches per request against ab's 2.0): about 18 µs more
+client CPU per request than ab (the CPU column), taken from two cores that the ten PHP
+workers and Redis already saturate. Sending HTTP/1.0 as ab does, `Connection: close`, or no
+TCP_NODELAY did not close the gap in manual A/B runs (0.8-0.9x ab there). With keep-alive
+(nginx above) the same client is level with wrk."""
 
 
 def ensure_tools():
@@ -113,8 +115,9 @@ http {{
 """)
     # nginx's worker runs as nobody: it must be able to read the file.
     os.chmod(tmp, 0o755)
+    # A session of its own, so that stop() ends the workers with the master.
     proc = subprocess.Popen([*pinned(0), "nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
-                            stderr=open(log, "a"))
+                            stderr=open(log, "a"), start_new_session=True)
     wait_port(port, proc, "nginx", log)
     return proc, port
 
@@ -143,8 +146,13 @@ def start_php(tmp, redis_port, workers):
 
 
 def stop(proc):
+    """Ends a server and, for nginx and php -S (each started in a session of its own), the
+    worker processes it forked, which would otherwise live on."""
     try:
-        os.killpg(proc.pid, 9) if "php" in proc.args else proc.kill()
+        if "php" in proc.args or "nginx" in proc.args:
+            os.killpg(proc.pid, 9)
+        else:
+            proc.kill()
     except OSError:
         pass
     proc.wait()
