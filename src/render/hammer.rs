@@ -313,7 +313,17 @@ pub(super) fn opt(v: Option<i64>) -> String {
 /// `--export-markdown`: one row per strategy, then every violation.
 pub fn hammer_markdown(reports: &[Report]) -> String {
     let mut s = String::new();
-    if let Some(r) = reports.first() {
+    if let Some(h) = reports.first().and_then(|r| r.http.as_ref()) {
+        let _ = writeln!(
+            s,
+            "Hammer on {} ({}): {} requests, {} connections, stock {}.\n",
+            code_span(&h.url),
+            h.method,
+            reports[0].run.requests,
+            reports[0].run.concurrency,
+            reports[0].run.initial_stock
+        );
+    } else if let Some(r) = reports.first() {
         let _ = writeln!(
             s,
             "Hammer on {}: {} purchases, {} at a time, {} ({} mode), stock {} each run.\n",
