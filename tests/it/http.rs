@@ -12,8 +12,8 @@ use redis::Commands;
 use serde_json::Value;
 
 use crate::support::{
-    HAMMER_FIELDS, RedisServer, accounted, code, free_port, json, lockctl, run_ok, spawn_tool,
-    stderr, stdout,
+    HAMMER_FIELDS, RedisServer, Streams, accounted, code, free_port, json, lockctl, run_ok, signal,
+    spawn_lockctl_with, spawn_tool, stderr, stdout,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php");
@@ -369,4 +369,33 @@ fn bad_input_is_refused_with_exit_2_naming_the_value() {
     let auto = lockctl("auto", &["hammer", "--preset", "tutorial"]);
     assert_eq!(code(&auto), 2, "{}", stderr(&auto));
     assert!(stderr(&auto).contains("name the endpoint's Redis"));
+}
+
+#[test]
+fn ctrl_c_stops_an_open_run_at_once_and_reports_what_was_made() {
+    let redis = RedisServer::start();
+    let php = Php::start(&redis);
+    let url = php.url("run_demo.php?sku={sku}");
+    // 1,000 requests at 5 a second would take 200 s.
+    let args = [
+        "--json", "hammer", "--url", &url, "--preset", "tutorial", "-n", "1000", "--rate", "5",
+        "--stock", "1000",
+    ];
+    let child = spawn_lockctl_with(&redis.url(), &args, Streams::Capture);
+    thread::sleep(Duration::from_millis(1500));
+    let asked = Instant::now();
+    signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["interrupted"], true);
+    let made = v["requests"].as_u64().unwrap();
+    assert!((1..1000).contains(&made), "{v}");
+    assert_eq!(accounted(&v), made);
+    assert_eq!(v["verdict"], "pass", "{v}");
 }

@@ -72,13 +72,7 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
         .enable_time()
         .build()
         .map_err(|e| Error::internal(format!("could not start the HTTP driver: {e}")))?;
-    let (tx, rx) = match plan.rate {
-        Some(_) => {
-            let (tx, rx) = channel(BACKLOG);
-            (Some(tx), Some(rx))
-        }
-        None => (None, None),
-    };
+    let (tx, rx) = plan.rate.map(|_| channel(BACKLOG)).unzip();
     let shared = Arc::new(Shared {
         plan: plan.clone(),
         keep_body: plan.classifier.judges(),
