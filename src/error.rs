@@ -55,6 +55,16 @@ pub enum Error {
     #[error("'{sku}' has no stock in Redis (seed it first: {})", seed_command(sku))]
     Unseeded { sku: String },
 
+    /// `hammer --url`: the stock key the verdict reads does not exist.
+    #[error(
+        "'{key}' does not exist in Redis at '{addr}': pass --stock N to set it before the run, or name the key your endpoint deducts with --stock-key (and its Redis with --redis)"
+    )]
+    NoStockKey { key: String, addr: String },
+
+    /// `hammer --url`: the endpoint cannot be reached at all (its name does not resolve).
+    #[error("{reason}")]
+    Endpoint { reason: String },
+
     /// The SKU's stock key holds something that is not an integer.
     #[error(
         "the stock of '{sku}' ('{key}') holds {value}, not an integer; nothing was changed (reset it with: {})",
@@ -120,8 +130,7 @@ pub enum Error {
 
 /// A short, stable name for each kind of failure: counted by the hammer (`errors_by_kind`),
 /// printed as `error_kind` under `--json`, and read back from a `--mode procs` child.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ErrorKind {
     BadUrl,
     Tls,
@@ -143,34 +152,79 @@ pub enum ErrorKind {
     Usage,
     /// A `--mode procs` child that ended without saying what happened.
     Child,
-    /// A request the hammer never sent because Redis stayed unreachable.
+    /// A request the hammer never sent because its server stayed unreachable.
     Abandoned,
+    /// `hammer --url`: a connection that broke after the request was sent (reset, closed
+    /// before a whole answer, an answer that is not HTTP).
+    Broken,
+    /// `hammer --url`: a 2xx answer that matched none of the classification patterns.
+    Unclassified,
+    /// `hammer --url`: an answer with a status other than 2xx that matched none of the
+    /// classification patterns, by status code (`http_500`).
+    Http(u16),
     /// Any name this version does not know (read from a newer child, say).
-    #[serde(other)]
     Unknown,
 }
 
+/// The kinds with a fixed name, for reading names back.
+const NAMED: [ErrorKind; 18] = [
+    ErrorKind::BadUrl,
+    ErrorKind::Tls,
+    ErrorKind::Refused,
+    ErrorKind::TimedOut,
+    ErrorKind::Auth,
+    ErrorKind::Unseeded,
+    ErrorKind::BadStock,
+    ErrorKind::BadData,
+    ErrorKind::Redis,
+    ErrorKind::NoQuorum,
+    ErrorKind::Database,
+    ErrorKind::Internal,
+    ErrorKind::Usage,
+    ErrorKind::Child,
+    ErrorKind::Abandoned,
+    ErrorKind::Broken,
+    ErrorKind::Unclassified,
+    ErrorKind::Unknown,
+];
+
 impl ErrorKind {
-    /// The name as it appears in JSON and in the hammer's counts.
-    pub fn as_str(self) -> &'static str {
+    /// The name as it appears in JSON and in the hammer's counts (`http_500` for
+    /// [`ErrorKind::Http`]).
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
         match self {
-            ErrorKind::BadUrl => "bad_url",
-            ErrorKind::Tls => "tls",
-            ErrorKind::Refused => "refused",
-            ErrorKind::TimedOut => "timed_out",
-            ErrorKind::Auth => "auth",
-            ErrorKind::Unseeded => "unseeded",
-            ErrorKind::BadStock => "bad_stock",
-            ErrorKind::BadData => "bad_data",
-            ErrorKind::Redis => "redis",
-            ErrorKind::NoQuorum => "no_quorum",
-            ErrorKind::Database => "database",
-            ErrorKind::Internal => "internal",
-            ErrorKind::Usage => "usage",
-            ErrorKind::Child => "child",
-            ErrorKind::Abandoned => "abandoned",
-            ErrorKind::Unknown => "unknown",
+            ErrorKind::Http(status) => format!("http_{status}").into(),
+            ErrorKind::BadUrl => "bad_url".into(),
+            ErrorKind::Tls => "tls".into(),
+            ErrorKind::Refused => "refused".into(),
+            ErrorKind::TimedOut => "timed_out".into(),
+            ErrorKind::Auth => "auth".into(),
+            ErrorKind::Unseeded => "unseeded".into(),
+            ErrorKind::BadStock => "bad_stock".into(),
+            ErrorKind::BadData => "bad_data".into(),
+            ErrorKind::Redis => "redis".into(),
+            ErrorKind::NoQuorum => "no_quorum".into(),
+            ErrorKind::Database => "database".into(),
+            ErrorKind::Internal => "internal".into(),
+            ErrorKind::Usage => "usage".into(),
+            ErrorKind::Child => "child".into(),
+            ErrorKind::Abandoned => "abandoned".into(),
+            ErrorKind::Broken => "broken".into(),
+            ErrorKind::Unclassified => "unclassified".into(),
+            ErrorKind::Unknown => "unknown".into(),
         }
+    }
+
+    /// The kind a name stands for; a name this version does not know is
+    /// [`ErrorKind::Unknown`].
+    pub fn from_name(name: &str) -> ErrorKind {
+        if let Some(status) = name.strip_prefix("http_").and_then(|s| s.parse().ok()) {
+            return ErrorKind::Http(status);
+        }
+        NAMED
+            .into_iter()
+            .find(|k| k.name() == name)
+            .unwrap_or(ErrorKind::Unknown)
     }
 
     /// Whether this kind means the server could not be reached at all (an outage).
@@ -179,9 +233,22 @@ impl ErrorKind {
     }
 }
 
+impl Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(ErrorKind::from_name(&name))
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(&self.name())
     }
 }
 
@@ -195,7 +262,8 @@ impl Error {
             Error::NotRedis { .. } | Error::Refused { .. } => ErrorKind::Redis,
             Error::Timeout { .. } | Error::ConnectTimeout { .. } => ErrorKind::TimedOut,
             Error::Auth { .. } => ErrorKind::Auth,
-            Error::Unseeded { .. } => ErrorKind::Unseeded,
+            Error::Unseeded { .. } | Error::NoStockKey { .. } => ErrorKind::Unseeded,
+            Error::Endpoint { .. } => ErrorKind::Refused,
             Error::BadStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
@@ -260,3 +328,25 @@ pub const INTERRUPTED: &str = "EINTR";
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    #[test]
+    fn every_kind_reads_back_from_its_name() {
+        let mut kinds = super::NAMED.to_vec();
+        kinds.extend([ErrorKind::Http(500), ErrorKind::Http(404)]);
+        for k in kinds {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(
+                serde_json::from_str::<ErrorKind>(&json).unwrap(),
+                k,
+                "{json}"
+            );
+        }
+        assert_eq!(ErrorKind::Http(503).to_string(), "http_503");
+        assert_eq!(ErrorKind::from_name("from_the_future"), ErrorKind::Unknown);
+        assert_eq!(ErrorKind::from_name("http_x"), ErrorKind::Unknown);
+    }
+}

@@ -134,6 +134,7 @@ pub struct BuyArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("http").args(["url", "preset"]).multiple(true)))]
 pub struct HammerArgs {
     /// The product to hammer.
     #[arg(long, default_value = "sku_886", help_heading = "Load")]
@@ -156,8 +157,9 @@ pub struct HammerArgs {
     #[arg(long, value_parser = whole(0, MAX_STOCK), allow_negative_numbers = true, help_heading = "Load")]
     pub stock: Option<u64>,
 
-    /// Spread purchases over this many simulated users (u0, u1, ...), for --limit.
-    #[arg(long, value_parser = whole(1, 100_000_000), allow_negative_numbers = true, requires = "limit", help_heading = "Load")]
+    /// Spread purchases over this many simulated users (u0, u1, ...), for --limit (and for
+    /// {user} with --url).
+    #[arg(long, value_parser = whole(1, 100_000_000), allow_negative_numbers = true, help_heading = "Load")]
     pub users: Option<u64>,
 
     /// How the stock is protected; a comma-separated list (lock,fenced,atomic) runs the same
@@ -209,6 +211,101 @@ pub struct HammerArgs {
     /// Workers beside the buyers (with --db).
     #[arg(long, default_value_t = 1, value_parser = whole(1, 64), allow_negative_numbers = true, help_heading = "Load")]
     pub workers: u64,
+
+    #[command(flatten)]
+    pub http: Box<HttpArgs>,
+}
+
+/// `hammer --url`: HTTP requests to someone's endpoint instead of lockctl's own buyers.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "HTTP mode (hammer --url)")]
+pub struct HttpArgs {
+    /// Fire HTTP requests at this endpoint instead of lockctl's own buyers, then judge its
+    /// answers against its stock in Redis (--redis). Placeholders {sku}, {user}, {order}
+    /// (a fresh order id per request) and {n} (the request's index) are filled in the URL,
+    /// the headers and the body.
+    #[arg(long, value_name = "URL", conflicts_with_all = LOCK_ONLY)]
+    pub url: Option<String>,
+
+    /// Read the answers as the tutorial's run_demo.php writes them (扣减成功, 已售罄, 并发过高);
+    /// a --url naming only a server gets its path, /run_demo.php?sku={sku} [default --url:
+    /// http://127.0.0.1:8080/run_demo.php?sku={sku}]
+    #[arg(long, value_enum, conflicts_with_all = LOCK_ONLY)]
+    pub preset: Option<PresetArg>,
+
+    /// The HTTP method.
+    #[arg(long, default_value = "GET", requires = "http")]
+    pub method: String,
+
+    /// A request header, 'Name: value' (repeat for several).
+    #[arg(long = "header", value_name = "'NAME: VALUE'", requires = "http")]
+    pub headers: Vec<String>,
+
+    /// The request body.
+    #[arg(long, value_name = "TEXT", requires = "http")]
+    pub body: Option<String>,
+
+    /// An answer whose body matches this pattern sold --qty units (checked first).
+    #[arg(long, value_name = "REGEX", requires = "http")]
+    pub bought_if: Option<String>,
+
+    /// An answer whose body matches this pattern said sold out (checked second).
+    #[arg(long, value_name = "REGEX", requires = "http")]
+    pub sold_out_if: Option<String>,
+
+    /// An answer whose body matches this pattern said busy, try again (checked third).
+    #[arg(long, value_name = "REGEX", requires = "http")]
+    pub busy_if: Option<String>,
+
+    /// The Redis key of the stock the endpoint deducts [default: item:stock:<SKU>].
+    #[arg(long, value_name = "KEY", requires = "http")]
+    pub stock_key: Option<String>,
+
+    /// The open model: R requests per second on a fixed schedule whatever the answers, over
+    /// -c connections; latency counts from each request's scheduled moment. Without it, each
+    /// connection sends its next request when the last is answered.
+    #[arg(long, value_name = "R", value_parser = rate, requires = "http")]
+    pub rate: Option<f64>,
+}
+
+/// The hammer's flags that mean nothing for an external endpoint, which protects its stock
+/// its own way. (`--lock-node`, often set through LOCKCTL_LOCK_NODES, is ignored rather than
+/// refused; `--cluster` still applies: the stock key is read from a cluster.)
+const LOCK_ONLY: [&str; 10] = [
+    "strategy",
+    "ttl_ms",
+    "wait_ms",
+    "work_ms",
+    "watchdog",
+    "limit",
+    "mode",
+    "metrics_addr",
+    "queue",
+    "db",
+];
+
+/// `--preset`: answers of a known endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PresetArg {
+    /// The tutorial's run_demo.php.
+    Tutorial,
+}
+
+impl HttpArgs {
+    /// Whether this is an HTTP run.
+    pub fn wanted(&self) -> bool {
+        self.url.is_some() || self.preset.is_some()
+    }
+}
+
+/// `--rate`: requests per second, more than zero and at most a million.
+fn rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1_000_000.0 => Ok(r),
+        _ => Err(format!(
+            "'{s}' is not a rate: give requests per second, more than 0 and at most 1000000 (e.g. --rate 200 or --rate 0.5)"
+        )),
+    }
 }
 
 /// `--strategy`: how the stock is protected.

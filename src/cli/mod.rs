@@ -9,7 +9,9 @@ mod args;
 mod help;
 mod parse;
 
-pub use args::{BuyArgs, DbCommand, HammerArgs, RunArgs, StrategyArg, WorkerArgs};
+pub use args::{
+    BuyArgs, DbCommand, HammerArgs, HttpArgs, PresetArg, RunArgs, StrategyArg, WorkerArgs,
+};
 pub use help::VERSION;
 use parse::{token, whole};
 

@@ -23,6 +23,9 @@ use crate::signals;
 
 /// Runs the hammer once per strategy, then prints and exports the reports.
 pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
+    if args.http.wanted() {
+        return super::hammer_http::run(ctx, args);
+    }
     check_args(&args)?;
     // A bad export path fails here, before any purchase is made.
     let exports = Exports::open(&args)?;
@@ -86,26 +89,43 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         }
     }
     read_waiters();
-    let document = render::hammer_document(&reports, &context);
-    let stdout_taken = exports.write(&reports, &document, &context)?;
+    finish(ctx, &exports, &reports, &context, &signals)
+}
+
+/// Prints and exports the reports; the exit code of their verdict, or of the signal that
+/// stopped the run (Ctrl-C, SIGTERM, SIGHUP: new requests stopped, those in flight finished
+/// and released their locks, and the partial report was printed).
+pub(super) fn finish(
+    ctx: &Ctx,
+    exports: &Exports,
+    reports: &[Report],
+    context: &Context,
+    signals: &signals::Stop,
+) -> anyhow::Result<Exit> {
+    let document = render::hammer_document(reports, context);
+    let stdout_taken = exports.write(reports, &document, context)?;
     if !stdout_taken {
         if ctx.json {
             emit_json(&document)?;
         } else {
-            emit(&hammer_text(ctx, &reports))?;
+            emit(&hammer_text(ctx, reports))?;
         }
     }
-    // Ctrl-C (or SIGTERM, SIGHUP) stopped new requests; those in flight finished and released
-    // their locks, and the partial report was printed.
     Ok(if let Some(code) = signals.exit_code() {
         Exit::Signal(code)
     } else {
-        Exit::of_verdict(overall_verdict(&reports))
+        Exit::of_verdict(overall_verdict(reports))
     })
 }
 
 /// What the command line allows but the hammer cannot honour.
 fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
+    if args.users.is_some() && args.purchase.limit.is_none() {
+        return Err(UsageError(
+            "--users spreads purchases over simulated users for a per-user limit: add --limit N (or, with --url, it numbers {user})".into(),
+        )
+        .into());
+    }
     if args.purchase.limit.is_some() && args.users.is_none() {
         return Err(UsageError(
             "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
@@ -134,7 +154,7 @@ fn serve_metrics(addr: &str, before: impl Fn() + Send + Sync + 'static) -> anyho
 }
 
 /// Where and when this run happens, for reports that stand alone.
-fn run_context(ctx: &Ctx) -> Context {
+pub(super) fn run_context(ctx: &Ctx) -> Context {
     let redis_version = ctx.target.connect().ok().and_then(|mut c| {
         let info: String = c.query(redis::cmd("INFO").arg("server")).ok()?;
         info.lines()

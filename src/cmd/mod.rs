@@ -7,6 +7,7 @@ mod check;
 mod docs;
 mod exporter;
 mod hammer;
+mod hammer_http;
 mod run;
 mod seed;
 mod status;
@@ -167,8 +168,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 /// `--redis` was given and nothing answers at the default address. Other commands never get
 /// one: what they write must outlive them.
 fn private_redis(cli: &Cli, options: &ConnectOptions) -> anyhow::Result<Option<PrivateRedis>> {
-    let hammer = matches!(cli.command, Command::Hammer(_));
+    let hammer = matches!(&cli.command, Command::Hammer(h) if !h.http.wanted());
+    let http = matches!(&cli.command, Command::Hammer(h) if h.http.wanted());
     match cli.redis.as_deref() {
+        // The endpoint deducts in its own Redis: the verdict must read that one.
+        Some("auto") if http => Err(UsageError(
+            "--redis auto starts a private redis-server, but hammer --url must read the stock the endpoint deducts: name the endpoint's Redis with --redis (default redis://127.0.0.1:6379)".into(),
+        )
+        .into()),
         Some("auto") if !hammer => Err(UsageError(
             "--redis auto starts a private redis-server that vanishes when the command ends; only hammer can use one (it seeds, buys and checks within the run)".into(),
         )

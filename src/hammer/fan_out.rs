@@ -73,7 +73,7 @@ struct Shared<'a> {
 }
 
 /// Samples a worker keeps before folding them into the shared tally.
-const FOLD_EVERY: usize = 32;
+pub(super) const FOLD_EVERY: usize = 32;
 
 impl Shared<'_> {
     fn stopped(&self) -> bool {
@@ -122,7 +122,7 @@ impl Shared<'_> {
                 break;
             }
             let samples: Vec<Sample> = if self.abandon.load(Ordering::Relaxed) {
-                batch.iter().map(|&i| abandoned(i)).collect()
+                batch.iter().map(|&i| abandoned(i, "Redis")).collect()
             } else {
                 round(&mut state, &batch)
             };
@@ -167,14 +167,15 @@ pub(super) fn done(index: u64, latency: Duration, p: &Purchase) -> Sample {
 /// not made yet (each is then counted as an error of kind `abandoned`, never sent).
 pub const OUTAGE_LIMIT: Duration = Duration::from_secs(5);
 
-fn abandoned(index: u64) -> Sample {
+/// Request `index`, given up unsent because `server` stayed unreachable.
+pub(super) fn abandoned(index: u64, server: &str) -> Sample {
     Sample {
         index,
         ended: Ended::Failed {
             kind: ErrorKind::Abandoned,
             indeterminate: false,
             message: format!(
-                "not sent: Redis was unreachable for {} s",
+                "not sent: {server} was unreachable for {} s",
                 OUTAGE_LIMIT.as_secs()
             ),
         },

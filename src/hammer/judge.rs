@@ -38,16 +38,10 @@ fn tally_of(facts: &RunFacts, samples: &[Sample]) -> Tally {
 }
 
 pub(super) fn unreadable(facts: &RunFacts, t: &Tally, e: &Error) -> Report {
-    let mut check = LedgerCheck::new(t, &facts.run_id);
-    check.look_for_missing = false;
-    let mut r = verdict(facts, t, facts.initial_stock, check);
+    let mut r = measured(facts, t, None);
     r.verdict = Verdict::Unknown;
     r.unknown_because = Some("Redis could not be read back, so nothing is claimed".into());
-    r.final_stock = None;
-    r.consumed = None;
-    r.oversold = 0;
-    r.violations.clear();
-    r.stock_timeline.pop();
+    r.notes = notes(t, facts.initial_stock);
     r.notes.insert(
         0,
         format!(
@@ -143,7 +137,7 @@ impl LedgerCheck {
     }
 }
 
-fn percentiles(h: &Histogram<u64>) -> Percentiles {
+pub(super) fn percentiles(h: &Histogram<u64>) -> Percentiles {
     let ms = |us: f64| round3(us / 1000.0);
     Percentiles {
         p50: ms(h.value_at_quantile(0.50) as f64),
@@ -267,19 +261,42 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
     let (mut violations, oversold) = invariants(facts, t, final_stock, ledger_qty);
     violations.extend(per_order);
     violations.extend(undersold(facts, t, final_stock));
-    // Invariants that hold because nothing happened prove nothing: a run in which every
-    // request failed, while there was stock to sell, has measured nothing.
+    let mut r = measured(facts, t, Some(final_stock));
+    r.ledger_orders = Some(ledger_orders);
+    r.ledger_qty = Some(ledger_qty);
+    r.oversold = oversold;
+    r.notes = notes(t, final_stock);
+    conclude(&mut r, t, violations);
+    r
+}
+
+/// The verdict from what was found: FAIL on any violation; UNKNOWN when nothing was measured
+/// (every request failed while there was stock to sell: invariants that hold because nothing
+/// happened prove nothing); PASS otherwise.
+pub(super) fn conclude(r: &mut Report, t: &Tally, violations: Vec<String>) {
     let nothing_measured = violations.is_empty()
         && t.errors > 0
         && t.accounted() == t.errors
-        && facts.initial_stock >= facts.qty as i64;
-    let unknown_because = nothing_measured.then(|| {
-        format!(
+        && r.run.initial_stock >= r.run.qty as i64;
+    r.verdict = if !violations.is_empty() {
+        Verdict::Fail
+    } else if nothing_measured {
+        r.unknown_because = Some(format!(
             "nothing was measured: all {} requests failed ({})",
             t.errors,
             errors_in_words(&t.errors_by_kind)
-        )
-    });
+        ));
+        Verdict::Unknown
+    } else {
+        Verdict::Pass
+    };
+    r.violations = violations;
+}
+
+/// Everything measured, before any judgement (a PASS with no violations, no ledger and
+/// nothing oversold, for the judge to fill in): the counts, latencies, throughput, the
+/// hammer's own cost, and the stock over time, ending at `final_stock` when it was read.
+pub(super) fn measured(facts: &RunFacts, t: &Tally, final_stock: Option<i64>) -> Report {
     let elapsed_s = facts.elapsed.as_secs_f64();
     let locks = facts.strategy.locks() && !t.wait.is_empty();
     let mut timeline = vec![[0.0, facts.initial_stock as f64]];
@@ -288,21 +305,15 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
             .iter()
             .map(|(at, stock)| [at.as_secs_f64(), *stock as f64]),
     );
-    timeline.push([elapsed_s, final_stock as f64]);
+    timeline.extend(final_stock.map(|f| [elapsed_s, f as f64]));
     Report {
-        verdict: if !violations.is_empty() {
-            Verdict::Fail
-        } else if nothing_measured {
-            Verdict::Unknown
-        } else {
-            Verdict::Pass
-        },
-        unknown_because,
+        verdict: Verdict::Pass,
+        unknown_because: None,
         pipeline: None,
         run: facts.clone(),
         interrupted: false,
-        final_stock: Some(final_stock),
-        consumed: Some(facts.initial_stock - final_stock),
+        final_stock,
+        consumed: final_stock.map(|f| facts.initial_stock - f),
         bought: t.bought,
         sold_qty: t.sold_qty(),
         replayed: t.replayed,
@@ -310,12 +321,13 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
         busy: t.busy,
         lease_lost: t.lease_lost,
         limit_reached: t.limit_reached,
+        answered: t.answered,
         errors: t.errors,
         indeterminate: t.indeterminate,
         lease_overrun: t.lease_overrun,
-        oversold,
-        ledger_orders,
-        ledger_qty,
+        oversold: 0,
+        ledger_orders: None,
+        ledger_qty: None,
         elapsed_s: round3(elapsed_s),
         client_cpu_s: facts.client_cpu.map(|d| round3(d.as_secs_f64())),
         client_cpu_us_per_request: facts
@@ -331,8 +343,9 @@ pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: Ledg
         latency_ms: percentiles(&t.latency),
         lock_wait_ms: locks.then(|| percentiles(&t.wait)),
         lock_hold_ms: (locks && !t.hold.is_empty()).then(|| percentiles(&t.hold)),
-        violations,
-        notes: notes(t, final_stock),
+        violations: Vec::new(),
+        notes: Vec::new(),
+        http: None,
         latency_buckets: buckets(&t.latency),
         lock_wait_buckets: buckets(&t.wait),
         lock_hold_buckets: buckets(&t.hold),

@@ -9,10 +9,14 @@
 //!
 //! Layout: [`report`] holds the public report types; `fan_out` what every driver shares, and
 //! one file per way of driving load (`threads`, `multiplexed`, `procs`); `readback` reads the
-//! results back; [`judge`] turns samples and the read-back into a verdict.
+//! results back; [`judge`] turns samples and the read-back into a verdict. [`http`] puts an
+//! external endpoint to the test instead of lockctl's own buyers (`hammer --url`), judged by
+//! `judge_http` from the stock alone, since such an endpoint keeps no ledger lockctl can read.
 
 mod fan_out;
+pub mod http;
 pub mod judge;
+mod judge_http;
 mod multiplexed;
 pub mod pipeline;
 mod procs;
@@ -34,7 +38,10 @@ pub use judge::{judge, judge_unreadable};
 pub use pipeline::{PipelineOptions, PipelineReport};
 pub use procs::{ChildBuy, child_deadline};
 pub use readback::{READ_BACK_PATIENCE, Readback};
-pub use report::{Bucket, Ended, Percentiles, Report, RunFacts, Sample, Verdict};
+pub use report::{
+    Bucket, Ended, HttpFacts, LATE_AFTER_MS, LoadModel, Percentiles, Report, RunFacts, Sample,
+    Subject, Verdict,
+};
 
 use crate::conn::Target;
 use crate::error::{Error, Result};
@@ -51,6 +58,8 @@ pub enum Mode {
     Threads,
     /// Each purchase is a child `lockctl buy` process, like the seed's "several terminals".
     Procs,
+    /// Each purchase is an HTTP request to someone's endpoint (`hammer --url`).
+    Http,
 }
 
 /// What to run.
@@ -134,6 +143,11 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         }
         Mode::Threads => threads::run_threads(target, opts, &run_id)?,
         Mode::Procs => procs::run_procs(target, opts, &run_id)?,
+        Mode::Http => {
+            return Err(Error::internal(
+                "an HTTP run goes through hammer::http::run, with the endpoint's options",
+            ));
+        }
     };
     let elapsed = started.elapsed();
     let client_cpu = usage::cpu_time()
@@ -141,18 +155,14 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         .map(|(after, before)| after.saturating_sub(before));
     let made = tally.samples();
     let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
-    let interrupted = made != opts.requests
-        && opts
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed));
+    let stopped_early = interrupted(opts, made);
     let facts = RunFacts {
         sku: opts.sku.to_string(),
         run_id,
         // An interrupted run is judged on the requests it made.
-        requests: if interrupted { made } else { opts.requests },
+        requests: if stopped_early { made } else { opts.requests },
         concurrency: opts.concurrency,
-        strategy: opts.buy.strategy,
+        strategy: opts.buy.strategy.into(),
         mode: opts.mode,
         qty: opts.buy.qty,
         ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
@@ -174,17 +184,28 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
             pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;
         pipeline::judge(&mut report, pipe, violations);
     }
-    if interrupted {
-        report.interrupted = true;
-        report.notes.insert(
-            0,
-            format!(
-                "interrupted: {made} of {} requests were made; the report covers those",
-                opts.requests
-            ),
-        );
+    if stopped_early {
+        mark_interrupted(&mut report, made, opts.requests);
     }
     Ok(report)
+}
+
+/// Whether Ctrl-C (or SIGTERM, SIGHUP) stopped the run after `made` requests, short of all.
+fn interrupted(opts: &HammerOptions, made: u64) -> bool {
+    made != opts.requests
+        && opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+}
+
+/// Says so in a report judged on the `made` requests of the `requested`.
+fn mark_interrupted(report: &mut Report, made: u64, requested: u64) {
+    report.interrupted = true;
+    report.notes.insert(
+        0,
+        format!("interrupted: {made} of {requested} requests were made; the report covers those"),
+    );
 }
 
 /// The connections a run opens to the data node at once, at most: one per buyer (a
@@ -196,6 +217,7 @@ pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
     let own = 4;
     match opts.mode {
         Mode::Procs => c * 2 + watchdogs + own,
+        Mode::Http => own,
         Mode::Threads if multiplexes(opts, target) => c + own,
         Mode::Threads => c + watchdogs + own,
     }

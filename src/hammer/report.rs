@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::Mode;
 use crate::error::ErrorKind;
-use crate::stock::{Buy, Strategy};
+use crate::stock::{Buy, Outcome, Strategy};
 
 /// How one request ended, as its buyer was told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +17,13 @@ pub enum Ended {
         outcome: Buy,
         replayed: bool,
         overran_lease: bool,
+    },
+    /// An external endpoint's answer (`hammer --url`), classified: bought, sold out or busy,
+    /// with the stock the answer reported when it did. `None`: a 2xx answer in a run with no
+    /// patterns, which only measures load.
+    Answered {
+        outcome: Option<Outcome>,
+        remaining: Option<i64>,
     },
     /// A failure. `indeterminate` when it may have been applied anyway.
     Failed {
@@ -47,7 +54,7 @@ pub struct RunFacts {
     pub run_id: String,
     pub requests: u64,
     pub concurrency: u64,
-    pub strategy: Strategy,
+    pub strategy: Subject,
     pub mode: Mode,
     pub qty: u64,
     pub ttl_ms: u64,
@@ -66,6 +73,47 @@ pub struct RunFacts {
     /// The hammer's CPU time during the purchases, when it can be read.
     #[serde(skip)]
     pub client_cpu: Option<Duration>,
+}
+
+/// What protected the stock in a run: one of lockctl's strategies, or the code behind an
+/// external endpoint (`hammer --url`), which the report calls `endpoint`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Strategy(Strategy),
+    Endpoint,
+}
+
+impl Subject {
+    /// The name in reports: the strategy's, or `endpoint`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Subject::Strategy(s) => s.name(),
+            Subject::Endpoint => "endpoint",
+        }
+    }
+
+    /// Whether lockctl's own buyers took the lock (so lock wait and hold were measured).
+    pub fn locks(self) -> bool {
+        matches!(self, Subject::Strategy(s) if s.locks())
+    }
+}
+
+impl From<Strategy> for Subject {
+    fn from(s: Strategy) -> Subject {
+        Subject::Strategy(s)
+    }
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for Subject {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 /// Latency percentiles in milliseconds.
@@ -112,6 +160,8 @@ pub struct Report {
     pub busy: u64,
     pub lease_lost: u64,
     pub limit_reached: u64,
+    /// `hammer --url` with no patterns: 2xx answers, which say nothing about what was sold.
+    pub answered: u64,
     pub errors: u64,
     /// Errors whose effect is unknown (they may have deducted).
     pub indeterminate: u64,
@@ -120,9 +170,10 @@ pub struct Report {
     pub lease_overrun: u64,
     /// Units sold beyond the initial stock.
     pub oversold: u64,
-    /// This run's orders in the ledger, and their units.
-    pub ledger_orders: u64,
-    pub ledger_qty: i64,
+    /// This run's orders in the ledger, and their units; null for an external endpoint
+    /// (`hammer --url`), which keeps no ledger lockctl can read.
+    pub ledger_orders: Option<u64>,
+    pub ledger_qty: Option<i64>,
     pub elapsed_s: f64,
     pub throughput_rps: f64,
     /// The hammer's own CPU time (user + system, every thread) during the purchases.
@@ -149,6 +200,10 @@ pub struct Report {
     pub notes: Vec<String>,
     /// The first error message seen, if any.
     pub first_error: Option<String>,
+    /// What `hammer --url` adds: the endpoint, the load model, and for the open model the time
+    /// from sending to the answer and the requests sent late. Absent for lockctl's own buyers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpFacts>,
     /// The latency distribution: requests per bucket, each bucket up to `le_ms`.
     pub latency_buckets: Vec<Bucket>,
     /// The lock wait distribution, as `latency_buckets` (empty without a lock).
@@ -168,3 +223,42 @@ pub struct Bucket {
     /// Requests whose latency fell in this bucket.
     pub count: u64,
 }
+
+/// How `hammer --url` offered its load.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadModel {
+    /// `-c` connections, each sending its next request when the last one is answered.
+    Closed,
+    /// Requests at a fixed rate whatever the answers (`--rate`); latency counts from each
+    /// request's scheduled moment.
+    Open,
+}
+
+/// The facts of an HTTP run (`hammer --url`), beside the common ones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HttpFacts {
+    /// The URL template as given, any password in it replaced by `***`.
+    pub url: String,
+    pub method: String,
+    /// The Redis key read before and after the run; null when nothing is judged.
+    pub stock_key: Option<String>,
+    pub load: LoadModel,
+    /// The open model's rate, requests per second.
+    pub rate_rps: Option<f64>,
+    /// The bound on each request, connecting included.
+    pub timeout_ms: u64,
+    /// Open model: time from sending each request to its answer (`latency_ms` counts from its
+    /// scheduled moment, so it includes any wait for a free connection).
+    pub service_ms: Option<Percentiles>,
+    /// Open model: requests sent more than [`LATE_AFTER_MS`] after their scheduled moment
+    /// (every connection was busy, or the driver fell behind); all are still sent.
+    pub late: Option<u64>,
+    /// Open model: the longest any request waited past its scheduled moment, in ms.
+    pub max_lag_ms: Option<f64>,
+}
+
+/// How far past its scheduled moment a request may leave and still be on time, in ms: the
+/// open model's clock thread wakes within tens of microseconds of each moment, so a request
+/// that leaves a millisecond late waited for a free connection, or for lockctl itself.
+pub const LATE_AFTER_MS: u64 = 1;

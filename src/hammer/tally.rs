@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 
 use super::{Ended, Sample, TIMELINE_POINTS};
 use crate::error::ErrorKind;
-use crate::stock::Buy;
+use crate::stock::{Buy, Outcome};
 
 /// One bit per request.
 #[derive(Clone, Debug, Default)]
@@ -69,6 +69,7 @@ pub struct Tally {
     pub(super) busy: u64,
     pub(super) lease_lost: u64,
     pub(super) limit_reached: u64,
+    pub(super) answered: u64,
     pub(super) errors: u64,
     pub(super) indeterminate: u64,
     pub(super) lease_overrun: u64,
@@ -82,12 +83,12 @@ pub struct Tally {
     timeline: Timeline,
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(super) fn new_histogram() -> Histogram<u64> {
     // Microseconds from 1 µs to one hour at three significant figures.
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
-fn record(h: &mut Histogram<u64>, d: Duration) {
+pub(super) fn record(h: &mut Histogram<u64>, d: Duration) {
     h.saturating_record((d.as_micros() as u64).max(1));
 }
 
@@ -106,6 +107,7 @@ impl Tally {
             busy: 0,
             lease_lost: 0,
             limit_reached: 0,
+            answered: 0,
             errors: 0,
             indeterminate: 0,
             lease_overrun: 0,
@@ -148,6 +150,20 @@ impl Tally {
                 Buy::LeaseLost => self.lease_lost += 1,
                 Buy::LimitReached { .. } => self.limit_reached += 1,
             },
+            Ended::Answered { outcome, remaining } => match outcome {
+                None => self.answered += 1,
+                Some(Outcome::Bought) => {
+                    self.bought += 1;
+                    self.told_bought.set(s.index);
+                    if let Some(stock) = remaining {
+                        self.timeline.add(s.at, *stock);
+                    }
+                }
+                Some(Outcome::SoldOut) => self.sold_out += 1,
+                Some(Outcome::Busy) => self.busy += 1,
+                Some(Outcome::LeaseLost) => self.lease_lost += 1,
+                Some(Outcome::LimitReached) => self.limit_reached += 1,
+            },
             Ended::Failed {
                 kind,
                 indeterminate,
@@ -168,7 +184,13 @@ impl Tally {
 
     /// Requests that ended as exactly one outcome.
     pub fn accounted(&self) -> u64 {
-        self.bought + self.sold_out + self.busy + self.lease_lost + self.limit_reached + self.errors
+        self.bought
+            + self.sold_out
+            + self.busy
+            + self.lease_lost
+            + self.limit_reached
+            + self.answered
+            + self.errors
     }
 
     /// Requests recorded.

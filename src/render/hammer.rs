@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::hammer::judge::errors_in_words;
-use crate::hammer::{Mode, Percentiles, Report, Verdict, overall_verdict};
+use crate::hammer::{
+    HttpFacts, LATE_AFTER_MS, Mode, Percentiles, Report, Verdict, overall_verdict,
+};
 use crate::units::{count, round3};
 
 /// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`).
@@ -24,21 +26,18 @@ fn row(s: &mut String, label: &str, text: String) {
 
 /// The header and what was measured: outcomes, stock, latencies, throughput, notes.
 fn facts_rows(s: &mut String, r: &Report) {
-    let _ = writeln!(
-        s,
-        "hammer: {} of {} x{}, {} at a time, strategy {} ({}{})",
-        count(r.run.requests, "purchase", "purchases"),
-        r.run.sku,
-        r.run.qty,
-        r.run.concurrency.min(r.run.requests),
-        r.run.strategy,
-        mode_name(r),
-        lock_kind(r)
-    );
+    let _ = writeln!(s, "{}", header(r));
     let mut outcomes = format!(
-        "bought {}  sold out {}  busy {}  lease lost {}  errors {}",
-        r.bought, r.sold_out, r.busy, r.lease_lost, r.errors
+        "bought {}  sold out {}  busy {}",
+        r.bought, r.sold_out, r.busy
     );
+    if r.http.is_none() {
+        let _ = write!(outcomes, "  lease lost {}", r.lease_lost);
+    }
+    if r.answered > 0 {
+        let _ = write!(outcomes, "  answered {}", r.answered);
+    }
+    let _ = write!(outcomes, "  errors {}", r.errors);
     if r.limit_reached > 0 {
         let _ = write!(outcomes, "  limit {}", r.limit_reached);
     }
@@ -46,24 +45,7 @@ fn facts_rows(s: &mut String, r: &Report) {
         let _ = write!(outcomes, "  (replayed {})", r.replayed);
     }
     row(s, "outcomes", outcomes);
-    row(
-        s,
-        "stock",
-        format!(
-            "{} -> {} (consumed {}, sold {}, ledger {} in {}){}",
-            r.run.initial_stock,
-            opt(r.final_stock),
-            opt(r.consumed),
-            r.sold_qty,
-            count(r.ledger_qty, "unit", "units"),
-            count(r.ledger_orders, "order", "orders"),
-            if r.run.seeded {
-                ""
-            } else {
-                " [stock already in Redis]"
-            }
-        ),
-    );
+    row(s, "stock", stock_text(r));
     timing_rows(s, r);
     pipeline_rows(s, r);
     for n in &r.notes {
@@ -83,13 +65,18 @@ fn timing_rows(s: &mut String, r: &Report) {
     if let Some(h) = &r.lock_hold_ms {
         row(s, "lock hold", pct_text(h));
     }
+    if let Some(h) = &r.http {
+        schedule_rows(s, h);
+    }
+    let unit = if r.http.is_some() {
+        "requests"
+    } else {
+        "purchases"
+    };
     row(
         s,
         "throughput",
-        format!(
-            "{:.1} purchases/s over {:.3} s",
-            r.throughput_rps, r.elapsed_s
-        ),
+        format!("{:.1} {unit}/s over {:.3} s", r.throughput_rps, r.elapsed_s),
     );
     if let (Some(cpu), Some(per), Some(rss)) = (
         r.client_cpu_s,
@@ -100,7 +87,10 @@ fn timing_rows(s: &mut String, r: &Report) {
         row(
             s,
             "instrument",
-            format!("hammer CPU {cpu:.2} s ({per:.1} µs per purchase), peak memory {rss:.1} MB"),
+            format!(
+                "hammer CPU {cpu:.2} s ({per:.1} µs per {}), peak memory {rss:.1} MB",
+                &unit[..unit.len() - 1]
+            ),
         );
     }
 }
@@ -127,6 +117,83 @@ fn pipeline_rows(s: &mut String, r: &Report) {
             format!(
                 "ingress {:.1} orders/s, persisted {:.1}/s; {} redelivered, {} conflicts, {} dead letters",
                 p.ingress_rps, p.drain_rps, p.redelivered, p.conflicts, p.dead_letters
+            ),
+        );
+    }
+}
+
+/// The first line: what was run.
+fn header(r: &Report) -> String {
+    match &r.http {
+        None => format!(
+            "hammer: {} of {} x{}, {} at a time, strategy {} ({}{})",
+            count(r.run.requests, "purchase", "purchases"),
+            r.run.sku,
+            r.run.qty,
+            r.run.concurrency.min(r.run.requests),
+            r.run.strategy,
+            mode_name(r),
+            lock_kind(r)
+        ),
+        Some(h) => {
+            let load = match h.rate_rps {
+                Some(rate) => format!("open model at {rate} requests/s"),
+                None => "closed model".into(),
+            };
+            format!(
+                "hammer: {} to {} ({}), {}, {load}",
+                count(r.run.requests, "request", "requests"),
+                h.url,
+                h.method,
+                count(r.run.concurrency, "connection", "connections")
+            )
+        }
+    }
+}
+
+/// The stock before and after, and what the buyers (or the endpoint) said was sold.
+fn stock_text(r: &Report) -> String {
+    let already = if r.run.seeded {
+        ""
+    } else {
+        " [stock already in Redis]"
+    };
+    let before_after = format!("{} -> {}", r.run.initial_stock, opt(r.final_stock));
+    match (&r.http, r.ledger_qty, r.ledger_orders) {
+        (Some(h), _, _) => match &h.stock_key {
+            Some(key) => format!(
+                "{before_after} (consumed {}, announced {}) [{key}]",
+                opt(r.consumed),
+                r.sold_qty
+            ),
+            None => "not read (nothing to judge)".into(),
+        },
+        (None, Some(units), Some(orders)) => format!(
+            "{before_after} (consumed {}, sold {}, ledger {} in {}){already}",
+            opt(r.consumed),
+            r.sold_qty,
+            count(units, "unit", "units"),
+            count(orders, "order", "orders")
+        ),
+        (None, _, _) => format!(
+            "{before_after} (consumed {}, sold {}, ledger not read){already}",
+            opt(r.consumed),
+            r.sold_qty
+        ),
+    }
+}
+
+/// The open model's service time and how well the schedule was kept.
+fn schedule_rows(s: &mut String, h: &HttpFacts) {
+    if let Some(service) = &h.service_ms {
+        row(s, "service", pct_text(service));
+    }
+    if let (Some(late), Some(lag)) = (h.late, h.max_lag_ms) {
+        row(
+            s,
+            "schedule",
+            format!(
+                "late {late} (sent over {LATE_AFTER_MS} ms after their moment), max lag {lag:.3} ms; latency counts from each moment"
             ),
         );
     }
@@ -314,7 +381,17 @@ pub(super) fn opt(v: Option<i64>) -> String {
 /// `--export-markdown`: one row per strategy, then every violation.
 pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
     let mut s = String::new();
-    if let Some(r) = reports.first() {
+    if let Some(h) = reports.first().and_then(|r| r.http.as_ref()) {
+        let _ = writeln!(
+            s,
+            "Hammer on {} ({}): {} requests, {} connections, stock {}.\n",
+            code_span(&h.url),
+            h.method,
+            reports[0].run.requests,
+            reports[0].run.concurrency,
+            reports[0].run.initial_stock
+        );
+    } else if let Some(r) = reports.first() {
         let _ = writeln!(
             s,
             "Hammer on {}: {}, {} at a time, {} ({} mode{}), stock {} each run, TTL {} ms, wait {} ms, work {} ms.\n",
@@ -401,6 +478,7 @@ pub(super) fn mode_name(r: &Report) -> &'static str {
     match r.run.mode {
         Mode::Threads => "threads",
         Mode::Procs => "processes",
+        Mode::Http => "http",
     }
 }
 

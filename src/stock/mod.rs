@@ -229,12 +229,18 @@ pub struct Purchase {
 /// Reads the stock: `None` when the key does not exist, an error when it holds anything but an
 /// integer.
 pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option<i64>> {
+    read_stock_at(conn, sku, &keys.stock)
+}
+
+/// Reads a stock counter kept at `key` (another program's, for `hammer --url --stock-key`)
+/// by the same rules as [`read_stock`].
+pub fn read_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64>> {
     let bad = |value: String| Error::BadStock {
         sku: sku.to_string(),
-        key: keys.stock.clone(),
+        key: key.to_string(),
         value,
     };
-    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.stock)) {
+    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(key)) {
         Ok(raw) => raw,
         Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
             return Err(bad("a value of the wrong type".into()));

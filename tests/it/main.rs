@@ -13,6 +13,7 @@ mod faults;
 mod fifo;
 mod fresh;
 mod fuzz;
+mod http;
 mod lease;
 mod lock;
 mod messages;

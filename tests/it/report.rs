@@ -15,7 +15,7 @@ fn facts(requests: u64, initial_stock: i64) -> RunFacts {
         run_id: "hTEST".into(),
         requests,
         concurrency: 4,
-        strategy: Strategy::Lock,
+        strategy: Strategy::Lock.into(),
         mode: Mode::Threads,
         qty: 1,
         ttl_ms: 5000,
@@ -106,7 +106,7 @@ fn a_clean_run_passes_and_accounts_for_every_request() {
         (10, 90, 10, 0)
     );
     assert_eq!(r.consumed, Some(10));
-    assert_eq!(r.ledger_qty, 10);
+    assert_eq!(r.ledger_qty, Some(10));
     assert_eq!(
         r.latency_buckets.iter().map(|b| b.count).sum::<u64>(),
         100,
@@ -194,7 +194,7 @@ fn two_reports() -> Vec<Report> {
     let (samples, rb) = clean_run(10, 100);
     let fast = judge(
         &RunFacts {
-            strategy: Strategy::Atomic,
+            strategy: Strategy::Atomic.into(),
             elapsed: Duration::from_millis(10),
             ..facts(100, 10)
         },

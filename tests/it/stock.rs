@@ -135,9 +135,11 @@ fn unseeded_stock_is_an_error_for_every_strategy_and_leaves_nothing_behind() {
         assert!(err.to_string().contains("lockctl seed ghost"), "{err}");
     }
     let keys: Vec<String> = server.raw().keys("*").unwrap();
-    // Only the fencing counter may exist: no stock, no ledger, no lock.
+    // Only the fencing counter and the last grant's record may exist: no stock, no ledger,
+    // no lock.
     assert!(
-        keys.iter().all(|k| k == "dist_lock_fence:ghost"),
+        keys.iter()
+            .all(|k| k == "dist_lock_fence:ghost" || k == "dist_lock_grant:ghost"),
         "{keys:?}"
     );
 }

@@ -217,6 +217,7 @@ pub fn accounted(v: &serde_json::Value) -> u64 {
         "busy",
         "lease_lost",
         "limit_reached",
+        "answered",
         "errors",
     ]
     .iter()
@@ -388,6 +389,7 @@ fn how_to_get(program: &OsStr) -> String {
             Some("openssl") => "install it (apt-get install -y openssl)".into(),
             Some("kill") => "install it (apt-get install -y procps)".into(),
             Some("promtool") => "install it (apt-get install -y prometheus)".into(),
+            Some("php") => "install it (apt-get install -y php-cli php-redis)".into(),
             _ => "is it installed and on the PATH?".into(),
         }
     }

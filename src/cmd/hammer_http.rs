@@ -1,0 +1,131 @@
+//! `lockctl hammer --url`: the command line turned into the library's HTTP options (every
+//! bad value a usage error naming it), one run, then the same reports and exports as the
+//! hammer of lockctl's own buyers.
+
+use lockctl::hammer::http::{self, Classifier, HttpOptions, RequestSpec, TUTORIAL_PATH};
+use lockctl::hammer::{HammerOptions, Mode};
+use lockctl::stock::BuyOptions;
+
+use std::io::IsTerminal;
+
+use super::hammer::{finish, run_context};
+use super::{Ctx, Exit, UsageError};
+use crate::cli::{HammerArgs, HttpArgs, PresetArg};
+use crate::progress;
+use crate::report_files::Exports;
+use crate::signals;
+
+/// The tutorial's endpoint as its README serves it: `php -S 127.0.0.1:8080` beside
+/// `run_demo.php`.
+const TUTORIAL_URL: &str = "http://127.0.0.1:8080";
+
+pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
+    let http = http_options(ctx, &args.http)?;
+    if !http.classifier.judges() {
+        for (given, flag) in [
+            (args.stock.is_some(), "--stock"),
+            (args.http.stock_key.is_some(), "--stock-key"),
+        ] {
+            if given {
+                return Err(UsageError(format!(
+                    "{flag} is for judging the endpoint's answers, and no --bought-if, --sold-out-if, --busy-if or --preset says what they mean; add them (or --preset tutorial), or drop {flag} for a run that only measures load"
+                ))
+                .into());
+            }
+        }
+    }
+    // A bad export path fails here, before any request is sent.
+    let exports = Exports::open(&args)?;
+    let signals = signals::listen(signals::First::Finish);
+    let context = run_context(ctx);
+    let show_bar = !ctx.quiet && ctx.color.enabled(std::io::stderr().is_terminal());
+    let bar = progress::Bar::start(show_bar, args.requests, "http", false);
+    let opts = HammerOptions {
+        sku: args.sku.clone(),
+        requests: args.requests,
+        concurrency: args.concurrency,
+        mode: Mode::Http,
+        stock: args.stock,
+        // Only the units each "bought" answer stands for: the endpoint buys its own way.
+        buy: BuyOptions {
+            qty: args.purchase.qty,
+            ..BuyOptions::default()
+        },
+        users: args.users,
+        exe: None,
+        progress: bar.as_ref().map(progress::Bar::counter),
+        quorum: None,
+        stop: Some(signals.requested.clone()),
+        pipeline: None,
+    };
+    let result = http::run(&ctx.target, &opts, &http);
+    drop(bar);
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            exports.discard();
+            return Err(e.into());
+        }
+    };
+    finish(ctx, &exports, &[report], &context, &signals)
+}
+
+/// The request, the classification and the load model, checked.
+fn http_options(ctx: &Ctx, a: &HttpArgs) -> anyhow::Result<HttpOptions> {
+    let tutorial = a.preset == Some(PresetArg::Tutorial);
+    let url = match (&a.url, tutorial) {
+        (Some(url), true) if names_only_a_server(url) => {
+            format!("{}{TUTORIAL_PATH}", url.trim_end_matches('/'))
+        }
+        (Some(url), _) => url.clone(),
+        (None, _) => format!("{TUTORIAL_URL}{TUTORIAL_PATH}"),
+    };
+    let request =
+        RequestSpec::new(&a.method, &url, &a.headers, a.body.as_deref()).map_err(UsageError)?;
+    let patterns = (
+        a.bought_if.as_deref(),
+        a.sold_out_if.as_deref(),
+        a.busy_if.as_deref(),
+    );
+    let classifier = match tutorial {
+        true => Classifier::tutorial(patterns.0, patterns.1, patterns.2),
+        false => Classifier::new(patterns.0, patterns.1, patterns.2),
+    }
+    .map_err(UsageError)?;
+    if let Some(key) = &a.stock_key
+        && (key.is_empty() || key.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(UsageError(format!(
+            "--stock-key '{}' is not a Redis key lockctl will read: give the key your endpoint deducts, without spaces (e.g. item:stock:sku_886)",
+            key.escape_debug()
+        ))
+        .into());
+    }
+    Ok(HttpOptions {
+        request,
+        classifier,
+        stock_key: a.stock_key.clone(),
+        rate: a.rate,
+        timeout: ctx.options.call_timeout,
+        connect_timeout: ctx.options.connect_timeout,
+    })
+}
+
+/// `http://host:port` or `http://host:port/`: a URL with no path or query of its own.
+fn names_only_a_server(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(_, rest)| !rest.trim_end_matches('/').contains(['/', '?', '#']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_only_a_server;
+
+    #[test]
+    fn a_server_alone_gets_the_tutorials_path() {
+        assert!(names_only_a_server("http://127.0.0.1:8080"));
+        assert!(names_only_a_server("http://127.0.0.1:8080/"));
+        assert!(!names_only_a_server("http://127.0.0.1:8080/buy.php"));
+        assert!(!names_only_a_server("http://127.0.0.1:8080?sku=1"));
+    }
+}

@@ -1,0 +1,133 @@
+//! The verdict on someone else's endpoint (`hammer --url`): what it answered held against
+//! its stock in Redis, read before and after the run. Pure, like [`super::judge`], whose
+//! report skeleton and verdict rule it shares.
+//!
+//! There is no ledger to read, so the books are the answers and the one counter: units the
+//! endpoint announced ("bought" answers times `--qty`) must equal units consumed from the
+//! stock. More consumed than announced is a lost order (a ghost deduction: someone paid
+//! stock for a purchase nobody was told of); more announced than consumed is a phantom sale
+//! (told "bought", nothing deducted). Requests that failed after they were sent (no answer in
+//! time, a broken connection, an answer no pattern matched) may have deducted, so they widen
+//! the bound upwards by their units, as in lockctl's own judge.
+
+use super::judge::{conclude, errors_in_words, measured};
+use super::tally::Tally;
+use super::{Report, RunFacts, Verdict};
+use crate::error::Error;
+
+/// The report of a run whose stock was read back.
+pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64) -> Report {
+    let (violations, oversold) = invariants(facts, t, final_stock);
+    let mut r = measured(facts, t, Some(final_stock));
+    r.oversold = oversold;
+    r.notes = notes(t, final_stock);
+    conclude(&mut r, t, violations);
+    r
+}
+
+/// The report of a run whose stock could not be read back afterwards: nothing is claimed.
+pub(super) fn unreadable(facts: &RunFacts, t: &Tally, e: &Error) -> Report {
+    let mut r = measured(facts, t, None);
+    r.verdict = Verdict::Unknown;
+    r.unknown_because = Some("the stock could not be read back from Redis".into());
+    r.notes = notes(t, facts.initial_stock);
+    r.notes.insert(
+        0,
+        format!("could not read the stock back from Redis ({e}): the verdict is unknown"),
+    );
+    r
+}
+
+/// The report of a run with no classification patterns: no answer says what was sold, so
+/// Redis was not read and nothing is judged; what remains is the load and its latencies.
+pub(super) fn nothing_to_judge(facts: &RunFacts, t: &Tally) -> Report {
+    let mut r = measured(facts, t, None);
+    r.verdict = Verdict::Unknown;
+    r.unknown_because = Some(
+        "nothing to judge: no --bought-if, --sold-out-if, --busy-if or --preset says which answers sold anything, so the stock was not read"
+            .into(),
+    );
+    if t.errors > 0 {
+        r.notes.push(format!(
+            "{} of {} requests failed ({})",
+            t.errors,
+            facts.requests,
+            errors_in_words(&t.errors_by_kind)
+        ));
+    }
+    r
+}
+
+/// Every request answered once; the stock never negative and nothing sold beyond it; units
+/// announced == units consumed (within what failed requests may have done); no "sold out"
+/// while stock was left. Returns the violations and the units oversold.
+fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u64) {
+    let announced = t.sold_qty() as i64;
+    let initial = facts.initial_stock;
+    let consumed = initial - final_stock;
+    let mut v = Vec::new();
+    let accounted = t.accounted();
+    if accounted != facts.requests || t.samples() != facts.requests {
+        v.push(format!(
+            "{} of {} requests are unaccounted for",
+            facts.requests.abs_diff(accounted),
+            facts.requests
+        ));
+    }
+    if final_stock < 0 {
+        v.push(format!("the stock went negative: {final_stock}"));
+    }
+    let oversold = (announced - initial).max(-final_stock).max(0) as u64;
+    if oversold > 0 {
+        v.push(format!(
+            "oversold by {oversold}: the endpoint sold {} units from a stock of {initial}",
+            announced.max(consumed)
+        ));
+    }
+    if consumed < announced {
+        v.push(format!(
+            "phantom sales: the endpoint answered \"bought\" for {announced} units but the stock fell by only {consumed} ({} units sold without being deducted)",
+            announced - consumed
+        ));
+    }
+    let maybe = (t.indeterminate * facts.qty) as i64;
+    if consumed > announced + maybe {
+        let failed = match t.indeterminate {
+            0 => String::new(),
+            n => format!(", and {n} failed requests may have bought {maybe}"),
+        };
+        v.push(format!(
+            "lost orders (ghost deductions): the stock fell by {consumed} but the endpoint answered \"bought\" for only {announced} units{failed}: {} units were deducted without a buyer being told",
+            consumed - announced - maybe
+        ));
+    }
+    // Stock only goes down, so a "sold out" while enough is left at the end was wrong when
+    // it was said.
+    if t.sold_out > 0 && final_stock >= facts.qty as i64 {
+        v.push(format!(
+            "under-sold: {} requests were answered sold out but {final_stock} units are left",
+            t.sold_out
+        ));
+    }
+    (v, oversold)
+}
+
+/// What happened, in words.
+fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
+    let mut notes = Vec::new();
+    if t.busy > 0 && final_stock > 0 {
+        notes.push(format!(
+            "{} requests were turned away busy while stock remained (the endpoint's own choice: busy is an answer, not an error)",
+            t.busy
+        ));
+    }
+    if t.errors > 0 {
+        notes.push(format!(
+            "{} requests failed ({}); {} of them may have deducted",
+            t.errors,
+            errors_in_words(&t.errors_by_kind),
+            t.indeterminate
+        ));
+    }
+    notes
+}
