@@ -161,7 +161,8 @@ pub(super) fn run_context(ctx: &Ctx) -> Context {
             .find_map(|l| l.strip_prefix("redis_version:"))
             .map(|v| v.trim().to_string())
     });
-    let command_line = std::env::args()
+    let command_line = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
         .map(|a| match a.contains("://") || a.contains('@') {
             true => redact_url(&a),
             false => a,

@@ -220,7 +220,7 @@ fn someone_answers(url: &str, options: &ConnectOptions) -> bool {
 /// usage error is still one JSON object on stdout, with clap's message on stderr as usual.
 pub fn parse_failed(e: clap::Error) -> ExitCode {
     let usage = e.use_stderr();
-    if usage && std::env::args().any(|a| a == "--json") {
+    if usage && std::env::args_os().any(|a| a == "--json") {
         let reason = e.kind().as_str().unwrap_or("invalid arguments").to_string();
         let _ = emit_json(&ErrorJson::new(reason, ErrorKind::Usage, false));
     }

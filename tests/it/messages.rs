@@ -264,3 +264,37 @@ fn the_json_export_has_one_shape_whatever_the_number_of_strategies() {
     assert_eq!(v["requests"], 10);
     assert_eq!(v["schema_version"], 1);
 }
+
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"\xff");
+    for (args, json_flag) in [
+        (
+            vec![
+                OsStr::new("run"),
+                OsStr::new("--name"),
+                bad,
+                OsStr::new("--"),
+                OsStr::new("true"),
+            ],
+            false,
+        ),
+        (vec![OsStr::new("--json"), OsStr::new("status"), bad], true),
+        (vec![OsStr::new("status"), bad], false),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+            .arg("--redis")
+            .arg("redis://127.0.0.1:1")
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run lockctl");
+        assert_says(&out, 2, &["invalid UTF-8"]);
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        if json_flag {
+            assert_eq!(json(&out)["error_kind"], "usage", "{}", stdout(&out));
+        }
+    }
+}
