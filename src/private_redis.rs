@@ -10,7 +10,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -36,6 +36,7 @@ impl PrivateRedis {
     pub fn start(why: &str) -> anyhow::Result<PrivateRedis> {
         let binary =
             std::env::var_os("LOCKCTL_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        sweep_stale();
         let mut last = String::new();
         // A free port can be taken between finding it and binding it: try a few.
         for _ in 0..5 {
@@ -145,6 +146,38 @@ fn live() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
 fn free_port() -> anyhow::Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").context("could not find a free port")?;
     Ok(l.local_addr()?.port())
+}
+
+/// Removes the directories of private servers whose lockctl died without cleaning up (a
+/// `kill -9` cannot be caught; its server died with it, by the parent-death signal): this
+/// user's own `lockctl-redis-<pid>-<hex>` directories whose pid is gone. A directory whose pid
+/// is alive (even reused by another program) is left alone.
+fn sweep_stale() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    // Who we are, as the kernel tells it (no unsafe call needed).
+    let Ok(me) = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+    else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("lockctl-redis-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == me);
+        if ours && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn fresh_dir() -> anyhow::Result<PathBuf> {

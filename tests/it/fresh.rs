@@ -166,3 +166,37 @@ fn commands_whose_writes_must_last_never_start_a_private_server() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("only hammer"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_private_server_left_behind_by_kill_9_is_swept_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A pid that is certainly gone: a child that has exited and been reaped.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let stale = tmp
+        .path()
+        .join(format!("lockctl-redis-{}-deadbeef", gone.id()));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("redis.log"), "left by a kill -9").unwrap();
+    // One whose process is alive (this test) stays.
+    let alive = tmp
+        .path()
+        .join(format!("lockctl-redis-{}-cafef00d", std::process::id()));
+    std::fs::create_dir(&alive).unwrap();
+    let out = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &["hammer", "-n", "10", "-c", "2", "--stock", "5", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stale.exists(), "the stale directory was not swept");
+    assert!(alive.exists(), "a live process's directory was removed");
+    std::fs::remove_dir(&alive).unwrap();
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+}
