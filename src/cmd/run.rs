@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde_json::json;
 
-use lockctl::lock::{Acquire, Guard, Lock, LockOptions};
+use lockctl::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use lockctl::sku::Sku;
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
@@ -71,7 +71,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     };
     let waited = guard.waited();
     let held_from = Instant::now();
-    let job = Job::start(&args.command, &lock, &guard);
+    let job = Job::start(&args.command, &lock, &guard, grace);
     let mut job = match job {
         Ok(j) => j,
         Err(e) => {
@@ -104,7 +104,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
             "signal": status.and_then(|s| s.signal()),
             "renewals": renewals,
             "lease_lost": ended.lease_lost,
-            "released": released.is_ok(),
+            "released": matches!(released, Ok(Release::Released)),
         }))?;
     } else if ended.lease_lost {
         eprintln!(
@@ -177,16 +177,25 @@ fn exit_code(s: ExitStatus) -> i32 {
     }
 }
 
-/// The job: the child (leader of its own process group) and the guard that kills that group
-/// if lockctl dies.
+/// How often the guard process is told the lease's deadlines.
+const HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// The job: the child (leader of its own process group) and the guard process that kills that
+/// group if lockctl dies or stops renewing (see `run_guard`).
 struct Job {
     child: Child,
     pgid: i32,
-    guard: Option<Child>,
+    guard: Option<(Child, ChildStdin, ChildStdout)>,
+    told: Instant,
 }
 
 impl Job {
-    fn start(command: &[OsString], lock: &Lock, guard: &Guard) -> anyhow::Result<Job> {
+    fn start(
+        command: &[OsString],
+        lock: &Lock,
+        guard: &Guard,
+        grace: Duration,
+    ) -> anyhow::Result<Job> {
         let deadline = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -212,11 +221,29 @@ impl Job {
             .spawn()
             .with_context(|| format!("cannot run '{}'", command[0].to_string_lossy()))?;
         let pgid = child.id() as i32;
-        Ok(Job {
+        let mut job = Job {
             child,
             pgid,
             guard: spawn_group_guard(pgid),
-        })
+            told: Instant::now(),
+        };
+        job.tell_guard(guard, grace);
+        Ok(job)
+    }
+
+    /// Tells the guard process when the group must be gone by: SIGTERM when the validity left
+    /// falls to the grace period plus half the margin, SIGKILL at half the margin, so that a
+    /// lockctl paused (SIGSTOP) or stuck cannot let the job outlive its lease. Each renewal
+    /// moves both; lockctl's own watch acts first whenever it can run.
+    fn tell_guard(&mut self, guard: &Guard, grace: Duration) {
+        use std::io::Write as _;
+        self.told = Instant::now();
+        let left = guard.remaining_validity();
+        let kill = left.saturating_sub(SAFETY / 2);
+        let term = kill.saturating_sub(grace);
+        if let Some((_, stdin, _)) = &mut self.guard {
+            let _ = writeln!(stdin, "{} {}", term.as_millis(), kill.as_millis());
+        }
     }
 
     /// Waits for the child, stopping the group if the lease is lost (or about to be). After
@@ -226,9 +253,14 @@ impl Job {
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.stop_group(grace);
+                // Stopped by the guard while lockctl was paused, or ended as the lease did: it
+                // may have been cut short, and the lease is gone either way.
+                let expired = guard.lease_lost()
+                    || guard.remaining_validity() < grace + SAFETY
+                    || self.guard_fired();
                 return Ended {
                     status: Some(status),
-                    lease_lost: false,
+                    lease_lost: expired,
                 };
             }
             if guard.lease_lost() || guard.remaining_validity() < grace + SAFETY {
@@ -238,8 +270,22 @@ impl Job {
                     lease_lost: true,
                 };
             }
+            if self.told.elapsed() >= HEARTBEAT {
+                self.tell_guard(guard, grace);
+            }
             thread::sleep(POLL);
         }
+    }
+
+    /// Whether the guard process stopped the job (it says `fired` on its stdout, which is
+    /// non-blocking: nothing said is nothing read).
+    fn guard_fired(&mut self) -> bool {
+        use std::io::Read as _;
+        let Some((_, _, out)) = &mut self.guard else {
+            return false;
+        };
+        let mut buf = [0u8; 16];
+        matches!(out.read(&mut buf), Ok(n) if n > 0)
     }
 
     /// SIGTERM to the group, then SIGKILL after `grace` if anyone is left.
@@ -276,7 +322,7 @@ impl Job {
 
     /// The job is over: the guard must not outlive it (the group id could be reused).
     fn dismiss_guard(&mut self) {
-        if let Some(mut g) = self.guard.take() {
+        if let Some((mut g, _, _)) = self.guard.take() {
             let _ = g.kill();
             let _ = g.wait();
         }
@@ -289,24 +335,38 @@ impl Drop for Job {
     }
 }
 
-/// A tiny `sh` that kills the job's group when its stdin closes, which happens when lockctl
-/// dies however it dies (the kernel closes the pipe): the parent-death signal reaches only the
-/// child, not what the child started. Best effort: without `sh` the child still dies with us.
-fn spawn_group_guard(pgid: i32) -> Option<Child> {
-    let mut guard = Command::new("/bin/sh")
-        .args([
-            "-c",
-            &format!("read _ignored; kill -KILL -{pgid} 2>/dev/null"),
-        ])
+/// The guard: `lockctl __run-guard PGID`, in a process group of its own (a SIGSTOP or a
+/// terminal's Ctrl-Z of lockctl does not stop it). It kills the job's group when its stdin
+/// closes, which happens when lockctl dies however it dies (the parent-death signal reaches
+/// only the child, not what the child started), and when the deadlines lockctl keeps sending
+/// pass unrenewed. Without it (it could not be started) the job still dies with lockctl, and
+/// lockctl says so.
+fn spawn_group_guard(pgid: i32) -> Option<(Child, ChildStdin, ChildStdout)> {
+    let spawned = Command::new("/proc/self/exe")
+        .args(["__run-guard", &pgid.to_string()])
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
         .process_group(0)
-        .spawn()
-        .ok()?;
-    // Keep the write end open for as long as lockctl lives; never write to it.
-    if let Some(stdin) = guard.stdin.take() {
-        std::mem::forget(stdin);
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            let stdin = child.stdin.take()?;
+            let stdout = child.stdout.take()?;
+            // SAFETY: fcntl on a pipe this process owns; non-blocking so that looking for
+            // the guard's word never waits.
+            unsafe {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+            Some((child, stdin, stdout))
+        }
+        Err(e) => {
+            eprintln!(
+                "lockctl: could not start the guard of the job's process group ({e}): if lockctl is paused or killed, what the job started could outlive the lock"
+            );
+            None
+        }
     }
-    Some(guard)
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     RedisServer, Streams, code, eventually, json, lockctl, signal, spawn_lockctl_with, stderr,
+    stdout,
 };
 use redis::Commands;
 
@@ -192,6 +193,8 @@ fn a_forced_unlock_stops_the_whole_group_and_exits_5() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 5, "{}", stderr(&out));
     assert_eq!(json(&out)["lease_lost"], true);
+    // It no longer held the lock: it released nothing.
+    assert_eq!(json(&out)["released"], false, "{}", stdout(&out));
     assert!(dead(grandchild), "the grandchild outlived the lost lease");
 }
 
@@ -221,6 +224,31 @@ fn a_killed_connection_stops_the_group_before_the_lease_could_end() {
         "the job outlived its lease: {:?} > {until} ms",
         cut.elapsed()
     );
+}
+
+#[test]
+fn a_paused_lockctl_cannot_let_its_job_outlive_the_lease() {
+    let server = RedisServer::start();
+    let (child, grandchild, _dir) = job_with_grandchild(&server, "paused", "2000");
+    signal(child.id(), "STOP");
+    let stopped = Instant::now();
+    let until: i64 = server.raw().pttl("dist_lock:paused").unwrap();
+    // lockctl cannot act while stopped: its guard process must kill the group before the
+    // lease it last renewed can end on the server (when another holder could be granted it).
+    let died = eventually(Duration::from_millis(until as u64 + 3000), || {
+        dead(grandchild)
+    });
+    let at = stopped.elapsed();
+    let still_held: bool = server.raw().exists("dist_lock:paused").unwrap();
+    signal(child.id(), "CONT");
+    let out = child.wait_with_output().unwrap();
+    assert!(died, "the job outlived its lease while lockctl was stopped");
+    assert!(
+        still_held && at < Duration::from_millis(until as u64),
+        "the group died {at:?} after the pause, the lease had {until} ms left (held: {still_held})"
+    );
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert_eq!(json(&out)["lease_lost"], true, "{}", stdout(&out));
 }
 
 #[test]
