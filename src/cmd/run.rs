@@ -81,6 +81,9 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     };
     stop.forward_to.store(job.pgid, Ordering::SeqCst);
     let ended = job.watch(&guard, grace);
+    if job.foreground {
+        terminal::take_back();
+    }
     stop.forward_to.store(0, Ordering::SeqCst);
     let renewals = guard.renewals();
     let fence = guard.fence();
@@ -187,6 +190,8 @@ struct Job {
     pgid: i32,
     guard: Option<(Child, ChildStdin, ChildStdout)>,
     told: Instant,
+    /// Whether the job was given the terminal's foreground (lockctl had it).
+    foreground: bool,
 }
 
 impl Job {
@@ -210,10 +215,19 @@ impl Job {
                 deadline.as_millis().to_string(),
             )
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe and affects only the child being started.
+        let foreground = terminal::in_foreground();
+        // SAFETY: prctl, signal and tcsetpgrp are async-signal-safe and affect only the child
+        // being started (already the leader of its own group: std sets the group first).
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if foreground {
+                    // The job's group takes the terminal, as a shell gives it to a foreground
+                    // job: it may read the terminal, and Ctrl-C and Ctrl-Z reach it directly.
+                    libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                }
                 Ok(())
             });
         }
@@ -226,6 +240,7 @@ impl Job {
             pgid,
             guard: spawn_group_guard(pgid),
             told: Instant::now(),
+            foreground,
         };
         job.tell_guard(guard, grace);
         Ok(job)
@@ -367,6 +382,37 @@ fn spawn_group_guard(pgid: i32) -> Option<(Child, ChildStdin, ChildStdout)> {
                 "lockctl: could not start the guard of the job's process group ({e}): if lockctl is paused or killed, what the job started could outlive the lock"
             );
             None
+        }
+    }
+}
+
+/// The terminal's foreground: a job started from an interactive shell gets it, as the shell
+/// would give it, and lockctl takes it back when the job is over.
+mod terminal {
+    /// Whether stdin is a terminal whose foreground is lockctl's own process group.
+    pub fn in_foreground() -> bool {
+        // SAFETY: isatty, tcgetpgrp and getpgrp only read.
+        unsafe {
+            libc::isatty(libc::STDIN_FILENO) == 1
+                && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
+        }
+    }
+
+    /// Makes lockctl's group the foreground again, after a job it gave the foreground to (a
+    /// background group may do this only with SIGTTOU ignored).
+    pub fn take_back() {
+        // SAFETY: as above; the SIGTTOU disposition is restored before returning.
+        unsafe {
+            if libc::isatty(libc::STDIN_FILENO) != 1 {
+                return;
+            }
+            let mine = libc::getpgrp();
+            if libc::tcgetpgrp(libc::STDIN_FILENO) == mine {
+                return;
+            }
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(libc::STDIN_FILENO, mine);
+            libc::signal(libc::SIGTTOU, old);
         }
     }
 }

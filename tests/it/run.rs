@@ -365,3 +365,29 @@ fn with_one_of_three_lock_nodes_paused_the_job_still_runs() {
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     nodes[1].signal("CONT");
 }
+
+#[test]
+fn a_job_started_from_a_terminal_may_read_it() {
+    // `script` gives lockctl a terminal, as an interactive shell would.
+    let server = RedisServer::start();
+    let line = format!(
+        "{} --redis {} run --name tty --ttl-ms 3000 -- sh -c 'read x; echo got:$x'",
+        env!("CARGO_BIN_EXE_lockctl"),
+        server.url()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (bsdutils) runs lockctl on a terminal");
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    // A job left in the background would be stopped by SIGTTIN and hang here.
+    let out = crate::support::finish_within(child, Duration::from_secs(20), "lockctl run on a tty");
+    assert!(stdout(&out).contains("got:hello"), "{}", stdout(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let held: bool = server.raw().exists("dist_lock:tty").unwrap();
+    assert!(!held, "the lock was not released");
+}
