@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Err(e) => return cmd::parse_failed(e),
     };
     let json = cli.json;
+    signals::quit_as_json(json);
     match cmd::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => cmd::failed(&err, json),

@@ -91,6 +91,15 @@ pub fn listen(first: First) -> Stop {
     stop
 }
 
+/// Whether a command quit by a signal says so as JSON on stdout (`--json`).
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Under `--json`, a command a signal quits still prints one object: `{"error": ...,
+/// "error_kind": "signal", "signal": n}`.
+pub fn quit_as_json(on: bool) {
+    JSON.store(on, Ordering::SeqCst);
+}
+
 fn quit_now(n: i32) -> ! {
     let held = lock::give_back_all(GIVE_BACK_LIMIT);
     crate::private_redis::stop_all();
@@ -99,6 +108,17 @@ fn quit_now(n: i32) -> ! {
             "lockctl: {}: gave back {held} lock(s) and queue place(s); quitting",
             name(n)
         );
+    }
+    if JSON.load(Ordering::SeqCst) {
+        use std::io::Write as _;
+        let doc = serde_json::json!({
+            "error": format!("{}: gave back {held} lock(s) and queue place(s)", name(n)),
+            "error_kind": "signal",
+            "signal": n,
+        });
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{doc}");
+        let _ = out.flush();
     }
     std::process::exit(128 + n);
 }

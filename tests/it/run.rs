@@ -391,3 +391,39 @@ fn a_job_started_from_a_terminal_may_read_it() {
     let held: bool = server.raw().exists("dist_lock:tty").unwrap();
     assert!(!held, "the lock was not released");
 }
+
+#[test]
+fn a_signal_while_waiting_leaves_the_queue_and_still_prints_json() {
+    let server = RedisServer::start();
+    server.hold_lock("waiting", "someone-else", 30_000);
+    let child = spawn_lockctl_with(
+        &server.url(),
+        &[
+            "--json",
+            "run",
+            "--name",
+            "waiting",
+            "--wait-ms",
+            "20000",
+            "--",
+            "true",
+        ],
+        Streams::Capture,
+    );
+    let mut raw = server.raw();
+    assert!(
+        eventually(Duration::from_secs(10), || raw
+            .zcard::<_, u64>("dist_lock_queue:waiting")
+            .unwrap_or(0)
+            > 0),
+        "lockctl never queued"
+    );
+    signal(child.id(), "TERM");
+    let out = crate::support::finish_within(child, Duration::from_secs(10), "lockctl run");
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["error_kind"], "signal", "{v}");
+    assert_eq!(v["signal"], 15, "{v}");
+    let left: u64 = raw.zcard("dist_lock_queue:waiting").unwrap();
+    assert_eq!(left, 0, "the queue place was not given back");
+}
