@@ -78,10 +78,7 @@ pub enum Error {
 
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
     /// never writes there. Nothing was changed.
-    #[error(
-        "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: {})",
-        seed_command(sku)
-    )]
+    #[error("{}", damaged_books(sku, reason))]
     BadData { sku: String, reason: String },
 
     /// PostgreSQL failed or refused (the orders pipeline); `url` has no password.
@@ -315,6 +312,21 @@ impl Error {
 
 /// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
 /// it, or it would be read as a flag.
+/// [`Error::BadData`]'s words: the ledger and counters are reset by a seed; the order stream
+/// is not (it may hold orders not yet in PostgreSQL), so a stream key of another type is for
+/// the operator to look at and delete.
+fn damaged_books(sku: &str, reason: &str) -> String {
+    match reason.split_once(" is a ") {
+        Some((key, _)) if reason.ends_with("not a stream") => format!(
+            "the books of '{sku}' are damaged: {reason}; nothing was changed (lockctl writes only a stream there: look at what it holds, then remove it with: redis-cli DEL {key})"
+        ),
+        _ => format!(
+            "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: {})",
+            seed_command(sku)
+        ),
+    }
+}
+
 pub fn seed_command(sku: &str) -> String {
     if sku.starts_with('-') {
         format!("lockctl seed -- {sku} <COUNT>")

@@ -298,3 +298,22 @@ fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
         }
     }
 }
+
+#[test]
+fn an_order_stream_of_the_wrong_type_says_how_to_clear_it_not_to_reseed() {
+    let server = RedisServer::start();
+    assert_eq!(code(&lockctl(&server.url(), &["seed", "sq", "5"])), 0);
+    let _: () = server.raw().set("item:order_events:sq", "junk").unwrap();
+    let out = lockctl(&server.url(), &["buy", "sq", "--queue"]);
+    assert_says(
+        &out,
+        1,
+        &[
+            "item:order_events:sq is a string",
+            "redis-cli DEL item:order_events:sq",
+        ],
+    );
+    assert!(!stderr(&out).contains("lockctl seed"), "{}", stderr(&out));
+    let stock: i64 = server.raw().get("item:stock:sq").unwrap();
+    assert_eq!(stock, 5, "nothing may change");
+}
