@@ -1,20 +1,20 @@
 //! The hammer's own cost, so a reader can see the instrument is not the limit: CPU time
-//! (user + system, all threads) spent during the run, and the process's peak memory. Read
-//! from `/proc/self` (Linux); absent elsewhere.
+//! (user + system, all threads, from the scheduler's clock) spent during the run, and the
+//! process's peak memory (from `/proc/self`, Linux; absent elsewhere).
 
 use std::time::Duration;
 
 /// CPU time this process has used so far, all threads together.
 pub fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces): utime and
-    // stime are the 12th and 13th, in clock ticks.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    // Linux reports in USER_HZ, which is 100 on every architecture it supports.
-    Some(Duration::from_millis((utime + stime) * 10))
+    // The scheduler's own count of this process's CPU time (all threads), in nanoseconds:
+    // /proc/self/stat counts in 10 ms ticks, which reads as zero for a short run.
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into `ts`, which lives for the call.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
+    ok.then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// The most resident memory this process has held (VmHWM), in MB.

@@ -83,7 +83,6 @@ fn timing_rows(s: &mut String, r: &Report) {
         r.client_cpu_us_per_request,
         r.client_max_rss_mb,
     ) {
-        // The kernel counts CPU time in 10 ms ticks: a short run shows at most a tick or two.
         row(
             s,
             "instrument",
