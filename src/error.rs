@@ -81,9 +81,30 @@ pub enum Error {
     #[error("{}", damaged_books(sku, reason))]
     BadData { sku: String, reason: String },
 
+    /// The `--db` URL could not be parsed; `url` has no password.
+    #[error("invalid PostgreSQL URL '{url}': {reason} (see --db or DATABASE_URL)")]
+    BadDbUrl { url: String, reason: String },
+
     /// PostgreSQL failed or refused (the orders pipeline); `url` has no password.
     #[error("PostgreSQL at '{url}': {reason}")]
-    Database { url: String, reason: String },
+    Database {
+        url: String,
+        reason: String,
+        /// The server's SQLSTATE (`22008`, `42P01`, ...) when the server replied: it tells a
+        /// row PostgreSQL will never take from a failure that waiting fixes.
+        sqlstate: Option<String>,
+    },
+
+    /// A key of the orders pipeline holds a type lockctl never writes there, so the worker
+    /// cannot go on without losing track of entries. Nothing was acknowledged.
+    #[error(
+        "'{key}' holds a {found}, not a stream, so {what}; it stays pending: move the key aside (redis-cli RENAME {key} {key}.old) or delete it, then run the worker again"
+    )]
+    WrongTypeKey {
+        key: String,
+        found: String,
+        what: String,
+    },
 
     /// Too few `--lock-node` masters answered for a Redlock majority.
     #[error(
@@ -266,6 +287,8 @@ impl Error {
             Error::Internal { .. } => ErrorKind::Internal,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::Database { .. } => ErrorKind::Database,
+            Error::BadDbUrl { .. } => ErrorKind::BadUrl,
+            Error::WrongTypeKey { .. } => ErrorKind::BadData,
             Error::TooManyClients { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }

@@ -147,9 +147,15 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
         }
     }
     if books.lost > 0 {
+        let more = if books.lost > books.lost_orders.len() as u64 {
+            ", ..."
+        } else {
+            ""
+        };
         st.problems.push(format!(
-            "{} ledger order(s) are neither in PostgreSQL nor in the stream",
-            books.lost
+            "{} ledger order(s) are neither in PostgreSQL nor queued for a worker (lost: acknowledged or trimmed without a row, or dead-lettered): {}{more}",
+            books.lost,
+            books.lost_orders.join(", ")
         ));
     }
     if books.unknown > 0 {

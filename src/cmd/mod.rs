@@ -239,9 +239,12 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
     eprintln!("lockctl: error: {err:#}");
     // A URL that does not parse is a bad argument like any other.
     let usage = err.is::<UsageError>()
-        || err
-            .downcast_ref::<Error>()
-            .is_some_and(|e| matches!(e, Error::BadUrl { .. } | Error::TooManyClients { .. }));
+        || err.downcast_ref::<Error>().is_some_and(|e| {
+            matches!(
+                e,
+                Error::BadUrl { .. } | Error::BadDbUrl { .. } | Error::TooManyClients { .. }
+            )
+        });
     if json {
         let message = format!("{err:#}");
         let reply = match (err.is::<UsageError>(), err.downcast_ref::<Error>()) {

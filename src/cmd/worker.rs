@@ -62,14 +62,29 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
 
 pub fn db_init(ctx: &Ctx, url: &str) -> anyhow::Result<Exit> {
     let mut db = Db::connect(url, ctx.options.connect_timeout)?;
-    let (before, now) = db.init(url)?;
+    let r = db.init(url)?;
     output(
         ctx,
-        || match before == now {
-            true => format!("the orders schema is at version {now}: nothing to do\n"),
-            false => format!("the orders schema is now at version {now} (was {before})\n"),
+        || match (r.before == r.now, r.repaired.is_empty()) {
+            (true, true) => format!("the orders schema is at version {}: nothing to do\n", r.now),
+            (true, false) => format!(
+                "the orders schema is at version {}: created again the missing {}\n",
+                r.now,
+                r.repaired.join(", ")
+            ),
+            (false, _) => format!(
+                "the orders schema is now at version {} (was {})\n",
+                r.now, r.before
+            ),
         },
-        || json!({ "schema_version_before": before, "schema_version": now, "latest": SCHEMA_VERSION }),
+        || {
+            json!({
+                "schema_version_before": r.before,
+                "schema_version": r.now,
+                "latest": SCHEMA_VERSION,
+                "repaired": r.repaired,
+            })
+        },
     )?;
     Ok(Exit::Ok)
 }

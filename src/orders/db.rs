@@ -10,12 +10,16 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 
+use std::collections::{HashMap, HashSet};
+
 use super::OrderEvent;
 use crate::error::{Error, Result};
 
 /// The schema's migrations, in order; `lockctl db init` applies the ones not yet applied.
+/// Each creates only what is missing, so that `db init` can run them again to repair a
+/// schema whose tables were dropped after its version was recorded.
 const MIGRATIONS: [&str; 1] = [r"
-CREATE TABLE lockctl_orders (
+CREATE TABLE IF NOT EXISTS lockctl_orders (
     order_id     text PRIMARY KEY,
     sku          text NOT NULL,
     qty          bigint NOT NULL CHECK (qty > 0),
@@ -25,8 +29,8 @@ CREATE TABLE lockctl_orders (
     deducted_at  timestamptz NOT NULL,
     persisted_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX lockctl_orders_sku ON lockctl_orders (sku);
-CREATE TABLE lockctl_order_conflicts (
+CREATE INDEX IF NOT EXISTS lockctl_orders_sku ON lockctl_orders (sku);
+CREATE TABLE IF NOT EXISTS lockctl_order_conflicts (
     order_id   text NOT NULL,
     sku        text NOT NULL,
     qty        bigint NOT NULL,
@@ -36,51 +40,62 @@ CREATE TABLE lockctl_order_conflicts (
 );
 "];
 
+/// The tables the schema's migrations create: what `require_schema` checks is there.
+const TABLES: [&str; 2] = ["lockctl_orders", "lockctl_order_conflicts"];
+
 /// The schema version this lockctl writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+/// What `db init` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InitReport {
+    /// The schema version before, and now.
+    pub before: usize,
+    pub now: usize,
+    /// Tables that were missing although their version was recorded, and were created again.
+    pub repaired: Vec<String>,
+}
 
 /// A connection to the orders database. `url` is never shown: errors name the host only.
 pub struct Db {
     client: Client,
 }
 
-/// `postgres://user:pw@host/db` with the password hidden, for messages.
+/// The `--db` value with its passwords hidden, for messages.
 fn shown(url: &str) -> String {
-    crate::conn::redact_url(url)
+    super::dburl::redact(url)
 }
 
 fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
     let mut reason = e.to_string();
+    let sqlstate = e.as_db_error().map(|db| db.code().code().to_string());
     if let Some(db) = e.as_db_error() {
         reason = format!("{}: {}", db.code().code(), db.message());
     }
-    // A driver message never quotes the URL, but a password must not show even if one did.
-    if let Some(at) = url.rfind('@') {
-        let secret = &url[..at];
-        if let Some((_, pw)) = secret.rsplit_once(':')
-            && !pw.is_empty()
-            && !pw.starts_with("//")
-        {
-            reason = reason.replace(pw, "***");
-        }
+    if sqlstate.as_deref() == Some("42P01") {
+        // A table of the schema was dropped: waiting will not bring it back.
+        reason
+            .push_str(" (a table of the orders schema is missing: run: lockctl db init --db URL)");
     }
+    // A driver message never quotes the URL, but a password must not show even if one did.
     Error::Database {
         url: shown(url),
-        reason: format!("{what}: {reason}"),
+        reason: super::dburl::scrub(&format!("{what}: {reason}"), url),
+        sqlstate,
     }
 }
 
 impl Db {
     /// Connects, bounded by `timeout` (the URL's own `connect_timeout` wins if it has one).
     pub fn connect(url: &str, timeout: Duration) -> Result<Db> {
-        let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
-            Error::BadUrl {
+        let mut config: postgres::Config =
+            url.parse().map_err(|e: postgres::Error| Error::BadDbUrl {
                 url: shown(url),
                 reason: format!(
-                    "{e}; expected postgres://user[:password]@host[:port]/database (see --db or DATABASE_URL)"
+                    "{}; expected postgres://user[:password]@host[:port]/database or key=value pairs (host=... dbname=...)",
+                    super::dburl::scrub(&e.to_string(), url)
                 ),
-            }
-        })?;
+            })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(timeout);
         }
@@ -94,10 +109,11 @@ impl Db {
         Ok(Db { client })
     }
 
-    /// Creates or migrates the schema; returns (version before, version now). Safe to run
-    /// concurrently and again: an advisory lock serialises it, and applied migrations are
-    /// recorded in `lockctl_schema`.
-    pub fn init(&mut self, url: &str) -> Result<(usize, usize)> {
+    /// Creates or migrates the schema, and creates again any table of it that is missing (a
+    /// table dropped by hand). Safe to run concurrently and again: an advisory lock serialises
+    /// it, applied migrations are recorded in `lockctl_schema`, and every statement creates
+    /// only what is missing.
+    pub fn init(&mut self, url: &str) -> Result<InitReport> {
         let mut tx = self
             .client
             .transaction()
@@ -112,19 +128,35 @@ impl Db {
             .query_one("SELECT coalesce(max(version), 0) FROM lockctl_schema", &[])
             .map_err(err)?;
         let before = row.get::<_, i32>(0).max(0) as usize;
-        for (i, migration) in MIGRATIONS.iter().enumerate().skip(before) {
+        let mut repaired = Vec::new();
+        for table in TABLES {
+            let exists = tx
+                .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+                .map_err(err)?;
+            if before > 0 && !exists.get::<_, bool>(0) {
+                repaired.push(table.to_string());
+            }
+        }
+        for (i, migration) in MIGRATIONS.iter().enumerate() {
             tx.batch_execute(migration).map_err(err)?;
-            tx.execute(
-                "INSERT INTO lockctl_schema (version) VALUES ($1)",
-                &[&(i as i32 + 1)],
-            )
-            .map_err(err)?;
+            if i >= before {
+                tx.execute(
+                    "INSERT INTO lockctl_schema (version) VALUES ($1)",
+                    &[&(i as i32 + 1)],
+                )
+                .map_err(err)?;
+            }
         }
         tx.commit().map_err(err)?;
-        Ok((before, before.max(SCHEMA_VERSION)))
+        Ok(InitReport {
+            before,
+            now: before.max(SCHEMA_VERSION),
+            repaired,
+        })
     }
 
-    /// Fails, saying what to run, when the schema is missing or older than this lockctl.
+    /// Fails, saying what to run, when the schema is missing, incomplete (a table dropped) or
+    /// older than this lockctl.
     pub fn require_schema(&mut self, url: &str) -> Result<()> {
         let row = self
             .client
@@ -139,65 +171,67 @@ impl Db {
         } else {
             0
         };
+        let fail = |reason: String| Error::Database {
+            url: shown(url),
+            reason,
+            sqlstate: None,
+        };
         if version < SCHEMA_VERSION {
-            return Err(Error::Database {
-                url: shown(url),
-                reason: format!(
-                    "the orders schema is at version {version}, this lockctl needs {SCHEMA_VERSION}: run lockctl db init --db URL first"
-                ),
-            });
+            return Err(fail(format!(
+                "the orders schema is at version {version}, this lockctl needs {SCHEMA_VERSION}: run lockctl db init --db URL first"
+            )));
+        }
+        for table in TABLES {
+            let row = self
+                .client
+                .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+                .map_err(|e| db_error(url, "could not read the schema", e))?;
+            if !row.get::<_, bool>(0) {
+                return Err(fail(format!(
+                    "the table {table} of the orders schema is missing: run: lockctl db init --db URL"
+                )));
+            }
         }
         Ok(())
     }
 
     /// Persists `events` in one transaction: new orders are inserted, redeliveries of the same
-    /// order change nothing, and an order id that exists with another SKU or quantity is
-    /// recorded as a conflict. Returns (inserted, redelivered, conflicts).
+    /// order change nothing, and an order id that exists (in the table, or earlier in this
+    /// batch) with another SKU, quantity or user is recorded as a conflict. Returns (inserted,
+    /// redelivered, conflicts).
     pub fn persist(&mut self, url: &str, events: &[OrderEvent]) -> Result<(u64, u64, u64)> {
         let err = |e| db_error(url, "could not persist a batch of orders", e);
         let mut tx = self.client.transaction().map_err(err)?;
-        let ids: Vec<&str> = events.iter().map(|e| e.order_id.as_str()).collect();
-        let skus: Vec<&str> = events.iter().map(|e| e.sku.as_str()).collect();
-        let qtys: Vec<i64> = events.iter().map(|e| e.qty).collect();
-        let users: Vec<Option<&str>> = events.iter().map(|e| e.user.as_deref()).collect();
-        let fences: Vec<Option<i64>> = events.iter().map(|e| e.fence).collect();
-        let sids: Vec<&str> = events.iter().map(|e| e.stream_id.as_str()).collect();
-        let ats: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
-        let inserted = tx
-            .query(
-                "INSERT INTO lockctl_orders
-                   (order_id, sku, qty, user_id, fence, stream_id, deducted_at)
-                 SELECT o, s, q, u, f, i, to_timestamp(a / 1000.0)
-                   FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
-                               $6::text[], $7::bigint[]) AS t(o, s, q, u, f, i, a)
-                 ON CONFLICT (order_id) DO NOTHING
-                 RETURNING order_id",
-                &[&ids, &skus, &qtys, &users, &fences, &sids, &ats],
-            )
-            .map_err(err)?;
-        let fresh: std::collections::HashSet<String> =
-            inserted.iter().map(|r| r.get::<_, String>(0)).collect();
-        let others: Vec<&OrderEvent> = events
+        // The first of each order id is inserted; the later ones of the batch are held against
+        // what is then in the table, exactly as a redelivery in another batch would be.
+        let mut seen = HashSet::new();
+        let (first, later): (Vec<&OrderEvent>, Vec<&OrderEvent>) = events
             .iter()
+            .partition(|e| seen.insert(e.order_id.as_str()));
+        let fresh = insert(&mut tx, &first).map_err(err)?;
+        let others: Vec<&OrderEvent> = first
+            .into_iter()
             .filter(|e| !fresh.contains(&e.order_id))
+            .chain(later)
             .collect();
         let mut conflicts = 0;
         if !others.is_empty() {
             let ids: Vec<&str> = others.iter().map(|e| e.order_id.as_str()).collect();
             let rows = tx
                 .query(
-                    "SELECT order_id, sku, qty FROM lockctl_orders WHERE order_id = ANY($1)",
+                    "SELECT order_id, sku, qty, user_id FROM lockctl_orders
+                      WHERE order_id = ANY($1)",
                     &[&ids],
                 )
                 .map_err(err)?;
-            let known: std::collections::HashMap<String, (String, i64)> = rows
+            let known: HashMap<String, (String, i64, Option<String>)> = rows
                 .iter()
-                .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
                 .collect();
             for e in &others {
                 let same = known
                     .get(&e.order_id)
-                    .is_some_and(|(s, q)| *s == e.sku && *q == e.qty);
+                    .is_some_and(|(s, q, u)| *s == e.sku && *q == e.qty && *u == e.user);
                 if !same {
                     conflicts += 1;
                     tx.execute(
@@ -251,4 +285,30 @@ impl Db {
             conflicts.max(0) as u64,
         ))
     }
+}
+
+/// Inserts `events` (distinct order ids) in one statement, skipping ids already in the table;
+/// returns the ids it inserted.
+fn insert(
+    tx: &mut postgres::Transaction<'_>,
+    events: &[&OrderEvent],
+) -> std::result::Result<HashSet<String>, postgres::Error> {
+    let ids: Vec<&str> = events.iter().map(|e| e.order_id.as_str()).collect();
+    let skus: Vec<&str> = events.iter().map(|e| e.sku.as_str()).collect();
+    let qtys: Vec<i64> = events.iter().map(|e| e.qty).collect();
+    let users: Vec<Option<&str>> = events.iter().map(|e| e.user.as_deref()).collect();
+    let fences: Vec<Option<i64>> = events.iter().map(|e| e.fence).collect();
+    let sids: Vec<&str> = events.iter().map(|e| e.stream_id.as_str()).collect();
+    let ats: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
+    let inserted = tx.query(
+        "INSERT INTO lockctl_orders
+           (order_id, sku, qty, user_id, fence, stream_id, deducted_at)
+         SELECT o, s, q, u, f, i, to_timestamp(a / 1000.0)
+           FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
+                       $6::text[], $7::bigint[]) AS t(o, s, q, u, f, i, a)
+         ON CONFLICT (order_id) DO NOTHING
+         RETURNING order_id",
+        &[&ids, &skus, &qtys, &users, &fences, &sids, &ats],
+    )?;
+    Ok(inserted.iter().map(|r| r.get::<_, String>(0)).collect())
 }

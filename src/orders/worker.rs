@@ -6,7 +6,6 @@
 //! has acknowledged. A failure of PostgreSQL or Redis keeps the batch in hand and retries with
 //! a backoff; a stop request finishes the batch in hand first.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -113,18 +112,28 @@ struct Worker<'a> {
 
 impl Worker<'_> {
     fn run_rounds(&mut self) -> Result<()> {
+        // Failed rounds since the last one that moved entries: `once` gives up after a few,
+        // rather than report a drain that did not happen.
+        let mut failures = 0;
         while !self.opts.stopped() {
-            let mut got = 0;
+            let (mut got, mut failed) = (0, false);
             for i in 0..self.keys.len() {
-                got += match self.round(i) {
+                match self.round(i) {
                     Ok(n) => {
                         self.backoff = Duration::from_millis(50);
-                        n
+                        got += n;
                     }
-                    Err(e) => self.failed(e)?,
-                };
+                    Err(e) => {
+                        failed = true;
+                        failures += 1;
+                        self.failed(e, failures)?;
+                    }
+                }
             }
-            if got == 0 && self.opts.once {
+            if got > 0 {
+                failures = 0;
+            }
+            if got == 0 && !failed && self.opts.once {
                 return Ok(());
             }
         }
@@ -132,9 +141,10 @@ impl Worker<'_> {
     }
 
     /// A failed round: wait and reconnect (Redis restarting, PostgreSQL restarting); an error
-    /// that waiting cannot fix (the schema gone) ends the worker.
-    fn failed(&mut self, e: Error) -> Result<usize> {
-        if matches!(e, Error::Database { ref reason, .. } if reason.contains("db init")) {
+    /// that waiting cannot fix (a table gone, a dead-letter key of another type) ends the
+    /// worker, and so does a `--once` run that keeps failing.
+    fn failed(&mut self, e: Error, failures: u32) -> Result<()> {
+        if matches!(classify(&e), Failure::Fatal) || (self.opts.once && failures >= ONCE_TRIES) {
             return Err(e);
         }
         eprintln!(
@@ -145,7 +155,7 @@ impl Worker<'_> {
         self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
         self.conn = None;
         self.db = None;
-        Ok(0)
+        Ok(())
     }
 
     fn conn(&mut self) -> Result<&mut Conn> {
@@ -182,18 +192,20 @@ impl Worker<'_> {
             return Ok(0);
         }
         let (orders, dead) = split(batch);
-        for (id, why) in &dead {
-            self.dead_letter(&keys, id, why)?;
-        }
+        // The orders first: a dead-letter key that cannot be written holds back only the
+        // entries that are not orders.
         if !orders.is_empty() {
-            self.persist(&orders)?;
+            self.persist(&keys, &orders)?;
             crash_point("after_commit");
             let ids: Vec<&str> = orders.iter().map(|o| o.stream_id.as_str()).collect();
             self.ack(&keys, &ids)?;
         }
+        for (id, why) in &dead {
+            self.dead_letter(&keys, id, why)?;
+        }
         self.stats.batches += 1;
         if self.stats.batches.is_multiple_of(16) {
-            self.trim(&keys)?;
+            super::trim_acknowledged(self.conn()?, &keys)?;
         }
         Ok(orders.len() + dead.len())
     }
@@ -265,38 +277,73 @@ impl Worker<'_> {
     }
 
     /// Commits `orders` to PostgreSQL, retrying a failed attempt on a fresh connection until
-    /// it commits or the worker is stopped (then the batch stays pending, for later).
-    fn persist(&mut self, orders: &[OrderEvent]) -> Result<()> {
+    /// it commits or the worker is stopped (then the batch stays pending, for later). A batch
+    /// that PostgreSQL refuses for its data is taken apart: see [`Worker::isolate`].
+    fn persist(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<()> {
         let mut backoff = Duration::from_millis(50);
         loop {
             crash_point("before_commit");
             let started = Instant::now();
             let url = self.db_url;
             let attempt = self.db().and_then(|db| db.persist(url, orders));
-            match attempt {
-                Ok((inserted, redelivered, conflicts)) => {
-                    metrics::global().observe_batch(started.elapsed(), inserted, conflicts);
-                    self.stats.persisted += inserted;
-                    self.stats.redelivered += redelivered;
-                    self.stats.conflicts += conflicts;
-                    if conflicts > 0 {
-                        eprintln!(
-                            "lockctl worker: {conflicts} order id(s) already persisted with another SKU or quantity: recorded in lockctl_order_conflicts"
-                        );
-                    }
+            let e = match attempt {
+                Ok(counts) => {
+                    self.record(started, counts);
                     return Ok(());
                 }
-                Err(e) if self.opts.stopped() => return Err(e),
+                Err(e) => e,
+            };
+            match classify(&e) {
+                Failure::BadRows => return self.isolate(keys, orders),
+                Failure::Fatal => return Err(e),
+                Failure::Retry if self.opts.stopped() => return Err(e),
+                Failure::Retry => {}
+            }
+            eprintln!(
+                "lockctl worker: {e}; retrying the batch in {} ms",
+                backoff.as_millis()
+            );
+            self.db = None;
+            thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// A batch PostgreSQL refused for its data: each order alone, so that the one it refuses
+    /// goes to the dead letters (with PostgreSQL's reason) and the others are persisted.
+    /// Retrying the whole batch would fail the same way for ever.
+    fn isolate(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<()> {
+        for order in orders {
+            let started = Instant::now();
+            let url = self.db_url;
+            match self
+                .db()
+                .and_then(|db| db.persist(url, std::slice::from_ref(order)))
+            {
+                Ok(counts) => self.record(started, counts),
                 Err(e) => {
-                    eprintln!(
-                        "lockctl worker: {e}; retrying the batch in {} ms",
-                        backoff.as_millis()
-                    );
-                    self.db = None;
-                    thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    let refused = match (&e, classify(&e)) {
+                        (Error::Database { reason, .. }, Failure::BadRows) => reason.clone(),
+                        _ => return Err(e),
+                    };
+                    let why = format!("PostgreSQL refused it: {refused}");
+                    self.dead_letter(keys, &order.stream_id, &why)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Counts a committed batch: (inserted, redelivered, conflicts).
+    fn record(&mut self, started: Instant, (inserted, redelivered, conflicts): (u64, u64, u64)) {
+        metrics::global().observe_batch(started.elapsed(), inserted, conflicts);
+        self.stats.persisted += inserted;
+        self.stats.redelivered += redelivered;
+        self.stats.conflicts += conflicts;
+        if conflicts > 0 {
+            eprintln!(
+                "lockctl worker: {conflicts} order id(s) already persisted with another SKU, quantity or user: recorded in lockctl_order_conflicts"
+            );
         }
     }
 
@@ -310,7 +357,8 @@ impl Worker<'_> {
     /// Moves an entry that is not an order to the dead-letter stream, with the reason, and
     /// acknowledges it: it never blocks the queue.
     fn dead_letter(&mut self, keys: &StockKeys, id: &str, why: &str) -> Result<()> {
-        let _: String = self.conn()?.query(
+        let conn = self.conn()?;
+        let added: Result<String> = conn.query(
             redis::cmd("XADD")
                 .arg(&keys.dead_letters)
                 .arg("*")
@@ -318,7 +366,21 @@ impl Worker<'_> {
                 .arg(id)
                 .arg("reason")
                 .arg(why),
-        )?;
+        );
+        match added {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                let found: String = conn.query(redis::cmd("TYPE").arg(&keys.dead_letters))?;
+                return Err(Error::WrongTypeKey {
+                    key: keys.dead_letters.clone(),
+                    found,
+                    what: format!(
+                        "entry {id} of {}, which is not an order ({why}), cannot be moved there",
+                        keys.events
+                    ),
+                });
+            }
+            r => r?,
+        };
         self.ack(keys, &[id])?;
         self.stats.dead_letters += 1;
         metrics::global().dead_letter();
@@ -328,65 +390,40 @@ impl Worker<'_> {
         );
         Ok(())
     }
-
-    /// Removes the entries every consumer has acknowledged: those older than the oldest pending
-    /// one, or than the last delivered one when nothing is pending.
-    fn trim(&mut self, keys: &StockKeys) -> Result<()> {
-        let conn = self.conn()?;
-        let pending: Value = conn.query(redis::cmd("XPENDING").arg(&keys.events).arg(GROUP))?;
-        let oldest_pending = match &pending {
-            Value::Array(p) if p.len() >= 2 => match &p[1] {
-                Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-                _ => None,
-            },
-            _ => None,
-        };
-        let floor = match oldest_pending {
-            Some(id) => id,
-            None => {
-                let groups: Value =
-                    conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&keys.events))?;
-                match last_delivered(&groups) {
-                    Some(id) => id,
-                    None => return Ok(()),
-                }
-            }
-        };
-        let _: u64 = conn.query(
-            redis::cmd("XTRIM")
-                .arg(&keys.events)
-                .arg("MINID")
-                .arg(&floor),
-        )?;
-        Ok(())
-    }
 }
 
-fn last_delivered(groups: &Value) -> Option<String> {
-    let Value::Array(gs) = groups else {
-        return None;
-    };
-    gs.iter().find_map(|g| {
-        let Value::Array(kv) = g else { return None };
-        let m: HashMap<String, &Value> = kv
-            .chunks(2)
-            .filter_map(|c| match (c.first()?, c.get(1)?) {
-                (Value::BulkString(k), v) => Some((String::from_utf8(k.clone()).ok()?, v)),
-                _ => None,
-            })
-            .collect();
-        let name = match m.get("name")? {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-            _ => return None,
-        };
-        if name != GROUP {
-            return None;
-        }
-        match m.get("last-delivered-id")? {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-            _ => None,
-        }
-    })
+/// `--once` gives up after this many failed rounds in a row (about 10 s of backoff).
+const ONCE_TRIES: u32 = 10;
+
+/// What a failure calls for.
+enum Failure {
+    /// Waiting fixes it: a server restarting, a connection lost, a lock timeout.
+    Retry,
+    /// PostgreSQL refused the rows themselves (a value out of range, a byte it cannot store,
+    /// a key too long to index): the same rows will always fail.
+    BadRows,
+    /// Only an operator fixes it: a table dropped, a key of the wrong type.
+    Fatal,
+}
+
+fn classify(e: &Error) -> Failure {
+    match e {
+        Error::WrongTypeKey { .. } => Failure::Fatal,
+        Error::Database {
+            sqlstate: Some(code),
+            ..
+        } => match code.get(..2).unwrap_or("") {
+            // Syntax or access: the schema is not what lockctl made (42P01: a table dropped).
+            "42" => Failure::Fatal,
+            // Connection, transaction state, rollback (serialization, deadlock), resources,
+            // object in use, operator intervention (shutdown), system and internal errors.
+            "08" | "25" | "40" | "53" | "55" | "57" | "58" | "F0" | "XX" => Failure::Retry,
+            // Data exceptions (22), integrity (23), program limits (54), anything else.
+            _ => Failure::BadRows,
+        },
+        Error::Database { reason, .. } if reason.contains("db init") => Failure::Fatal,
+        _ => Failure::Retry,
+    }
 }
 
 /// Orders, and the entries that are not orders with why not.

@@ -19,6 +19,7 @@ mod lock;
 mod messages;
 mod ops;
 mod pipeline;
+mod pipeline_attack;
 mod redlock;
 mod report;
 mod run;

@@ -11,7 +11,7 @@ use crate::support::{
 use redis::Commands;
 
 /// The database's orders of `sku`: (rows, distinct order ids, units).
-fn rows(db: &TestDb, sku: &str) -> (i64, i64, i64) {
+pub(crate) fn rows(db: &TestDb, sku: &str) -> (i64, i64, i64) {
     let r = db
         .client()
         .query_one(
@@ -23,13 +23,13 @@ fn rows(db: &TestDb, sku: &str) -> (i64, i64, i64) {
     (r.get(0), r.get(1), r.get(2))
 }
 
-fn init(url: &str, db: &TestDb) {
+pub(crate) fn init(url: &str, db: &TestDb) {
     let out = lockctl(url, &["db", "init", "--db", &db.url]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
 /// `n` bought orders of `sku` waiting in its stream (no worker yet).
-fn queue_orders(server: &RedisServer, sku: &str, n: &str) {
+pub(crate) fn queue_orders(server: &RedisServer, sku: &str, n: &str) {
     let out = lockctl(
         &server.url(),
         &[
@@ -189,7 +189,7 @@ fn a_worker_killed_between_commit_and_ack_adds_no_row_when_redelivered() {
 
 /// Runs `worker --once` with a 1 ms claim time (the crashed worker's entries are taken over at
 /// once) and returns its JSON summary.
-fn drain(server: &RedisServer, db: &TestDb, sku: &str) -> serde_json::Value {
+pub(crate) fn drain(server: &RedisServer, db: &TestDb, sku: &str) -> serde_json::Value {
     let out = lockctl(
         &server.url(),
         &[
