@@ -275,8 +275,16 @@ impl Conn {
             let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
             let code = e.code().map(str::to_string);
             let mut reason = shorten(scrub(&e.to_string(), &self.url));
+            // A node of a cluster refuses a script over keys of several slots before it
+            // redirects: CROSSSLOT is the first sign of a cluster, as MOVED is.
+            let cross_slot = code.as_deref() == Some("CROSSSLOT")
+                || e.to_string().to_ascii_uppercase().starts_with("CROSSSLOT");
+            let redirected = matches!(code.as_deref(), Some("MOVED" | "ASK"));
             match code.as_deref() {
-                Some("MOVED" | "ASK") if self.cluster.is_none() => reason.push_str(
+                _ if cross_slot && self.cluster.is_some() => reason.push_str(
+                    " (a SKU's keys must share a slot on a Redis Cluster: write the SKU with a hash tag, {sku})",
+                ),
+                _ if (cross_slot || redirected) && self.cluster.is_none() => reason.push_str(
                     " (this server is a node of a Redis Cluster: add --cluster, and write the SKU with a hash tag, {sku})",
                 ),
                 Some("CLUSTERDOWN") => {

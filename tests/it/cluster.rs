@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     RedisServer, Streams, code, eventually, json, lockctl, redis_cli_program, run_ok,
-    spawn_lockctl_with, stderr,
+    spawn_lockctl_with, stderr, stdout,
 };
 
 /// Three masters; shared with the adversarial tests, which pause the one that owns a slot.
@@ -188,6 +188,13 @@ fn a_sku_whose_keys_span_slots_is_refused_with_the_fix() {
     let out = lockctl(&cluster.url(), &["--cluster", "seed", "sku_886", "10"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("'{sku_886}'"), "{}", stderr(&out));
+    // Without --cluster, a node says it is one (CROSSSLOT or MOVED), and so does check.
+    for args in [&["buy", "sku_886"][..], &["check"][..]] {
+        let out = lockctl(&cluster.url(), args);
+        assert_ne!(code(&out), 0, "{args:?}");
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said.contains("add --cluster"), "{args:?}: {said}");
+    }
     for n in &cluster.nodes {
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut n.raw()).unwrap();
         assert!(keys.is_empty(), "{keys:?}");
