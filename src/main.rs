@@ -13,6 +13,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // `lockctl run`'s guard process: internal, so not a subcommand of the command line that
+    // help, completions and the manual describe.
+    if let Some(exit) = cmd::run_guard::from_args() {
+        return exit.into();
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return cmd::parse_failed(e),

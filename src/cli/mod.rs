@@ -168,12 +168,7 @@ impl Command {
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
             Command::Worker(w) => w.sku.iter().collect(),
-            Command::Completions { .. }
-            | Command::Man
-            | Command::Db(_)
-            | Command::RunGuard { .. } => {
-                vec![]
-            }
+            Command::Completions { .. } | Command::Man | Command::Db(_) => vec![],
         }
     }
 }
@@ -271,13 +266,6 @@ pub enum Command {
     /// Print the manual page (roff), generated from the same definitions as --help.
     #[command(after_help = help::MAN)]
     Man,
-    /// Internal: the guard `lockctl run` starts beside its job. It kills the job's process
-    /// group when lockctl stops renewing (paused or dead) before the lease could end.
-    #[command(name = "__run-guard", hide = true)]
-    RunGuard {
-        /// The job's process group.
-        pgid: i32,
-    },
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod exporter;
 mod hammer;
 mod hammer_http;
 mod run;
-mod run_guard;
+pub mod run_guard;
 mod seed;
 mod status;
 mod unlock;
@@ -112,7 +112,6 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match &cli.command {
         Command::Completions { shell } => return docs::completions(*shell),
         Command::Man => return docs::man(),
-        Command::RunGuard { pgid } => return Ok(run_guard::run(*pgid)),
         _ => {}
     }
     let options = cli.connect_options();
@@ -162,7 +161,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Run(args) => run::run(&ctx, args),
         Command::Worker(args) => worker::run(&ctx, args),
         Command::Db(DbCommand::Init { db }) => worker::db_init(&ctx, &db),
-        Command::Completions { .. } | Command::Man | Command::RunGuard { .. } => Ok(Exit::Ok),
+        Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
     }
 }
 

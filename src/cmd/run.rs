@@ -81,6 +81,8 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     };
     stop.forward_to.store(job.pgid, Ordering::SeqCst);
     let ended = job.watch(&guard, grace);
+    // The group is dead: the guard goes now, before its group id could be reused.
+    job.dismiss_guard();
     if job.foreground {
         terminal::take_back();
     }
@@ -88,7 +90,6 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     let renewals = guard.renewals();
     let fence = guard.fence();
     let released = guard.release(&mut conn);
-    job.dismiss_guard();
     let exit = match (ended.lease_lost, ended.status) {
         (true, _) => Exit::LeaseLost,
         (false, Some(s)) => Exit::Child(exit_code(s)),
@@ -358,7 +359,7 @@ impl Drop for Job {
 /// lockctl says so.
 fn spawn_group_guard(pgid: i32) -> Option<(Child, ChildStdin, ChildStdout)> {
     let spawned = Command::new("/proc/self/exe")
-        .args(["__run-guard", &pgid.to_string()])
+        .args([super::run_guard::ARG, &pgid.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1,4 +1,4 @@
-//! `lockctl __run-guard PGID` (hidden): the process `lockctl run` starts beside its job, so
+//! `lockctl __run-guard PGID` (internal, outside the command line's definitions): the process `lockctl run` starts beside its job, so
 //! that the job cannot outlive its lease even when lockctl itself cannot act.
 //!
 //! lockctl sends it, on its stdin, the lease's remaining validity as two deadlines in
@@ -15,11 +15,24 @@ use std::time::{Duration, Instant};
 
 use super::Exit;
 
+/// The argument that makes this process the guard, first on its command line.
+pub const ARG: &str = "__run-guard";
+
+/// `Some` when this process was started as the guard (`lockctl __run-guard PGID`): its exit.
+pub fn from_args() -> Option<Exit> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != ARG {
+        return None;
+    }
+    let pgid = args.next().and_then(|a| a.to_str()?.parse::<i32>().ok());
+    Some(run(pgid.unwrap_or(0)))
+}
+
 /// Watches for the deadlines lockctl sends; kills the group when they pass or lockctl goes.
 pub fn run(pgid: i32) -> Exit {
     // A group id of 0 or 1 would be this process's own group, or init's.
     if pgid <= 1 {
-        eprintln!("lockctl: __run-guard needs the job's process group id (above 1), not {pgid}");
+        eprintln!("lockctl: {ARG} needs the job's process group id (above 1)");
         return Exit::Usage;
     }
     let (tx, rx) = mpsc::channel::<String>();
