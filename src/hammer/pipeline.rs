@@ -215,7 +215,7 @@ pub(super) fn finish(
         queue_peak: timeline.iter().map(|p| p[1] as u64).max().unwrap_or(0),
         queue_timeline: timeline,
         rows: rows.len() as u64,
-        row_units: rows.iter().map(|(_, q)| q).sum(),
+        row_units: rows.iter().fold(0i64, |a, (_, q)| a.saturating_add(*q)),
     };
     let _ = running.started;
     Ok((report, violations))

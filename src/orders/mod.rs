@@ -64,8 +64,13 @@ impl OrderEvent {
         let qty = get("qty")?
             .parse::<i64>()
             .ok()
-            .filter(|q| *q > 0)
-            .ok_or_else(|| format!("qty '{}' is not a positive integer", short(&fields["qty"])))?;
+            .filter(|q| *q > 0 && *q as u64 <= crate::stock::MAX_STOCK)
+            .ok_or_else(|| {
+                format!(
+                    "qty '{}' is not a whole number from 1 to 10^15 (the largest stock)",
+                    short(&fields["qty"])
+                )
+            })?;
         let at_ms = get("at")?
             .parse::<i64>()
             .ok()
@@ -446,9 +451,11 @@ pub fn pipeline_books(
         .count() as u64;
     Ok(PipelineBooks {
         persisted_orders: persisted.len() as u64,
-        persisted_units: persisted.values().sum(),
+        // Saturating: rows written by anyone may hold any quantity; a sum never wraps round to
+        // a value that could look reconciled.
+        persisted_units: persisted.values().fold(0i64, |a, q| a.saturating_add(*q)),
         queued_orders: queued.len() as u64,
-        queued_units: queued.values().sum(),
+        queued_units: queued.values().fold(0i64, |a, q| a.saturating_add(*q)),
         conflicts,
         lost,
         lost_orders,
