@@ -10,6 +10,7 @@ mod hammer;
 mod hammer_http;
 mod run;
 pub mod run_guard;
+mod run_job;
 mod seed;
 mod status;
 mod unlock;

@@ -1,40 +1,109 @@
-//! `lockctl __run-guard PGID` (internal, outside the command line's definitions): the process `lockctl run` starts beside its job, so
-//! that the job cannot outlive its lease even when lockctl itself cannot act.
+//! `lockctl __run-guard TERM_AT KILL_AT` (internal, outside the command line's definitions):
+//! the process `lockctl run` starts beside its job, so that the job cannot outlive its lease
+//! even when lockctl itself cannot act.
 //!
-//! lockctl sends it, on its stdin, the lease's remaining validity as two deadlines in
-//! milliseconds from now: `TERM_MS KILL_MS`. Each line moves them. If no line moves them in
-//! time (lockctl paused by SIGSTOP, or stuck), the guard sends SIGTERM to the job's group at
-//! the first and SIGKILL at the second, both before the lease can end on the server. If its
-//! stdin closes (lockctl died however it died) it kills the group at once. `done` dismisses it.
-//! When it acts, it says `fired` on stdout, for lockctl to report the lease as lost.
+//! It starts armed: TERM_AT and KILL_AT are deadlines on the system's monotonic clock, in ms.
+//! Lines on its stdin: `pgid N` (from the job's child itself, before the job's code runs),
+//! `TERM_AT KILL_AT` (lockctl, every 50 ms, as the lease is renewed) and `done`. If no line
+//! moves the deadlines in time (lockctl paused by SIGSTOP, or stuck), it sends SIGTERM to the
+//! job's group at the first and SIGKILL at the second, both before the lease can end on the
+//! server. If its stdin closes (lockctl died however it died) it kills the group at once. When
+//! it acts it says `fired` on stdout, for lockctl to report the lease as lost.
 
 use std::io::BufRead;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Exit;
 
 /// The argument that makes this process the guard, first on its command line.
 pub const ARG: &str = "__run-guard";
 
-/// `Some` when this process was started as the guard (`lockctl __run-guard PGID`): its exit.
+/// `Some` when this process was started as the guard: its exit.
 pub fn from_args() -> Option<Exit> {
     let mut args = std::env::args_os().skip(1);
     if args.next()? != ARG {
         return None;
     }
-    let pgid = args.next().and_then(|a| a.to_str()?.parse::<i32>().ok());
-    Some(run(pgid.unwrap_or(0)))
+    let mut deadline = || args.next().and_then(|a| a.to_str()?.parse::<u64>().ok());
+    Some(match (deadline(), deadline()) {
+        (Some(term), Some(kill)) => run(term.min(kill), kill),
+        _ => {
+            eprintln!("lockctl: {ARG} is lockctl run's own guard: it needs TERM_AT KILL_AT");
+            Exit::Usage
+        }
+    })
 }
 
-/// Watches for the deadlines lockctl sends; kills the group when they pass or lockctl goes.
-pub fn run(pgid: i32) -> Exit {
-    // A group id of 0 or 1 would be this process's own group, or init's.
-    if pgid <= 1 {
-        eprintln!("lockctl: {ARG} needs the job's process group id (above 1)");
-        return Exit::Usage;
+/// Now on the monotonic clock, which every process of this system shares, in ms.
+pub fn mono_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into `ts`.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
     }
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Writes `pgid <pid>\n` into `buf` without allocating (it runs between fork and exec);
+/// returns its length.
+pub fn pgid_line(pid: i32, buf: &mut [u8; 32]) -> usize {
+    let head = b"pgid ";
+    buf[..head.len()].copy_from_slice(head);
+    let mut digits = [0u8; 12];
+    let mut n = pid.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[head.len() + i] = digits[len - 1 - i];
+    }
+    buf[head.len() + len] = b'\n';
+    head.len() + len + 1
+}
+
+/// What a line on the guard's stdin says.
+#[derive(Debug, PartialEq)]
+enum Line {
+    Pgid(i32),
+    Deadlines(u64, u64),
+    Done,
+    Garbage,
+}
+
+fn parse(line: &str) -> Line {
+    let line = line.trim();
+    if line == "done" {
+        return Line::Done;
+    }
+    if let Some(p) = line.strip_prefix("pgid ") {
+        // A group id of 0 or 1 would be the guard's own group, or init's.
+        return match p.parse::<i32>() {
+            Ok(p) if p > 1 => Line::Pgid(p),
+            _ => Line::Garbage,
+        };
+    }
+    let deadlines = line
+        .split_once(' ')
+        .and_then(|(t, k)| Some((t.parse::<u64>().ok()?, k.parse::<u64>().ok()?)));
+    match deadlines {
+        Some((term, kill)) => Line::Deadlines(term.min(kill), kill),
+        None => Line::Garbage,
+    }
+}
+
+/// Watches the deadlines; kills the group when they pass or lockctl goes.
+fn run(term: u64, kill: u64) -> Exit {
     let (tx, rx) = mpsc::channel::<String>();
     thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -44,30 +113,27 @@ pub fn run(pgid: i32) -> Exit {
             }
         }
     });
-    let mut term_at: Option<Instant> = None;
-    let mut kill_at: Option<Instant> = None;
+    let mut pgid: Option<i32> = None;
+    let mut term_at = Some(term);
+    let mut kill_at = kill;
     loop {
-        let next = term_at.or(kill_at);
-        let got = match next {
-            Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        match got {
-            Ok(line) if line.trim() == "done" => return Exit::Ok,
-            Ok(line) => {
-                if let Some((term, kill)) = deadlines(&line) {
-                    let now = Instant::now();
-                    term_at = Some(now + term);
-                    kill_at = Some(now + kill);
+        let next = term_at.unwrap_or(kill_at);
+        let wait = Duration::from_millis(next.saturating_sub(mono_ms()));
+        match rx.recv_timeout(wait) {
+            Ok(line) => match parse(&line) {
+                Line::Done => return Exit::Ok,
+                Line::Pgid(p) => pgid = Some(p),
+                Line::Deadlines(t, k) => {
+                    term_at = Some(t);
+                    kill_at = k;
                 }
-            }
+                Line::Garbage => {}
+            },
             Err(RecvTimeoutError::Timeout) if term_at.is_some() => {
-                fired();
                 signal_group(pgid, libc::SIGTERM);
                 term_at = None;
             }
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                fired();
                 signal_group(pgid, libc::SIGKILL);
                 return Exit::Ok;
             }
@@ -75,25 +141,16 @@ pub fn run(pgid: i32) -> Exit {
     }
 }
 
-/// Tells lockctl (on stdout, which it reads when the job ends) that the guard stopped the
-/// job: the lease ran out while lockctl could not act.
-fn fired() {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "fired");
-    let _ = out.flush();
-}
-
-/// `TERM_MS KILL_MS`, the second not before the first.
-fn deadlines(line: &str) -> Option<(Duration, Duration)> {
-    let (term, kill) = line.trim().split_once(' ')?;
-    let term = Duration::from_millis(term.parse().ok()?);
-    let kill = Duration::from_millis(kill.parse().ok()?);
-    Some((term.min(kill), kill))
-}
-
-fn signal_group(pgid: i32, sig: i32) {
-    // SAFETY: kill(2) on the job's process group, checked above to be neither 0 nor 1.
+/// Signals the job's group, if the job has told its group, and says so to lockctl.
+fn signal_group(pgid: Option<i32>, sig: i32) {
+    let Some(pgid) = pgid else { return };
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "fired");
+        let _ = out.flush();
+    }
+    // SAFETY: kill(2) on the job's process group, checked in `parse` to be neither 0 nor 1.
     unsafe {
         libc::kill(-pgid, sig);
     }
@@ -101,20 +158,25 @@ fn signal_group(pgid: i32, sig: i32) {
 
 #[cfg(test)]
 mod tests {
-    use super::deadlines;
-    use std::time::Duration;
+    use super::{Line, parse, pgid_line};
 
     #[test]
-    fn deadlines_are_two_millisecond_counts() {
-        assert_eq!(
-            deadlines("100 140\n"),
-            Some((Duration::from_millis(100), Duration::from_millis(140)))
-        );
-        assert_eq!(
-            deadlines("200 140"),
-            Some((Duration::from_millis(140), Duration::from_millis(140)))
-        );
-        assert_eq!(deadlines("garbage"), None);
-        assert_eq!(deadlines("1 -2"), None);
+    fn lines_are_a_group_two_deadlines_or_done() {
+        assert_eq!(parse("pgid 4242\n"), Line::Pgid(4242));
+        assert_eq!(parse("pgid 1"), Line::Garbage);
+        assert_eq!(parse("pgid -5"), Line::Garbage);
+        assert_eq!(parse("100 140"), Line::Deadlines(100, 140));
+        assert_eq!(parse("200 140"), Line::Deadlines(140, 140));
+        assert_eq!(parse("1 -2"), Line::Garbage);
+        assert_eq!(parse("done"), Line::Done);
+    }
+
+    #[test]
+    fn the_pgid_line_is_written_without_allocating() {
+        let mut buf = [0u8; 32];
+        let n = pgid_line(31337, &mut buf);
+        assert_eq!(&buf[..n], b"pgid 31337\n");
+        let n = pgid_line(7, &mut buf);
+        assert_eq!(&buf[..n], b"pgid 7\n");
     }
 }

@@ -252,6 +252,112 @@ fn a_paused_lockctl_cannot_let_its_job_outlive_the_lease() {
 }
 
 #[test]
+fn lockctl_paused_right_after_starting_the_job_still_cannot_let_it_outlive_the_lease() {
+    // Paused before it could tell the guard anything: the guard was armed before the child
+    // started, and the child told it its group before the job's code ran.
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("sleep 100 & echo $! > {}; wait", pid_file.display());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--redis", &server.url(), "--json", "run", "--name", "early"])
+        .args(["--ttl-ms", "1500", "--", "sh", "-c", &script])
+        .env("LOCKCTL_TEST_STOP_AFTER_SPAWN", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let grandchild = pid_in(&pid_file);
+    let until: i64 = server.raw().pttl("dist_lock:early").unwrap();
+    let seen = Instant::now();
+    let died = eventually(Duration::from_millis(until as u64 + 3000), || {
+        dead(grandchild)
+    });
+    let at = seen.elapsed();
+    let still_held: bool = server.raw().exists("dist_lock:early").unwrap();
+    signal(child.id(), "CONT");
+    let out = crate::support::finish_within(child, Duration::from_secs(20), "lockctl run");
+    assert!(died, "the job outlived its lease while lockctl was stopped");
+    assert!(
+        still_held && at < Duration::from_millis(until as u64),
+        "the group died {at:?} after, the lease had {until} ms left (held: {still_held})"
+    );
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert_eq!(json(&out)["lease_lost"], true, "{}", stdout(&out));
+}
+
+#[test]
+fn ctrl_z_stops_lockctl_with_its_job_and_the_lease_ends_the_job() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let line = format!(
+        "{} --redis {} --json run --name tz --ttl-ms 1500 -- sh -c 'echo $$ > {}; sleep 100'",
+        env!("CARGO_BIN_EXE_lockctl"),
+        server.url(),
+        pid_file.display()
+    );
+    let mut script = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (bsdutils) runs lockctl on a terminal");
+    let job = pid_in(&pid_file);
+    let lockctl_pid: u32 = std::fs::read_to_string(format!("/proc/{job}/stat"))
+        .unwrap()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    use std::io::Write as _;
+    let mut tty = script.stdin.take().unwrap();
+    tty.write_all(b"\x1a").unwrap();
+    tty.flush().unwrap();
+    let state = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().chars().next())
+            })
+            .flatten()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || state(lockctl_pid) == Some('T')),
+        "lockctl did not stop with its job"
+    );
+    // Nothing renews the lease now: the guard ends the job, and the lock ends with the lease.
+    assert!(
+        eventually(Duration::from_secs(10), || dead(job)),
+        "the stopped job outlived its lease"
+    );
+    let mut raw = server.raw();
+    assert!(
+        eventually(Duration::from_secs(5), || !raw
+            .exists::<_, bool>("dist_lock:tz")
+            .unwrap_or(true)),
+        "the lock is still held"
+    );
+    signal(lockctl_pid, "CONT");
+    // script stops itself when its command stops, as a shell would show the job stopped.
+    signal(script.id(), "CONT");
+    drop(tty);
+    let out = crate::support::finish_within(script, Duration::from_secs(20), "script");
+    assert!(
+        stdout(&out).contains("\"lease_lost\":true"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
 fn killing_lockctl_kills_the_job_and_frees_the_lock_within_one_ttl() {
     let server = RedisServer::start();
     let (mut child, grandchild, _dir) = job_with_grandchild(&server, "k9", "2000");
