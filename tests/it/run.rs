@@ -226,29 +226,35 @@ fn a_killed_connection_stops_the_group_before_the_lease_could_end() {
     );
 }
 
+/// With lockctl stopped (by the test, or by itself), its guard must kill the job's group
+/// before the lease it last renewed can end on the server (when another holder could be
+/// granted it); continued, lockctl reports the lease lost (exit 5).
+fn the_guard_beats_the_lease(server: &RedisServer, name: &str, lockctl: Child, grandchild: u32) {
+    let key = format!("dist_lock:{name}");
+    let until: i64 = server.raw().pttl(&key).unwrap();
+    let from = Instant::now();
+    let died = eventually(Duration::from_millis(until as u64 + 3000), || {
+        dead(grandchild)
+    });
+    let at = from.elapsed();
+    let still_held: bool = server.raw().exists(&key).unwrap();
+    signal(lockctl.id(), "CONT");
+    let out = crate::support::finish_within(lockctl, Duration::from_secs(20), "lockctl run");
+    assert!(died, "the job outlived its lease while lockctl was stopped");
+    assert!(
+        still_held && at < Duration::from_millis(until as u64),
+        "the group died {at:?} after, the lease had {until} ms left (held: {still_held})"
+    );
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert_eq!(json(&out)["lease_lost"], true, "{}", stdout(&out));
+}
+
 #[test]
 fn a_paused_lockctl_cannot_let_its_job_outlive_the_lease() {
     let server = RedisServer::start();
     let (child, grandchild, _dir) = job_with_grandchild(&server, "paused", "2000");
     signal(child.id(), "STOP");
-    let stopped = Instant::now();
-    let until: i64 = server.raw().pttl("dist_lock:paused").unwrap();
-    // lockctl cannot act while stopped: its guard process must kill the group before the
-    // lease it last renewed can end on the server (when another holder could be granted it).
-    let died = eventually(Duration::from_millis(until as u64 + 3000), || {
-        dead(grandchild)
-    });
-    let at = stopped.elapsed();
-    let still_held: bool = server.raw().exists("dist_lock:paused").unwrap();
-    signal(child.id(), "CONT");
-    let out = child.wait_with_output().unwrap();
-    assert!(died, "the job outlived its lease while lockctl was stopped");
-    assert!(
-        still_held && at < Duration::from_millis(until as u64),
-        "the group died {at:?} after the pause, the lease had {until} ms left (held: {still_held})"
-    );
-    assert_eq!(code(&out), 5, "{}", stderr(&out));
-    assert_eq!(json(&out)["lease_lost"], true, "{}", stdout(&out));
+    the_guard_beats_the_lease(&server, "paused", child, grandchild);
 }
 
 #[test]
@@ -269,22 +275,7 @@ fn lockctl_paused_right_after_starting_the_job_still_cannot_let_it_outlive_the_l
         .spawn()
         .unwrap();
     let grandchild = pid_in(&pid_file);
-    let until: i64 = server.raw().pttl("dist_lock:early").unwrap();
-    let seen = Instant::now();
-    let died = eventually(Duration::from_millis(until as u64 + 3000), || {
-        dead(grandchild)
-    });
-    let at = seen.elapsed();
-    let still_held: bool = server.raw().exists("dist_lock:early").unwrap();
-    signal(child.id(), "CONT");
-    let out = crate::support::finish_within(child, Duration::from_secs(20), "lockctl run");
-    assert!(died, "the job outlived its lease while lockctl was stopped");
-    assert!(
-        still_held && at < Duration::from_millis(until as u64),
-        "the group died {at:?} after, the lease had {until} ms left (held: {still_held})"
-    );
-    assert_eq!(code(&out), 5, "{}", stderr(&out));
-    assert_eq!(json(&out)["lease_lost"], true, "{}", stdout(&out));
+    the_guard_beats_the_lease(&server, "early", child, grandchild);
 }
 
 #[test]
