@@ -162,21 +162,7 @@ fn invariants(
     let qty = facts.qty;
     let sold_qty = t.sold_qty();
     let consumed = facts.initial_stock - final_stock;
-    let mut violations = Vec::new();
-    let accounted = t.accounted();
-    if accounted != facts.requests || t.samples() != facts.requests {
-        violations.push(format!(
-            "{} of {} requests are unaccounted for",
-            facts.requests.abs_diff(accounted),
-            facts.requests
-        ));
-    }
-    if final_stock < 0 {
-        violations.push(format!("the stock went negative: {final_stock}"));
-    }
-    let oversold = (sold_qty as i64 - facts.initial_stock)
-        .max(-final_stock)
-        .max(0) as u64;
+    let (mut violations, oversold) = first_checks(facts, t, final_stock, sold_qty as i64);
     if oversold > 0 {
         violations.push(format!(
             "oversold by {oversold}: {sold_qty} units sold from a stock of {}",
@@ -200,6 +186,31 @@ fn invariants(
             "the ledger records {ledger_qty} units but the stock fell by {consumed}"
         ));
     }
+    (violations, oversold)
+}
+
+/// What every verdict checks first, whoever sold: every request answered once and the stock
+/// never negative. Returns those violations and the units oversold, from the units `sold`
+/// and the stock left (each verdict words the oversell its own way).
+pub(super) fn first_checks(
+    facts: &RunFacts,
+    t: &Tally,
+    final_stock: i64,
+    sold: i64,
+) -> (Vec<String>, u64) {
+    let mut violations = Vec::new();
+    let accounted = t.accounted();
+    if accounted != facts.requests || t.samples() != facts.requests {
+        violations.push(format!(
+            "{} of {} requests are unaccounted for",
+            facts.requests.abs_diff(accounted),
+            facts.requests
+        ));
+    }
+    if final_stock < 0 {
+        violations.push(format!("the stock went negative: {final_stock}"));
+    }
+    let oversold = (sold - facts.initial_stock).max(-final_stock).max(0) as u64;
     (violations, oversold)
 }
 

@@ -10,7 +10,7 @@
 //! time, a broken connection, an answer no pattern matched) may have deducted, so they widen
 //! the bound upwards by their units, as in lockctl's own judge.
 
-use super::judge::{conclude, errors_in_words, measured};
+use super::judge::{conclude, errors_in_words, first_checks, measured};
 use super::tally::Tally;
 use super::{Report, RunFacts, Verdict};
 use crate::error::Error;
@@ -65,19 +65,7 @@ fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u6
     let announced = t.sold_qty() as i64;
     let initial = facts.initial_stock;
     let consumed = initial - final_stock;
-    let mut v = Vec::new();
-    let accounted = t.accounted();
-    if accounted != facts.requests || t.samples() != facts.requests {
-        v.push(format!(
-            "{} of {} requests are unaccounted for",
-            facts.requests.abs_diff(accounted),
-            facts.requests
-        ));
-    }
-    if final_stock < 0 {
-        v.push(format!("the stock went negative: {final_stock}"));
-    }
-    let oversold = (announced - initial).max(-final_stock).max(0) as u64;
+    let (mut v, oversold) = first_checks(facts, t, final_stock, announced);
     if oversold > 0 {
         v.push(format!(
             "oversold by {oversold}: the endpoint sold {} units from a stock of {initial}",

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    RedisServer, Streams, code, eventually, json, lockctl, signal, spawn_lockctl_with, stderr,
-    stdout,
+    RedisServer, Streams, code, eventually, json, lockctl, signal, spawn_lockctl_env,
+    spawn_lockctl_with, stderr, stdout,
 };
 use redis::Commands;
 
@@ -170,14 +170,25 @@ fn job_with_grandchild(
     name: &str,
     ttl_ms: &str,
 ) -> (Child, u32, tempfile::TempDir) {
+    job_with_grandchild_env(server, name, ttl_ms, &[])
+}
+
+/// [`job_with_grandchild`], lockctl started with extra environment variables.
+fn job_with_grandchild_env(
+    server: &RedisServer,
+    name: &str,
+    ttl_ms: &str,
+    env: &[(&str, &str)],
+) -> (Child, u32, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let script = format!("sleep 100 & echo $! > {}; wait", pid_file.display());
-    let child = spawn_lockctl_with(
+    let child = spawn_lockctl_env(
         &server.url(),
         &[
             "--json", "run", "--name", name, "--ttl-ms", ttl_ms, "--", "sh", "-c", &script,
         ],
+        env,
         Streams::Capture,
     );
     let grandchild = pid_in(&pid_file);
@@ -262,20 +273,25 @@ fn lockctl_paused_right_after_starting_the_job_still_cannot_let_it_outlive_the_l
     // Paused before it could tell the guard anything: the guard was armed before the child
     // started, and the child told it its group before the job's code ran.
     let server = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("pid");
-    let script = format!("sleep 100 & echo $! > {}; wait", pid_file.display());
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["--redis", &server.url(), "--json", "run", "--name", "early"])
-        .args(["--ttl-ms", "1500", "--", "sh", "-c", &script])
-        .env("LOCKCTL_TEST_STOP_AFTER_SPAWN", "1")
-        .stdin(std::process::Stdio::null())
+    let (child, grandchild, _dir) = job_with_grandchild_env(
+        &server,
+        "early",
+        "1500",
+        &[("LOCKCTL_TEST_STOP_AFTER_SPAWN", "1")],
+    );
+    the_guard_beats_the_lease(&server, "early", child, grandchild);
+}
+
+/// Runs the shell command `line` on a terminal of its own (`script`, from bsdutils), as an
+/// interactive shell would; its stdin is what is typed there.
+fn on_a_terminal(line: &str) -> Child {
+    std::process::Command::new("script")
+        .args(["-qec", line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    let grandchild = pid_in(&pid_file);
-    the_guard_beats_the_lease(&server, "early", child, grandchild);
+        .expect("script (bsdutils) runs lockctl on a terminal")
 }
 
 #[test]
@@ -289,13 +305,7 @@ fn ctrl_z_stops_lockctl_with_its_job_and_the_lease_ends_the_job() {
         server.url(),
         pid_file.display()
     );
-    let mut script = std::process::Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script (bsdutils) runs lockctl on a terminal");
+    let mut script = on_a_terminal(&line);
     let job = pid_in(&pid_file);
     let lockctl_pid: u32 = std::fs::read_to_string(format!("/proc/{job}/stat"))
         .unwrap()
@@ -472,13 +482,7 @@ fn a_job_started_from_a_terminal_may_read_it() {
         env!("CARGO_BIN_EXE_lockctl"),
         server.url()
     );
-    let mut child = std::process::Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script (bsdutils) runs lockctl on a terminal");
+    let mut child = on_a_terminal(&line);
     use std::io::Write as _;
     child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
     // A job left in the background would be stopped by SIGTTIN and hang here.

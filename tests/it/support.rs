@@ -259,11 +259,22 @@ pub enum Streams {
 
 /// Starts the real binary against `url` (as `lockctl` would run it) and returns the child.
 pub fn spawn_lockctl_with(url: &str, args: &[&str], streams: Streams) -> Child {
+    spawn_lockctl_env(url, args, &[], streams)
+}
+
+/// [`spawn_lockctl_with`] with extra environment variables.
+pub fn spawn_lockctl_env(
+    url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    streams: Streams,
+) -> Child {
     let pipe = || match streams {
         Streams::Discard => Stdio::null(),
         Streams::Capture => Stdio::piped(),
     };
     lockctl_command(url, args)
+        .envs(env.iter().copied())
         .stdout(pipe())
         .stderr(pipe())
         .spawn()
