@@ -139,6 +139,17 @@ fn fifty_concurrent_scrapes_all_answer_and_paths_and_methods_are_checked() {
     }
     assert_eq!(get(port, "/-/healthy", "").0, 200);
     assert_eq!(get(port, "/nowhere", "").0, 404);
+    // Another method on a served path is 405, as the README says.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut post = String::new();
+    let _ = s.read_to_string(&mut post);
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         s,
