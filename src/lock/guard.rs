@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::lease::Lease;
 use super::registry::Registration;
-use super::scripts::RELEASE;
 use super::watchdog::Watchdog;
-use super::{Release, Token, release_token};
-use crate::conn::{Conn, evalsha};
+use super::{Carried, Release, Token, release_carrying};
+use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::metrics;
@@ -30,6 +29,10 @@ pub struct Guard {
     pub(super) quorum: Option<(Arc<Quorum>, Instant)>,
     /// What this holder knows of its lease by its own clock (shared with the watchdog).
     pub(super) lease: Arc<Lease>,
+    /// The key the lock's grants carry, which its hand-off carries on to the next holder.
+    pub(super) carry: Option<Arc<str>>,
+    /// What this grant carried ([`super::Lock::carrying`]).
+    pub(super) carried: Option<Box<Carried>>,
     /// Keeps the lock in the process's list of held locks until the guard is gone.
     pub(super) _registration: Registration,
 }
@@ -43,6 +46,12 @@ impl Guard {
     /// The fencing token of this grant: larger than that of every earlier grant of this lock.
     pub fn fence(&self) -> u64 {
         self.fence
+    }
+
+    /// The value of the carried key at the moment of this grant, when the lock carries one
+    /// and the script that granted it read it (a grant made some other way carries nothing).
+    pub fn carried(&self) -> Option<&Carried> {
+        self.carried.as_deref()
     }
 
     /// How long acquiring took.
@@ -93,40 +102,47 @@ impl Guard {
     pub fn release(mut self, conn: &mut Conn) -> Result<Release> {
         let dog_lost = self.stop_watchdog();
         self.release_quorum();
-        let released = release_token(conn, &self.keys, &self.token);
+        let released = release_carrying(conn, &self.keys, &self.token, self.carry.as_deref());
         self.record(released.as_ref().ok().copied(), dog_lost);
         released
     }
 
-    /// Runs `commands` as one MULTI/EXEC transaction and releases the lock, in a single round
-    /// trip: the release runs whatever the transaction does, as a `finally` would, and the next
-    /// waiter gets the lock one round trip sooner than with a write followed by a release.
-    ///
-    /// Returns EXEC's replies (one per command) and what the release found.
-    pub fn release_after(
+    /// Runs `script` (built by [`super::releasing`]) with its own `keys` and `args`: its work
+    /// and this lock's release, with the hand-off to the next waiter, in one script and one
+    /// round trip. Under Redlock the script leaves the lock held and the release follows on
+    /// its own, after the quorum is given back. Returns the work's reply and what the release
+    /// found. If the call fails (its effect unknown), the lock is released by token, best
+    /// effort, and the call's error returned.
+    pub fn release_inside(
         mut self,
         conn: &mut Conn,
-        commands: &[redis::Cmd],
-    ) -> Result<(Vec<redis::Value>, Release)> {
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Result<(redis::Value, Release)> {
         let dog_lost = self.stop_watchdog();
-        let mut release = evalsha(&RELEASE, &self.keys.queue_keys());
-        release.arg(&self.keys.queue_argv(self.token.as_str(), 0, false));
-        // Under Redlock the quorum must be given back before the data-node lock is handed to
-        // the next waiter, or that waiter's round finds our keys and fails: there the release
-        // cannot ride with the write.
         let piggyback = self.quorum.is_none();
-        let outcome =
-            conn.transaction::<Vec<redis::Value>>(commands, piggyback.then_some(&release));
+        let mut inv = script.prepare_invoke();
+        for k in keys.iter().copied().chain(self.keys.queue_keys()) {
+            inv.key(k);
+        }
+        inv.key(self.carry.as_deref().unwrap_or(&self.keys.lock));
+        inv.arg(args)
+            .arg(if piggyback { self.token.as_str() } else { "" })
+            .arg(&self.keys.wake_prefix)
+            .arg(&self.keys.grant);
+        let outcome: Result<(redis::Value, i64)> = conn.script(&inv);
         self.release_quorum();
+        let carry = self.carry.clone();
+        let release_now =
+            |conn: &mut Conn| release_carrying(conn, &self.keys, &self.token, carry.as_deref());
         let released = match &outcome {
-            Ok((_, Some(redis::Value::Int(code)))) => release_code(*code),
-            // Under Redlock, after a failed transaction, or when the script cache was flushed
-            // (a restart, SCRIPT FLUSH) and the release did not run: run it now, loading the
-            // script if needed.
-            _ => release_token(conn, &self.keys, &self.token)?,
+            Ok((_, code)) if (-1..=1).contains(code) => Ok(release_code(*code)),
+            _ => release_now(conn),
         };
-        self.record(Some(released), dog_lost);
-        outcome.map(|(values, _)| (values, released))
+        self.record(released.as_ref().ok().copied(), dog_lost);
+        let (value, _) = outcome?;
+        Ok((value, released?))
     }
 
     /// Feeds the metrics once the release is done: the hold time, and a lost lease if the

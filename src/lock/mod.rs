@@ -31,6 +31,7 @@ use guard::release_code;
 use lease::Lease;
 pub use registry::give_back_all;
 pub use scripts::WAITER_LEASE;
+pub(crate) use scripts::releasing;
 use scripts::{ACQUIRE, FORCE, HEALTH, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
 use watchdog::{ExpiryPoker, Watchdog};
 
@@ -97,7 +98,7 @@ impl LockKeys {
     }
 
     /// A queue-aware script call: the four keys (and this waiter's wake list, when `waiter`
-    /// names one), then the standard arguments.
+    /// names one, then the key a grant carries, if any), then the standard arguments.
     fn invocation<'a>(
         &self,
         script: &'a Script,
@@ -106,12 +107,27 @@ impl LockKeys {
         queue: bool,
         waiter: bool,
     ) -> redis::ScriptInvocation<'a> {
+        self.carrying_invocation(script, token, ttl_ms, queue, waiter, None)
+    }
+
+    fn carrying_invocation<'a>(
+        &self,
+        script: &'a Script,
+        token: &str,
+        ttl_ms: u64,
+        queue: bool,
+        waiter: bool,
+        carry: Option<&str>,
+    ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         for k in self.queue_keys() {
             inv.key(k);
         }
         if waiter {
             inv.key(format!("{}{token}", self.wake_prefix));
+        }
+        if let Some(c) = carry {
+            inv.key(c);
         }
         inv.arg(&self.queue_argv(token, ttl_ms, queue));
         inv
@@ -138,15 +154,41 @@ pub enum Release {
     Expired,
 }
 
-/// A grant: its fencing token, and the earliest local instant its lease could have begun.
-#[derive(Clone, Copy, Debug)]
+/// What a grant carried to its new holder: the value of the key the lock was asked to carry
+/// ([`Lock::carrying`]), read by the script that made the grant, at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Carried {
+    /// The key held this string.
+    Value(String),
+    /// There was no such key.
+    Missing,
+    /// The key held something other than a string.
+    WrongType,
+}
+
+impl Carried {
+    /// The scripts' form (see `QUEUE_LUA`): `v<value>`, `n`, `w`, or empty for nothing.
+    fn parse(tag: &str) -> Option<Carried> {
+        match tag.as_bytes().first() {
+            Some(b'v') => Some(Carried::Value(tag[1..].to_string())),
+            Some(b'n') => Some(Carried::Missing),
+            Some(b'w') => Some(Carried::WrongType),
+            _ => None,
+        }
+    }
+}
+
+/// A grant: its fencing token, the earliest local instant its lease could have begun, and
+/// what it carried.
+#[derive(Clone, Debug)]
 struct Grant {
     fence: u64,
     lease_from: Instant,
+    carried: Option<Carried>,
 }
 
 /// One answer of the ACQUIRE or LEAVE script, with the local instant the call was sent.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Reply {
     granted: bool,
     /// The fencing token when granted, the holder's PTTL when not.
@@ -155,6 +197,8 @@ struct Reply {
     server_now: i64,
     /// The server's clock (ms) when the grant was made; -1 when it is not known.
     grant_at: i64,
+    /// What the grant carried (the scripts' tag; empty when not granted or nothing asked).
+    carried: String,
     sent: Instant,
 }
 
@@ -166,6 +210,7 @@ impl Reply {
             n: -1,
             server_now: 0,
             grant_at: -1,
+            carried: String::new(),
             sent: at,
         }
     }
@@ -185,14 +230,17 @@ impl Reply {
         Grant {
             fence: self.n.max(0) as u64,
             lease_from: from,
+            carried: Carried::parse(&self.carried),
         }
     }
 
-    /// The grant a wake message (`<fence>:<server ms of the grant>`) reports, this being the
-    /// last "not yet": the grant came `grant_at - server_now` ms after this reply's clock
-    /// reading, which came after this call was sent.
+    /// The grant a wake message (`<fence>:<server ms of the grant>:<carried>`) reports, this
+    /// being the last "not yet": the grant came `grant_at - server_now` ms after this reply's
+    /// clock reading, which came after this call was sent.
     fn woken(&self, payload: &str) -> Grant {
-        let (fence, at) = payload.split_once(':').unwrap_or((payload, ""));
+        let mut parts = payload.splitn(3, ':');
+        let (fence, at) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let carried = parts.next().and_then(Carried::parse);
         let mut from = self.sent;
         if let (Ok(at), true) = (at.parse::<i64>(), self.server_now > 0) {
             let ahead = Duration::from_millis((at - self.server_now).max(0) as u64);
@@ -201,6 +249,7 @@ impl Reply {
         Grant {
             fence: fence.parse().unwrap_or(0),
             lease_from: from,
+            carried,
         }
     }
 }
@@ -254,6 +303,8 @@ pub struct Lock {
     expiry_poker: Arc<OnceLock<Option<ExpiryPoker>>>,
     /// Redlock's voting masters, when the lock is taken by quorum.
     quorum: Option<Arc<Quorum>>,
+    /// The key every grant carries to its new holder (see [`Lock::carrying`]).
+    carry: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -265,7 +316,16 @@ impl Lock {
             target: target.clone(),
             expiry_poker: Arc::new(OnceLock::new()),
             quorum: None,
+            carry: None,
         }
+    }
+
+    /// Has every grant of this lock carry the value of `key` to its new holder, read by the
+    /// script that makes the grant ([`Guard::carried`]): the holder's first read costs no
+    /// round trip of its own. `key` must be in the lock's cluster slot.
+    pub fn carrying(mut self, key: &str) -> Lock {
+        self.carry = Some(Arc::from(key));
+        self
     }
 
     /// Takes the lock by Redlock quorum on `quorum`'s masters (and on `target`, the data node).
@@ -331,6 +391,8 @@ impl Lock {
             watchdog: None,
             quorum: self.quorum.clone().zip(quorum_until),
             lease: Arc::new(Lease::new(grant.lease_from, ttl, quorum_until)),
+            carry: self.carry.clone(),
+            carried: grant.carried.map(Box::new),
             _registration: registration,
         };
         if self.options.watchdog {
@@ -435,19 +497,12 @@ impl Lock {
             // (n is its PTTL; negative when it has none) runs out before that, ask the expiry
             // poker to hand the lock over the moment it does: a BLPOP timeout would fire only
             // on the server's next clock tick (1/hz, 100 ms by default), late.
-            let block = left.min(WAITER_REFRESH);
+            let block = self.block_for(left, call_timeout);
             if r_pttl_below(&not_yet, block) {
                 self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
             }
-            conn.set_call_timeout(call_timeout + block)?;
-            let woken: Result<Option<(String, String)>> = conn.query(
-                redis::cmd("BLPOP")
-                    .arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
-                    .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
-            );
-            conn.set_call_timeout(call_timeout)?;
-            match woken {
-                Ok(Some((_, payload))) => return Ok(Some(not_yet.woken(&payload))),
+            match self.block(conn, token, block) {
+                Ok(Some(payload)) => return Ok(Some(not_yet.woken(&payload))),
                 Ok(None) => {}
                 // Stopped and continued (Ctrl-Z, fg) while blocked: the wake, if any, is not
                 // lost; the next ACQUIRE finds the lock ours and claims it.
@@ -457,21 +512,48 @@ impl Lock {
         }
     }
 
+    /// How long one BLPOP may block: until our place needs refreshing, at most what is left
+    /// of the wait, and at most half the per-call limit, so the socket's timeout (the per-call
+    /// limit) covers the block with room to spare and never has to be changed for it.
+    fn block_for(&self, left: Duration, call_timeout: Duration) -> Duration {
+        left.min(WAITER_REFRESH)
+            .min(call_timeout / 2)
+            .max(Duration::from_millis(1))
+    }
+
+    /// BLPOP on our wake list for up to `block`: the grant's payload, or `None` on timeout.
+    fn block(&self, conn: &mut Conn, token: &Token, block: Duration) -> Result<Option<String>> {
+        let woken: Option<(String, String)> = conn.query(&self.blpop(token, block))?;
+        Ok(woken.map(|(_, payload)| payload))
+    }
+
+    fn blpop(&self, token: &Token, block: Duration) -> redis::Cmd {
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
+            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        cmd
+    }
+
     /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard
     /// arguments.
     fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
         let ttl_ms = self.options.ttl.as_millis() as u64;
         let sent = Instant::now();
-        let (granted, n, server_now, grant_at): (i64, i64, i64, i64) = conn.script(
-            &self
-                .keys
-                .invocation(script, token.as_str(), ttl_ms, queue, true),
-        )?;
+        let (granted, n, server_now, grant_at, carried): (i64, i64, i64, i64, String) = conn
+            .script(&self.keys.carrying_invocation(
+                script,
+                token.as_str(),
+                ttl_ms,
+                queue,
+                true,
+                self.carry.as_deref(),
+            ))?;
         Ok(Reply {
             granted: granted == 1,
             n,
             server_now,
             grant_at,
+            carried,
             sent,
         })
     }
@@ -570,7 +652,17 @@ impl Lock {
 }
 
 pub(crate) fn release_token(conn: &mut Conn, keys: &LockKeys, token: &Token) -> Result<Release> {
-    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, false);
+    release_carrying(conn, keys, token, None)
+}
+
+/// Releases by token, the hand-off carrying `carry`'s value to the next holder.
+fn release_carrying(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    token: &Token,
+    carry: Option<&str>,
+) -> Result<Release> {
+    let inv = keys.carrying_invocation(&RELEASE, token.as_str(), 0, false, false, carry);
     Ok(release_code(conn.script(&inv)?))
 }
 

@@ -18,25 +18,36 @@ use redis::Script;
 /// used throughout so clients' clocks do not matter.
 ///
 /// `grant_head` gives a free lock to the oldest live waiter: it sets the lock to that waiter's
-/// token with that waiter's TTL, takes the next fencing token, and pushes the fencing token to
-/// the waiter's own wake list (`<wake prefix><token>`, as `<fence>:<server ms of the grant>`, so
-/// the waiter can tell when its lease began), on which it is blocked with BLPOP. The
-/// wake list expires with the grant, so a message for a waiter that died is not left behind;
-/// a lock granted to a waiter that died after its last refresh expires by its TTL.
-/// Every grant also records `<token>:<fence>:<server ms>` in the grant key, for `status`.
-/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV (in every caller): 5 wake prefix,
-/// 6 grant key (both named here rather than declared: with a hash-tagged name they share the
-/// lock's cluster slot).
+/// token with that waiter's TTL, takes the next fencing token, and pushes the grant to the
+/// waiter's own wake list (`<wake prefix><token>`), on which it is blocked with BLPOP, as
+/// `<fence>:<server ms of the grant>:<carried>`: the waiter can tell when its lease began, and
+/// `carried` is what the new holder reads first, read for it at the moment of the grant (the
+/// stock, for a buyer), so that waking costs no extra round trip. It is `v<value>`, `n` (no
+/// such key), `w` (a value of the wrong type) or empty (nothing asked). Nobody who respects the
+/// lock can change that key between the grant and the holder's reading of it, so it is what a
+/// `GET` after waking would return. The wake list expires with the grant, so a message for a
+/// waiter that died is not left behind; a lock granted to a waiter that died after its last
+/// refresh expires by its TTL. Every grant also records `<token>:<fence>:<server ms>` in the
+/// grant key, for `status`. `release(token)` is the seed's compare-and-delete with the hand-off.
 /// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
 /// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
 /// must not lock a SKU out), and `repair` drops every such member at once. The fencing
-/// counter is checked before anything is written, since an `INCR` that fails after the `SET`
-/// of the lock would leave a grant half made.
-/// Every grant also records `<token>:<fence>:<server ms>` in the grant key, for `status`.
-/// KEYS: 1 lock, 2 fence counter, 3 queue, 4 deadlines. ARGV (in every caller): 5 wake prefix,
-/// 6 grant key (both named here rather than declared: with a hash-tagged name they share the
-/// lock's cluster slot).
-pub(super) const QUEUE_LUA: &str = r"
+/// counter is taken first and checked (an `INCR` that fails, or a counter that is not a
+/// positive count below 10^17, stops the grant before the lock is set), so a damaged counter
+/// never leaves a grant half made.
+/// Keys by name (a prelude binds them, [`LOCK_PRELUDE`] for the lock's own scripts): LK the
+/// lock, FK the fence counter, QK the queue, DK the deadlines, WP the wake prefix and GK the
+/// grant key (the last two passed as arguments: with a hash-tagged name they share the lock's
+/// cluster slot), CARRY the carried key or nil.
+pub(crate) const QUEUE_LUA: &str = r"
+local CARRY = nil
+local function carried()
+  if not CARRY then return '' end
+  local v = redis.pcall('GET', CARRY)
+  if type(v) == 'table' then return 'w' end
+  if not v then return 'n' end
+  return 'v' .. v
+end
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -50,36 +61,36 @@ local function parse(member)
   return nil
 end
 local function drop(m)
-  redis.call('ZREM', KEYS[3], m)
-  redis.call('ZREM', KEYS[4], m)
+  redis.call('ZREM', QK, m)
+  redis.call('ZREM', DK, m)
   local token = parse(m)
-  if token then redis.call('DEL', ARGV[5] .. token) end
+  if token then redis.call('DEL', WP .. token) end
 end
 local function prune(now)
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do drop(m) end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', DK, '-inf', now)) do drop(m) end
 end
 local function next_fence()
-  local f = redis.pcall('GET', KEYS[2])
-  if type(f) == 'table' or (f and not (string.match(f, '^[1-9]%d*$') and string.len(f) <= 17)) then
-    error({err = 'ERR ' .. KEYS[2] .. ' is damaged (not a fencing counter): set it to a number ' ..
+  local f = redis.pcall('INCR', FK)
+  if type(f) == 'table' or f < 1 or f >= 1e17 then
+    error({err = 'ERR ' .. FK .. ' is damaged (not a fencing counter): set it to a number ' ..
       'above every fence handed out, e.g. the current Unix time in ms'})
   end
-  return redis.call('INCR', KEYS[2])
+  return f
 end
 local function grant_head(now)
   prune(now)
   for _ = 1, 1000 do
-    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    local head = redis.call('ZRANGE', QK, 0, 0)[1]
     if not head then return false end
     local token, ttl = parse(head)
-    if token and redis.call('ZSCORE', KEYS[4], head) then
+    if token and redis.call('ZSCORE', DK, head) then
       local fence = next_fence()
-      redis.call('SET', KEYS[1], token, 'PX', ttl)
-      redis.call('SET', ARGV[6], token .. ':' .. fence .. ':' .. now)
-      redis.call('ZREM', KEYS[3], head)
-      redis.call('ZREM', KEYS[4], head)
-      local wake = ARGV[5] .. token
-      redis.call('RPUSH', wake, fence .. ':' .. now)
+      redis.call('SET', LK, token, 'PX', ttl)
+      redis.call('SET', GK, token .. ':' .. fence .. ':' .. now)
+      redis.call('ZREM', QK, head)
+      redis.call('ZREM', DK, head)
+      local wake = WP .. token
+      redis.call('RPUSH', wake, fence .. ':' .. now .. ':' .. carried())
       redis.call('PEXPIRE', wake, ttl)
       return token
     end
@@ -91,27 +102,37 @@ local function claim(wake)
   local payload = redis.call('LPOP', wake)
   redis.call('DEL', wake)
   if payload then
-    local fence, at = string.match(payload, '^(%d+):(%d+)$')
+    local fence, at = string.match(payload, '^(%d+):(%d+):')
     if fence then return tonumber(fence), tonumber(at) end
   end
-  return tonumber(redis.call('GET', KEYS[2])), -1
+  return tonumber(redis.call('GET', FK)), -1
+end
+local function release(token)
+  local holder = redis.call('GET', LK)
+  if holder == token then
+    if not grant_head(now_ms()) then redis.call('DEL', LK, GK) end
+    return 1
+  end
+  if holder then return 0 end
+  grant_head(now_ms())
+  return -1
 end
 local function repair()
   local dropped = 0
-  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+  for _, key in ipairs({QK, DK}) do
     local t = redis.call('TYPE', key)['ok']
     if t ~= 'none' and t ~= 'zset' then
       redis.call('DEL', key)
       dropped = dropped + 1
     end
   end
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    if not parse(m) or not redis.call('ZSCORE', KEYS[4], m) then
+  for _, m in ipairs(redis.call('ZRANGE', QK, 0, -1)) do
+    if not parse(m) or not redis.call('ZSCORE', DK, m) then
       drop(m)
       dropped = dropped + 1
     end
   end
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  for _, m in ipairs(redis.call('ZRANGE', DK, 0, -1)) do
     if not parse(m) then
       drop(m)
       dropped = dropped + 1
@@ -125,70 +146,69 @@ end
 /// place in) the queue when asked to. A free lock with live waiters goes to the oldest of them,
 /// so nobody overtakes the queue, except a client that knows nothing of it (the seed's plain
 /// `SET NX PX`), which may; exclusion holds all the same.
-/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list.
+/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list, 6 (optional) the key whose value a
+/// grant carries (see [`QUEUE_LUA`]'s `carried`).
 /// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix,
 /// 6 grant key.
-/// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown)} when the
-/// lock is now ours, {0, the lock's PTTL, server ms now, 0} when not.
+/// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown), carried}
+/// when the lock is now ours, {0, the lock's PTTL, server ms now, 0, ''} when not.
 pub(super) const ACQUIRE_LUA: &str = r"
+CARRY = KEYS[6]
 local arrival = now_us()
 local now = math.floor(arrival / 1000)
 local me = ARGV[1] .. '/' .. ARGV[2]
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.call('GET', LK)
 if holder == ARGV[1] then
   local fence, at = claim(KEYS[5])
-  return {1, fence, now, at}
+  return {1, fence, now, at, carried()}
 end
 if not holder then
   local granted = grant_head(now)
   if granted == ARGV[1] then
     local fence, at = claim(KEYS[5])
-    return {1, fence, now, at}
+    return {1, fence, now, at, carried()}
   end
   if not granted then
     local fence = next_fence()
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('SET', ARGV[6], ARGV[1] .. ':' .. fence .. ':' .. now)
-    return {1, fence, now, now}
+    redis.call('SET', LK, ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', GK, ARGV[1] .. ':' .. fence .. ':' .. now)
+    return {1, fence, now, now, carried()}
   end
 end
 if ARGV[3] == '1' then
-  redis.call('ZADD', KEYS[3], 'NX', arrival, me)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), me)
+  redis.call('ZADD', QK, 'NX', arrival, me)
+  redis.call('ZADD', DK, now + tonumber(ARGV[4]), me)
 end
-return {0, redis.call('PTTL', KEYS[1]), now, 0}
+return {0, redis.call('PTTL', LK), now, 0, ''}
 ";
 
 /// Leaves the queue for good. If the lock was granted to us just before, it is ours.
-/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list. ARGV: 1 token, 2 TTL ms, 5 wake prefix.
-/// Returns {1, fencing token, server ms now, server ms of the grant} when the lock is ours
-/// after all, {0, 0, server ms now, 0} when we left without it.
+/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list, 6 (optional) the carried key.
+/// ARGV: 1 token, 2 TTL ms, 5 wake prefix.
+/// Returns {1, fencing token, server ms now, server ms of the grant, carried} when the lock is
+/// ours after all, {0, 0, server ms now, 0, ''} when we left without it.
 pub(super) const LEAVE_LUA: &str = r"
+CARRY = KEYS[6]
 local me = ARGV[1] .. '/' .. ARGV[2]
-redis.call('ZREM', KEYS[3], me)
-redis.call('ZREM', KEYS[4], me)
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+redis.call('ZREM', QK, me)
+redis.call('ZREM', DK, me)
+if redis.call('GET', LK) == ARGV[1] then
   local fence, at = claim(KEYS[5])
-  return {1, fence, now_ms(), at}
+  return {1, fence, now_ms(), at, carried()}
 end
 redis.call('DEL', KEYS[5])
-return {0, 0, now_ms(), 0}
+return {0, 0, now_ms(), 0, ''}
 ";
 
 /// Releases the lock if it still holds this token (the seed's compare-and-delete), handing it
 /// to the oldest live waiter instead of deleting it when anyone waits. A release that finds the
 /// lock gone also hands it over, so waiters need not wait for their next timeout.
-/// KEYS: 1-4 as in QUEUE_LUA. ARGV: 1 token, 5 wake prefix.
+/// KEYS: 1-4 as in QUEUE_LUA, 5 (optional) the key whose value the hand-off carries to the
+/// next holder. ARGV: 1 token, 5 wake prefix, 6 grant key.
 /// Returns 1 released, 0 held by another token, -1 no lock at all (the lease ran out).
 pub(super) const RELEASE_LUA: &str = r"
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  if not grant_head(now_ms()) then redis.call('DEL', KEYS[1], ARGV[6]) end
-  return 1
-end
-if holder then return 0 end
-grant_head(now_ms())
-return -1
+CARRY = KEYS[5]
+return release(ARGV[1])
 ";
 
 /// The operator's escape hatch: deletes the lock whoever holds it (whatever the key holds), and
@@ -200,14 +220,14 @@ return -1
 pub(super) const FORCE_LUA: &str = r"
 local damaged = repair()
 local holder = ''
-local t = redis.call('TYPE', KEYS[1])['ok']
+local t = redis.call('TYPE', LK)['ok']
 if t == 'string' then
-  holder = redis.call('GET', KEYS[1])
+  holder = redis.call('GET', LK)
 elseif t ~= 'none' then
   holder = 'a ' .. t .. ' (not a lock)'
 end
-redis.call('DEL', KEYS[1])
-local waiters = redis.call('ZRANGE', KEYS[3], 0, -1)
+redis.call('DEL', LK)
+local waiters = redis.call('ZRANGE', QK, 0, -1)
 for _, m in ipairs(waiters) do drop(m) end
 return {holder, #waiters, damaged}
 ";
@@ -216,21 +236,21 @@ return {holder, #waiters, damaged}
 /// lockctl's (a damaged queue)}. KEYS: 1-4 as in QUEUE_LUA.
 pub(super) const HEALTH_LUA: &str = r"
 local damaged = 0
-for _, key in ipairs({KEYS[3], KEYS[4]}) do
+for _, key in ipairs({QK, DK}) do
   local t = redis.call('TYPE', key)['ok']
   if t ~= 'none' and t ~= 'zset' then return {0, -1} end
 end
 local now = now_ms()
 local live = 0
-for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local deadline = redis.call('ZSCORE', KEYS[4], m)
+for _, m in ipairs(redis.call('ZRANGE', QK, 0, -1)) do
+  local deadline = redis.call('ZSCORE', DK, m)
   if not parse(m) or not deadline then
     damaged = damaged + 1
   elseif tonumber(deadline) > now then
     live = live + 1
   end
 end
-for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+for _, m in ipairs(redis.call('ZRANGE', DK, 0, -1)) do
   if not parse(m) then damaged = damaged + 1 end
 end
 return {live, damaged}
@@ -248,11 +268,53 @@ return 0
 /// Counts the live waiters (those whose deadline has not passed on the server's clock).
 /// KEYS: 4 deadlines (1-3 unused, passed so every key is declared). Returns the count.
 pub(super) const WAITERS_LUA: &str = r"
-return redis.call('ZCOUNT', KEYS[4], '(' .. now_ms(), '+inf')
+return redis.call('ZCOUNT', DK, '(' .. now_ms(), '+inf')
+";
+
+/// Names the queue's keys for [`QUEUE_LUA`] in the lock's own scripts: KEYS 1-4 and ARGV 5-6.
+/// A script that takes other keys first (the fenced deduction) names them its own way.
+pub(crate) const LOCK_PRELUDE: &str = r"
+local LK, FK, QK, DK = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local WP, GK = ARGV[5], ARGV[6]
+";
+
+/// A script of another module's that ends by releasing the lock, as one step with its own work
+/// (the write and the hand-off travel together): its own `n_keys` keys come first, then the
+/// lock's four and the carried key; its own `n_args` arguments, then the holder's token ('' to
+/// leave the lock held: under Redlock the quorum is given back first), the wake prefix and the
+/// grant key. `body` is the script's own work, ending in a `return`; the whole returns
+/// `{body's reply, release code}`, the code as [`RELEASE_LUA`]'s, 2 when not asked to release,
+/// -2 when the release failed (a damaged fencing counter; the lock then stays with the holder,
+/// whose own release reports why). The body's effects stand whatever the release does.
+pub(crate) fn releasing(body: &str, preamble: &str, n_keys: usize, n_args: usize) -> String {
+    let k = |i: usize| format!("KEYS[{}]", n_keys + i);
+    let a = |i: usize| format!("ARGV[{}]", n_args + i);
+    format!(
+        "local LK, FK, QK, DK, CK = {}, {}, {}, {}, {}\nlocal TOKEN, WP, GK = {}, {}, {}\n\
+         {QUEUE_LUA}{preamble}\nlocal function work()\n{body}\nend\n{RELEASE_TAIL}",
+        k(1),
+        k(2),
+        k(3),
+        k(4),
+        k(5),
+        a(1),
+        a(2),
+        a(3)
+    )
+}
+
+/// The end of a [`releasing`] script.
+const RELEASE_TAIL: &str = r"
+local r = work()
+if TOKEN == '' then return {r, 2} end
+CARRY = CK
+local ok, code = pcall(release, TOKEN)
+if not ok then code = -2 end
+return {r, code}
 ";
 
 fn with_queue(body: &str) -> Script {
-    Script::new(&format!("{QUEUE_LUA}{body}"))
+    Script::new(&format!("{LOCK_PRELUDE}{QUEUE_LUA}{body}"))
 }
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(ACQUIRE_LUA));

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::script::{DEDUCT, DEDUCT_LUA, WRITE_LUA};
-use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock};
+use super::script::{DEDUCT, DEDUCT_LUA, FENCED_RELEASE, WRITE_LUA, WRITE_RELEASE};
+use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock, stock_value};
 use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
@@ -81,7 +81,9 @@ impl Buyer {
         Buyer {
             sku: sku.clone(),
             keys: StockKeys::new(sku),
-            lock: Lock::new(target, sku.as_str(), options.lock.clone()),
+            // The grant carries the stock: a buyer that gets the lock knows it at once.
+            lock: Lock::new(target, sku.as_str(), options.lock.clone())
+                .carrying(&StockKeys::new(sku).stock),
             options,
             meters: Meters::new(sku),
         }
@@ -157,36 +159,34 @@ impl Buyer {
         };
         p.lock_wait = Some(guard.waited());
         p.fence = Some(guard.fence());
-        let outcome = match self.options.strategy {
-            // The seed's read, then a write that checks the lease itself.
-            Strategy::Fenced => self.in_stock(conn).and_then(|enough| match enough {
-                Some(sold_out) => Ok(Step::Done(sold_out)),
-                None => {
-                    thread::sleep(self.options.work);
-                    self.deduct_script(conn, guard.token(), ul, p)
-                        .map(Step::Done)
-                }
-            }),
+        let step = match self.options.strategy {
+            // The seed's read (carried by the grant), then a write that checks the lease itself.
+            Strategy::Fenced => self
+                .in_stock(conn, Some(&guard))
+                .map(|enough| match enough {
+                    Some(sold_out) => Step::Done(sold_out),
+                    None => {
+                        thread::sleep(self.options.work);
+                        Step::Deduct
+                    }
+                }),
             _ => self.read_and_decide(conn, ul, Some(&guard)),
         };
         p.renewals = guard.renewals();
         // The seed's `finally`: release whatever happened in between. A failed release leaves
         // the lock to expire by its TTL; the purchase itself stands.
         let hold_started = Instant::now() - guard.held_for();
-        let (outcome, released) = match outcome {
+        let (outcome, released) = match step {
             // With the watchdog, the holder knows its lease by its own clock: one that may
             // have run out (a pause, a renewal that never came back) writes nothing.
             Ok(Step::Deduct) if self.options.lock.watchdog && !guard.lease_valid() => {
                 (Ok(Buy::LeaseLost), guard.release(conn).ok())
             }
-            Ok(Step::Deduct) => {
-                // The write and the release travel together: one round trip fewer inside the
-                // critical section.
-                match guard.release_after(conn, &self.deduct_commands(&p.order_id, ul, p.fence)) {
-                    Ok((replies, released)) => (self.bought(conn, &replies), Some(released)),
-                    Err(e) => (Err(e), None),
-                }
-            }
+            // The write, the release and the hand-off to the next waiter: one script.
+            Ok(Step::Deduct) => match self.write_and_release(conn, guard, ul, p) {
+                Ok((outcome, released)) => (outcome, Some(released)),
+                Err(e) => (Err(e), None),
+            },
             Ok(Step::Done(b)) => (Ok(b), guard.release(conn).ok()),
             Err(e) => (Err(e), guard.release(conn).ok()),
         };
@@ -198,6 +198,31 @@ impl Buyer {
             p.overran_lease = p.replayed.is_none();
         }
         Ok(())
+    }
+
+    /// The holder's write and its release in one script: the tutorial's unchecked write for
+    /// `lock`, the fenced deduct script for `fenced`. The outer error is the call's (its effect
+    /// unknown); the inner one what the script reported having written nothing.
+    fn write_and_release(
+        &self,
+        conn: &mut Conn,
+        guard: Guard,
+        ul: Option<(&str, u64)>,
+        p: &mut Purchase,
+    ) -> Result<(Result<Buy>, Release)> {
+        if self.options.strategy == Strategy::Fenced {
+            let args = self.deduct_args(guard.token(), &p.order_id, ul.map(|(u, _)| u), p.fence);
+            let limit = ul.map_or(0, |(_, l)| l);
+            let (reply, released) =
+                guard.release_inside(conn, &FENCED_RELEASE, &self.deduct_keys(), &args)?;
+            let reply = redis::from_redis_value(reply)
+                .map_err(|e| conn.unexpected(format!("the fenced deduct script answered {e}")));
+            let outcome = reply.and_then(|r| self.deduct_outcome(conn, r, limit, p));
+            return Ok((outcome, released));
+        }
+        let (keys, args) = self.write_parts(&p.order_id, ul, p.fence);
+        let (reply, released) = guard.release_inside(conn, &WRITE_RELEASE, &keys, &args)?;
+        Ok((self.bought(conn, &[reply]), released))
     }
 
     fn atomic(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
@@ -213,9 +238,14 @@ impl Buyer {
     }
 
     /// The seed's `GET`: `Some(SoldOut)` when there is not enough for this purchase, `None`
-    /// when there is.
-    fn in_stock(&self, conn: &mut Conn) -> Result<Option<Buy>> {
-        let stock = read_stock(conn, &self.sku, &self.keys)?.ok_or_else(|| Error::Unseeded {
+    /// when there is. Under the lock the grant has already read it (see [`Lock::carrying`]):
+    /// the same value a `GET` would find, one round trip sooner.
+    fn in_stock(&self, conn: &mut Conn, guard: Option<&Guard>) -> Result<Option<Buy>> {
+        let stock = match guard.and_then(Guard::carried) {
+            Some(c) => stock_value(&self.sku, &self.keys.stock, c.clone())?,
+            None => read_stock(conn, &self.sku, &self.keys)?,
+        };
+        let stock = stock.ok_or_else(|| Error::Unseeded {
             sku: self.sku.to_string(),
         })?;
         Ok((stock < self.options.qty as i64).then_some(Buy::SoldOut { remaining: stock }))
@@ -231,7 +261,7 @@ impl Buyer {
         ul: Option<(&str, u64)>,
         guard: Option<&Guard>,
     ) -> Result<Step> {
-        if let Some(sold_out) = self.in_stock(conn)? {
+        if let Some(sold_out) = self.in_stock(conn, guard)? {
             return Ok(Step::Done(sold_out));
         }
         thread::sleep(self.options.work);
@@ -249,32 +279,30 @@ impl Buyer {
         Ok(Step::Deduct)
     }
 
-    /// The tutorial's DECR, with the order recorded, as one all-or-nothing script (see
-    /// [`WRITE_LUA`]), to send in the same packet as the release. Its reply is the stock left.
-    fn deduct_commands(
+    /// The write script's keys and arguments (see `WRITE_BODY`): the tutorial's DECR, with
+    /// the order recorded, all or nothing. Its reply is the stock left.
+    fn write_parts(
         &self,
         order_id: &str,
         ul: Option<(&str, u64)>,
         fence: Option<u64>,
-    ) -> Vec<redis::Cmd> {
+    ) -> ([&str; 5], [String; 6]) {
         let keys = [
-            &self.keys.stock,
+            self.keys.stock.as_str(),
             &self.keys.ledger,
             &self.keys.sold,
             &self.keys.buyers,
             &self.keys.events,
         ];
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(WRITE_LUA.as_str())
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(self.options.qty)
-            .arg(order_id)
-            .arg(ul.map_or("", |(user, _)| user))
-            .arg(if self.options.queue { "1" } else { "" })
-            .arg(fence.map_or(String::new(), |f| f.to_string()))
-            .arg(self.sku.as_str());
-        vec![eval]
+        let args = [
+            self.options.qty.to_string(),
+            order_id.to_string(),
+            ul.map_or("", |(user, _)| user).to_string(),
+            if self.options.queue { "1" } else { "" }.to_string(),
+            fence.map_or(String::new(), |f| f.to_string()),
+            self.sku.to_string(),
+        ];
+        (keys, args)
     }
 
     /// What the write script answered.
@@ -307,8 +335,13 @@ impl Buyer {
         order_id: &str,
         ul: Option<(&str, u64)>,
     ) -> Result<Buy> {
-        let (replies, _): (Vec<redis::Value>, _) =
-            conn.transaction(&self.deduct_commands(order_id, ul, None), None)?;
+        let (keys, args) = self.write_parts(order_id, ul, None);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(WRITE_LUA.as_str())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        let (replies, _): (Vec<redis::Value>, _) = conn.transaction(&[eval], None)?;
         self.bought(conn, &replies)
     }
 

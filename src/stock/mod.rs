@@ -31,7 +31,7 @@ pub use buyer::Buyer;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
-use crate::lock::LockOptions;
+use crate::lock::{Carried, LockOptions};
 use crate::metrics;
 use crate::sku::Sku;
 
@@ -235,21 +235,27 @@ pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option
 /// Reads a stock counter kept at `key` (another program's, for `hammer --url --stock-key`)
 /// by the same rules as [`read_stock`].
 pub fn read_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64>> {
+    let read = match conn.query(redis::cmd("GET").arg(key)) {
+        Ok(Some(raw)) => Carried::Value(raw),
+        Ok(None) => Carried::Missing,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Carried::WrongType,
+        Err(e) => return Err(e),
+    };
+    stock_value(sku, key, read)
+}
+
+/// A stock read (by `GET`, or carried by a lock's grant) as a count, by the rules of
+/// [`parse_stock`]: `None` when there is no such key.
+pub(crate) fn stock_value(sku: &Sku, key: &str, read: Carried) -> Result<Option<i64>> {
     let bad = |value: String| Error::BadStock {
         sku: sku.to_string(),
         key: key.to_string(),
         value,
     };
-    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(key)) {
-        Ok(raw) => raw,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-            return Err(bad("a value of the wrong type".into()));
-        }
-        Err(e) => return Err(e),
-    };
-    match raw {
-        None => Ok(None),
-        Some(s) => parse_stock(&s).map(Some).ok_or_else(|| {
+    match read {
+        Carried::Missing => Ok(None),
+        Carried::WrongType => Err(bad("a value of the wrong type".into())),
+        Carried::Value(s) => parse_stock(&s).map(Some).ok_or_else(|| {
             let shown: String = s.chars().take(40).collect();
             bad(format!(
                 "'{shown}{}'",

@@ -22,5 +22,6 @@ mod pipeline;
 mod pipeline_attack;
 mod redlock;
 mod report;
+mod round_trips;
 mod run;
 mod stock;
