@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// What went wrong talking to Redis or reading what it holds.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// The `--redis` URL could not be parsed.
     #[error("invalid Redis URL '{url}': {reason} (see --redis)")]

@@ -10,7 +10,7 @@ use super::parse::{order_id, user_id, whole};
 use lockctl::hammer::Mode;
 use lockctl::lock::LockOptions;
 use lockctl::sku::Sku;
-use lockctl::stock::{BuyOptions, MAX_STOCK, Strategy};
+use lockctl::stock::{BatchOptions, BuyOptions, MAX_BATCH, MAX_STOCK, Strategy};
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -109,6 +109,15 @@ pub struct PurchaseArgs {
     /// the deduction, for `lockctl worker` to persist into PostgreSQL.
     #[arg(long, help_heading = "Purchase")]
     pub queue: bool,
+
+    /// batch: the longest a purchase waits for its batch to leave while another is on its way,
+    /// in ms (a purchase that finds none in flight leaves at once).
+    #[arg(long, default_value_t = 1, value_parser = whole(0, 10_000), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub batch_ms: u64,
+
+    /// batch: the most purchases decided by one script call.
+    #[arg(long, default_value_t = 256, value_parser = whole(1, MAX_BATCH as u64), allow_negative_numbers = true, help_heading = "Purchase")]
+    pub batch_max: u64,
 }
 
 #[derive(Debug, Args)]
@@ -319,6 +328,9 @@ pub enum StrategyArg {
     Atomic,
     /// GET then DECR with no lock: the negative control.
     Naive,
+    /// atomic, with this process's concurrent purchases decided by one script call (group
+    /// commit; see --batch-ms, --batch-max).
+    Batch,
 }
 
 impl From<StrategyArg> for Strategy {
@@ -328,6 +340,7 @@ impl From<StrategyArg> for Strategy {
             StrategyArg::Fenced => Strategy::Fenced,
             StrategyArg::Atomic => Strategy::Atomic,
             StrategyArg::Naive => Strategy::Naive,
+            StrategyArg::Batch => Strategy::Batch,
         }
     }
 }
@@ -365,6 +378,10 @@ impl PurchaseArgs {
             },
             limit: self.limit,
             queue: self.queue,
+            batch: BatchOptions {
+                window: Duration::from_millis(self.batch_ms),
+                max: self.batch_max as usize,
+            },
         }
     }
 }

@@ -273,7 +273,7 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
     use lockctl::lock::LockOptions;
-    use lockctl::stock::{BuyOptions, Strategy};
+    use lockctl::stock::{BatchOptions, BuyOptions, Strategy};
     use proptest::strategy::Strategy as _;
 
     #[test]
@@ -303,6 +303,10 @@ mod tests {
                 },
                 limit: (i % 2 == 0).then_some(5),
                 queue: i % 2 == 0,
+                batch: BatchOptions {
+                    window: Duration::from_millis(i as u64),
+                    max: 1 + 10 * i,
+                },
             };
             let child = ChildBuy {
                 target: &target,

@@ -13,6 +13,7 @@
 //! external endpoint to the test instead of lockctl's own buyers (`hammer --url`), judged by
 //! `judge_http` from the stock alone, since such an endpoint keeps no ledger lockctl can read.
 
+mod batched;
 mod fan_out;
 pub mod http;
 pub mod judge;
@@ -141,6 +142,9 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Mode::Threads if multiplexes(opts, target) => {
             multiplexed::run_multiplexed(target, opts, &run_id)?
         }
+        Mode::Threads if opts.buy.strategy == Strategy::Batch => {
+            batched::run_batched(target, opts, &run_id)?
+        }
         Mode::Threads => threads::run_threads(target, opts, &run_id)?,
         Mode::Procs => procs::run_procs(target, opts, &run_id)?,
         Mode::Http => {
@@ -219,6 +223,8 @@ pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
         Mode::Procs => c * 2 + watchdogs + own,
         Mode::Http => own,
         Mode::Threads if multiplexes(opts, target) => c + own,
+        // The batcher's committers, whatever the number of buyers.
+        Mode::Threads if opts.buy.strategy == Strategy::Batch => 2 + own,
         Mode::Threads => c + watchdogs + own,
     }
 }

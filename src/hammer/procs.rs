@@ -58,6 +58,7 @@ impl ChildBuy<'_> {
                 },
             limit,
             queue,
+            batch,
         } = self.buy;
         let ms = |d: &Duration| d.as_millis().to_string();
         let mut a: Vec<OsString> = vec!["--json".into()];
@@ -78,6 +79,8 @@ impl ChildBuy<'_> {
         push(&mut a, "--wait-ms", ms(wait));
         push(&mut a, "--work-ms", ms(work));
         push(&mut a, "--order-id", self.order_id);
+        push(&mut a, "--batch-ms", ms(&batch.window));
+        push(&mut a, "--batch-max", batch.max.to_string());
         if let Some(l) = limit {
             push(&mut a, "--limit", l.to_string());
             if let Some(u) = self.user {

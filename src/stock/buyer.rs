@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::script::{DEDUCT, DEDUCT_LUA, FENCED_RELEASE, WRITE_LUA, WRITE_RELEASE};
+use super::script::{
+    BATCH, BATCH_CODES, DEDUCT, DEDUCT_LUA, FENCED_RELEASE, WRITE_LUA, WRITE_RELEASE,
+};
 use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock, stock_value};
 use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
@@ -144,8 +146,89 @@ impl Buyer {
                 self.atomic(conn, user_limit, &mut p)?;
             }
             Strategy::Lock | Strategy::Fenced => self.locked(conn, user_limit, &mut p)?,
+            // A batch of one: what a process that buys once (`lockctl buy`) can coalesce.
+            Strategy::Batch => {
+                thread::sleep(self.options.work);
+                let started = Instant::now();
+                loop {
+                    let one = [(order_id.to_string(), user.map(str::to_string))];
+                    let reply = self.batch_unmetered(conn, &one)?.pop();
+                    p = reply.ok_or_else(|| conn.unexpected("an empty batch reply".into()))??;
+                    let left = self.options.lock.wait.saturating_sub(started.elapsed());
+                    if p.outcome != Buy::Busy || left.is_zero() {
+                        break;
+                    }
+                    thread::sleep(Duration::from_micros(rand::random_range(500..5_000)).min(left));
+                }
+            }
         }
         Ok(p)
+    }
+
+    /// One group-commit call: `purchases` (order id, user) decided in order by one script
+    /// (see `BATCH_BODY`), each answered on its own and counted in the metrics like
+    /// [`Buyer::buy`]. The outer error is the call's: then no purchase is known, and each is
+    /// as indeterminate as the error says.
+    pub fn batch(
+        &self,
+        conn: &mut Conn,
+        purchases: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<Purchase>>> {
+        let answers = self.batch_unmetered(conn, purchases);
+        match &answers {
+            Ok(each) => {
+                for p in each {
+                    self.meters
+                        .record(p.as_ref().map(|p| &p.outcome).map_err(|_| ()));
+                }
+            }
+            Err(_) => {
+                for _ in purchases {
+                    self.meters.record(Err(()));
+                }
+            }
+        }
+        answers
+    }
+
+    fn batch_unmetered(
+        &self,
+        conn: &mut Conn,
+        purchases: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<Purchase>>> {
+        let limit = self.options.limit.unwrap_or(0);
+        let mut inv = BATCH.prepare_invoke();
+        inv.key(&self.deduct_keys())
+            .arg(self.options.qty)
+            .arg(limit)
+            .arg(if self.options.queue { "1" } else { "" })
+            .arg(self.sku.as_str());
+        for (order_id, user) in purchases {
+            // As for one purchase: the user counts only under a per-user limit.
+            let user = user.as_deref().filter(|_| self.options.limit.is_some());
+            inv.arg(order_id).arg(user.unwrap_or(""));
+        }
+        let replies: Vec<String> = conn.script(&inv)?;
+        if replies.len() != purchases.len() {
+            return Err(conn.unexpected(format!(
+                "the batch script answered {} purchases of {}",
+                replies.len(),
+                purchases.len()
+            )));
+        }
+        Ok(replies
+            .into_iter()
+            .zip(purchases)
+            .map(|(reply, (order_id, user))| {
+                let mut p = self.new_purchase(order_id);
+                let limit = user.as_ref().and(self.options.limit).unwrap_or(0);
+                let reply = batch_answer(&reply).ok_or_else(|| {
+                    conn.unexpected(format!("the batch script answered '{reply}'"))
+                })?;
+                p.outcome = self.deduct_outcome(conn, reply, limit, &mut p)?;
+                Ok(p)
+            })
+            .collect())
     }
 
     fn locked(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
@@ -493,4 +576,13 @@ impl Buyer {
             value,
         }
     }
+}
+
+/// One answer of the batch script, `<code><n>:<text>`, as the deduct script's
+/// `{status, n, text}`.
+fn batch_answer(a: &str) -> Option<(String, i64, String)> {
+    let code = *a.as_bytes().first()?;
+    let (_, status) = BATCH_CODES.iter().find(|(c, _)| *c == code)?;
+    let (n, text) = a.get(1..)?.split_once(':')?;
+    Some((status.to_string(), n.parse().ok()?, text.to_string()))
 }

@@ -17,6 +17,7 @@
 //! Layout: the purchase itself in `buyer` ([`Buyer`]), the deduct script in `script`; this
 //! file holds the types they share and the plain reads and writes (seed, stock, ledger).
 
+mod batch;
 mod buyer;
 mod script;
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use batch::{Answer, Batcher, Submitter};
 pub use buyer::Buyer;
 
 use crate::conn::Conn;
@@ -50,15 +52,19 @@ pub enum Strategy {
     Atomic,
     /// GET then DECR with no lock: the negative control.
     Naive,
+    /// Atomic, with the concurrent purchases of one process coalesced into one script call
+    /// (group commit); each purchase is still decided, ledgered and answered on its own.
+    Batch,
 }
 
 impl Strategy {
     /// Every strategy, in the order the help lists them.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Lock,
         Strategy::Fenced,
         Strategy::Atomic,
         Strategy::Naive,
+        Strategy::Batch,
     ];
 
     /// The name on the command line and in reports.
@@ -68,6 +74,7 @@ impl Strategy {
             Strategy::Fenced => "fenced",
             Strategy::Atomic => "atomic",
             Strategy::Naive => "naive",
+            Strategy::Batch => "batch",
         }
     }
 
@@ -100,6 +107,8 @@ pub struct BuyOptions {
     /// Append each bought order to the SKU's events stream, in the same script as the
     /// deduction (`--queue`). Default: off.
     pub queue: bool,
+    /// How the `batch` strategy groups purchases. Default: [`BatchOptions::default`].
+    pub batch: BatchOptions,
 }
 
 impl Default for BuyOptions {
@@ -111,6 +120,29 @@ impl Default for BuyOptions {
             lock: LockOptions::default(),
             limit: None,
             queue: false,
+            batch: BatchOptions::default(),
+        }
+    }
+}
+
+/// How the `batch` strategy groups purchases (see [`Batcher`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// The longest a purchase waits for its batch to leave while another batch is on its way
+    /// (`--batch-ms`). A purchase that finds nothing in flight leaves at once. Default: 1 ms.
+    pub window: Duration,
+    /// The most purchases in one script call (`--batch-max`). Default: 256.
+    pub max: usize,
+}
+
+/// The largest `--batch-max`: a batch's arguments must fit Lua's stack (two per purchase).
+pub const MAX_BATCH: usize = 1000;
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            window: Duration::from_millis(1),
+            max: 256,
         }
     }
 }

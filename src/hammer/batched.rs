@@ -1,0 +1,160 @@
+//! The batch strategy's driver: `-c` buyers with one purchase each in flight, handed to one
+//! [`Batcher`], as the threads of an application server would hand theirs. A buyer is not a
+//! thread: its purchase's answer records the sample and submits the buyer's next purchase, on
+//! the committer thread that answered it, so a thousand buyers cost a thousand queue entries,
+//! not a thousand threads. With `--work-ms` (simulated work before each purchase) every buyer
+//! needs a thread to sleep in, and gets one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Instant;
+
+use super::fan_out::{OUTAGE_LIMIT, abandoned, done, failed, fan_out, user_of};
+use super::tally::Tally;
+use super::{Ended, HammerOptions, Sample};
+use crate::conn::Target;
+use crate::error::Result;
+use crate::stock::{Batcher, Purchase, Submitter};
+
+pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+    let batcher = Batcher::start(target, &opts.sku, opts.buy.clone())?;
+    let concurrency = opts.concurrency.clamp(1, opts.requests.max(1));
+    if !opts.buy.work.is_zero() {
+        return fan_out(
+            opts,
+            concurrency,
+            1,
+            || (),
+            |(), batch| {
+                batch
+                    .iter()
+                    .map(|&i| {
+                        let t = Instant::now();
+                        thread::sleep(opts.buy.work);
+                        let user = user_of(opts, i);
+                        match batcher.buy(&format!("{run_id}-{i}"), user.as_deref()) {
+                            Ok(p) => done(i, t.elapsed(), &p),
+                            Err(e) => failed(i, t.elapsed(), &e),
+                        }
+                    })
+                    .collect()
+            },
+            |()| Vec::new(),
+        );
+    }
+    let chains = Arc::new(Chains {
+        submitter: batcher.submitter(),
+        opts: opts.clone(),
+        run_id: run_id.to_string(),
+        next: AtomicU64::new(0),
+        abandon: AtomicBool::new(false),
+        down_since: Mutex::new(None),
+        started: Instant::now(),
+        books: Mutex::new(Books {
+            tally: Tally::new(opts.requests, opts.buy.qty),
+            live: concurrency,
+        }),
+        ended: Condvar::new(),
+    });
+    for _ in 0..concurrency {
+        chains.clone().next_purchase();
+    }
+    let mut books = chains.books.lock().unwrap_or_else(|e| e.into_inner());
+    while books.live > 0 {
+        books = chains.ended.wait(books).unwrap_or_else(|e| e.into_inner());
+    }
+    let tally = std::mem::replace(&mut books.tally, Tally::new(0, 0));
+    drop(books);
+    batcher.close();
+    Ok(tally)
+}
+
+/// The buyers of one run, each a chain of purchases.
+struct Chains {
+    submitter: Submitter,
+    opts: HammerOptions,
+    run_id: String,
+    next: AtomicU64,
+    /// Set once Redis has been unreachable for [`OUTAGE_LIMIT`]: the rest is given up unsent.
+    abandon: AtomicBool,
+    down_since: Mutex<Option<Instant>>,
+    started: Instant,
+    books: Mutex<Books>,
+    ended: Condvar,
+}
+
+struct Books {
+    tally: Tally,
+    /// Buyers still buying.
+    live: u64,
+}
+
+impl Chains {
+    /// Submits this buyer's next purchase, or ends the buyer when none is left (or the run
+    /// was stopped). Requests taken after an outage was given up are counted abandoned.
+    fn next_purchase(self: Arc<Self>) {
+        loop {
+            let stopped = self
+                .opts
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed));
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if stopped || i >= self.opts.requests {
+                let mut b = self.books.lock().unwrap_or_else(|e| e.into_inner());
+                b.live -= 1;
+                if b.live == 0 {
+                    self.ended.notify_all();
+                }
+                return;
+            }
+            if self.abandon.load(Ordering::Relaxed) {
+                self.record(abandoned(i, "Redis"));
+                continue;
+            }
+            let t = Instant::now();
+            let me = self.clone();
+            self.submitter.submit(
+                format!("{}-{i}", self.run_id),
+                user_of(&self.opts, i),
+                Box::new(move |r: Result<Purchase>| {
+                    let sample = match r {
+                        Ok(p) => done(i, t.elapsed(), &p),
+                        Err(e) => failed(i, t.elapsed(), &e),
+                    };
+                    me.watch_outage(&sample);
+                    me.record(sample);
+                    me.next_purchase();
+                }),
+            );
+            return;
+        }
+    }
+
+    fn record(&self, sample: Sample) {
+        if let Some(p) = &self.opts.progress {
+            p.fetch_add(1, Ordering::Relaxed);
+        }
+        let sample = Sample {
+            at: self.started.elapsed(),
+            ..sample
+        };
+        let mut b = self.books.lock().unwrap_or_else(|e| e.into_inner());
+        b.tally.add(&sample);
+    }
+
+    /// Gives the rest up once every answer for [`OUTAGE_LIMIT`] said Redis was unreachable.
+    fn watch_outage(&self, s: &Sample) {
+        let down = matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage());
+        let mut since = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        match (down, *since) {
+            (false, _) => *since = None,
+            (true, None) => *since = Some(Instant::now()),
+            (true, Some(t)) if t.elapsed() >= OUTAGE_LIMIT => {
+                self.abandon.store(true, Ordering::Relaxed)
+            }
+            (true, Some(_)) => {}
+        }
+    }
+}
