@@ -223,7 +223,7 @@ fn a_non_canonical_stock_is_bad_stock_for_every_strategy_and_nothing_is_written(
     let server = RedisServer::start();
     let mut raw = server.raw();
     for value in ["+5", "05", "-0", "00", "abc"] {
-        for strategy in ["lock", "fenced", "atomic", "naive"] {
+        for strategy in ["lock", "fenced", "atomic", "naive", "batch"] {
             lockctl(&server.url(), &["seed", "bad", "5"]);
             let _: () = raw.set("item:stock:bad", value).unwrap();
             let before = books(&mut raw, "bad");
@@ -252,7 +252,7 @@ fn a_damaged_sold_counter_is_bad_data_for_every_strategy_and_status_names_it() {
     lockctl(&server.url(), &["seed", "bad", "5"]);
     let _: () = raw.set("item:sold:bad", "zz").unwrap();
     let before = books(&mut raw, "bad");
-    for strategy in ["lock", "fenced", "atomic", "naive"] {
+    for strategy in ["lock", "fenced", "atomic", "naive", "batch"] {
         let out = lockctl(
             &server.url(),
             &["--json", "buy", "bad", "--strategy", strategy],

@@ -148,7 +148,7 @@ fn slot_in(range: &str, slot: u16) -> bool {
 #[test]
 fn the_hammer_passes_on_a_cluster_with_every_strategy() {
     let cluster = Cluster::start();
-    for strategy in ["lock", "fenced", "atomic"] {
+    for strategy in ["lock", "fenced", "atomic", "batch"] {
         let out = lockctl(
             &cluster.url(),
             &[

@@ -472,7 +472,7 @@ fn names_that_look_like_lua_or_patterns_are_only_ever_keys() {
     for sku in [
         "a'b", "a\"b", "]]--", "--[[x", "%d%s", "{tag}x", "end)", "商品",
     ] {
-        for strategy in ["lock", "fenced", "atomic"] {
+        for strategy in ["lock", "fenced", "atomic", "batch"] {
             // `--` so that a SKU starting with a dash is not read as a flag.
             lockctl(&server.url(), &["seed", "--", sku, "2"]);
             let out = lockctl(

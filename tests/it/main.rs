@@ -6,6 +6,7 @@
 mod support;
 
 mod adversarial;
+mod batch;
 mod cli;
 mod cluster;
 mod endpoint;

@@ -27,11 +27,12 @@ fn raw_stock(server: &RedisServer, s: &str) -> Option<String> {
     server.raw().get(format!("item:stock:{s}")).unwrap()
 }
 
-const ALL: [Strategy; 4] = [
+const ALL: [Strategy; 5] = [
     Strategy::Lock,
     Strategy::Fenced,
     Strategy::Atomic,
     Strategy::Naive,
+    Strategy::Batch,
 ];
 
 #[test]
@@ -66,7 +67,12 @@ fn a_held_lock_makes_lock_strategies_busy_and_atomic_yield() {
     stock::seed(&mut conn, &s, 5).unwrap();
     // A foreign holder, such as the seed's PHP client.
     server.hold_lock("held", "php-token", 5000);
-    for strategy in [Strategy::Lock, Strategy::Fenced, Strategy::Atomic] {
+    for strategy in [
+        Strategy::Lock,
+        Strategy::Fenced,
+        Strategy::Atomic,
+        Strategy::Batch,
+    ] {
         let p = Buyer::new(&target, &s, with(strategy))
             .buy(&mut conn, "x", None)
             .unwrap();

@@ -1,0 +1,247 @@
+//! Group commit (`batch`): each purchase of a batch decided as atomic decides it, every
+//! purchase of a failed batch indeterminate, and the hammer's verdict holding at any
+//! concurrency.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use crate::support::{RedisServer, json, lockctl};
+use lockctl::lock::LockOptions;
+use lockctl::sku::Sku;
+use lockctl::stock::{self, BatchOptions, Batcher, Buy, BuyOptions, Buyer, Strategy};
+use redis::Commands;
+
+fn sku(s: &str) -> Sku {
+    s.parse().unwrap()
+}
+
+fn options(strategy: Strategy) -> BuyOptions {
+    BuyOptions {
+        strategy,
+        limit: Some(2),
+        queue: true,
+        ..BuyOptions::default()
+    }
+}
+
+/// Everything a purchase can leave behind, for comparing two SKUs' books.
+fn books(
+    server: &RedisServer,
+    s: &str,
+) -> (
+    Option<String>,
+    HashMap<String, String>,
+    HashMap<String, String>,
+    Option<String>,
+    Vec<(String, String)>,
+) {
+    let mut r = server.raw();
+    let stock: Option<String> = r.get(format!("item:stock:{s}")).unwrap();
+    let ledger: HashMap<String, String> = r.hgetall(format!("item:orders:{s}")).unwrap();
+    let buyers: HashMap<String, String> = r.hgetall(format!("item:buyers:{s}")).unwrap();
+    let sold: Option<String> = r.get(format!("item:sold:{s}")).unwrap();
+    // The events stream: order ids and users, in order (ids and times differ by nature).
+    let entries: redis::streams::StreamRangeReply =
+        r.xrange_all(format!("item:order_events:{s}")).unwrap();
+    let events = entries
+        .ids
+        .iter()
+        .map(|e| {
+            let get = |f: &str| e.get::<String>(f).unwrap_or_default();
+            (get("order_id"), get("user"))
+        })
+        .collect();
+    (stock, ledger, buyers, sold, events)
+}
+
+#[test]
+fn a_batch_decides_every_purchase_as_atomic_does_one_by_one() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    // Stock runs out mid-batch; an order id twice in one batch and once more in the next; a
+    // user over the limit within the batch; a user whose total is not a number; an order
+    // whose ledger field is not a number.
+    let first: Vec<(&str, Option<&str>)> = vec![
+        ("a", Some("u1")),
+        ("b", Some("u1")),
+        ("c", Some("u1")),
+        ("a", Some("u1")),
+        ("d", Some("u2")),
+        ("e", Some("bad")),
+        ("f", Some("u3")),
+        ("hostile", Some("u3")),
+        ("g", Some("u4")),
+        ("h", Some("u5")),
+    ];
+    let second: Vec<(&str, Option<&str>)> = vec![("a", Some("u1")), ("i", None), ("d", Some("u2"))];
+    let mut answers: HashMap<Strategy, Vec<String>> = HashMap::new();
+    for strategy in [Strategy::Atomic, Strategy::Batch] {
+        let name = format!("twin_{strategy}");
+        let s = sku(&name);
+        stock::seed(&mut conn, &s, 5).unwrap();
+        let mut raw = server.raw();
+        let _: () = raw
+            .hset(format!("item:buyers:{name}"), "bad", "lots")
+            .unwrap();
+        let _: () = raw
+            .hset(format!("item:orders:{name}"), "hostile", "1e3")
+            .unwrap();
+        let buyer = Buyer::new(&target, &s, options(strategy));
+        let shown = |r: &lockctl::Result<stock::Purchase>| match r {
+            Ok(p) => format!("{:?} replayed {:?}", p.outcome, p.replayed),
+            Err(e) => format!("error {}: {e}", e.kind()),
+        };
+        let mut got = Vec::new();
+        for round in [&first, &second] {
+            let owned: Vec<(String, Option<String>)> = round
+                .iter()
+                .map(|(o, u)| (o.to_string(), u.map(str::to_string)))
+                .collect();
+            match strategy {
+                Strategy::Batch => {
+                    for r in buyer.batch(&mut conn, &owned).unwrap() {
+                        got.push(shown(&r).replace(&name, "SKU"));
+                    }
+                }
+                _ => {
+                    for (o, u) in &owned {
+                        got.push(
+                            shown(&buyer.buy(&mut conn, o, u.as_deref())).replace(&name, "SKU"),
+                        );
+                    }
+                }
+            }
+        }
+        answers.insert(strategy, got);
+    }
+    assert_eq!(answers[&Strategy::Batch], answers[&Strategy::Atomic]);
+    let batch = &answers[&Strategy::Batch];
+    // The cases the test means to cover did occur.
+    assert!(batch[0].starts_with("Bought { remaining: 4 }"), "{batch:?}");
+    assert!(batch[2].starts_with("LimitReached"), "{batch:?}");
+    assert!(batch[3].contains("replayed Some(1)"), "{batch:?}");
+    assert!(batch[5].starts_with("error bad_data"), "{batch:?}");
+    assert!(batch[7].starts_with("error bad_data"), "{batch:?}");
+    assert!(batch.iter().any(|a| a.starts_with("SoldOut")), "{batch:?}");
+    let (a, b) = (books(&server, "twin_atomic"), books(&server, "twin_batch"));
+    assert_eq!(a, b, "the books differ");
+    assert_eq!(a.0.as_deref(), Some("0"));
+}
+
+#[test]
+fn a_batch_yields_to_a_held_lock_and_buys_once_it_is_released() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let s = sku("held");
+    stock::seed(&mut server.conn(), &s, 10).unwrap();
+    server.hold_lock("held", "php-token", 300);
+    let waiting = BuyOptions {
+        strategy: Strategy::Batch,
+        lock: LockOptions {
+            wait: Duration::from_secs(5),
+            ..LockOptions::default()
+        },
+        ..BuyOptions::default()
+    };
+    let batcher = Batcher::start(&target, &s, waiting).unwrap();
+    let now = Buyer::new(&target, &s, options(Strategy::Batch));
+    let busy = now.buy(&mut server.conn(), "x", None).unwrap();
+    assert_eq!(
+        busy.outcome,
+        Buy::Busy,
+        "no wait: busy while the lock is held"
+    );
+    let p = batcher.buy("y", None).unwrap();
+    assert!(matches!(p.outcome, Buy::Bought { remaining: 9 }), "{p:?}");
+    batcher.close();
+}
+
+#[test]
+fn a_batch_that_fails_mid_way_answers_every_purchase_indeterminate() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let s = sku("cut");
+    stock::seed(&mut server.conn(), &s, 100).unwrap();
+    let batch = BuyOptions {
+        strategy: Strategy::Batch,
+        batch: BatchOptions {
+            window: Duration::from_millis(1),
+            max: 64,
+        },
+        ..BuyOptions::default()
+    };
+    let batcher = Batcher::start(&target, &s, batch).unwrap();
+    assert!(matches!(
+        batcher.buy("warm", None).unwrap().outcome,
+        Buy::Bought { .. }
+    ));
+    // The server stops with the batch on its way, then dies: the connection drops mid-call.
+    server.signal("STOP");
+    let (tx, rx) = mpsc::channel();
+    for i in 0..30 {
+        let tx = tx.clone();
+        batcher.submit(
+            format!("o{i}"),
+            None,
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+    }
+    drop(tx);
+    thread::sleep(Duration::from_millis(300));
+    server.signal("KILL");
+    let answers: Vec<_> = rx.iter().collect();
+    assert_eq!(answers.len(), 30, "every purchase is answered");
+    for a in &answers {
+        match a {
+            Err(e) => assert!(
+                e.is_indeterminate(),
+                "a failed batch answered {e} ({})",
+                e.kind()
+            ),
+            Ok(p) => panic!("a purchase of a failed batch was answered {:?}", p.outcome),
+        }
+    }
+    batcher.close();
+}
+
+#[test]
+fn hammer_batch_sells_exactly_the_stock_at_every_concurrency() {
+    let server = RedisServer::start();
+    for c in ["1", "50", "1000"] {
+        let s = format!("h{c}");
+        let out = lockctl(
+            &server.url(),
+            &[
+                "--json",
+                "hammer",
+                "--sku",
+                &s,
+                "--strategy",
+                "batch",
+                "-n",
+                "1200",
+                "-c",
+                c,
+                "--stock",
+                "700",
+                "--users",
+                "300",
+                "--limit",
+                "3",
+                "--queue",
+            ],
+        );
+        let v = json(&out);
+        assert_eq!(v["verdict"], "pass", "c={c}: {v}");
+        assert_eq!(v["strategy"], "batch");
+        assert_eq!(v["bought"], 700, "c={c}: {v}");
+        assert_eq!(v["final_stock"], 0, "c={c}");
+        assert_eq!(v["ledger_orders"], 700, "c={c}");
+        assert_eq!(v["errors"], 0, "c={c}");
+        let events: u64 = server.raw().xlen(format!("item:order_events:{s}")).unwrap();
+        assert_eq!(events, 700, "c={c}: one event per order bought");
+    }
+}
