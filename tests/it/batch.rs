@@ -26,17 +26,17 @@ fn options(strategy: Strategy) -> BuyOptions {
     }
 }
 
-/// Everything a purchase can leave behind, for comparing two SKUs' books.
-fn books(
-    server: &RedisServer,
-    s: &str,
-) -> (
+/// Everything a purchase can leave behind: stock, ledger, users' totals, sold counter, and
+/// the events stream's (order id, user) in order (ids and times differ by nature).
+type Books = (
     Option<String>,
     HashMap<String, String>,
     HashMap<String, String>,
     Option<String>,
     Vec<(String, String)>,
-) {
+);
+
+fn books(server: &RedisServer, s: &str) -> Books {
     let mut r = server.raw();
     let stock: Option<String> = r.get(format!("item:stock:{s}")).unwrap();
     let ledger: HashMap<String, String> = r.hgetall(format!("item:orders:{s}")).unwrap();
