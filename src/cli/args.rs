@@ -125,7 +125,8 @@ pub struct BuyArgs {
     /// The product, e.g. sku_886.
     pub sku: Sku,
 
-    /// How the stock is protected: lock (the tutorial), fenced, atomic, or naive (no lock).
+    /// How the stock is protected: lock (the tutorial), fenced, atomic, batch (group commit), or
+    /// naive (no lock).
     #[arg(long, value_enum, default_value_t = StrategyArg::Lock, help_heading = "Purchase")]
     pub strategy: StrategyArg,
 

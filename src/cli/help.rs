@@ -48,7 +48,7 @@ pub const HAMMER: &str = "\
 Examples:
   lockctl hammer -n 100 -c 10 --stock 10                       # the tutorial's ab test, judged
   lockctl hammer -n 40 -c 8 --stock 10 --ttl-ms 100 --work-ms 150   # the homework: oversells
-  lockctl hammer -n 20000 -c 50 --stock 5000 --strategy lock,fenced,atomic
+  lockctl hammer -n 20000 -c 50 --stock 5000 --strategy lock,fenced,atomic,batch
   lockctl hammer --redis auto --export-html report.html        # on a private redis-server";
 
 pub const STATUS: &str = "\

@@ -94,7 +94,8 @@ impl Batcher {
     }
 
     /// Hands a purchase over; `answer` is called with its outcome, on a committer thread, once
-    /// its batch is decided (keep it short: the committer waits for it).
+    /// its batch is decided. Keep it short, and never wait in it for another purchase of this
+    /// batcher (it may submit one): the committer waits for it.
     pub fn submit(&self, order_id: String, user: Option<String>, answer: Answer) {
         self.submitter().submit(order_id, user, answer);
     }
@@ -226,7 +227,16 @@ impl Shared {
         let mut backoff = Duration::from_millis(10);
         while let Some(batch) = self.next_batch() {
             let size = batch.len();
-            let answers = self.decide(&mut conn, &batch);
+            // A panic must not leave a batch unanswered: its buyers would wait for ever.
+            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.decide(&mut conn, &batch)
+            }))
+            .unwrap_or_else(|_| {
+                conn = None;
+                Err(Error::internal(
+                    "the batch committer failed (a bug in lockctl)",
+                ))
+            });
             let down = matches!(&answers, Err(e) if e.kind().is_outage());
             let mut retry = Vec::new();
             match answers {

@@ -231,3 +231,29 @@ fn a_grant_carries_exactly_what_a_get_would_have_read() {
         }
     }
 }
+
+#[test]
+fn a_grant_that_carries_nothing_has_the_buyer_read_the_stock_itself() {
+    // A holder that knows nothing of lockctl (the tutorial's PHP: SET NX PX): its lock expires,
+    // and lockctl's expiry thread hands it to the waiter with no stock attached.
+    let server = RedisServer::start();
+    let s: Sku = "foreign".parse().unwrap();
+    stock::seed(&mut server.conn(), &s, 4).unwrap();
+    server.hold_lock("foreign", "php-token", 300);
+    let mut got = None;
+    let sent = monitored(&server, || {
+        let options = BuyOptions {
+            strategy: Strategy::Lock,
+            lock: lock_options(10_000, 5_000),
+            ..BuyOptions::default()
+        };
+        let buyer = Buyer::new(&server.target(), &s, options);
+        got = Some(buyer.buy(&mut server.conn(), "o", None));
+    });
+    let p = got.unwrap().unwrap();
+    assert_eq!(p.outcome, Buy::Bought { remaining: 3 });
+    let read = sent
+        .iter()
+        .any(|(c, a)| c == "GET" && a.first().map(String::as_str) == Some("item:stock:foreign"));
+    assert!(read, "the holder decided without reading the stock");
+}
