@@ -11,17 +11,17 @@
 //! the release says whether the lease had already run out, and an optional watchdog renews the
 //! lease while the owner lives. This module knows nothing of stock.
 //!
-//! Layout: the scripts in `scripts`, the [`Guard`] in `guard`, the watchdog and the expiry
-//! poker in `watchdog`.
+//! Layout: the scripts in `scripts`, the acquire loop and what a grant carries in `wait`, the
+//! [`Guard`] in `guard`, the watchdog and the expiry poker in `watchdog`.
 
 mod guard;
 mod lease;
 mod registry;
 mod scripts;
+mod wait;
 mod watchdog;
 
 use std::sync::{Arc, OnceLock};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Script;
@@ -32,14 +32,15 @@ use lease::Lease;
 pub use registry::give_back_all;
 pub use scripts::WAITER_LEASE;
 pub(crate) use scripts::releasing;
-use scripts::{ACQUIRE, FORCE, HEALTH, LEAVE, RELEASE, WAITER_REFRESH, WAITERS};
+use scripts::{FORCE, HEALTH, RELEASE, WAITERS};
+pub use wait::Carried;
 use watchdog::{ExpiryPoker, Watchdog};
 
 use crate::conn::{Conn, Target};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::metrics::{self, AcquireResult};
-use crate::redlock::{Quorum, Round};
+use crate::redlock::Quorum;
 
 /// How a lock is taken and held.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,17 +107,6 @@ impl LockKeys {
         ttl_ms: u64,
         queue: bool,
         waiter: bool,
-    ) -> redis::ScriptInvocation<'a> {
-        self.carrying_invocation(script, token, ttl_ms, queue, waiter, None)
-    }
-
-    fn carrying_invocation<'a>(
-        &self,
-        script: &'a Script,
-        token: &str,
-        ttl_ms: u64,
-        queue: bool,
-        waiter: bool,
         carry: Option<&str>,
     ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
@@ -152,111 +142,6 @@ pub enum Release {
     NotOwner,
     /// Nobody holds it: our lease ran out.
     Expired,
-}
-
-/// What a grant carried to its new holder: the value of the key the lock was asked to carry
-/// ([`Lock::carrying`]), read by the script that made the grant, at that moment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Carried {
-    /// The key held this string.
-    Value(String),
-    /// There was no such key.
-    Missing,
-    /// The key held something other than a string.
-    WrongType,
-}
-
-impl Carried {
-    /// The scripts' form (see `QUEUE_LUA`): `v<value>`, `n`, `w`, or empty for nothing.
-    fn parse(tag: &str) -> Option<Carried> {
-        match tag.as_bytes().first() {
-            Some(b'v') => Some(Carried::Value(tag[1..].to_string())),
-            Some(b'n') => Some(Carried::Missing),
-            Some(b'w') => Some(Carried::WrongType),
-            _ => None,
-        }
-    }
-}
-
-/// A grant: its fencing token, the earliest local instant its lease could have begun, and
-/// what it carried.
-#[derive(Clone, Debug)]
-struct Grant {
-    fence: u64,
-    lease_from: Instant,
-    carried: Option<Carried>,
-}
-
-/// One answer of the ACQUIRE or LEAVE script, with the local instant the call was sent.
-#[derive(Clone, Debug)]
-struct Reply {
-    granted: bool,
-    /// The fencing token when granted, the holder's PTTL when not.
-    n: i64,
-    /// The server's clock (ms) when the script ran.
-    server_now: i64,
-    /// The server's clock (ms) when the grant was made; -1 when it is not known.
-    grant_at: i64,
-    /// What the grant carried (the scripts' tag; empty when not granted or nothing asked).
-    carried: String,
-    sent: Instant,
-}
-
-impl Reply {
-    /// A stand-in for "no answer yet", sent at `at`.
-    fn before(at: Instant) -> Reply {
-        Reply {
-            granted: false,
-            n: -1,
-            server_now: 0,
-            grant_at: -1,
-            carried: String::new(),
-            sent: at,
-        }
-    }
-
-    /// The grant this reply reports. The grant was made after `not_yet` (the last "not yet")
-    /// was sent, and `server_now - grant_at` ms before the server read its clock for this reply,
-    /// which it did after this call was sent: the later of the two bounds is when the lease
-    /// may have begun at the earliest.
-    fn grant(&self, not_yet: &Reply) -> Grant {
-        let mut from = not_yet.sent;
-        if self.grant_at >= 0 {
-            let back = Duration::from_millis((self.server_now - self.grant_at).max(0) as u64);
-            if let Some(t) = self.sent.checked_sub(back) {
-                from = from.max(t);
-            }
-        }
-        Grant {
-            fence: self.n.max(0) as u64,
-            lease_from: from,
-            carried: Carried::parse(&self.carried),
-        }
-    }
-
-    /// The grant a wake message (`<fence>:<server ms of the grant>:<carried>`) reports, this
-    /// being the last "not yet": the grant came `grant_at - server_now` ms after this reply's
-    /// clock reading, which came after this call was sent.
-    fn woken(&self, payload: &str) -> Grant {
-        let mut parts = payload.splitn(3, ':');
-        let (fence, at) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let carried = parts.next().and_then(Carried::parse);
-        let mut from = self.sent;
-        if let (Ok(at), true) = (at.parse::<i64>(), self.server_now > 0) {
-            let ahead = Duration::from_millis((at - self.server_now).max(0) as u64);
-            from = self.sent + ahead;
-        }
-        Grant {
-            fence: fence.parse().unwrap_or(0),
-            lease_from: from,
-            carried,
-        }
-    }
-}
-
-/// Whether the holder's lease (the PTTL in a "not yet" reply) ends within `block`.
-fn r_pttl_below(r: &Reply, block: Duration) -> bool {
-    r.n >= 0 && (r.n as u128) < block.as_millis()
 }
 
 /// Who holds a lock, as `status` shows it.
@@ -407,166 +292,6 @@ impl Lock {
         Ok(Acquire::Acquired(guard))
     }
 
-    /// Redlock's acquire loop. The lock key on the data node comes first, through its FIFO
-    /// queue: it keeps single-node clients such as the seed's PHP code excluded, gives the
-    /// fenced write a token to check where the stock lives, and lets lockctl's buyers take
-    /// turns instead of splitting the votes (simultaneous Redlock rounds that each win a
-    /// minority, release, and retry are Redlock's known livelock). Then a majority of the lock
-    /// nodes, which keeps the lock even if the data node fails over and forgets its key. A
-    /// round that misses the majority gives the data-node lock back and tries again after a
-    /// random pause, until the wait runs out.
-    fn wait_for_quorum(
-        &self,
-        conn: &mut Conn,
-        q: &Quorum,
-        token: &Token,
-        started: Instant,
-    ) -> Result<Option<(Grant, Option<Instant>)>> {
-        let ttl = self.options.ttl;
-        loop {
-            let Some(grant) = self.wait_for_grant(conn, token, started)? else {
-                return Ok(None);
-            };
-            let round = Instant::now();
-            let answered = match q.try_acquire(&self.keys.lock, token.as_str(), ttl) {
-                Round::Won(validity) => return Ok(Some((grant, Some(round + validity)))),
-                Round::Lost { answered } => answered,
-            };
-            release_token(conn, &self.keys, token)?;
-            let left = self.options.wait.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                // Not a held lock: the nodes that could vote were too few.
-                if answered < q.majority() {
-                    return Err(Error::NoQuorum {
-                        answered,
-                        total: q.addrs().len(),
-                        needed: q.majority(),
-                    });
-                }
-                return Ok(None);
-            }
-            thread::sleep(Duration::from_micros(rand::random_range(1_000..20_000)).min(left));
-        }
-    }
-
-    /// The acquire loop: the grant, or `None` when the wait ran out.
-    ///
-    /// On an error the waiter leaves the queue and releases the lock by token, best effort.
-    fn wait_for_grant(
-        &self,
-        conn: &mut Conn,
-        token: &Token,
-        started: Instant,
-    ) -> Result<Option<Grant>> {
-        let mut queued = false;
-        let outcome = self.wait_in_queue(conn, token, started, &mut queued);
-        if outcome.is_err() {
-            let _ = self.call(conn, &LEAVE, token, false);
-            let _ = release_token(conn, &self.keys, token);
-        }
-        outcome
-    }
-
-    fn wait_in_queue(
-        &self,
-        conn: &mut Conn,
-        token: &Token,
-        started: Instant,
-        queued: &mut bool,
-    ) -> Result<Option<Grant>> {
-        let call_timeout = conn.call_timeout();
-        // The last answer that said "not yet": any grant came after it was sent.
-        let mut not_yet = Reply::before(started);
-        loop {
-            let left = self.options.wait.saturating_sub(started.elapsed());
-            let r = self.call(conn, &ACQUIRE, token, !left.is_zero())?;
-            if r.granted {
-                return Ok(Some(r.grant(&not_yet)));
-            }
-            not_yet = r;
-            if left.is_zero() {
-                if !*queued {
-                    return Ok(None);
-                }
-                // Leaving may find the lock granted to us a moment ago: then it is ours.
-                let r = self.call(conn, &LEAVE, token, false)?;
-                return Ok(r.granted.then(|| r.grant(&not_yet)));
-            }
-            *queued = true;
-            // Block until woken or until our place needs refreshing. When the holder's lease
-            // (n is its PTTL; negative when it has none) runs out before that, ask the expiry
-            // poker to hand the lock over the moment it does: a BLPOP timeout would fire only
-            // on the server's next clock tick (1/hz, 100 ms by default), late.
-            let block = self.block_for(left, call_timeout);
-            if r_pttl_below(&not_yet, block) {
-                self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
-            }
-            match self.block(conn, token, block) {
-                Ok(Some(payload)) => return Ok(Some(not_yet.woken(&payload))),
-                Ok(None) => {}
-                // Stopped and continued (Ctrl-Z, fg) while blocked: the wake, if any, is not
-                // lost; the next ACQUIRE finds the lock ours and claims it.
-                Err(e) if e.is_interrupted() => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// How long one BLPOP may block: until our place needs refreshing, at most what is left
-    /// of the wait, and at most half the per-call limit, so the socket's timeout (the per-call
-    /// limit) covers the block with room to spare and never has to be changed for it.
-    fn block_for(&self, left: Duration, call_timeout: Duration) -> Duration {
-        left.min(WAITER_REFRESH)
-            .min(call_timeout / 2)
-            .max(Duration::from_millis(1))
-    }
-
-    /// BLPOP on our wake list for up to `block`: the grant's payload, or `None` on timeout.
-    fn block(&self, conn: &mut Conn, token: &Token, block: Duration) -> Result<Option<String>> {
-        let woken: Option<(String, String)> = conn.query(&self.blpop(token, block))?;
-        Ok(woken.map(|(_, payload)| payload))
-    }
-
-    fn blpop(&self, token: &Token, block: Duration) -> redis::Cmd {
-        let mut cmd = redis::cmd("BLPOP");
-        cmd.arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        cmd
-    }
-
-    /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard
-    /// arguments.
-    fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
-        let ttl_ms = self.options.ttl.as_millis() as u64;
-        let sent = Instant::now();
-        let (granted, n, server_now, grant_at, carried): (i64, i64, i64, i64, String) = conn
-            .script(&self.keys.carrying_invocation(
-                script,
-                token.as_str(),
-                ttl_ms,
-                queue,
-                true,
-                self.carry.as_deref(),
-            ))?;
-        Ok(Reply {
-            granted: granted == 1,
-            n,
-            server_now,
-            grant_at,
-            carried,
-            sent,
-        })
-    }
-
-    fn poke_at(&self, due: Instant) {
-        let poker = self
-            .expiry_poker
-            .get_or_init(|| ExpiryPoker::start(&self.target, self.keys.clone()).ok());
-        if let Some(p) = poker {
-            p.poke_at(due);
-        }
-    }
-
     /// Who holds the lock now and for how much longer: `(token, remaining TTL)`.
     pub fn holder(&self, conn: &mut Conn) -> Result<Option<(String, Duration)>> {
         let ((token, pttl), _): ((Option<String>, i64), _) = conn.transaction(
@@ -615,7 +340,7 @@ impl Lock {
     /// lock is handed to nobody: live waiters queue again on their next refresh.
     pub fn force_unlock(&self, conn: &mut Conn) -> Result<Forced> {
         let (holder, waiters, damaged): (String, u64, u64) =
-            conn.script(&self.keys.invocation(&FORCE, "", 0, false, false))?;
+            conn.script(&self.keys.invocation(&FORCE, "", 0, false, false, None))?;
         Ok(Forced {
             holder: (!holder.is_empty()).then_some(holder),
             waiters,
@@ -626,7 +351,7 @@ impl Lock {
     /// The queue's health: live waiters, and entries lockctl did not write.
     pub fn queue_health(&self, conn: &mut Conn) -> Result<QueueHealth> {
         let (live, damaged): (u64, i64) =
-            conn.script(&self.keys.invocation(&HEALTH, "", 0, false, false))?;
+            conn.script(&self.keys.invocation(&HEALTH, "", 0, false, false, None))?;
         Ok(QueueHealth {
             live,
             damaged: damaged.max(0) as u64,
@@ -647,7 +372,7 @@ impl Lock {
 
     /// Clients waiting in the queue right now (live entries only): the wait-queue length.
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
-        conn.script(&self.keys.invocation(&WAITERS, "", 0, false, false))
+        conn.script(&self.keys.invocation(&WAITERS, "", 0, false, false, None))
     }
 }
 
@@ -662,7 +387,7 @@ fn release_carrying(
     token: &Token,
     carry: Option<&str>,
 ) -> Result<Release> {
-    let inv = keys.carrying_invocation(&RELEASE, token.as_str(), 0, false, false, carry);
+    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, false, carry);
     Ok(release_code(conn.script(&inv)?))
 }
 

@@ -74,6 +74,7 @@ pub fn give_back_all(limit: Duration) -> usize {
             ttl_ms,
             false,
             true,
+            None,
         ));
         let _ = release_token(&mut conn, &e.keys, &e.token);
         if let Some(q) = &e.quorum {
