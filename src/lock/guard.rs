@@ -111,15 +111,17 @@ impl Guard {
     /// and this lock's release, with the hand-off to the next waiter, in one script and one
     /// round trip. Under Redlock the script leaves the lock held and the release follows on
     /// its own, after the quorum is given back. Returns the work's reply and what the release
-    /// found. If the call fails (its effect unknown), the lock is released by token, best
-    /// effort, and the call's error returned.
+    /// found: `None` when the release failed (a damaged queue or fencing counter), which leaves
+    /// the lock to expire by its TTL and the work's effect standing, as a separate release that
+    /// failed would. If the call itself fails (its effect unknown), the lock is released by
+    /// token, best effort, and the call's error returned.
     pub fn release_inside(
         mut self,
         conn: &mut Conn,
         script: &redis::Script,
         keys: &[&str],
         args: &[String],
-    ) -> Result<(redis::Value, Release)> {
+    ) -> Result<(redis::Value, Option<Release>)> {
         let dog_lost = self.stop_watchdog();
         let piggyback = self.quorum.is_none();
         let mut inv = script.prepare_invoke();
@@ -133,16 +135,14 @@ impl Guard {
             .arg(&self.keys.grant);
         let outcome: Result<(redis::Value, i64)> = conn.script(&inv);
         self.release_quorum();
-        let carry = self.carry.clone();
-        let release_now =
-            |conn: &mut Conn| release_carrying(conn, &self.keys, &self.token, carry.as_deref());
         let released = match &outcome {
-            Ok((_, code)) if (-1..=1).contains(code) => Ok(release_code(*code)),
-            _ => release_now(conn),
+            Ok((_, code)) if (-1..=1).contains(code) => Some(release_code(*code)),
+            // Not asked to release (Redlock), the release failed inside, or the call failed.
+            _ => release_carrying(conn, &self.keys, &self.token, self.carry.as_deref()).ok(),
         };
-        self.record(released.as_ref().ok().copied(), dog_lost);
+        self.record(released, dog_lost);
         let (value, _) = outcome?;
-        Ok((value, released?))
+        Ok((value, released))
     }
 
     /// Feeds the metrics once the release is done: the hold time, and a lost lease if the

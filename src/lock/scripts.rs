@@ -33,7 +33,7 @@ use redis::Script;
 /// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
 /// must not lock a SKU out), and `repair` drops every such member at once. The fencing
 /// counter is taken first and checked (an `INCR` that fails, or a counter that is not a
-/// positive count below 10^17, stops the grant before the lock is set), so a damaged counter
+/// positive count within 2^53, where Lua's numbers are exact, stops the grant before the lock is set), so a damaged counter
 /// never leaves a grant half made.
 /// Keys by name (a prelude binds them, [`LOCK_PRELUDE`] for the lock's own scripts): LK the
 /// lock, FK the fence counter, QK the queue, DK the deadlines, WP the wake prefix and GK the
@@ -71,7 +71,7 @@ local function prune(now)
 end
 local function next_fence()
   local f = redis.pcall('INCR', FK)
-  if type(f) == 'table' or f < 1 or f >= 1e17 then
+  if type(f) == 'table' or f < 1 or f > 9007199254740991 then
     error({err = 'ERR ' .. FK .. ' is damaged (not a fencing counter): set it to a number ' ..
       'above every fence handed out, e.g. the current Unix time in ms'})
   end

@@ -267,7 +267,7 @@ impl Buyer {
             }
             // The write, the release and the hand-off to the next waiter: one script.
             Ok(Step::Deduct) => match self.write_and_release(conn, guard, ul, p) {
-                Ok((outcome, released)) => (outcome, Some(released)),
+                Ok((outcome, released)) => (outcome, released),
                 Err(e) => (Err(e), None),
             },
             Ok(Step::Done(b)) => (Ok(b), guard.release(conn).ok()),
@@ -292,7 +292,7 @@ impl Buyer {
         guard: Guard,
         ul: Option<(&str, u64)>,
         p: &mut Purchase,
-    ) -> Result<(Result<Buy>, Release)> {
+    ) -> Result<(Result<Buy>, Option<Release>)> {
         if self.options.strategy == Strategy::Fenced {
             let args = self.deduct_args(guard.token(), &p.order_id, ul.map(|(u, _)| u), p.fence);
             let limit = ul.map_or(0, |(_, l)| l);

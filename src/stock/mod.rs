@@ -299,7 +299,7 @@ pub(crate) fn stock_value(sku: &Sku, key: &str, read: Carried) -> Result<Option<
 
 /// A stock value as Redis itself reads an integer: an optional '-', then digits with no
 /// leading zero ('0' alone is zero). '+5', '05', '-0', ' 7' and '1e3' are not stock, and
-/// neither is a number beyond the range Lua counts exactly (17 characters).
+/// neither is a number beyond the range Lua counts exactly ([`LUA_EXACT`]).
 pub fn parse_stock(s: &str) -> Option<i64> {
     let digits = s.strip_prefix('-').unwrap_or(s);
     let canonical = s == "0"
@@ -307,8 +307,15 @@ pub fn parse_stock(s: &str) -> Option<i64> {
             && s.len() <= 17
             && !digits.starts_with('0')
             && digits.bytes().all(|b| b.is_ascii_digit()));
-    canonical.then(|| s.parse().ok()).flatten()
+    canonical
+        .then(|| s.parse::<i64>().ok())
+        .flatten()
+        .filter(|n| n.unsigned_abs() <= LUA_EXACT)
 }
+
+/// The largest magnitude Lua's numbers (doubles) hold exactly, 2^53 - 1: the scripts refuse a
+/// count beyond it, and so does [`parse_stock`], so that every strategy judges a value alike.
+pub const LUA_EXACT: u64 = (1 << 53) - 1;
 
 /// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
 /// in one MULTI.

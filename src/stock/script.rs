@@ -15,13 +15,18 @@ use crate::lock::releasing;
 /// nil and what the ledger holds for the order id (read once, for the check and for replays).
 /// A key the script will neither read nor write (the per-user totals of a purchase that names
 /// no user) is not checked: every call from a script costs about a microsecond of the
-/// server's single thread, and the deduction is what every buyer waits on. `order_event(...)` appends a bought order to the events stream (`--queue`), in the same
-/// script as the deduction: there is no moment when the stock is gone and the event is not
-/// there.
+/// server's single thread, and the deduction is what every buyer waits on. Integers must be
+/// written as Redis writes them and within 2^53, where Lua's numbers are exact.
+/// `append_orders(events, sku, qty, fence, orders, users)` appends bought orders to the events
+/// stream (`--queue`), in the same script as the deduction and before any other write: a
+/// stream that refuses one (say its last id is the largest there is) gets the ones already
+/// added taken back, and the script answers `bad_data` having written nothing. So there is no
+/// moment when the stock is gone and the event is not there, and no event without its sale.
 const BOOKS_LUA: &str = r#"
 local function is_int(v)
   return v == false or v == nil or v == '0'
-    or (string.match(v, '^%-?[1-9]%d*$') ~= nil and string.len(v) <= 17)
+    or (string.match(v, '^%-?[1-9]%d*$') ~= nil and string.len(v) <= 17
+      and math.abs(tonumber(v)) <= 9007199254740991)
 end
 local function quoted(v)
   if string.len(v) > 40 then v = string.sub(v, 1, 40) .. '...' end
@@ -52,11 +57,20 @@ local function bad_books(ledger, sold, buyers, order, user, events)
   if not is_int(n) then return sold .. ' holds ' .. quoted(n) .. ', not an integer' end
   return nil, prior
 end
-local function order_event(events, order, sku, qty, user, fence)
+local function append_orders(events, sku, qty, fence, orders, users)
   local t = redis.call('TIME')
   local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('XADD', events, '*', 'order_id', order, 'sku', sku, 'qty', qty, 'user', user,
-    'fence', fence, 'at', at)
+  local added = {}
+  for i, order in ipairs(orders) do
+    local id = redis.pcall('XADD', events, '*', 'order_id', order, 'sku', sku, 'qty', qty,
+      'user', users[i], 'fence', fence, 'at', at)
+    if type(id) == 'table' then
+      for _, a in ipairs(added) do redis.call('XDEL', events, a) end
+      return events .. ' refused the order: ' .. tostring(id['err'])
+    end
+    added[#added + 1] = id
+  end
+  return nil
 end
 "#;
 
@@ -81,7 +95,10 @@ if ARGV[6] == '1' then events = KEYS[6] end
 local why, prior = bad_books(KEYS[2], KEYS[5], KEYS[4], ARGV[3], ARGV[4], events)
 if why then return {'bad_data', 0, why} end
 if prior then
-  return {'replayed', tonumber(prior), redis.call('GET', KEYS[1]) or ''}
+  local now = redis.pcall('GET', KEYS[1])
+  if type(now) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
+  if not is_int(now) then return {'bad_stock', 0, quoted(now)} end
+  return {'replayed', tonumber(prior), now or ''}
 end
 local holder = redis.call('GET', KEYS[3])
 if ARGV[1] == '' then
@@ -100,11 +117,14 @@ if ARGV[4] ~= '' then
   if had + qty > tonumber(ARGV[5]) then return {'limit', had, ''} end
 end
 if stock < qty then return {'sold_out', stock, ''} end
+if events then
+  local refused = append_orders(events, ARGV[8], qty, ARGV[7], {ARGV[3]}, {ARGV[4]})
+  if refused then return {'bad_data', 0, refused} end
+end
 local left = redis.call('DECRBY', KEYS[1], qty)
 redis.call('HSET', KEYS[2], ARGV[3], qty)
 redis.call('INCRBY', KEYS[5], qty)
 if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[4], qty) end
-if events then order_event(events, ARGV[3], ARGV[8], qty, ARGV[4], ARGV[7]) end
 return {'bought', left, ''}
 ";
 
@@ -130,11 +150,14 @@ local events = nil
 if ARGV[4] == '1' then events = KEYS[5] end
 local why = bad_books(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], events)
 if why then return {'bad_data', why} end
+if events then
+  local refused = append_orders(events, ARGV[6], ARGV[1], ARGV[5], {ARGV[2]}, {ARGV[3]})
+  if refused then return {'bad_data', refused} end
+end
 local left = redis.call('DECRBY', KEYS[1], ARGV[1])
 redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[1])
 redis.call('INCRBY', KEYS[3], ARGV[1])
 if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[3], ARGV[1]) end
-if events then order_event(events, ARGV[2], ARGV[6], ARGV[1], ARGV[3], ARGV[5]) end
 return left
 ";
 
@@ -184,6 +207,8 @@ if why_all then
 elseif type(n_sold) == 'table' then why_all = KEYS[5] .. ' is not a string'
 elseif not is_int(n_sold) then why_all = KEYS[5] .. ' holds ' .. quoted(n_sold) .. ', not an integer'
 end
+local sold0 = 0
+if not why_all then sold0 = tonumber(n_sold or '0') end
 local holder = redis.call('GET', KEYS[3])
 local raw = redis.pcall('GET', KEYS[1])
 local stock, refused = nil, nil
@@ -196,8 +221,8 @@ for i = 5, #ARGV, 2 do orders[#orders + 1] = ARGV[i] end
 local priors = redis.pcall('HMGET', KEYS[2], unpack(orders))
 local ledger_bad = nil
 if priors['err'] then ledger_bad = 'd0:' .. not_a_hash(KEYS[2]) end
-local seen, had, total = {}, {}, 0
-local b_orders, b_users = {}, {}
+local seen, had, total, b_orders, b_users, had0 = {}, {}, 0, {}, {}, {}
+local events_refused = nil
 local function decide(k, order, user)
   local prior = seen[order]
   if prior == nil then
@@ -210,9 +235,16 @@ local function decide(k, order, user)
     if type(v) == 'table' then return 'd0:' .. not_a_hash(KEYS[4]) end
     if not is_int(v) then return 'd0:' .. KEYS[4] .. ' holds a field that is not an integer' end
     had[user] = tonumber(v or '0')
+    had0[user] = had[user]
   end
   if why_all then return 'd0:' .. why_all end
+  -- The sold counter as this purchase finds it, after those before it in the batch.
+  local sold_now = string.format('%d', sold0 + total)
+  if not is_int(sold_now) then
+    return 'd0:' .. KEYS[5] .. ' holds ' .. quoted(sold_now) .. ', not an integer'
+  end
   if prior then
+    if refused and refused ~= 'u0:' then return refused end
     local now = raw
     if stock then now = string.format('%d', stock) end
     return 'r' .. prior .. ':' .. now
@@ -221,6 +253,7 @@ local function decide(k, order, user)
   if refused then return refused end
   if user ~= '' and had[user] + qty > limit then return 'l' .. string.format('%d', had[user]) .. ':' end
   if stock < qty then return 's' .. string.format('%d', stock) .. ':' end
+  if events_refused then return 'd0:' .. events_refused end
   stock = stock - qty
   total = total + qty
   seen[order] = ARGV[1]
@@ -229,9 +262,25 @@ local function decide(k, order, user)
   b_users[#b_users + 1] = user
   return 'b' .. string.format('%d', stock) .. ':'
 end
-local out = {}
-for k = 1, #orders do
-  out[k] = decide(k, orders[k], ARGV[4 + 2 * k])
+local function decide_all()
+  local out = {}
+  for k = 1, #orders do
+    out[k] = decide(k, orders[k], ARGV[4 + 2 * k])
+  end
+  return out
+end
+local out = decide_all()
+if total > 0 and events then
+  events_refused = append_orders(events, ARGV[4], qty, '', b_orders, b_users)
+  if events_refused then
+    -- The stream refused the orders (and took back those it had taken): decide again as the
+    -- deduct script would, one purchase at a time, each refused where it would deduct.
+    if stock then stock = tonumber(raw) end
+    seen, total, b_orders, b_users = {}, 0, {}, {}
+    for u, n in pairs(had0) do had[u] = n end
+    out = decide_all()
+    return out
+  end
 end
 if total > 0 then
   redis.call('DECRBY', KEYS[1], total)
@@ -245,9 +294,6 @@ if total > 0 then
   redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('INCRBY', KEYS[5], total)
   for u, k in pairs(users) do redis.call('HINCRBY', KEYS[4], u, k) end
-  if events then
-    for i, o in ipairs(b_orders) do order_event(events, o, ARGV[4], qty, b_users[i], '') end
-  end
 end
 return out
 ";

@@ -222,7 +222,8 @@ fn a_watchdog_holder_stopped_past_its_lease_writes_nothing_when_it_resumes() {
 fn a_non_canonical_stock_is_bad_stock_for_every_strategy_and_nothing_is_written() {
     let server = RedisServer::start();
     let mut raw = server.raw();
-    for value in ["+5", "05", "-0", "00", "abc"] {
+    // 2^53 + 1: beyond what Lua's numbers hold exactly, so no strategy may count with it.
+    for value in ["+5", "05", "-0", "00", "abc", "9007199254740993"] {
         for strategy in ["lock", "fenced", "atomic", "naive", "batch"] {
             lockctl(&server.url(), &["seed", "bad", "5"]);
             let _: () = raw.set("item:stock:bad", value).unwrap();

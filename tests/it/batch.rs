@@ -194,17 +194,43 @@ fn a_batch_that_fails_mid_way_answers_every_purchase_indeterminate() {
     server.signal("KILL");
     let answers: Vec<_> = rx.iter().collect();
     assert_eq!(answers.len(), 30, "every purchase is answered");
+    // The batches on their way when the server died are indeterminate; purchases still waiting
+    // then went to a dead server and were never sent (refused): determinate, and true.
+    let mut cut = 0;
     for a in &answers {
         match a {
-            Err(e) => assert!(
-                e.is_indeterminate(),
-                "a failed batch answered {e} ({})",
-                e.kind()
-            ),
+            Err(e) if e.is_indeterminate() => cut += 1,
+            Err(e) => assert_eq!(e.kind().to_string(), "refused", "never sent, yet: {e}"),
             Ok(p) => panic!("a purchase of a failed batch was answered {:?}", p.outcome),
         }
     }
+    assert!(cut > 0, "no batch was on its way when the server died");
     batcher.close();
+}
+
+#[test]
+fn one_batch_call_cut_mid_way_fails_whole_and_indeterminate() {
+    // The call itself: the Batcher answers each purchase of a failed call with its error.
+    let server = RedisServer::start();
+    let s = sku("cut_call");
+    stock::seed(&mut server.conn(), &s, 100).unwrap();
+    let buyer = Buyer::new(&server.target(), &s, options(Strategy::Batch));
+    let mut conn = server.conn();
+    server.signal("STOP");
+    let call = thread::spawn(move || {
+        let thirty: Vec<(String, Option<String>)> =
+            (0..30).map(|i| (format!("o{i}"), None)).collect();
+        buyer.batch(&mut conn, &thirty)
+    });
+    thread::sleep(Duration::from_millis(300));
+    server.signal("KILL");
+    match call.join().unwrap() {
+        Err(e) => assert!(e.is_indeterminate(), "{e} ({})", e.kind()),
+        Ok(answers) => panic!(
+            "a call to a dead server answered {} purchases",
+            answers.len()
+        ),
+    }
 }
 
 #[test]
@@ -244,4 +270,141 @@ fn hammer_batch_sells_exactly_the_stock_at_every_concurrency() {
         let events: u64 = server.raw().xlen(format!("item:order_events:{s}")).unwrap();
         assert_eq!(events, 700, "c={c}: one event per order bought");
     }
+}
+
+/// The books of `s` as a tuple that shows any write: stock, ledger, sold, events.
+fn untouched(server: &RedisServer, s: &str) -> (Option<String>, usize, Option<String>, usize) {
+    let mut r = server.raw();
+    let stock: Option<String> = r.get(format!("item:stock:{s}")).unwrap();
+    let ledger: usize = r.hlen(format!("item:orders:{s}")).unwrap();
+    let sold: Option<String> = r.get(format!("item:sold:{s}")).unwrap();
+    let events: usize = r.xlen(format!("item:order_events:{s}")).unwrap();
+    (stock, ledger, sold, events)
+}
+
+#[test]
+fn an_events_stream_that_refuses_orders_is_bad_data_and_nothing_is_written() {
+    // A stream whose last id is the largest there is passes a type check, then refuses XADD:
+    // the sale must not happen without its event (and must not be reported failed after it).
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    for strategy in [
+        Strategy::Lock,
+        Strategy::Fenced,
+        Strategy::Atomic,
+        Strategy::Batch,
+    ] {
+        let name = format!("full_{strategy}");
+        let s = sku(&name);
+        stock::seed(&mut conn, &s, 10).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(format!("item:order_events:{name}"))
+            .arg("18446744073709551615-18446744073709551615")
+            .arg("x")
+            .arg("1")
+            .query(&mut server.raw())
+            .unwrap();
+        let before = untouched(&server, &name);
+        let buyer = Buyer::new(&target, &s, options(strategy));
+        let answers = match strategy {
+            Strategy::Batch => {
+                let three: Vec<(String, Option<String>)> = ["a", "b", "a"]
+                    .iter()
+                    .map(|o| (o.to_string(), None))
+                    .collect();
+                buyer.batch(&mut conn, &three).unwrap()
+            }
+            _ => vec![buyer.buy(&mut conn, "a", None)],
+        };
+        for a in &answers {
+            match a {
+                Err(e) => {
+                    assert_eq!(e.kind().to_string(), "bad_data", "{strategy}: {e}");
+                    assert!(!e.is_indeterminate(), "{strategy}: {e}");
+                }
+                Ok(p) => panic!(
+                    "{strategy}: answered {:?} with a stream that refuses",
+                    p.outcome
+                ),
+            }
+        }
+        assert_eq!(
+            untouched(&server, &name),
+            before,
+            "{strategy} wrote something"
+        );
+        let lock: bool = server.raw().exists(format!("dist_lock:{name}")).unwrap();
+        assert!(!lock, "{strategy} left its lock held");
+    }
+}
+
+#[test]
+fn a_replay_of_an_order_on_a_damaged_stock_is_bad_stock_for_atomic_and_batch_alike() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    for strategy in [Strategy::Atomic, Strategy::Batch] {
+        let name = format!("replay_{strategy}");
+        let s = sku(&name);
+        stock::seed(&mut conn, &s, 3).unwrap();
+        let buyer = Buyer::new(&target, &s, options(strategy));
+        assert!(matches!(
+            buyer.buy(&mut conn, "o1", None).unwrap().outcome,
+            Buy::Bought { .. }
+        ));
+        let mut raw = server.raw();
+        let _: () = raw.del(format!("item:stock:{name}")).unwrap();
+        let _: () = raw.hset(format!("item:stock:{name}"), "a", "1").unwrap();
+        let got = buyer.buy(&mut conn, "o1", None);
+        assert!(
+            matches!(&got, Err(lockctl::Error::BadStock { .. })),
+            "{strategy}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_sold_counter_at_the_edge_of_exact_numbers_stops_atomic_and_batch_at_the_same_purchase() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    let mut seen = Vec::new();
+    for strategy in [Strategy::Atomic, Strategy::Batch] {
+        let name = format!("edge_{strategy}");
+        let s = sku(&name);
+        stock::seed(&mut conn, &s, 8).unwrap();
+        // 2^53 - 3: two more units and the counter is past what Lua counts exactly.
+        let _: () = server
+            .raw()
+            .set(format!("item:sold:{name}"), "9007199254740989")
+            .unwrap();
+        let buyer = Buyer::new(&target, &s, options(strategy));
+        let orders: Vec<(String, Option<String>)> =
+            (0..4).map(|i| (format!("o{i}"), None)).collect();
+        let answers: Vec<String> = match strategy {
+            Strategy::Batch => buyer.batch(&mut conn, &orders).unwrap(),
+            _ => orders
+                .iter()
+                .map(|(o, _)| buyer.buy(&mut conn, o, None))
+                .collect(),
+        }
+        .into_iter()
+        .map(|a| match a {
+            Ok(p) => format!("{:?}", p.outcome),
+            Err(e) => e.kind().to_string(),
+        })
+        .collect();
+        seen.push(answers);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(
+        seen[0],
+        [
+            "Bought { remaining: 7 }",
+            "Bought { remaining: 6 }",
+            "Bought { remaining: 5 }",
+            "bad_data"
+        ]
+    );
 }

@@ -257,3 +257,39 @@ fn a_grant_that_carries_nothing_has_the_buyer_read_the_stock_itself() {
         .any(|(c, a)| c == "GET" && a.first().map(String::as_str) == Some("item:stock:foreign"));
     assert!(read, "the holder decided without reading the stock");
 }
+
+#[test]
+fn a_release_that_fails_inside_the_write_script_leaves_the_purchase_standing() {
+    // The queue made a string while the buyer works: the write goes through, the hand-off
+    // cannot; the buyer must be told it bought (the sale is in the books), not an error.
+    let server = RedisServer::start();
+    for strategy in [Strategy::Lock, Strategy::Fenced] {
+        let name = format!("rel_{strategy}");
+        let s: Sku = name.parse().unwrap();
+        stock::seed(&mut server.conn(), &s, 5).unwrap();
+        let options = BuyOptions {
+            strategy,
+            work: Duration::from_millis(300),
+            lock: lock_options(2_000, 0),
+            ..BuyOptions::default()
+        };
+        let buyer = Buyer::new(&server.target(), &s, options);
+        let mut conn = server.conn();
+        let working = thread::spawn(move || buyer.buy(&mut conn, "o", None));
+        thread::sleep(Duration::from_millis(100));
+        let _: () = redis::cmd("SET")
+            .arg(format!("dist_lock_queue:{name}"))
+            .arg("garbage")
+            .query(&mut server.raw())
+            .unwrap();
+        let got = working.join().unwrap();
+        let p = got.unwrap_or_else(|e| panic!("{strategy}: the purchase became an error: {e}"));
+        assert_eq!(p.outcome, Buy::Bought { remaining: 4 }, "{strategy}");
+        let ledger: Option<String> = redis::cmd("HGET")
+            .arg(format!("item:orders:{name}"))
+            .arg("o")
+            .query(&mut server.raw())
+            .unwrap();
+        assert_eq!(ledger.as_deref(), Some("1"), "{strategy}");
+    }
+}
