@@ -18,10 +18,11 @@ use crate::lock::releasing;
 /// server's single thread, and the deduction is what every buyer waits on. Integers must be
 /// written as Redis writes them and within 2^53, where Lua's numbers are exact.
 /// `append_orders(events, sku, qty, fence, orders, users)` appends bought orders to the events
-/// stream (`--queue`), in the same script as the deduction and before any other write: a
-/// stream that refuses one (say its last id is the largest there is) gets the ones already
-/// added taken back, and the script answers `bad_data` having written nothing. So there is no
-/// moment when the stock is gone and the event is not there, and no event without its sale.
+/// stream (`--queue`), in the same script as the deduction and before any other write, and
+/// returns why the stream refused one (say its last id is the largest there is), if it did,
+/// and how many it took before that. A purchase whose event is refused is `bad_data` with
+/// nothing written for it: there is no moment when the stock is gone and the event is not
+/// there, and no event without its sale.
 const BOOKS_LUA: &str = r#"
 local function is_int(v)
   return v == false or v == nil or v == '0'
@@ -60,17 +61,14 @@ end
 local function append_orders(events, sku, qty, fence, orders, users)
   local t = redis.call('TIME')
   local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local added = {}
   for i, order in ipairs(orders) do
     local id = redis.pcall('XADD', events, '*', 'order_id', order, 'sku', sku, 'qty', qty,
       'user', users[i], 'fence', fence, 'at', at)
     if type(id) == 'table' then
-      for _, a in ipairs(added) do redis.call('XDEL', events, a) end
-      return events .. ' refused the order: ' .. tostring(id['err'])
+      return events .. ' refused the order: ' .. tostring(id['err']), i - 1
     end
-    added[#added + 1] = id
   end
-  return nil
+  return nil, #orders
 end
 "#;
 
@@ -161,8 +159,8 @@ if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[3], ARGV[1]) end
 return left
 ";
 
-/// The write script's text, sent whole with EVAL inside the write's packet: a NOSCRIPT there
-/// would come after the lock's release had already gone out.
+/// The write script's text, sent whole with EVAL inside the naive strategy's MULTI (the lock
+/// strategy sends the same body with its release, as [`WRITE_RELEASE`]).
 pub(super) static WRITE_LUA: LazyLock<String> =
     LazyLock::new(|| format!("{BOOKS_LUA}{WRITE_BODY}"));
 
@@ -222,7 +220,7 @@ local priors = redis.pcall('HMGET', KEYS[2], unpack(orders))
 local ledger_bad = nil
 if priors['err'] then ledger_bad = 'd0:' .. not_a_hash(KEYS[2]) end
 local seen, had, total, b_orders, b_users, had0 = {}, {}, 0, {}, {}, {}
-local events_refused = nil
+local events_refused, allowance = nil, 0
 local function decide(k, order, user)
   local prior = seen[order]
   if prior == nil then
@@ -253,7 +251,10 @@ local function decide(k, order, user)
   if refused then return refused end
   if user ~= '' and had[user] + qty > limit then return 'l' .. string.format('%d', had[user]) .. ':' end
   if stock < qty then return 's' .. string.format('%d', stock) .. ':' end
-  if events_refused then return 'd0:' .. events_refused end
+  if events_refused then
+    if allowance == 0 then return 'd0:' .. events_refused end
+    allowance = allowance - 1
+  end
   stock = stock - qty
   total = total + qty
   seen[order] = ARGV[1]
@@ -271,15 +272,15 @@ local function decide_all()
 end
 local out = decide_all()
 if total > 0 and events then
-  events_refused = append_orders(events, ARGV[4], qty, '', b_orders, b_users)
+  events_refused, allowance = append_orders(events, ARGV[4], qty, '', b_orders, b_users)
   if events_refused then
-    -- The stream refused the orders (and took back those it had taken): decide again as the
-    -- deduct script would, one purchase at a time, each refused where it would deduct.
+    -- The stream took the first `allowance` orders and refused the next: decide again as the
+    -- deduct script would one purchase at a time. The same first purchases buy (their events
+    -- are in), and every later one is refused where it would deduct.
     if stock then stock = tonumber(raw) end
     seen, total, b_orders, b_users = {}, 0, {}, {}
     for u, n in pairs(had0) do had[u] = n end
     out = decide_all()
-    return out
   end
 end
 if total > 0 then

@@ -408,3 +408,54 @@ fn a_sold_counter_at_the_edge_of_exact_numbers_stops_atomic_and_batch_at_the_sam
         ]
     );
 }
+
+#[test]
+fn a_stream_with_room_for_two_more_events_takes_the_same_two_purchases_in_batch_and_atomic() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    let mut seen = Vec::new();
+    for strategy in [Strategy::Atomic, Strategy::Batch] {
+        let name = format!("room_{strategy}");
+        let s = sku(&name);
+        stock::seed(&mut conn, &s, 10).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(format!("item:order_events:{name}"))
+            .arg("18446744073709551615-18446744073709551613")
+            .arg("x")
+            .arg("1")
+            .query(&mut server.raw())
+            .unwrap();
+        let buyer = Buyer::new(&target, &s, options(strategy));
+        let orders: Vec<(String, Option<String>)> =
+            (0..5).map(|i| (format!("o{i}"), None)).collect();
+        let answers: Vec<String> = match strategy {
+            Strategy::Batch => buyer.batch(&mut conn, &orders).unwrap(),
+            _ => orders
+                .iter()
+                .map(|(o, _)| buyer.buy(&mut conn, o, None))
+                .collect(),
+        }
+        .into_iter()
+        .map(|a| match a {
+            Ok(p) => format!("{:?}", p.outcome),
+            Err(e) => e.kind().to_string(),
+        })
+        .collect();
+        let (stock, ledger, sold, events) = untouched(&server, &name);
+        seen.push((answers, stock, ledger, sold, events));
+    }
+    assert_eq!(seen[0], seen[1]);
+    let (answers, stock, ledger, _, events) = &seen[0];
+    assert_eq!(
+        answers,
+        &[
+            "Bought { remaining: 9 }",
+            "Bought { remaining: 8 }",
+            "bad_data",
+            "bad_data",
+            "bad_data"
+        ]
+    );
+    assert_eq!((stock.as_deref(), *ledger, *events), (Some("8"), 2, 3));
+}

@@ -61,7 +61,7 @@ fn script_flushes_mid_run_cost_no_purchase() {
             "--stock",
             "1500",
             "--strategy",
-            "lock,fenced,atomic",
+            "lock,fenced,atomic,batch",
             "--json",
         ],
     );
