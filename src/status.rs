@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
-use crate::lock::{Lock, LockOptions};
+use crate::lock::{Carried, Lock, LockOptions};
 use crate::sku::Sku;
 use crate::stock;
 
@@ -63,10 +63,14 @@ pub struct Status {
 /// problem, not an error, so `status` can say what is wrong.
 pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let keys = StockKeys::new(sku);
-    let stock = stock::read_stock(conn, sku, &keys)?;
     let mut problems = Vec::new();
-    let seeded = read_counter(conn, &keys.seeded, &mut problems)?;
-    let sold = read_counter(conn, &keys.sold, &mut problems)?.unwrap_or(0);
+    // The ledger is scanned a page at a time (a large one must not stall a live sale), so
+    // purchases may land while it is read: the counters are read in one MULTI before and after
+    // the scan, and a ledger read in motion is held to the sold counter's two readings.
+    let sold_before = match snapshot(conn, &keys)? {
+        [_, _, Carried::Value(v)] => stock::parse_stock(&v),
+        _ => None,
+    };
     let (mut ledger_orders, mut ledger_qty) = (0u64, 0i64);
     let scanned = stock::scan_ledger(conn, sku, |_, units| {
         ledger_orders += 1;
@@ -79,6 +83,16 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             false
         }
         Err(e) => return Err(e),
+    };
+    let [stock_read, seeded_read, sold_read] = snapshot(conn, &keys)?;
+    let stock = stock::stock_value(sku, &keys.stock, stock_read)?;
+    let seeded = counter(&keys.seeded, seeded_read, &mut problems);
+    let sold = counter(&keys.sold, sold_read, &mut problems).unwrap_or(0);
+    // In motion, a ledger between the two readings of the sold counter is as it should be;
+    // the other checks then hold the after-reading to itself (stock + sold == seeded).
+    let ledger_units = match sold_before {
+        Some(before) if before != sold && (before..=sold).contains(&ledger_qty) => sold,
+        _ => ledger_qty,
     };
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
     let holder = match lock.holder_info(conn) {
@@ -104,7 +118,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
             }
         ));
     }
-    let ledger = ledger_ok.then_some((ledger_orders, ledger_qty));
+    let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
     problems.extend(book_problems(stock, seeded, sold, ledger));
     let reconciled = if !problems.is_empty() {
         Some(false)
@@ -213,19 +227,48 @@ fn book_problems(
     problems
 }
 
+/// The stock, the seed record and the sold counter, read in one MULTI: one moment of the books,
+/// since every purchase changes the stock and the sold counter in one script.
+fn snapshot(conn: &mut Conn, keys: &StockKeys) -> Result<[Carried; 3]> {
+    let gets = [&keys.stock, &keys.seeded, &keys.sold].map(|k| redis::cmd("GET").arg(k).clone());
+    let (values, _): (Vec<redis::Value>, _) = conn.transaction(&gets, None)?;
+    let read = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::BulkString(b)) => Ok(Carried::Value(String::from_utf8_lossy(b).into())),
+        Some(redis::Value::Nil) => Ok(Carried::Missing),
+        Some(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => Ok(Carried::WrongType),
+        other => Err(conn.unexpected(format!("a GET in MULTI answered {other:?}"))),
+    };
+    Ok([
+        read(values.first())?,
+        read(values.get(1))?,
+        read(values.get(2))?,
+    ])
+}
+
 /// An integer kept in a string key (the seed record, the sold counter, the fencing counter):
 /// `None` when absent; a value that is not an integer, or a key of another type, is added to
 /// `problems` and read as absent.
 fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Result<Option<i64>> {
-    let raw: Option<String> = match conn.query(redis::cmd("GET").arg(key)) {
-        Ok(raw) => raw,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-            problems.push(format!("{key} is not a string (wrong type)"));
-            return Ok(None);
-        }
+    let read = match conn.query(redis::cmd("GET").arg(key)) {
+        Ok(Some(v)) => Carried::Value(v),
+        Ok(None) => Carried::Missing,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Carried::WrongType,
         Err(e) => return Err(e),
     };
-    Ok(raw.and_then(|v| {
+    Ok(counter(key, read, problems))
+}
+
+/// A counter's value as read (see [`read_counter`]).
+fn counter(key: &str, read: Carried, problems: &mut Vec<String>) -> Option<i64> {
+    let raw = match read {
+        Carried::Value(v) => Some(v),
+        Carried::Missing => None,
+        Carried::WrongType => {
+            problems.push(format!("{key} is not a string (wrong type)"));
+            return None;
+        }
+    };
+    raw.and_then(|v| {
         let n = stock::parse_stock(&v);
         if n.is_none() {
             let shown: String = v.chars().take(40).collect();
@@ -235,5 +278,5 @@ fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Resul
             ));
         }
         n
-    }))
+    })
 }
