@@ -272,6 +272,31 @@ fn hammer_batch_sells_exactly_the_stock_at_every_concurrency() {
     }
 }
 
+/// The answers to purchases `o0`..`o{n-1}` (no user): one by one for atomic, one call for
+/// batch; each an outcome or an error kind.
+fn shown_answers(
+    buyer: &Buyer,
+    conn: &mut lockctl::conn::Conn,
+    strategy: Strategy,
+    n: usize,
+) -> Vec<String> {
+    let orders: Vec<(String, Option<String>)> = (0..n).map(|i| (format!("o{i}"), None)).collect();
+    let answers = match strategy {
+        Strategy::Batch => buyer.batch(conn, &orders).unwrap(),
+        _ => orders
+            .iter()
+            .map(|(o, _)| buyer.buy(conn, o, None))
+            .collect(),
+    };
+    answers
+        .into_iter()
+        .map(|a| match a {
+            Ok(p) => format!("{:?}", p.outcome),
+            Err(e) => e.kind().to_string(),
+        })
+        .collect()
+}
+
 /// The books of `s` as a tuple that shows any write: stock, ledger, sold, events.
 fn untouched(server: &RedisServer, s: &str) -> (Option<String>, usize, Option<String>, usize) {
     let mut r = server.raw();
@@ -380,21 +405,7 @@ fn a_sold_counter_at_the_edge_of_exact_numbers_stops_atomic_and_batch_at_the_sam
             .set(format!("item:sold:{name}"), "9007199254740989")
             .unwrap();
         let buyer = Buyer::new(&target, &s, options(strategy));
-        let orders: Vec<(String, Option<String>)> =
-            (0..4).map(|i| (format!("o{i}"), None)).collect();
-        let answers: Vec<String> = match strategy {
-            Strategy::Batch => buyer.batch(&mut conn, &orders).unwrap(),
-            _ => orders
-                .iter()
-                .map(|(o, _)| buyer.buy(&mut conn, o, None))
-                .collect(),
-        }
-        .into_iter()
-        .map(|a| match a {
-            Ok(p) => format!("{:?}", p.outcome),
-            Err(e) => e.kind().to_string(),
-        })
-        .collect();
+        let answers = shown_answers(&buyer, &mut conn, strategy, 4);
         seen.push(answers);
     }
     assert_eq!(seen[0], seen[1]);
@@ -427,21 +438,7 @@ fn a_stream_with_room_for_two_more_events_takes_the_same_two_purchases_in_batch_
             .query(&mut server.raw())
             .unwrap();
         let buyer = Buyer::new(&target, &s, options(strategy));
-        let orders: Vec<(String, Option<String>)> =
-            (0..5).map(|i| (format!("o{i}"), None)).collect();
-        let answers: Vec<String> = match strategy {
-            Strategy::Batch => buyer.batch(&mut conn, &orders).unwrap(),
-            _ => orders
-                .iter()
-                .map(|(o, _)| buyer.buy(&mut conn, o, None))
-                .collect(),
-        }
-        .into_iter()
-        .map(|a| match a {
-            Ok(p) => format!("{:?}", p.outcome),
-            Err(e) => e.kind().to_string(),
-        })
-        .collect();
+        let answers = shown_answers(&buyer, &mut conn, strategy, 5);
         let (stock, ledger, sold, events) = untouched(&server, &name);
         seen.push((answers, stock, ledger, sold, events));
     }
