@@ -49,7 +49,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
         run_id: run_id.to_string(),
         next: AtomicU64::new(0),
         abandon: AtomicBool::new(false),
-        down_since: Mutex::new(None),
+        last_up: AtomicU64::new(0),
         started: Instant::now(),
         books: Mutex::new(Books {
             tally: Tally::new(opts.requests, opts.buy.qty),
@@ -78,7 +78,8 @@ struct Chains {
     next: AtomicU64,
     /// Set once Redis has been unreachable for [`OUTAGE_LIMIT`]: the rest is given up unsent.
     abandon: AtomicBool,
-    down_since: Mutex<Option<Instant>>,
+    /// When an answer last came back from Redis (µs since `started`), outages measured from it.
+    last_up: AtomicU64,
     started: Instant,
     books: Mutex<Books>,
     ended: Condvar,
@@ -146,15 +147,13 @@ impl Chains {
 
     /// Gives the rest up once every answer for [`OUTAGE_LIMIT`] said Redis was unreachable.
     fn watch_outage(&self, s: &Sample) {
-        let down = matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage());
-        let mut since = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
-        match (down, *since) {
-            (false, _) => *since = None,
-            (true, None) => *since = Some(Instant::now()),
-            (true, Some(t)) if t.elapsed() >= OUTAGE_LIMIT => {
-                self.abandon.store(true, Ordering::Relaxed)
-            }
-            (true, Some(_)) => {}
+        let now = self.started.elapsed().as_micros() as u64;
+        if !matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage()) {
+            self.last_up.store(now, Ordering::Relaxed);
+        } else if now.saturating_sub(self.last_up.load(Ordering::Relaxed))
+            >= OUTAGE_LIMIT.as_micros() as u64
+        {
+            self.abandon.store(true, Ordering::Relaxed);
         }
     }
 }

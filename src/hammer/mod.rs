@@ -142,9 +142,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Mode::Threads if multiplexes(opts, target) => {
             multiplexed::run_multiplexed(target, opts, &run_id)?
         }
-        Mode::Threads if opts.buy.strategy == Strategy::Batch => {
-            batched::run_batched(target, opts, &run_id)?
-        }
+        Mode::Threads if batches(opts) => batched::run_batched(target, opts, &run_id)?,
         Mode::Threads => threads::run_threads(target, opts, &run_id)?,
         Mode::Procs => procs::run_procs(target, opts, &run_id)?,
         Mode::Http => {
@@ -224,7 +222,7 @@ pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
         Mode::Http => own,
         Mode::Threads if multiplexes(opts, target) => c + own,
         // The batcher's committers, whatever the number of buyers.
-        Mode::Threads if opts.buy.strategy == Strategy::Batch => 2 + own,
+        Mode::Threads if batches(opts) => 2 + own,
         Mode::Threads => c + watchdogs + own,
     }
 }
@@ -268,6 +266,12 @@ fn check_capacity(
         in_use,
         fits: spare.saturating_sub(4) / per_buyer.max(1),
     })
+}
+
+/// Whether the batch strategy's driver (one batcher, buyers that are not threads) runs this
+/// load.
+fn batches(opts: &HammerOptions) -> bool {
+    opts.mode == Mode::Threads && opts.buy.strategy == Strategy::Batch
 }
 
 /// Whether the atomic strategy's multiplexed driver runs this load.

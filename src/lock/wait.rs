@@ -235,15 +235,12 @@ impl Lock {
 
     /// BLPOP on our wake list for up to `block`: the grant's payload, or `None` on timeout.
     fn block(&self, conn: &mut Conn, token: &Token, block: Duration) -> Result<Option<String>> {
-        let woken: Option<(String, String)> = conn.query(&self.blpop(token, block))?;
+        let woken: Option<(String, String)> = conn.query(
+            redis::cmd("BLPOP")
+                .arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
+                .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
+        )?;
         Ok(woken.map(|(_, payload)| payload))
-    }
-
-    fn blpop(&self, token: &Token, block: Duration) -> redis::Cmd {
-        let mut cmd = redis::cmd("BLPOP");
-        cmd.arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        cmd
     }
 
     /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard

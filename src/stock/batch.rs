@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::buyer::busy_pause;
 use super::{Buy, BuyOptions, Buyer, Purchase};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
@@ -263,8 +264,7 @@ impl Shared {
                     .map(|w| w.until)
                     .min()
                     .unwrap_or_else(Instant::now);
-                let pause = Duration::from_micros(rand::random_range(500..5_000));
-                thread::sleep(pause.min(left.saturating_duration_since(Instant::now())));
+                thread::sleep(busy_pause().min(left.saturating_duration_since(Instant::now())));
                 let mut st = self.lock();
                 for w in retry.into_iter().rev() {
                     st.waiting.push_front(w);
@@ -292,9 +292,9 @@ impl Shared {
             Some(c) => c,
             None => conn.insert(self.target.connect()?),
         };
-        let purchases: Vec<(String, Option<String>)> = batch
+        let purchases: Vec<(&str, Option<&str>)> = batch
             .iter()
-            .map(|w| (w.order_id.clone(), w.user.clone()))
+            .map(|w| (w.order_id.as_str(), w.user.as_deref()))
             .collect();
         let answers = self.buyer.batch(c, &purchases);
         if answers.is_err() {

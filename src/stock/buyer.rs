@@ -80,12 +80,12 @@ impl Meters {
 
 impl Buyer {
     pub fn new(target: &Target, sku: &Sku, options: BuyOptions) -> Buyer {
+        let keys = StockKeys::new(sku);
         Buyer {
             sku: sku.clone(),
-            keys: StockKeys::new(sku),
             // The grant carries the stock: a buyer that gets the lock knows it at once.
-            lock: Lock::new(target, sku.as_str(), options.lock.clone())
-                .carrying(&StockKeys::new(sku).stock),
+            lock: Lock::new(target, sku.as_str(), options.lock.clone()).carrying(&keys.stock),
+            keys,
             options,
             meters: Meters::new(sku),
         }
@@ -143,26 +143,41 @@ impl Buyer {
             }
             Strategy::Atomic => {
                 thread::sleep(self.options.work);
-                self.atomic(conn, user_limit, &mut p)?;
+                self.while_busy(&mut p, |p| {
+                    p.outcome = self.deduct_script(conn, "", user_limit, p)?;
+                    Ok(())
+                })?;
             }
             Strategy::Lock | Strategy::Fenced => self.locked(conn, user_limit, &mut p)?,
             // A batch of one: what a process that buys once (`lockctl buy`) can coalesce.
             Strategy::Batch => {
                 thread::sleep(self.options.work);
-                let started = Instant::now();
-                loop {
-                    let one = [(order_id.to_string(), user.map(str::to_string))];
-                    let reply = self.batch_unmetered(conn, &one)?.pop();
-                    p = reply.ok_or_else(|| conn.unexpected("an empty batch reply".into()))??;
-                    let left = self.options.lock.wait.saturating_sub(started.elapsed());
-                    if p.outcome != Buy::Busy || left.is_zero() {
-                        break;
-                    }
-                    thread::sleep(Duration::from_micros(rand::random_range(500..5_000)).min(left));
-                }
+                self.while_busy(&mut p, |p| {
+                    let reply = self.batch_unmetered(conn, &[(order_id, user)])?.pop();
+                    *p = reply.ok_or_else(|| conn.unexpected("an empty batch reply".into()))??;
+                    Ok(())
+                })?;
             }
         }
         Ok(p)
+    }
+
+    /// Makes a lockless purchase (`attempt`) again while it answers busy (a lock user holds
+    /// the lock) and `--wait-ms` is not spent, after a short random pause each time.
+    fn while_busy(
+        &self,
+        p: &mut Purchase,
+        mut attempt: impl FnMut(&mut Purchase) -> Result<()>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            attempt(p)?;
+            let left = self.options.lock.wait.saturating_sub(started.elapsed());
+            if p.outcome != Buy::Busy || left.is_zero() {
+                return Ok(());
+            }
+            thread::sleep(busy_pause().min(left));
+        }
     }
 
     /// One group-commit call: `purchases` (order id, user) decided in order by one script
@@ -172,7 +187,7 @@ impl Buyer {
     pub fn batch(
         &self,
         conn: &mut Conn,
-        purchases: &[(String, Option<String>)],
+        purchases: &[(&str, Option<&str>)],
     ) -> Result<Vec<Result<Purchase>>> {
         let answers = self.batch_unmetered(conn, purchases);
         match &answers {
@@ -194,7 +209,7 @@ impl Buyer {
     fn batch_unmetered(
         &self,
         conn: &mut Conn,
-        purchases: &[(String, Option<String>)],
+        purchases: &[(&str, Option<&str>)],
     ) -> Result<Vec<Result<Purchase>>> {
         let limit = self.options.limit.unwrap_or(0);
         let mut inv = BATCH.prepare_invoke();
@@ -205,7 +220,7 @@ impl Buyer {
             .arg(self.sku.as_str());
         for (order_id, user) in purchases {
             // As for one purchase: the user counts only under a per-user limit.
-            let user = user.as_deref().filter(|_| self.options.limit.is_some());
+            let user = user.filter(|_| self.options.limit.is_some());
             inv.arg(order_id).arg(user.unwrap_or(""));
         }
         let replies: Vec<String> = conn.script(&inv)?;
@@ -221,7 +236,7 @@ impl Buyer {
             .zip(purchases)
             .map(|(reply, (order_id, user))| {
                 let mut p = self.new_purchase(order_id);
-                let limit = user.as_ref().and(self.options.limit).unwrap_or(0);
+                let limit = user.and(self.options.limit).unwrap_or(0);
                 let reply = batch_answer(&reply).ok_or_else(|| {
                     conn.unexpected(format!("the batch script answered '{reply}'"))
                 })?;
@@ -306,18 +321,6 @@ impl Buyer {
         let (keys, args) = self.write_parts(&p.order_id, ul, p.fence);
         let (reply, released) = guard.release_inside(conn, &WRITE_RELEASE, &keys, &args)?;
         Ok((self.bought(conn, &[reply]), released))
-    }
-
-    fn atomic(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
-        let started = Instant::now();
-        loop {
-            p.outcome = self.deduct_script(conn, "", ul, p)?;
-            let left = self.options.lock.wait.saturating_sub(started.elapsed());
-            if p.outcome != Buy::Busy || left.is_zero() {
-                return Ok(());
-            }
-            thread::sleep(Duration::from_micros(rand::random_range(500..5_000)).min(left));
-        }
     }
 
     /// The seed's `GET`: `Some(SoldOut)` when there is not enough for this purchase, `None`
@@ -585,4 +588,10 @@ fn batch_answer(a: &str) -> Option<(String, i64, String)> {
     let (_, status) = BATCH_CODES.iter().find(|(c, _)| *c == code)?;
     let (n, text) = a.get(1..)?.split_once(':')?;
     Some((status.to_string(), n.parse().ok()?, text.to_string()))
+}
+
+/// How long a lockless purchase that found the lock held waits before it tries again: random,
+/// so that buyers turned away together do not come back together.
+pub(super) fn busy_pause() -> Duration {
+    Duration::from_micros(rand::random_range(500..5_000))
 }

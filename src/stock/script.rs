@@ -7,11 +7,13 @@ use redis::Script;
 
 use crate::lock::releasing;
 
-/// Shared by both scripts: whether the books can take a write. A script is not a transaction
+/// Shared by every stock script: whether the books can take a write. A script is not a transaction
 /// either: a write that fails halfway leaves the writes before it in place. So every key a
 /// script will write is checked first (right type, integers where it counts), and a script
 /// that finds hostile data returns before writing anything.
-/// `bad_books(ledger, sold, buyers, order id, user, events stream or nil)` returns why not, or
+/// `hash_int(key, field)` reads a hash field that must hold an integer: why not, or nil and
+/// its value. `bad_books(ledger, sold, buyers, order id, user, events stream or nil)` returns
+/// why not, or
 /// nil and what the ledger holds for the order id (read once, for the check and for replays).
 /// A key the script will neither read nor write (the per-user totals of a purchase that names
 /// no user) is not checked: every call from a script costs about a microsecond of the
@@ -36,19 +38,22 @@ end
 local function not_a_hash(key)
   return key .. ' is a ' .. redis.call('TYPE', key)['ok'] .. ', not a hash'
 end
-local function bad_hash(key, field)
-  if field == '' then return nil end
+local function not_int_field(key)
+  return key .. ' holds a field that is not an integer'
+end
+local function hash_int(key, field)
   local v = redis.pcall('HGET', key, field)
   if type(v) == 'table' then return not_a_hash(key) end
-  if not is_int(v) then return key .. ' holds a field that is not an integer' end
-  return nil
+  if not is_int(v) then return not_int_field(key) end
+  return nil, v
 end
 local function bad_books(ledger, sold, buyers, order, user, events)
-  local prior = redis.pcall('HGET', ledger, order)
-  if type(prior) == 'table' then return not_a_hash(ledger) end
-  if not is_int(prior) then return ledger .. ' holds a field that is not an integer' end
-  local why = bad_hash(buyers, user)
+  local why, prior = hash_int(ledger, order)
   if why then return why end
+  if user ~= '' then
+    why = hash_int(buyers, user)
+    if why then return why end
+  end
   if events then
     local t = redis.call('TYPE', events)['ok']
     if t ~= 'none' and t ~= 'stream' then return events .. ' is a ' .. t .. ', not a stream' end
@@ -226,20 +231,20 @@ local function decide(k, order, user)
   if prior == nil then
     if ledger_bad then return ledger_bad end
     prior = priors[k]
-    if not is_int(prior) then return 'd0:' .. KEYS[2] .. ' holds a field that is not an integer' end
+    if not is_int(prior) then return 'd0:' .. not_int_field(KEYS[2]) end
   end
   if user ~= '' and had[user] == nil then
-    local v = redis.pcall('HGET', KEYS[4], user)
-    if type(v) == 'table' then return 'd0:' .. not_a_hash(KEYS[4]) end
-    if not is_int(v) then return 'd0:' .. KEYS[4] .. ' holds a field that is not an integer' end
+    local why, v = hash_int(KEYS[4], user)
+    if why then return 'd0:' .. why end
     had[user] = tonumber(v or '0')
     had0[user] = had[user]
   end
   if why_all then return 'd0:' .. why_all end
-  -- The sold counter as this purchase finds it, after those before it in the batch.
-  local sold_now = string.format('%d', sold0 + total)
-  if not is_int(sold_now) then
-    return 'd0:' .. KEYS[5] .. ' holds ' .. quoted(sold_now) .. ', not an integer'
+  -- The sold counter as this purchase finds it, after those before it in the batch, held to
+  -- the bound is_int holds a read counter to.
+  if math.abs(sold0 + total) > 9007199254740991 then
+    local now = string.format('%d', sold0 + total)
+    return 'd0:' .. KEYS[5] .. ' holds ' .. quoted(now) .. ', not an integer'
   end
   if prior then
     if refused and refused ~= 'u0:' then return refused end

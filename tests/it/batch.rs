@@ -96,21 +96,15 @@ fn a_batch_decides_every_purchase_as_atomic_does_one_by_one() {
         };
         let mut got = Vec::new();
         for round in [&first, &second] {
-            let owned: Vec<(String, Option<String>)> = round
-                .iter()
-                .map(|(o, u)| (o.to_string(), u.map(str::to_string)))
-                .collect();
             match strategy {
                 Strategy::Batch => {
-                    for r in buyer.batch(&mut conn, &owned).unwrap() {
+                    for r in buyer.batch(&mut conn, round).unwrap() {
                         got.push(shown(&r).replace(&name, "SKU"));
                     }
                 }
                 _ => {
-                    for (o, u) in &owned {
-                        got.push(
-                            shown(&buyer.buy(&mut conn, o, u.as_deref())).replace(&name, "SKU"),
-                        );
+                    for &(o, u) in round.iter() {
+                        got.push(shown(&buyer.buy(&mut conn, o, u)).replace(&name, "SKU"));
                     }
                 }
             }
@@ -218,8 +212,8 @@ fn one_batch_call_cut_mid_way_fails_whole_and_indeterminate() {
     let mut conn = server.conn();
     server.signal("STOP");
     let call = thread::spawn(move || {
-        let thirty: Vec<(String, Option<String>)> =
-            (0..30).map(|i| (format!("o{i}"), None)).collect();
+        let ids: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
+        let thirty: Vec<(&str, Option<&str>)> = ids.iter().map(|o| (o.as_str(), None)).collect();
         buyer.batch(&mut conn, &thirty)
     });
     thread::sleep(Duration::from_millis(300));
@@ -280,12 +274,13 @@ fn shown_answers(
     strategy: Strategy,
     n: usize,
 ) -> Vec<String> {
-    let orders: Vec<(String, Option<String>)> = (0..n).map(|i| (format!("o{i}"), None)).collect();
+    let ids: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
+    let orders: Vec<(&str, Option<&str>)> = ids.iter().map(|o| (o.as_str(), None)).collect();
     let answers = match strategy {
         Strategy::Batch => buyer.batch(conn, &orders).unwrap(),
         _ => orders
             .iter()
-            .map(|(o, _)| buyer.buy(conn, o, None))
+            .map(|&(o, _)| buyer.buy(conn, o, None))
             .collect(),
     };
     answers
@@ -333,13 +328,9 @@ fn an_events_stream_that_refuses_orders_is_bad_data_and_nothing_is_written() {
         let before = untouched(&server, &name);
         let buyer = Buyer::new(&target, &s, options(strategy));
         let answers = match strategy {
-            Strategy::Batch => {
-                let three: Vec<(String, Option<String>)> = ["a", "b", "a"]
-                    .iter()
-                    .map(|o| (o.to_string(), None))
-                    .collect();
-                buyer.batch(&mut conn, &three).unwrap()
-            }
+            Strategy::Batch => buyer
+                .batch(&mut conn, &[("a", None), ("b", None), ("a", None)])
+                .unwrap(),
             _ => vec![buyer.buy(&mut conn, "a", None)],
         };
         for a in &answers {
