@@ -15,6 +15,7 @@ mod fifo;
 mod fresh;
 mod fuzz;
 mod http;
+mod http_wire;
 mod lease;
 mod lock;
 mod messages;

@@ -25,16 +25,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::CONNECTION;
-use hyper::{Request, Response, Version};
-use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc::{self, Receiver, channel};
 
 use super::classify::{Classifier, KEPT_BODY};
 use super::request::{RequestSpec, Vars};
+use super::wire::{self, ReadError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hammer::fan_out::{FOLD_EVERY, OUTAGE_LIMIT, abandoned};
 use crate::hammer::tally::{Tally, new_histogram, record};
@@ -187,7 +184,24 @@ struct Record {
     down: bool,
 }
 
-type Sender = SendRequest<Full<Bytes>>;
+/// A connection task's own: its connection and the buffers every request reuses.
+#[derive(Default)]
+struct Wire {
+    link: Option<Link>,
+    /// The request being sent.
+    request: Vec<u8>,
+    /// Bytes as they come off the connection.
+    read: Vec<u8>,
+    /// The start of the answer's body, for classification.
+    body: Vec<u8>,
+}
+
+/// An open connection.
+struct Link {
+    stream: TcpStream,
+    /// Whether it has carried an answer already (so the server may have closed it since).
+    used: bool,
+}
 
 impl Shared {
     fn stopped(&self) -> bool {
@@ -241,7 +255,7 @@ impl Shared {
 /// model), send it, record the answer; back off while the endpoint refuses connections, and
 /// give up the requests not yet made after [`OUTAGE_LIMIT`] of it.
 async fn connection_task(sh: Arc<Shared>) {
-    let mut conn: Option<Sender> = None;
+    let mut wire = Wire::default();
     let mut pending = Vec::with_capacity(FOLD_EVERY);
     let mut backoff = Duration::from_millis(10);
     let mut down_since: Option<Instant> = None;
@@ -257,7 +271,7 @@ async fn connection_task(sh: Arc<Shared>) {
             sh.finished(&mut pending, Some(r), false);
             continue;
         }
-        let r = one_request(&sh, &mut conn, i, moment).await;
+        let r = one_request(&sh, &mut wire, i, moment).await;
         let down = r.down;
         sh.finished(&mut pending, Some(r), false);
         if down {
@@ -283,12 +297,7 @@ enum Stage {
 }
 
 /// Request `i`: built, sent within the request timeout, its answer classified.
-async fn one_request(
-    sh: &Shared,
-    conn: &mut Option<Sender>,
-    i: u64,
-    moment: Option<Instant>,
-) -> Record {
+async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
     // A request with no placeholder needs no values (the cost shows at 80,000 requests/s).
     let constant = sh.plan.spec.is_constant();
     let order = match constant {
@@ -308,18 +317,18 @@ async fn one_request(
     };
     let sent_at = Instant::now();
     let mut stage = Stage::Connecting;
-    let ended = match sh.plan.spec.build(&vars) {
+    let ended = match sh.plan.spec.write(&vars, &mut wire.request) {
         Err(message) => failure(ErrorKind::Internal, false, message),
-        Ok(req) => {
-            let answer = tokio::time::timeout(sh.plan.timeout, exchange(sh, conn, req, &mut stage));
+        Ok(()) => {
+            let answer = tokio::time::timeout(sh.plan.timeout, exchange(sh, wire, &mut stage));
             match answer.await {
-                Ok(Ok((status, body))) => sh.plan.classifier.classify(status, &body),
+                Ok(Ok(status)) => sh.plan.classifier.classify(status, &wire.body),
                 Ok(Err(failed)) => {
-                    *conn = None;
+                    wire.link = None;
                     failed
                 }
                 Err(_) => {
-                    *conn = None;
+                    wire.link = None;
                     timed_out(stage, sh.plan.timeout)
                 }
             }
@@ -370,49 +379,79 @@ fn timed_out(stage: Stage, limit: Duration) -> Ended {
     }
 }
 
-/// Sends `req` on the task's connection (opened, or opened again, as needed) and reads the
-/// answer: its status and the start of its body. A request the connection could not write
-/// (the server closed it between two requests) is sent once more on a fresh connection.
+/// Sends the request in `wire` on the task's connection (opened, or opened again, as needed)
+/// and reads the answer: its status, and the start of its body in `wire.body`.
+///
+/// A connection that has carried an answer is checked before it carries another: if the
+/// server closed it meanwhile (an idle keep-alive connection timed out), the request goes on a
+/// fresh one. A request is never sent twice: once written, whatever happens to the answer is
+/// that request's outcome.
 async fn exchange(
     sh: &Shared,
-    conn: &mut Option<Sender>,
-    mut req: Request<Full<Bytes>>,
+    wire: &mut Wire,
     stage: &mut Stage,
-) -> std::result::Result<(u16, Vec<u8>), Ended> {
-    for _ in 0..2 {
-        *stage = Stage::Connecting;
-        let sender = match conn {
-            Some(s) if !s.is_closed() => s,
-            _ => conn.insert(connect(sh).await?),
-        };
-        if sender.ready().await.is_err() {
-            *conn = None;
-            continue;
-        }
-        *stage = Stage::Sent;
-        match sender.try_send_request(req).await {
-            Ok(resp) => return read_answer(resp, sh.keep_body, conn).await,
-            Err(mut e) => match e.take_message() {
-                Some(unsent) => {
-                    *conn = None;
-                    req = unsent;
-                }
-                None => return Err(broken(&e.into_error())),
-            },
-        }
+) -> std::result::Result<u16, Ended> {
+    *stage = Stage::Connecting;
+    if wire
+        .link
+        .as_ref()
+        .is_some_and(|l| l.used && !still_open(&l.stream))
+    {
+        wire.link = None;
     }
-    Err(failure(
-        ErrorKind::Broken,
-        false,
-        "the endpoint closed two connections before the request could be written".into(),
-    ))
+    let link = match &mut wire.link {
+        Some(link) => link,
+        None => wire.link.insert(connect(sh).await?),
+    };
+    *stage = Stage::Sent;
+    if let Err(e) = link.stream.write_all(&wire.request).await {
+        // Not all of it went out, so the endpoint cannot have acted on it.
+        return Err(failure(
+            ErrorKind::Broken,
+            false,
+            format!("could not send the request: {e}"),
+        ));
+    }
+    let keep = sh.keep_body;
+    let body = &mut wire.body;
+    body.clear();
+    let mut sink = |data: &[u8]| {
+        if keep && body.len() < KEPT_BODY {
+            body.extend_from_slice(&data[..data.len().min(KEPT_BODY - body.len())]);
+        }
+    };
+    let head_request = sh.plan.spec.is_head();
+    match wire::read_answer(&mut link.stream, &mut wire.read, head_request, &mut sink).await {
+        Ok(answer) => {
+            link.used = true;
+            if !answer.keep_alive || sh.plan.spec.closes() {
+                wire.link = None;
+            }
+            Ok(answer.status)
+        }
+        // Sent: the endpoint may have acted on it, whatever came back.
+        Err(ReadError::Silent) => Err(failure(
+            ErrorKind::Broken,
+            true,
+            "the endpoint closed the connection without answering".into(),
+        )),
+        Err(ReadError::Cut(why)) => Err(failure(ErrorKind::Broken, true, why)),
+        Err(ReadError::Malformed(why)) => Err(failure(ErrorKind::Broken, true, why)),
+    }
 }
 
-/// A fresh connection to the endpoint, its HTTP/1.1 state machine running as a task of its own.
-async fn connect(sh: &Shared) -> std::result::Result<Sender, Ended> {
+/// Whether an idle connection is still open: nothing to read yet (the read would block). An
+/// end of file, an error or bytes nobody asked for all mean it cannot carry a request.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// A fresh connection to the endpoint.
+async fn connect(sh: &Shared) -> std::result::Result<Link, Ended> {
     let addr = sh.plan.addr;
     let limit = sh.plan.connect_timeout;
-    let stream = match tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr)).await {
+    let stream = match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             return Err(failure(
@@ -432,51 +471,11 @@ async fn connect(sh: &Shared) -> std::result::Result<Sender, Ended> {
             ));
         }
     };
+    // A request written in one go leaves nothing for Nagle's algorithm to hold back, except
+    // the tail of one longer than a segment.
     let _ = stream.set_nodelay(true);
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| failure(ErrorKind::Broken, false, format!("HTTP handshake: {e}")))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
-}
-
-/// Reads the whole answer, keeping the first [`KEPT_BODY`] bytes when `keep`. A connection
-/// the server means to close after this answer is dropped here, before the next request.
-async fn read_answer(
-    resp: Response<Incoming>,
-    keep: bool,
-    conn: &mut Option<Sender>,
-) -> std::result::Result<(u16, Vec<u8>), Ended> {
-    let (parts, mut body) = resp.into_parts();
-    let closing = parts.version == Version::HTTP_10
-        || parts
-            .headers
-            .get(CONNECTION)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-    let mut kept = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| broken(&e))?;
-        if let Some(data) = frame.data_ref()
-            && keep
-            && kept.len() < KEPT_BODY
-        {
-            let room = KEPT_BODY - kept.len();
-            kept.extend_from_slice(&data[..data.len().min(room)]);
-        }
-    }
-    if closing {
-        *conn = None;
-    }
-    Ok((parts.status.as_u16(), kept))
-}
-
-/// A connection that failed after the request was written: the endpoint may have acted on it.
-fn broken(e: &hyper::Error) -> Ended {
-    let mut message = format!("the connection broke: {e}");
-    if let Some(cause) = std::error::Error::source(e) {
-        message.push_str(&format!(" ({cause})"));
-    }
-    failure(ErrorKind::Broken, true, message)
+    Ok(Link {
+        stream,
+        used: false,
+    })
 }

@@ -8,11 +8,13 @@
 //! answer says what was sold: the run measures load and latency and has nothing to judge.
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
-//! answer meant), `driver` (connections, the closed and open load models).
+//! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
+//! closed and open load models).
 
 mod classify;
 mod driver;
 mod request;
+mod wire;
 
 use std::thread;
 use std::time::{Duration, Instant};

@@ -10,10 +10,8 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::header::{HOST, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, Request, Uri};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING};
+use hyper::{Method, Uri};
 
 /// The values of one request's placeholders.
 #[derive(Clone, Copy, Debug)]
@@ -79,36 +77,61 @@ impl Template {
         self.0.iter().all(|p| matches!(p, Piece::Text(_)))
     }
 
+    /// A text taken as it is, braces and all.
+    pub fn literal(text: &str) -> Template {
+        Template(vec![Piece::Text(text.to_string())])
+    }
+
     /// The text with `vars` filled in, each value percent-encoded when `encode` is set.
     pub fn fill(&self, vars: &Vars, encode: bool) -> String {
-        let mut out = String::new();
-        let value = |out: &mut String, v: &str| {
+        let mut out = Vec::new();
+        self.fill_into(vars, encode, &mut out);
+        // Only UTF-8 text and ASCII escapes went in.
+        String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+    }
+
+    /// [`Template::fill`] appending to `out`: no allocation once `out` has room.
+    pub fn fill_into(&self, vars: &Vars, encode: bool, out: &mut Vec<u8>) {
+        let value = |out: &mut Vec<u8>, v: &str| {
             if encode {
                 percent_encode(out, v)
             } else {
-                out.push_str(v)
+                out.extend_from_slice(v.as_bytes())
             }
         };
         for p in &self.0 {
             match p {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Sku => value(&mut out, vars.sku),
-                Piece::User => value(&mut out, vars.user),
-                Piece::Order => value(&mut out, vars.order),
-                Piece::N => out.push_str(&vars.n.to_string()),
+                Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
+                Piece::Sku => value(out, vars.sku),
+                Piece::User => value(out, vars.user),
+                Piece::Order => value(out, vars.order),
+                Piece::N => {
+                    let mut digits = [0u8; 20];
+                    let mut at = digits.len();
+                    let mut n = vars.n;
+                    loop {
+                        at -= 1;
+                        digits[at] = b'0' + (n % 10) as u8;
+                        n /= 10;
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    out.extend_from_slice(&digits[at..]);
+                }
             }
         }
-        out
     }
 }
 
 /// Appends `v` with every byte but the unreserved ones (RFC 3986) as `%XX`.
-fn percent_encode(out: &mut String, v: &str) {
+fn percent_encode(out: &mut Vec<u8>, v: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
+            out.push(b);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
     }
 }
@@ -133,18 +156,21 @@ const SAMPLES: [Vars<'static>; 2] = [
 #[derive(Clone, Debug)]
 pub struct RequestSpec {
     method: Method,
-    url: Template,
+    /// The request target (path and query, no fragment), with placeholders.
+    target: Template,
     /// The URL as given, with any password hidden: for reports.
     shown_url: String,
     host: String,
     port: u16,
+    /// Header lines without placeholders (`Host` first), written once, copied per request.
+    fixed_head: Vec<u8>,
     /// Headers with placeholders, filled per request.
     headers: Vec<(HeaderName, Template)>,
-    /// `Host` and the headers without placeholders, built once and cloned per request.
-    fixed_headers: HeaderMap,
     body: Option<Template>,
-    /// The parsed URL when it has no placeholder (built once, cloned per request).
-    constant_uri: Option<Uri>,
+    /// The whole request when nothing in it varies (built once, copied per request).
+    constant: Option<Vec<u8>>,
+    /// `--header 'Connection: close'`: never send a second request on a connection.
+    closes: bool,
 }
 
 impl RequestSpec {
@@ -180,43 +206,36 @@ impl RequestSpec {
             .trim_end_matches(']')
             .to_string();
         let authority = authorities.swap_remove(0);
-        let mut fixed_headers = HeaderMap::new();
-        // hyper's connection-level client sends only what it is given: the Host header too.
-        let host_value = HeaderValue::from_str(&authority)
+        HeaderValue::from_str(&authority)
             .map_err(|_| format!("--url '{shown_url}': '{authority}' cannot be a Host header"))?;
-        fixed_headers.insert(HOST, host_value);
-        let mut templated = Vec::new();
-        for h in headers {
-            let (name, value) = parse_header(h)?;
-            if value.is_constant() {
-                let v = value.fill(&SAMPLES[0], false);
-                fixed_headers.insert(
-                    name,
-                    HeaderValue::from_bytes(v.as_bytes()).expect("checked"),
-                );
-            } else {
-                templated.push((name, value));
-            }
-        }
-        Ok(RequestSpec {
+        let (fixed_head, headers, closes) = split_headers(&authority, headers)?;
+        let mut spec = RequestSpec {
             method,
-            constant_uri: template.is_constant().then(|| origin_form(&uri)),
-            url: template,
+            target: Template::parse(&target_of(url)),
             shown_url,
             host,
             port: uri.port_u16().unwrap_or(80),
-            headers: templated,
-            fixed_headers,
+            fixed_head,
+            headers,
             body: body.map(Template::parse),
-        })
+            constant: None,
+            closes,
+        };
+        let constant = spec.target.is_constant()
+            && spec.headers.is_empty()
+            && spec.body.as_ref().is_none_or(Template::is_constant);
+        if constant {
+            let mut whole = Vec::new();
+            spec.write(&SAMPLES[0], &mut whole)?;
+            spec.constant = Some(whole);
+        }
+        Ok(spec)
     }
 
     /// Whether every request is the same (no placeholder anywhere), so its values need not
     /// be made.
     pub fn is_constant(&self) -> bool {
-        self.constant_uri.is_some()
-            && self.headers.is_empty()
-            && self.body.as_ref().is_none_or(Template::is_constant)
+        self.constant.is_some()
     }
 
     /// The URL as given, any password in it hidden.
@@ -226,6 +245,16 @@ impl RequestSpec {
 
     pub fn method(&self) -> &Method {
         &self.method
+    }
+
+    /// Whether the answers carry no body whatever their headers say (`HEAD`).
+    pub fn is_head(&self) -> bool {
+        self.method == Method::HEAD
+    }
+
+    /// Whether the request asks the server to close the connection after answering.
+    pub fn closes(&self) -> bool {
+        self.closes
     }
 
     /// The server's address, looked up once for the whole run.
@@ -239,46 +268,114 @@ impl RequestSpec {
         }
     }
 
-    /// Request number `vars.n`, ready to send. Fails only if a filled-in header value is not
-    /// one a header may hold.
-    pub fn build(&self, vars: &Vars) -> Result<Request<Full<Bytes>>, String> {
-        let uri = match &self.constant_uri {
-            Some(u) => u.clone(),
-            None => {
-                let full: Uri =
-                    self.url.fill(vars, true).parse().map_err(|e| {
-                        format!("the URL of request {} does not parse: {e}", vars.n)
-                    })?;
-                origin_form(&full)
-            }
-        };
-        let body = match &self.body {
-            Some(t) => Bytes::from(t.fill(vars, false)),
-            None => Bytes::new(),
-        };
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = uri;
-        *req.headers_mut() = self.fixed_headers.clone();
-        let headers = req.headers_mut();
-        for (name, value) in &self.headers {
-            let v = HeaderValue::from_bytes(value.fill(vars, false).as_bytes()).map_err(|_| {
-                format!(
+    /// Request number `vars.n` as the bytes to send, HTTP/1.1, into `out` (emptied first).
+    /// Fails only if a filled-in header value is not one a header may hold.
+    pub fn write(&self, vars: &Vars, out: &mut Vec<u8>) -> Result<(), String> {
+        out.clear();
+        if let Some(whole) = &self.constant {
+            out.extend_from_slice(whole);
+            return Ok(());
+        }
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        self.target.fill_into(vars, true, out);
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        out.extend_from_slice(&self.fixed_head);
+        for (name, template) in &self.headers {
+            let at = out.len();
+            header_line(out, name, b"");
+            out.truncate(out.len() - 2);
+            template.fill_into(vars, false, out);
+            if !header_value_ok(&out[at..]) {
+                return Err(format!(
                     "request {}: the value of header '{name}' holds characters no header may hold",
                     vars.n
-                )
-            })?;
-            headers.insert(name.clone(), v);
+                ));
+            }
+            out.extend_from_slice(b"\r\n");
         }
-        Ok(req)
+        let head_end = out.len();
+        if let Some(t) = &self.body {
+            t.fill_into(vars, false, out);
+        }
+        let body = out.split_off(head_end);
+        // A body is framed by its length; a method that usually has one says when it has none.
+        if !body.is_empty() || matches!(self.method, Method::POST | Method::PUT | Method::PATCH) {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(body.len().to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&body);
+        Ok(())
     }
 }
 
-/// The request target as sent on a connection to the server: the path and query only
-/// (`/run_demo.php?sku=sku_886`), which every server accepts.
-fn origin_form(full: &Uri) -> Uri {
-    let target = full.path_and_query().map_or("/", |p| p.as_str());
-    target.parse().unwrap_or_else(|_| Uri::from_static("/"))
+/// The header lines that never change (`Host` first) written out, the headers with
+/// placeholders, and whether `Connection: close` was asked for. A `--header` of a name given
+/// before (`Host` included) takes the earlier one's place; `Content-Length` and
+/// `Transfer-Encoding` are lockctl's to write, from `--body`.
+type Headers = (Vec<u8>, Vec<(HeaderName, Template)>, bool);
+
+fn split_headers(authority: &str, given: &[String]) -> Result<Headers, String> {
+    let mut all = vec![(HOST, Template::literal(authority))];
+    for h in given {
+        let (name, value) = parse_header(h)?;
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+            return Err(format!(
+                "--header '{h}': lockctl frames the body itself (from --body); leave {name} out"
+            ));
+        }
+        match all.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => all.push((name, value)),
+        }
+    }
+    let mut closes = false;
+    let (mut fixed, mut templated) = (Vec::new(), Vec::new());
+    for (name, value) in all {
+        if !value.is_constant() {
+            templated.push((name, value));
+            continue;
+        }
+        let v = value.fill(&SAMPLES[0], false);
+        closes |= name == CONNECTION && has_token(v.as_bytes(), b"close");
+        header_line(&mut fixed, &name, v.as_bytes());
+    }
+    Ok((fixed, templated, closes))
+}
+
+/// `name: value\r\n`.
+fn header_line(out: &mut Vec<u8>, name: &HeaderName, value: &[u8]) {
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What a header value may hold (RFC 9110 field-value): no control character but tab.
+fn header_value_ok(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+/// Whether a comma-separated header value holds `token`, in any case.
+pub fn has_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// The request target of `url`: its path and query, `/` when there is neither; the fragment
+/// is never sent. Placeholders never sit in the authority (checked before), so the split is
+/// the same for every request.
+fn target_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let tail = &rest[rest.find(['/', '?', '#']).unwrap_or(rest.len())..];
+    let tail = tail.split_once('#').map_or(tail, |(t, _)| t);
+    match tail.starts_with('/') {
+        true => tail.to_string(),
+        false => format!("/{tail}"),
+    }
 }
 
 /// The URL with `vars` filled in, parsed and checked: `http://host[:port]/...`.
@@ -382,21 +479,67 @@ mod tests {
         assert!(Template::parse("plain {x}").is_constant());
     }
 
+    fn written(spec: &RequestSpec, vars: &Vars) -> String {
+        let mut out = Vec::new();
+        spec.write(vars, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
-    fn a_request_is_built_with_its_host_and_headers() {
+    fn a_request_is_written_with_its_host_headers_and_body() {
         let spec = RequestSpec::new(
             "POST",
-            "http://127.0.0.1:8080/run_demo.php?sku={sku}",
+            "http://127.0.0.1:8080/run_demo.php?sku={sku}#top",
             &["X-Order: {order}".into(), "Content-Type: text/plain".into()],
             Some("n={n}"),
         )
         .unwrap();
-        let req = spec.build(&VARS).unwrap();
-        assert_eq!(req.method(), Method::POST);
-        assert_eq!(req.uri().to_string(), "/run_demo.php?sku=%7Bsku%201%7D");
-        assert_eq!(req.headers()["host"], "127.0.0.1:8080");
-        assert_eq!(req.headers()["x-order"], "h1-7");
+        assert_eq!(
+            written(&spec, &VARS),
+            "POST /run_demo.php?sku=%7Bsku%201%7D HTTP/1.1\r\nhost: 127.0.0.1:8080\r\n\
+             content-type: text/plain\r\nx-order: h1-7\r\ncontent-length: 3\r\n\r\nn=7"
+        );
         assert_eq!(spec.port, 8080);
+        assert!(!spec.is_constant() && !spec.closes());
+        // No path: `/`. A Host given replaces the URL's; Connection: close is kept in mind.
+        let spec = RequestSpec::new(
+            "GET",
+            "http://me:pw@shop:81?q=1",
+            &["Host: other".into(), "Connection: Close".into()],
+            None,
+        )
+        .unwrap();
+        assert!(spec.is_constant() && spec.closes());
+        assert_eq!(
+            written(&spec, &VARS),
+            "GET /?q=1 HTTP/1.1\r\nhost: other\r\nconnection: Close\r\n\r\n"
+        );
+        let spec = RequestSpec::new("POST", "http://h/", &[], None).unwrap();
+        assert_eq!(
+            written(&spec, &VARS),
+            "POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn no_header_value_can_smuggle_a_line_break() {
+        let spec = RequestSpec::new("GET", "http://h/", &["X-Sku: {sku}".into()], None).unwrap();
+        let mut out = Vec::new();
+        let vars = Vars {
+            sku: "a\r\nX-Evil: 1",
+            ..VARS
+        };
+        let err = spec.write(&vars, &mut out).unwrap_err();
+        assert!(
+            err.contains("request 7: the value of header 'x-sku'"),
+            "{err}"
+        );
+        // In the URL every such byte is escaped.
+        let spec = RequestSpec::new("GET", "http://h/?s={sku}", &[], None).unwrap();
+        assert_eq!(
+            written(&spec, &vars),
+            "GET /?s=a%0D%0AX-Evil%3A%201 HTTP/1.1\r\nhost: h\r\n\r\n"
+        );
     }
 
     #[test]
@@ -418,6 +561,7 @@ mod tests {
         assert!(bad("GE T", "http://x/", "").contains("--method 'GE T'"));
         assert!(bad("GET", "http://x/", "NoColon").contains("has no ':'"));
         assert!(bad("GET", "http://x/", "Bad Name: v").contains("'Bad Name' is not a header name"));
+        assert!(bad("GET", "http://x/", "Content-Length: 9").contains("leave content-length out"));
     }
 
     #[test]
