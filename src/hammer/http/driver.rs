@@ -1,14 +1,14 @@
 //! The HTTP driver: one thread running a tokio current-thread runtime, `-c` connection tasks,
-//! each with one keep-alive HTTP/1.1 connection (hyper's connection-level client) and one
-//! request in flight at a time.
+//! each with one keep-alive HTTP/1.1 connection and one request in flight at a time; requests
+//! are written by [`RequestSpec::write`] and answers read by [`wire::read_answer`].
 //!
-//! Why tokio and hyper here while the rest of the hammer runs on threads: a buyer of lockctl's
-//! own spends its time in Redis round trips, which blocking sockets serve well, but an HTTP
-//! load generator must hold many connections from few cores, as wrk does; one thread polling
-//! every connection leaves the other core to the server under test. hyper's connection-level
-//! client keeps each task on its own connection (no pool deciding which request goes where)
-//! and hands back a request it could not write, so a connection the server closed between two
-//! requests costs a reconnect, not an error.
+//! Why tokio here while the rest of the hammer runs on threads: a buyer of lockctl's own
+//! spends its time in Redis round trips, which blocking sockets serve well, but an HTTP load
+//! generator must hold many connections from few cores, as wrk does; one thread polling every
+//! connection leaves the other core to the server under test. Each task keeps to its own
+//! connection (no pool deciding which request goes where). A kept-alive connection is checked
+//! before it carries the next request, so one the server closed while idle costs a
+//! reconnect, not an error; a request once (even partly) written is never sent again.
 //!
 //! Two load models. Closed: each connection sends its next request when the last one is
 //! answered. Open (`--rate R`): request `i` is due at `start + i/R` whatever the answers; a
@@ -294,6 +294,8 @@ async fn connection_task(sh: Arc<Shared>) {
 enum Stage {
     Connecting,
     Sent,
+    /// The answer's head came, with this status; its body had not ended.
+    Answering(u16),
 }
 
 /// Request `i`: built, sent within the request timeout, its answer classified.
@@ -316,12 +318,12 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
         n: i,
     };
     let sent_at = Instant::now();
-    let mut stage = Stage::Connecting;
+    let (mut stage, mut status) = (Stage::Connecting, None);
     let ended = match sh.plan.spec.write(&vars, &mut wire.request) {
         Err(message) => failure(ErrorKind::Internal, false, message),
         Ok(()) => {
-            let answer = tokio::time::timeout(sh.plan.timeout, exchange(sh, wire, &mut stage));
-            match answer.await {
+            let exchange = exchange(sh, wire, &mut stage, &mut status);
+            match tokio::time::timeout(sh.plan.timeout, exchange).await {
                 Ok(Ok(status)) => sh.plan.classifier.classify(status, &wire.body),
                 Ok(Err(failed)) => {
                     wire.link = None;
@@ -329,6 +331,7 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
                 }
                 Err(_) => {
                     wire.link = None;
+                    let stage = status.map_or(stage, Stage::Answering);
                     timed_out(stage, sh.plan.timeout)
                 }
             }
@@ -376,6 +379,13 @@ fn timed_out(stage: Stage, limit: Duration) -> Ended {
             true,
             format!("no answer within {ms} ms (see --timeout-ms)"),
         ),
+        Stage::Answering(status) => failure(
+            ErrorKind::TimedOut,
+            true,
+            format!(
+                "HTTP {status} came but its body did not end within {ms} ms (shorter than its Content-Length, or no length on a connection left open?)"
+            ),
+        ),
     }
 }
 
@@ -384,12 +394,14 @@ fn timed_out(stage: Stage, limit: Duration) -> Ended {
 ///
 /// A connection that has carried an answer is checked before it carries another: if the
 /// server closed it meanwhile (an idle keep-alive connection timed out), the request goes on a
-/// fresh one. A request is never sent twice: once written, whatever happens to the answer is
-/// that request's outcome.
+/// fresh one. A request is never sent twice: once any of it is written, whatever happens to
+/// the answer is that request's outcome.
+/// `status` is set as soon as the answer's head is in.
 async fn exchange(
     sh: &Shared,
     wire: &mut Wire,
     stage: &mut Stage,
+    status: &mut Option<u16>,
 ) -> std::result::Result<u16, Ended> {
     *stage = Stage::Connecting;
     if wire
@@ -404,13 +416,23 @@ async fn exchange(
         None => wire.link.insert(connect(sh).await?),
     };
     *stage = Stage::Sent;
-    if let Err(e) = link.stream.write_all(&wire.request).await {
-        // Not all of it went out, so the endpoint cannot have acted on it.
-        return Err(failure(
-            ErrorKind::Broken,
-            false,
-            format!("could not send the request: {e}"),
-        ));
+    let mut written = 0;
+    while written < wire.request.len() {
+        match link.stream.write(&wire.request[written..]).await {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(e) => {
+                // A part that went out may be enough for the endpoint to act on.
+                return Err(failure(
+                    ErrorKind::Broken,
+                    written > 0,
+                    format!(
+                        "could not send the request ({written} of {} bytes went out): {e}",
+                        wire.request.len()
+                    ),
+                ));
+            }
+        }
     }
     let keep = sh.keep_body;
     let body = &mut wire.body;
@@ -421,7 +443,14 @@ async fn exchange(
         }
     };
     let head_request = sh.plan.spec.is_head();
-    match wire::read_answer(&mut link.stream, &mut wire.read, head_request, &mut sink).await {
+    let read = wire::read_answer(
+        &mut link.stream,
+        &mut wire.read,
+        head_request,
+        status,
+        &mut sink,
+    );
+    match read.await {
         Ok(answer) => {
             link.used = true;
             if !answer.keep_alive || sh.plan.spec.closes() {
@@ -440,11 +469,22 @@ async fn exchange(
     }
 }
 
-/// Whether an idle connection is still open: nothing to read yet (the read would block). An
-/// end of file, an error or bytes nobody asked for all mean it cannot carry a request.
+/// Whether an idle connection is still open: nothing to read (a peek would block). An end of
+/// file, an error or bytes nobody asked for all mean it cannot carry a request. A real peek,
+/// one system call: tokio's own readiness may not have heard of a close that just arrived.
 fn still_open(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    use std::os::fd::AsRawFd;
+    let mut probe = 0u8;
+    // SAFETY: a one-byte read into a live local through the connection's own descriptor.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&raw mut probe).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }
 
 /// A fresh connection to the endpoint.
@@ -453,6 +493,16 @@ async fn connect(sh: &Shared) -> std::result::Result<Link, Ended> {
     let limit = sh.plan.connect_timeout;
     let stream = match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+            // This machine's side, not the endpoint's: not counted as the endpoint down.
+            return Err(failure(
+                ErrorKind::Internal,
+                false,
+                format!(
+                    "could not connect to {addr}: {e}: no local port is free (each closed connection holds one for a minute in TIME_WAIT); lower -n or -c, or widen net.ipv4.ip_local_port_range"
+                ),
+            ));
+        }
         Ok(Err(e)) => {
             return Err(failure(
                 ErrorKind::Refused,

@@ -182,7 +182,8 @@ impl RequestSpec {
         headers: &[String],
         body: Option<&str>,
     ) -> Result<RequestSpec, String> {
-        let method = Method::from_bytes(method.as_bytes()).map_err(|_| {
+        // Methods are case-sensitive on the wire; on the command line `head` means HEAD.
+        let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|_| {
             format!("--method '{method}' is not an HTTP method (GET, POST, PUT, ...)")
         })?;
         let template = Template::parse(url);
@@ -559,6 +560,8 @@ mod tests {
         assert!(bad("GET", "http://{sku}.shop/", "").contains("placeholder in its host"));
         assert!(bad("GET", "http://x/{skus}", "").contains("brace that is not a placeholder"));
         assert!(bad("GE T", "http://x/", "").contains("--method 'GE T'"));
+        let head = RequestSpec::new("head", "http://x/", &[], None).unwrap();
+        assert!(head.is_head());
         assert!(bad("GET", "http://x/", "NoColon").contains("has no ':'"));
         assert!(bad("GET", "http://x/", "Bad Name: v").contains("'Bad Name' is not a header name"));
         assert!(bad("GET", "http://x/", "Content-Length: 9").contains("leave content-length out"));

@@ -10,20 +10,23 @@
 //! driver, not the endpoint, set the pace. Reading an answer needs none of it: one buffer per
 //! connection, reused, and a parser that borrows from it.
 //!
-//! Everything here is bounded: a head longer than [`MAX_HEAD`], a chunk-size line or trailer
-//! past the same bound, or a malformed answer ends the request as an error naming what was
-//! wrong, never a hang or a panic.
+//! Everything here is bounded: the head by [`MAX_HEAD`] (and parsed again only when a blank
+//! line may have arrived), each chunk-size line and trailer line by the same, each read by
+//! [`READ_SIZE`]; a malformed answer ends the request as an error that shows what came,
+//! never a hang or a panic. Time is bounded by the caller's per-request timeout.
 
 use std::io;
 
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::request::has_token;
 
 /// The longest answer head (status line and headers) read, and the longest chunk-size line
-/// or trailer section.
+/// or trailer line.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The most bytes one read takes.
+const READ_SIZE: usize = 16 * 1024;
 
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 128;
@@ -74,10 +77,18 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
             ));
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
-        Err(e) => return Err(format!("the answer is not HTTP/1.x ({e})")),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(format!(
+                "the answer has more than {MAX_HEADERS} header lines"
+            ));
+        }
+        Err(e) => return Err(not_http(buf, &e.to_string())),
     };
     let status = resp.code.unwrap_or(0);
-    if (100..200).contains(&status) && status != 101 {
+    if status == 101 {
+        return Err("HTTP 101: the endpoint switched protocols, which nobody asked for".into());
+    }
+    if (100..200).contains(&status) {
         return Ok(Parsed::Interim(len));
     }
     let mut length: Option<u64> = None;
@@ -85,16 +96,25 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            let n = parse_length(h.value)?;
-            if length.is_some_and(|l| l != n) {
-                return Err("the answer has two different Content-Length headers".into());
+            // A list of equal values is one length (RFC 9110 §8.6).
+            for v in h.value.split(|&b| b == b',') {
+                let n = parse_length(v)?;
+                if let Some(l) = length.filter(|&l| l != n) {
+                    return Err(format!(
+                        "the answer has two Content-Length values, {l} and {n}"
+                    ));
+                }
+                length = Some(n);
             }
-            length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             encoded = true;
             // Only a last coding of `chunked` frames the body; anything else runs to the end.
-            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            let last = h
+                .value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty());
+            chunked = last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"connection") {
             close |= has_token(h.value, b"close");
             keep |= has_token(h.value, b"keep-alive");
@@ -102,8 +122,6 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
     }
     let framing = if head_request || status == 204 || status == 304 {
         Framing::Length(0)
-    } else if status == 101 {
-        Framing::Eof
     } else if encoded {
         // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3).
         if chunked {
@@ -115,8 +133,9 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
         length.map_or(Framing::Eof, Framing::Length)
     };
     let http11 = resp.version == Some(1);
-    let keep_alive =
-        framing != Framing::Eof && !close && (http11 || keep) && !(encoded && length.is_some());
+    // Both framings at once, or an encoding from HTTP/1.0, is faulty framing: close after it.
+    let faulty = encoded && (length.is_some() || !http11);
+    let keep_alive = framing != Framing::Eof && !close && (http11 || keep) && !faulty;
     Ok(Parsed::Final(Head {
         status,
         len,
@@ -125,26 +144,54 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
     }))
 }
 
+/// The error for bytes that are not an HTTP/1.x answer: what came, and a hint when it looks
+/// like TLS (an https endpoint given as http://).
+fn not_http(buf: &[u8], why: &str) -> String {
+    let hint = match buf.first() {
+        Some(0x15 | 0x16) => "; it looks like TLS: is the endpoint https?",
+        _ => "",
+    };
+    format!(
+        "the answer is not HTTP/1.x ({why}); it began {}{hint}",
+        shown(&buf[..buf.len().min(40)])
+    )
+}
+
+/// Bytes as a quoted string, anything unprintable escaped.
+fn shown(bytes: &[u8]) -> String {
+    format!("\"{}\"", bytes.escape_ascii())
+}
+
 /// A `Content-Length` value: digits only, at most 18 of them.
 fn parse_length(v: &[u8]) -> Result<u64, String> {
     let v = v.trim_ascii();
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        let shown = String::from_utf8_lossy(&v[..v.len().min(40)]).into_owned();
         return Err(format!(
-            "the answer's Content-Length '{shown}' is not a length"
+            "the answer's Content-Length {} is not a length",
+            shown(&v[..v.len().min(40)])
         ));
     }
     Ok(v.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
 }
 
+/// Where a chunk-size line is, after its digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    Digits,
+    /// Whitespace after the size: only more of it, `;` or the line's end may follow.
+    Space,
+    /// A chunk extension: anything printable until the line's end.
+    Extension,
+}
+
 /// Where a chunked body is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Chunk {
-    /// In a chunk-size line: the size so far, its digits, and whether an extension began.
+    /// In a chunk-size line: the size so far, its digits, and what follows them.
     Size {
         n: u64,
-        digits: u8,
-        ext: bool,
+        digits: bool,
+        after: After,
     },
     /// After the size line's CR.
     SizeLf(u64),
@@ -162,66 +209,77 @@ enum Chunk {
     Done,
 }
 
+const NEW_LINE: Chunk = Chunk::Size {
+    n: 0,
+    digits: false,
+    after: After::Digits,
+};
+
 /// The body of one answer, fed as its bytes arrive.
 #[derive(Debug)]
 pub struct Body {
     framing: Framing,
-    /// `Length`: bytes still to come.
-    left: u64,
+    /// Body bytes handed over so far.
+    received: u64,
     chunk: Chunk,
-    /// Bytes of chunk-size lines and trailers seen: bounded by [`MAX_HEAD`].
-    meta: usize,
+    /// Bytes of the current chunk-size or trailer line: bounded by [`MAX_HEAD`].
+    line: usize,
 }
 
 impl Body {
     pub fn new(framing: Framing) -> Body {
         Body {
             framing,
-            left: match framing {
-                Framing::Length(n) => n,
-                _ => 0,
-            },
-            chunk: Chunk::Size {
-                n: 0,
-                digits: 0,
-                ext: false,
-            },
-            meta: 0,
+            received: 0,
+            chunk: NEW_LINE,
+            line: 0,
         }
     }
 
     /// Whether the body is complete.
     pub fn done(&self) -> bool {
         match self.framing {
-            Framing::Length(_) => self.left == 0,
+            Framing::Length(n) => self.received == n,
             Framing::Chunked => self.chunk == Chunk::Done,
             Framing::Eof => false,
         }
     }
 
-    /// Whether the end of the connection ends this body (rather than cutting it short).
-    pub fn ends_at_eof(&self) -> bool {
-        self.framing == Framing::Eof || self.done()
+    /// What the end of the connection means here: `None` if it ends the body, else why it
+    /// cut the body short.
+    pub fn cut_by_eof(&self) -> Option<String> {
+        match self.framing {
+            _ if self.done() => None,
+            Framing::Eof => None,
+            Framing::Length(n) => Some(format!(
+                "the connection closed after {} of the answer's {n} body bytes",
+                self.received
+            )),
+            Framing::Chunked => Some(format!(
+                "the connection closed inside the answer's chunked body, after {} bytes of data",
+                self.received
+            )),
+        }
     }
 
     /// Takes what it can of `input`, handing the body's data to `sink`; returns the bytes
     /// used: all of `input` unless the body ended inside it.
     pub fn feed(&mut self, input: &[u8], sink: &mut impl FnMut(&[u8])) -> Result<usize, String> {
-        match self.framing {
+        let used = match self.framing {
             Framing::Eof => {
                 sink(input);
-                Ok(input.len())
+                input.len()
             }
-            Framing::Length(_) => {
-                let take = input
-                    .len()
-                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+            Framing::Length(n) => {
+                let left = n - self.received;
+                let take = input.len().min(usize::try_from(left).unwrap_or(usize::MAX));
                 sink(&input[..take]);
-                self.left -= take as u64;
-                Ok(take)
+                take
             }
-            Framing::Chunked => self.feed_chunked(input, sink),
-        }
+            Framing::Chunked => return self.feed_chunked(input, sink),
+        };
+        self.received += used as u64;
+        Ok(used)
     }
 
     fn feed_chunked(
@@ -235,6 +293,7 @@ impl Body {
                 let take = (input.len() - at).min(usize::try_from(left).unwrap_or(usize::MAX));
                 sink(&input[at..at + take]);
                 at += take;
+                self.received += take as u64;
                 let left = left - take as u64;
                 self.chunk = if left == 0 {
                     Chunk::DataCr
@@ -243,14 +302,17 @@ impl Body {
                 };
                 continue;
             }
-            self.meta += 1;
-            if self.meta > MAX_HEAD {
+            self.line += 1;
+            if self.line > MAX_HEAD {
                 return Err(format!(
-                    "the answer's chunk lines and trailers run past {} KiB",
+                    "a chunk-size or trailer line of the answer runs past {} KiB",
                     MAX_HEAD / 1024
                 ));
             }
             self.chunk = step(self.chunk, input[at])?;
+            if matches!(self.chunk, NEW_LINE | Chunk::TrailerStart) {
+                self.line = 0;
+            }
             at += 1;
         }
         Ok(at)
@@ -259,57 +321,66 @@ impl Body {
 
 /// One byte of a chunked body outside chunk data.
 fn step(state: Chunk, b: u8) -> Result<Chunk, String> {
-    let bad = |what: &str| Err(format!("the answer's chunked body is malformed ({what})"));
+    let bad = |what: &str| {
+        Err(format!(
+            "the answer's chunked body is malformed: {what} (byte {})",
+            shown(&[b])
+        ))
+    };
+    let line_end = |n: u64| match n {
+        0 => Chunk::TrailerStart,
+        n => Chunk::Data(n),
+    };
     Ok(match (state, b) {
         (
             Chunk::Size {
                 n,
-                digits,
-                ext: false,
+                after: After::Digits,
+                ..
             },
             _,
         ) if b.is_ascii_hexdigit() => {
-            if digits >= 15 {
-                return bad("a chunk size of more than 15 hex digits");
+            if n >> 60 != 0 {
+                return bad("a chunk size past 2^64");
             }
             let d = (b as char).to_digit(16).unwrap_or(0);
             Chunk::Size {
                 n: n * 16 + u64::from(d),
-                digits: digits + 1,
-                ext: false,
+                digits: true,
+                after: After::Digits,
             }
         }
-        (Chunk::Size { digits: 0, .. }, _) => return bad("a chunk-size line without a size"),
+        (Chunk::Size { digits: false, .. }, _) => return bad("a chunk-size line without a size"),
         (Chunk::Size { n, .. }, b'\r') => Chunk::SizeLf(n),
-        (Chunk::Size { n, .. }, b'\n') | (Chunk::SizeLf(n), b'\n') => match n {
-            0 => Chunk::TrailerStart,
-            n => Chunk::Data(n),
-        },
-        (Chunk::Size { n, digits, .. }, b';' | b' ' | b'\t') => Chunk::Size {
-            n,
-            digits,
-            ext: true,
-        },
+        (Chunk::Size { n, .. }, b'\n') | (Chunk::SizeLf(n), b'\n') => line_end(n),
         (
             Chunk::Size {
                 n,
-                digits,
-                ext: true,
+                after: After::Digits | After::Space,
+                ..
+            },
+            b' ' | b'\t',
+        ) => Chunk::Size {
+            n,
+            digits: true,
+            after: After::Space,
+        },
+        (Chunk::Size { n, .. }, b';') => Chunk::Size {
+            n,
+            digits: true,
+            after: After::Extension,
+        },
+        (
+            Chunk::Size {
+                after: After::Extension,
+                ..
             },
             _,
-        ) if b >= 0x20 || b == b'\t' => Chunk::Size {
-            n,
-            digits,
-            ext: true,
-        },
+        ) if b >= 0x20 || b == b'\t' => state,
         (Chunk::Size { .. }, _) => return bad("a stray byte in a chunk-size line"),
         (Chunk::SizeLf(_), _) => return bad("CR without LF after a chunk size"),
         (Chunk::DataCr, b'\r') => Chunk::DataLf,
-        (Chunk::DataCr | Chunk::DataLf, b'\n') => Chunk::Size {
-            n: 0,
-            digits: 0,
-            ext: false,
-        },
+        (Chunk::DataCr | Chunk::DataLf, b'\n') => NEW_LINE,
         (Chunk::DataCr | Chunk::DataLf, _) => return bad("chunk data longer than its size"),
         (Chunk::TrailerStart, b'\r') => Chunk::EndLf,
         (Chunk::TrailerStart, b'\n') | (Chunk::EndLf, b'\n') => Chunk::Done,
@@ -321,9 +392,9 @@ fn step(state: Chunk, b: u8) -> Result<Chunk, String> {
 }
 
 /// How reading an answer failed.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum ReadError {
-    /// The connection ended (closed or reset) before a single byte of the answer.
+    /// The connection ended (closed or reset) before a single byte of an answer.
     Silent,
     /// The connection ended or failed part way through the answer.
     Cut(String),
@@ -332,7 +403,7 @@ pub enum ReadError {
 }
 
 /// What [`read_answer`] found.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
     /// Whether the connection may carry the next request.
@@ -340,36 +411,49 @@ pub struct Answer {
 }
 
 /// Reads one answer from `stream` into `buf` (a buffer kept by the connection, emptied
-/// first), handing its body's data to `sink`.
-pub async fn read_answer(
-    stream: &mut TcpStream,
+/// first), handing its body's data to `sink`. `status` is set as soon as the final head is
+/// in, so that a caller whose time runs out can say how far the answer got.
+pub async fn read_answer<R: AsyncRead + Unpin>(
+    stream: &mut R,
     buf: &mut Vec<u8>,
     head_request: bool,
+    status: &mut Option<u16>,
     sink: &mut impl FnMut(&[u8]),
 ) -> Result<Answer, ReadError> {
     buf.clear();
+    // Where the head being read starts (after interim answers) and how far it was searched
+    // for its blank line: a head trickling in is not parsed again for every byte.
+    let (mut start, mut searched) = (0, 0);
     let head = loop {
-        match parse_head(buf, head_request).map_err(ReadError::Malformed)? {
-            Parsed::Final(head) => break head,
-            Parsed::Interim(len) => {
-                buf.drain(..len);
-            }
-            Parsed::Partial => {
-                let silent = buf.is_empty();
-                match fill(stream, buf).await {
-                    Ok(0) | Err(_) if silent => return Err(ReadError::Silent),
-                    Ok(0) => {
-                        let why = "the connection closed inside the answer's head";
-                        return Err(ReadError::Cut(why.into()));
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Err(ReadError::Cut(format!("reading the answer: {e}"))),
+        if ends_head(&buf[start..], searched) {
+            match parse_head(&buf[start..], head_request).map_err(ReadError::Malformed)? {
+                Parsed::Final(head) => break head,
+                Parsed::Interim(len) => {
+                    start += len;
+                    searched = 0;
+                    continue;
                 }
+                Parsed::Partial => {}
             }
+        } else if buf.len() - start >= MAX_HEAD {
+            let why = format!("the answer's head is longer than {} KiB", MAX_HEAD / 1024);
+            return Err(ReadError::Malformed(why));
+        }
+        searched = buf.len() - start;
+        let nothing_yet = buf.is_empty();
+        match fill(stream, buf).await {
+            Ok(0) | Err(_) if nothing_yet => return Err(ReadError::Silent),
+            Ok(0) => {
+                let why = "the connection closed inside the answer's head";
+                return Err(ReadError::Cut(why.into()));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(ReadError::Cut(format!("reading the answer: {e}"))),
         }
     };
+    *status = Some(head.status);
     let mut body = Body::new(head.framing);
-    let mut at = head.len;
+    let mut at = start + head.len;
     loop {
         at += body.feed(&buf[at..], sink).map_err(ReadError::Malformed)?;
         if body.done() {
@@ -379,14 +463,12 @@ pub async fn read_answer(
         at = 0;
         let n = fill(stream, buf)
             .await
-            .map_err(|e| ReadError::Cut(format!("reading the answer: {e}")))?;
+            .map_err(|e| ReadError::Cut(format!("reading the answer's body: {e}")))?;
         if n == 0 {
-            if body.ends_at_eof() {
-                break;
+            match body.cut_by_eof() {
+                None => break,
+                Some(why) => return Err(ReadError::Cut(why)),
             }
-            return Err(ReadError::Cut(
-                "the connection closed inside the answer's body".into(),
-            ));
         }
     }
     Ok(Answer {
@@ -396,113 +478,140 @@ pub async fn read_answer(
     })
 }
 
-/// Reads what has arrived into `buf`'s spare room; 0 at the end of the connection.
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
-    buf.reserve(8 * 1024);
-    stream.read_buf(buf).await
+/// Whether `head` (searched up to `searched` before) may hold a whole head: a blank line
+/// (`\n\n` or `\n\r\n`) in what is new, three bytes back for one cut across two reads.
+fn ends_head(head: &[u8], searched: usize) -> bool {
+    let from = searched.saturating_sub(3);
+    head.get(from..).is_some_and(|new| {
+        new.windows(2).enumerate().any(|(i, w)| {
+            w[0] == b'\n' && (w[1] == b'\n' || (w[1] == b'\r' && new.get(i + 2) == Some(&b'\n')))
+        })
+    })
+}
+
+/// Reads what has arrived, at most [`READ_SIZE`] bytes, onto the end of `buf`; 0 at the end
+/// of the connection.
+async fn fill<R: AsyncRead + Unpin>(stream: &mut R, buf: &mut Vec<u8>) -> io::Result<usize> {
+    buf.reserve(READ_SIZE);
+    stream.take(READ_SIZE as u64).read_buf(buf).await
 }
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::ReadBuf;
+
     use super::*;
 
-    /// The status, the body and whether the connection stays open, for `answer` fed in pieces
-    /// of `step` bytes, every split tried.
-    fn read(answer: &[u8], head_request: bool) -> Result<(u16, Vec<u8>, bool, usize), String> {
-        let mut results = Vec::new();
-        for step in 1..=answer.len().max(1) {
-            results.push(read_in_steps(answer, head_request, step));
+    /// An answer delivered `step` bytes per read, then the end of the connection.
+    struct Trickle<'a> {
+        rest: &'a [u8],
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = self.step.min(self.rest.len()).min(buf.remaining());
+            buf.put_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+            Poll::Ready(Ok(()))
         }
-        let first = results[0].clone();
-        assert!(
-            results.iter().all(|r| *r == first),
-            "splits disagree: {results:?}"
-        );
+    }
+
+    type Read = Result<(Answer, Vec<u8>, usize), ReadError>;
+
+    /// [`read_answer`] on `answer` cut into reads of `step` bytes: the answer, the body, and
+    /// the bytes left unread.
+    fn read_in_steps(answer: &[u8], head_request: bool, step: usize) -> Read {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut stream = Trickle { rest: answer, step };
+        let (mut buf, mut body, mut status) = (Vec::new(), Vec::new(), None);
+        let mut sink = |d: &[u8]| body.extend_from_slice(d);
+        let read = runtime.block_on(read_answer(
+            &mut stream,
+            &mut buf,
+            head_request,
+            &mut status,
+            &mut sink,
+        ));
+        let left = stream.rest.len();
+        read.map(|a| (a, body, left))
+    }
+
+    /// [`read_in_steps`] for every step from 1 byte to the whole answer, which must agree.
+    fn read(answer: &[u8], head_request: bool) -> Read {
+        let first = read_in_steps(answer, head_request, answer.len());
+        for step in 1..answer.len() {
+            let r = read_in_steps(answer, head_request, step);
+            assert_eq!(r, first, "reads of {step} bytes disagree");
+        }
         first
     }
 
-    fn read_in_steps(
-        answer: &[u8],
-        head_request: bool,
-        step: usize,
-    ) -> Result<(u16, Vec<u8>, bool, usize), String> {
-        let mut buf = Vec::new();
-        let mut rest = answer;
-        let head = loop {
-            match parse_head(&buf, head_request)? {
-                Parsed::Final(h) => break h,
-                Parsed::Interim(len) => {
-                    buf.drain(..len);
-                }
-                Parsed::Partial if rest.is_empty() => return Err("cut in the head".into()),
-                Parsed::Partial => {
-                    let n = step.min(rest.len());
-                    buf.extend_from_slice(&rest[..n]);
-                    rest = &rest[n..];
-                }
-            }
-        };
-        let mut body = Body::new(head.framing);
-        let mut data = Vec::new();
-        let mut at = head.len;
-        loop {
-            at += body.feed(&buf[at..], &mut |d: &[u8]| data.extend_from_slice(d))?;
-            if body.done() {
-                break;
-            }
-            buf.clear();
-            at = 0;
-            if rest.is_empty() {
-                if body.ends_at_eof() {
-                    break;
-                }
-                return Err("cut in the body".into());
-            }
-            let n = step.min(rest.len());
-            buf.extend_from_slice(&rest[..n]);
-            rest = &rest[n..];
+    fn ok(status: u16, body: &[u8], keep_alive: bool) -> Read {
+        Ok((Answer { status, keep_alive }, body.to_vec(), 0))
+    }
+
+    fn err(answer: &[u8]) -> String {
+        match read_in_steps(answer, false, 7) {
+            Err(ReadError::Malformed(why) | ReadError::Cut(why)) => why,
+            other => panic!("not an error: {other:?}"),
         }
-        let left = buf.len() - at + rest.len();
-        Ok((head.status, data, head.keep_alive, left))
     }
 
     #[test]
     fn the_three_framings_in_every_split() {
         let length = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
-        assert_eq!(
-            read(length, false).unwrap(),
-            (200, b"hello".to_vec(), true, 0)
-        );
+        assert_eq!(read(length, false), ok(200, b"hello", true));
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
-            5;ext=1\r\nhello\r\nA\r\n, world!!!\r\n0\r\nX-Trailer: t\r\n\r\n";
-        assert_eq!(
-            read(chunked, false).unwrap(),
-            (200, b"hello, world!!!".to_vec(), true, 0)
-        );
+            5;ext=1\r\nhello\r\n00A \t;x\r\n, world!!!\r\n0\r\nX-Trailer: t\r\n\r\n";
+        assert_eq!(read(chunked, false), ok(200, b"hello, world!!!", true));
         let eof = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end";
-        assert_eq!(
-            read(eof, false).unwrap(),
-            (200, b"until the end".to_vec(), false, 0)
-        );
-        // Two answers back to back: the first ends where it should.
+        assert_eq!(read(eof, false), ok(200, b"until the end", false));
+        let bare_lf = b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n";
+        assert_eq!(read(bare_lf, false), ok(200, b"ok", true));
+        // Two answers back to back: the first ends where it should, and the connection is
+        // not trusted with another request.
         let two = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n";
-        let (_, body, _, left) = read_in_steps(two, false, two.len()).unwrap();
-        assert_eq!((body, left), (b"ok".to_vec(), 17));
+        let (answer, body, _) = read_in_steps(two, false, two.len()).unwrap();
+        assert_eq!((answer.keep_alive, body), (false, b"ok".to_vec()));
+    }
+
+    #[test]
+    fn many_small_chunks_are_fine() {
+        let mut a = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..20_000 {
+            a.extend_from_slice(b"1;piece\r\nx\r\n");
+        }
+        a.extend_from_slice(b"0\r\n\r\n");
+        let (answer, body, _) = read_in_steps(&a, false, 4096).unwrap();
+        assert_eq!((answer.status, body.len()), (200, 20_000));
     }
 
     #[test]
     fn interim_answers_are_skipped_and_bodiless_answers_have_no_body() {
-        let a = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok";
-        assert_eq!(read(a, false).unwrap(), (201, b"ok".to_vec(), true, 0));
+        let a = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\n\
+            HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(read(a, false), ok(201, b"ok", true));
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n";
-        assert_eq!(read(head, true).unwrap(), (200, vec![], true, 0));
+        assert_eq!(read(head, true), ok(200, b"", true));
         let none = b"HTTP/1.1 204 No Content\r\n\r\n";
-        assert_eq!(read(none, false).unwrap(), (204, vec![], true, 0));
+        assert_eq!(read(none, false), ok(204, b"", true));
+        let same = b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(read(same, false), ok(200, b"ok", true));
     }
 
     #[test]
     fn who_keeps_the_connection_open() {
-        let keep = |a: &[u8]| read(a, false).unwrap().2;
+        let keep = |a: &[u8]| read(a, false).unwrap().0.keep_alive;
         assert!(!keep(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"));
         assert!(keep(
             b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n"
@@ -510,45 +619,70 @@ mod tests {
         assert!(!keep(
             b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 0\r\n\r\n"
         ));
-        // A length and an encoding together: read as chunked, then closed (RFC 9112 §6.3).
+        // Faulty framing is read, then the connection closed (RFC 9112 §6.1, §6.3).
         assert!(!keep(
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
         ));
+        assert!(!keep(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        ));
+        // A trailing comma does not hide the chunked coding.
+        let comma = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n0\r\n\r\n";
+        assert_eq!(read(comma, false), ok(200, b"", true));
     }
 
     #[test]
-    fn malformed_answers_are_errors_naming_the_fault() {
-        let err = |a: &[u8]| read_in_steps(a, false, a.len()).unwrap_err();
-        assert!(err(b"SSH-2.0-OpenSSH\r\n\r\n").contains("not HTTP/1.x"));
+    fn a_connection_that_ends_before_an_answer_is_silent() {
+        assert_eq!(read_in_steps(b"", false, 1), Err(ReadError::Silent));
+        // After an interim answer it is not: something came.
+        let cut = read_in_steps(b"HTTP/1.1 100 Continue\r\n\r\n", false, 5);
+        assert!(matches!(cut, Err(ReadError::Cut(_))), "{cut:?}");
+    }
+
+    #[test]
+    fn malformed_answers_are_errors_showing_what_came() {
+        let why = err(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
         assert!(
-            err(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").contains("'-1' is not a length")
+            why.contains("not HTTP/1.x") && why.contains("\"SSH-2.0-OpenSSH_9.2"),
+            "{why}"
         );
+        assert!(err(b"\x16\x03\x01\x02\x00\x01\r\n\r\n").contains("is the endpoint https?"));
         assert!(
-            err(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
-                .contains("two different Content-Length")
+            err(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n")
+                .contains("\"-1\" is not a length")
+        );
+        let two = err(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
+        assert!(two.contains("two Content-Length values, 1 and 2"), "{two}");
+        assert!(err(b"HTTP/1.1 101 Switching Protocols\r\n\r\n").contains("switched protocols"));
+        let many = format!("HTTP/1.1 200 OK\r\n{}\r\n", "X: y\r\n".repeat(200));
+        assert!(err(many.as_bytes()).contains("more than 128 header lines"));
+        let short = err(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel");
+        assert!(
+            short.contains("after 3 of the answer's 5 body bytes"),
+            "{short}"
         );
         let chunked = |body: &str| {
             let mut a = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
             a.extend_from_slice(body.as_bytes());
-            read_in_steps(&a, false, 3)
+            err(&a)
         };
-        assert!(chunked("zz\r\n").unwrap_err().contains("without a size"));
-        assert!(
-            chunked("2\r\nabc\r\n")
-                .unwrap_err()
-                .contains("longer than its size")
-        );
-        assert!(
-            chunked("1000000000000000\r\n")
-                .unwrap_err()
-                .contains("15 hex digits")
-        );
-        assert_eq!(chunked("5\r\nhel").unwrap_err(), "cut in the body");
+        assert!(chunked("zz\r\n").contains("without a size (byte \"z\")"));
+        assert!(chunked("5 junk\r\n").contains("stray byte in a chunk-size line (byte \"j\")"));
+        assert!(chunked("2\r\nabc\r\n").contains("longer than its size"));
+        assert!(chunked("10000000000000000\r\n").contains("past 2^64"));
+        assert!(chunked("5\r\nhel").contains("inside the answer's chunked body, after 3 bytes"));
         let endless = format!("1;{}", "x".repeat(MAX_HEAD));
-        assert!(chunked(&endless).unwrap_err().contains("run past 64 KiB"));
+        assert!(chunked(&endless).contains("runs past 64 KiB"));
+        // Leading zeros are only zeros.
+        let zeros = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            00000000000000000002\r\nok\r\n0\r\n\r\n";
+        assert_eq!(read_in_steps(zeros, false, 5), ok(200, b"ok", true));
+        // A head that never ends is refused once it passes the bound, read by read.
         let huge_head = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "y".repeat(MAX_HEAD));
-        // As a connection delivers it: a read at a time, the head checked after each.
-        let cut = read_in_steps(huge_head.as_bytes(), false, 8 * 1024).unwrap_err();
-        assert!(cut.contains("longer than 64 KiB"), "{cut}");
+        let why = match read_in_steps(huge_head.as_bytes(), false, MAX_HEAD * 2) {
+            Err(ReadError::Malformed(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(why.contains("longer than 64 KiB"), "{why}");
     }
 }
