@@ -34,16 +34,23 @@ TOOLS = [("nginx", "nginx-light"), ("wrk", "wrk"), ("ab", "apache2-utils"),
          ("php", "php-cli"), ("redis-server", "redis-server")]
 
 
-PHP_SHORTFALL = """Where the difference goes, as far as measured: with one connection (`-c 1`), where
-nothing competes for the CPU, lockctl matched ab on this endpoint (1,729 against 1,749
-requests/s in a manual run), so the gap is not a slower request path but CPU per request
-under contention. With a new connection per request lockctl pays hyper's connection setup
-every time (a dispatcher task, its request channel and buffers) and one more wake-up per
-request (perf stat: 2.6 context switches per request against ab's 2.0): about 18 µs more
-client CPU per request than ab (the CPU column), taken from two cores that the ten PHP
-workers and Redis already saturate. Sending HTTP/1.0 as ab does, `Connection: close`, or no
-TCP_NODELAY did not close the gap in manual A/B runs (0.8-0.9x ab there). With keep-alive
-(nginx above) the same client is level with wrk."""
+def php_reading(php):
+    """What the PHP table's other columns say, from the numbers measured."""
+    a, l = php["ab"], php["lockctl"]
+    return (
+        "Reading the row: the two tools differ in what the endpoint has to do, not only in "
+        f"their own cost. Client CPU per request: lockctl {l['cpu_us']:.0f} µs, ab "
+        f"{a['cpu_us']:.0f} µs (user + system, whole process, setup and read-back included "
+        "for lockctl). Server CPU per request (the ten PHP workers and Redis): "
+        f"{l['server_us']:.0f} µs under lockctl's requests, {a['server_us']:.0f} µs under ab's. "
+        f"Purchases per 1000 requests: {l['bought_per_k']:.0f} under lockctl, "
+        f"{a['bought_per_k']:.0f} under ab. run_demo.php answers busy when its lock is taken, "
+        "and a purchase (GET, DECR, the release script) costs it more than a busy answer (one "
+        "failed SET NX); how many requests find the lock free depends on when they arrive, so "
+        "the same endpoint, at the same concurrency, does a different amount of work per "
+        "request under each tool. Both tools open a connection per request here: PHP's "
+        "built-in server closes it after every answer.")
+
 
 
 def ensure_tools():
@@ -188,14 +195,18 @@ def children_cpu():
 
 
 def rounds(repeat, runs):
-    """Runs each of `runs` (name -> callable) once per round, in turns. Per name: the median
-    requests/s, a command line, every round's requests/s, the median client CPU per request
+    """Runs each of `runs` (name -> callable) once per round, in turns, the order reversed
+    every other round. Per name: the median requests/s, a command line, every round's
+    requests/s (in the order of the names), the median client CPU per request
     (µs, user + system, from getrusage) and the median of its per-round ratio to the first
     name's (the same round, seconds apart: a slow spell on this shared machine mostly hits
     both)."""
     results = {name: [] for name in runs}
     for r in range(repeat):
-        for name, run in runs.items():
+        # Every other round in the opposite order: whatever the run before leaves behind
+        # (TIME_WAIT sockets, a warm or cold cache) falls on each tool in turn.
+        order = list(runs.items()) if r % 2 == 0 else list(reversed(runs.items()))
+        for name, run in order:
             before = children_cpu()
             cmd, rps, requests, *_ = run()
             cpu_us = (children_cpu() - before) * 1e6 / max(requests, 1)
@@ -236,27 +247,76 @@ def static_rows(lockctl, quick, repeat, tmp):
         stop(nginx)
 
 
+def server_ticks(pids):
+    """CPU time (clock ticks, user + system) used so far by the processes in `pids` and every
+    process in their process groups (php -S forks its workers into its own)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state, ppid, pgrp, ... utime (12th), stime (13th).
+        if int(entry) in pids or int(fields[2]) in pids:
+            total += int(fields[11]) + int(fields[12])
+    return total
+
+
 def php_rows(lockctl, quick, repeat, tmp):
     redis, redis_port = start_redis(tmp)
     php, port = start_php(tmp, redis_port, 10)
     try:
         redis_url = f"redis://127.0.0.1:{redis_port}"
-        n, c = (2000 if quick else 5000), 10
+        n, c = (2000 if quick else 10000), 10
         ab_url = f"http://127.0.0.1:{port}/run_demo.php?sku=bench_php"
-        subprocess.run(["redis-cli", "-p", str(redis_port), "set", "item:stock:bench_php",
-                        "100000000"], check=True, capture_output=True)
+        stock_key = "item:stock:bench_php"
+
+        def stock():
+            out = subprocess.run(["redis-cli", "-p", str(redis_port), "get", stock_key],
+                                 check=True, capture_output=True, text=True).stdout
+            return int(out)
+
+        subprocess.run(["redis-cli", "-p", str(redis_port), "set", stock_key, "100000000"],
+                       check=True, capture_output=True)
         url = f"http://127.0.0.1:{port}/run_demo.php?sku={{sku}}"
         verdicts = []
+        # Per tool: the server's CPU per request (µs) and purchases per 1000 requests. The
+        # endpoint's work depends on its answers (a purchase costs it more than "busy"), and
+        # how many requests find the lock free depends on when they arrive.
+        server = {"ab": [], "lockctl": []}
+        tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+
+        def measured(name, run, bought):
+            def go():
+                before = server_ticks({php.pid, redis.pid})
+                cmd, rps, done, *rest = run()
+                ticks = server_ticks({php.pid, redis.pid}) - before
+                server[name].append((ticks * tick_us / done, bought(rest) * 1000 / done))
+                return cmd, rps, done
+            return go
+
+        def ab_run():
+            before = stock()
+            cmd, rps, done = run_ab(ab_url, c, n, False)
+            return cmd, rps, done, before - stock()
 
         def judged():
             cmd, rps, done, report = run_lockctl(lockctl, redis_url, url, c, n,
                                                  ["--preset", "tutorial", "--stock", "100000000"])
             verdicts.append(report["verdict"])
-            return cmd, rps, done
+            return cmd, rps, done, report["bought"]
 
         run_ab(ab_url, c, n // 5, False)  # warm up
-        runs = {"ab": lambda: run_ab(ab_url, c, n, False), "lockctl": judged}
-        return rounds(repeat, runs), verdicts
+        runs = {"ab": measured("ab", ab_run, lambda rest: rest[0]),
+                "lockctl": measured("lockctl", judged, lambda rest: rest[0])}
+        table = rounds(repeat, runs)
+        for name, vals in server.items():
+            table[name]["server_us"] = statistics.median(v[0] for v in vals)
+            table[name]["bought_per_k"] = statistics.median(v[1] for v in vals)
+        return table, verdicts
     finally:
         stop(php)
         stop(redis)
@@ -305,11 +365,13 @@ def run(lockctl, quick, repeat):
     w("")
     w("### The tutorial's run_demo.php under `PHP_CLI_SERVER_WORKERS=10 php -S`, 10 connections")
     w("")
-    w("| tool | requests/s (median) | ratio to ab | client CPU µs/request | every round |")
-    w("|---|---:|---:|---:|---|")
+    w("| tool | requests/s (median) | ratio to ab | client CPU µs/request | "
+      "server CPU µs/request | purchases per 1000 requests | every round |")
+    w("|---|---:|---:|---:|---:|---:|---|")
     for name in ["ab", "lockctl"]:
         t = php[name]
         w(f"| {name} | {t['rps']:,.0f} | {t['ratio']:.2f} | {t['cpu_us']:.1f} | "
+          f"{t['server_us']:.1f} | {t['bought_per_k']:.0f} | "
           + ", ".join(f"{x:,.0f}" for x in t["all"]) + " |")
     w("")
     ratio = php["lockctl"]["ratio"]
@@ -318,9 +380,8 @@ def run(lockctl, quick, repeat):
       "PHP's built-in server closes the connection after every answer, so both tools connect "
       "once per request. lockctl's runs also set and read the stock and judged each run: "
       f"{', '.join(verdicts)}.")
-    if ratio < 1.0:
-        w("")
-        w(PHP_SHORTFALL)
+    w("")
+    w(php_reading(php))
     w("")
     w("Commands (ports are free ones picked per run):")
     w("")

@@ -28,6 +28,8 @@ pub const KEPT_BODY: usize = 64 * 1024;
 #[derive(Clone, Debug, Default)]
 pub struct Classifier {
     bought: Option<Regex>,
+    /// Whether `bought` has the group `remaining` (the stock the answer reports).
+    bought_remaining: bool,
     sold_out: Option<Regex>,
     busy: Option<Regex>,
 }
@@ -51,8 +53,12 @@ impl Classifier {
             })
             .transpose()
         };
+        let bought = compile("--bought-if", bought)?;
         Ok(Classifier {
-            bought: compile("--bought-if", bought)?,
+            bought_remaining: bought
+                .as_ref()
+                .is_some_and(|re| re.capture_names().any(|n| n == Some("remaining"))),
+            bought,
             sold_out: compile("--sold-out-if", sold_out)?,
             busy: compile("--busy-if", busy)?,
         })
@@ -79,15 +85,22 @@ impl Classifier {
 
     /// What an answer with `status` and `body` (its first [`KEPT_BODY`] bytes) meant.
     pub fn classify(&self, status: u16, body: &[u8]) -> Ended {
-        if let Some(caps) = self.bought.as_ref().and_then(|re| re.captures(body)) {
-            let remaining = caps
-                .name("remaining")
-                .and_then(|m| std::str::from_utf8(m.as_bytes()).ok())
-                .and_then(|s| s.parse().ok());
-            return Ended::Answered {
-                outcome: Some(Outcome::Bought),
-                remaining,
+        if let Some(re) = &self.bought {
+            // Captures cost a second pass: only for a pattern that has the group.
+            let found = match self.bought_remaining {
+                true => re.captures(body).map(|caps| {
+                    caps.name("remaining")
+                        .and_then(|m| std::str::from_utf8(m.as_bytes()).ok())
+                        .and_then(|s| s.parse().ok())
+                }),
+                false => re.is_match(body).then_some(None),
             };
+            if let Some(remaining) = found {
+                return Ended::Answered {
+                    outcome: Some(Outcome::Bought),
+                    remaining,
+                };
+            }
         }
         for (re, outcome) in [
             (&self.sold_out, Outcome::SoldOut),
