@@ -73,7 +73,6 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
     let shared = Arc::new(Shared {
         plan: plan.clone(),
         keep_body: plan.classifier.judges(),
-        ids: plan.spec.uses_ids(),
         sku: opts.sku.to_string(),
         users: opts.users,
         requests: opts.requests,
@@ -162,8 +161,6 @@ struct Shared {
     plan: Plan,
     /// Whether answers are read for classification (not when nothing is judged).
     keep_body: bool,
-    /// Whether requests carry `{user}` or `{order}` (else their values are not made).
-    ids: bool,
     sku: String,
     users: Option<u64>,
     requests: u64,
@@ -303,7 +300,7 @@ enum Stage {
 
 /// Request `i`: built, sent within the request timeout, its answer classified.
 async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
-    let ids = sh.ids;
+    let ids = sh.plan.spec.uses_ids();
     let order = match ids {
         false => String::new(),
         true => format!("{}-{i}", sh.plan.run_id),
@@ -466,8 +463,9 @@ async fn exchange(
             true,
             "the endpoint closed the connection without answering".into(),
         )),
-        Err(ReadError::Cut(why)) => Err(failure(ErrorKind::Broken, true, why)),
-        Err(ReadError::Malformed(why)) => Err(failure(ErrorKind::Broken, true, why)),
+        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => {
+            Err(failure(ErrorKind::Broken, true, why))
+        }
     }
 }
 

@@ -112,23 +112,39 @@ impl Template {
                 Piece::Sku => value(out, vars.sku),
                 Piece::User => value(out, vars.user),
                 Piece::Order => value(out, vars.order),
-                Piece::N => {
-                    let mut digits = [0u8; 20];
-                    let mut at = digits.len();
-                    let mut n = vars.n;
-                    loop {
-                        at -= 1;
-                        digits[at] = b'0' + (n % 10) as u8;
-                        n /= 10;
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    out.extend_from_slice(&digits[at..]);
-                }
+                Piece::N => push_decimal(out, vars.n),
             }
         }
     }
+
+    /// The length of [`Template::fill`] without encoding, counted without writing it.
+    fn filled_len(&self, vars: &Vars) -> usize {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.len(),
+                Piece::Sku => vars.sku.len(),
+                Piece::User => vars.user.len(),
+                Piece::Order => vars.order.len(),
+                Piece::N => vars.n.checked_ilog10().map_or(1, |d| d as usize + 1),
+            })
+            .sum()
+    }
+}
+
+/// Appends `n` in decimal, without an allocation.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Appends `v` with every byte but the unreserved ones (RFC 3986) as `%XX`.
@@ -298,9 +314,9 @@ impl RequestSpec {
         out.extend_from_slice(b" HTTP/1.1\r\n");
         out.extend_from_slice(&self.fixed_head);
         for (name, template) in &self.headers {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
             let at = out.len();
-            header_line(out, name, b"");
-            out.truncate(out.len() - 2);
             template.fill_into(vars, false, out);
             if !header_value_ok(&out[at..]) {
                 return Err(format!(
@@ -310,19 +326,19 @@ impl RequestSpec {
             }
             out.extend_from_slice(b"\r\n");
         }
-        let head_end = out.len();
-        if let Some(t) = &self.body {
-            t.fill_into(vars, false, out);
-        }
-        let body = out.split_off(head_end);
+        let body_len = self.body.as_ref().map_or(0, |t| t.filled_len(vars));
         // A body is framed by its length; a method that usually has one says when it has none.
-        if !body.is_empty() || matches!(self.method, Method::POST | Method::PUT | Method::PATCH) {
+        if body_len > 0 || matches!(self.method, Method::POST | Method::PUT | Method::PATCH) {
             out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(body.len().to_string().as_bytes());
+            push_decimal(out, body_len as u64);
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&body);
+        if let Some(t) = &self.body {
+            let at = out.len();
+            t.fill_into(vars, false, out);
+            debug_assert_eq!(out.len() - at, body_len);
+        }
         Ok(())
     }
 }

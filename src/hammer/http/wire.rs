@@ -70,12 +70,6 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-            return Err(format!(
-                "the answer's head is longer than {} KiB",
-                MAX_HEAD / 1024
-            ));
-        }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => {
             return Err(format!(
@@ -435,7 +429,8 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
                 }
                 Parsed::Partial => {}
             }
-        } else if buf.len() - start >= MAX_HEAD {
+        }
+        if buf.len() - start >= MAX_HEAD {
             let why = format!("the answer's head is longer than {} KiB", MAX_HEAD / 1024);
             return Err(ReadError::Malformed(why));
         }
