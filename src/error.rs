@@ -76,6 +76,18 @@ pub enum Error {
         value: String,
     },
 
+    /// A run was to start from a stock below zero: whatever it did, the books would show an
+    /// oversale that was there before it.
+    #[error(
+        "the stock of '{sku}' ('{key}') is {value}, below zero (oversold before this run?); a run starts from a stock of 0 or more: nothing was changed (reset it with: {})",
+        seed_command(sku)
+    )]
+    NegativeStock {
+        sku: String,
+        key: String,
+        value: i64,
+    },
+
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
     /// never writes there. Nothing was changed.
     #[error("{}", damaged_books(sku, reason))]
@@ -282,7 +294,7 @@ impl Error {
             Error::Auth { .. } => ErrorKind::Auth,
             Error::Unseeded { .. } | Error::NoStockKey { .. } => ErrorKind::Unseeded,
             Error::Endpoint { .. } => ErrorKind::Refused,
-            Error::BadStock { .. } => ErrorKind::BadStock,
+            Error::BadStock { .. } | Error::NegativeStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,

@@ -311,9 +311,10 @@ impl HttpArgs {
 /// `--rate`: requests per second, more than zero and at most a million.
 fn rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= 1_000_000.0 => Ok(r),
+        // At least one request in 1000 s: a schedule a run can keep (and a clock can count).
+        Ok(r) if (0.001..=1_000_000.0).contains(&r) => Ok(r),
         _ => Err(format!(
-            "'{s}' is not a rate: give requests per second, more than 0 and at most 1000000 (e.g. --rate 200 or --rate 0.5)"
+            "'{s}' is not a rate: give requests per second, at least 0.001 and at most 1000000 (e.g. --rate 200 or --rate 0.5)"
         )),
     }
 }

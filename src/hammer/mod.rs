@@ -126,8 +126,10 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
             stock::seed(&mut conn, &opts.sku, n)?;
             n as i64
         }
-        None => stock::read_stock(&mut conn, &opts.sku, &keys)?.ok_or_else(|| Error::Unseeded {
-            sku: opts.sku.to_string(),
+        None => stock::starting_stock_at(&mut conn, &opts.sku, &keys.stock)?.ok_or_else(|| {
+            Error::Unseeded {
+                sku: opts.sku.to_string(),
+            }
         })?,
     };
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));

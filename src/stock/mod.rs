@@ -276,6 +276,19 @@ pub fn read_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64
     stock_value(sku, key, read)
 }
 
+/// The stock a run starts from, read at `key`: `None` when there is no such key; below zero is
+/// refused (the run's books would show an oversale from before it).
+pub fn starting_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64>> {
+    match read_stock_at(conn, sku, key)? {
+        Some(n) if n < 0 => Err(Error::NegativeStock {
+            sku: sku.to_string(),
+            key: key.to_string(),
+            value: n,
+        }),
+        read => Ok(read),
+    }
+}
+
 /// A stock read (by `GET`, or carried by a lock's grant) as a count, by the rules of
 /// [`parse_stock`]: `None` when there is no such key.
 pub(crate) fn stock_value(sku: &Sku, key: &str, read: Carried) -> Result<Option<i64>> {
@@ -288,7 +301,15 @@ pub(crate) fn stock_value(sku: &Sku, key: &str, read: Carried) -> Result<Option<
         Carried::Missing => Ok(None),
         Carried::WrongType => Err(bad("a value of the wrong type".into())),
         Carried::Value(s) => parse_stock(&s).map(Some).ok_or_else(|| {
-            let shown: String = s.chars().take(40).collect();
+            // A line break or a terminal escape in the key is shown, not acted on.
+            let shown: String = s
+                .chars()
+                .take(40)
+                .flat_map(|c| match c.is_control() {
+                    true => c.escape_default().collect::<Vec<_>>(),
+                    false => vec![c],
+                })
+                .collect();
             bad(format!(
                 "'{shown}{}'",
                 if shown.len() < s.len() { "..." } else { "" }

@@ -242,6 +242,52 @@ fn a_non_canonical_stock_is_bad_stock_for_every_strategy_and_nothing_is_written(
     }
 }
 
+/// A stock already below zero (an earlier oversale) is no place to start a run from: every
+/// hammer, lockctl's own and `--url`, refuses it before a request, naming the value, rather
+/// than judge the run by an oversale that was there before it. A line break in a bad stock
+/// is shown escaped.
+#[test]
+fn a_run_refuses_to_start_from_a_negative_stock_and_shows_bad_values_escaped() {
+    let server = RedisServer::start();
+    let mut raw = server.raw();
+    lockctl(&server.url(), &["seed", "neg", "5"]);
+    let _: () = raw.set("item:stock:neg", "-5").unwrap();
+    let before = books(&mut raw, "neg");
+    let runs: [&[&str]; 2] = [
+        &["hammer", "--sku", "neg", "-n", "10", "--strategy", "atomic"],
+        // Nothing listens on port 1: the refusal comes before any request.
+        &[
+            "hammer",
+            "--sku",
+            "neg",
+            "-n",
+            "10",
+            "--url",
+            "http://127.0.0.1:1/",
+            "--preset",
+            "tutorial",
+        ],
+    ];
+    for args in runs {
+        let out = lockctl(&server.url(), args);
+        assert_eq!(code(&out), 1, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("('item:stock:neg') is -5, below zero"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(books(&mut raw, "neg"), before, "{args:?}");
+    }
+    let _: () = raw.set("item:stock:neg", "5\n").unwrap();
+    let out = lockctl(&server.url(), &["buy", "neg"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("holds '5\\n', not an integer"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// Attack 3, the sold counter. Old: the lock and naive strategies bought past a sold counter
 /// holding `zz` (their MULTI applied everything but the INCRBY); fenced and atomic failed
 /// mid-script, after the stock and ledger were written; `status` failed with a conversion error.

@@ -331,7 +331,7 @@ fn an_endpoint_that_is_down_or_too_slow_ends_the_run_unknown() {
 #[test]
 fn bad_input_is_refused_with_exit_2_naming_the_value() {
     let redis = RedisServer::start();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["--url", "http://127.0.0.1:1/", "--bought-if", "(x"],
             "--bought-if '(x' is not a valid pattern",
@@ -357,6 +357,16 @@ fn bad_input_is_refused_with_exit_2_naming_the_value() {
         (
             &["--url", "http://127.0.0.1:1/", "--rate", "0"],
             "is not a rate",
+        ),
+        // A rate too small for any schedule to keep, not a crash and a false FAIL.
+        (
+            &["--url", "http://127.0.0.1:1/", "--rate", "1e-300"],
+            "at least 0.001",
+        ),
+        // Never port 80 in place of a port that does not exist.
+        (
+            &["--url", "http://127.0.0.1:99999/x"],
+            "'99999' is not a port",
         ),
     ];
     for (args, says) in cases {

@@ -331,7 +331,14 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
                 Err(_) => {
                     wire.link = None;
                     let stage = status.map_or(stage, Stage::Answering);
-                    timed_out(stage, sh.plan.timeout)
+                    let mut ended = timed_out(stage, sh.plan.timeout);
+                    // Part of a head came: say what, the way a closed connection would.
+                    if let (Stage::Sent, Ended::Failed { message, .. }) = (stage, &mut ended)
+                        && !wire.read.is_empty()
+                    {
+                        message.push_str(&format!("; {}", wire::unfinished(&wire.read)));
+                    }
+                    ended
                 }
             }
         }
@@ -403,6 +410,8 @@ async fn exchange(
     status: &mut Option<u16>,
 ) -> std::result::Result<u16, Ended> {
     *stage = Stage::Connecting;
+    // From here on it holds this request's answer only.
+    wire.read.clear();
     if wire
         .link
         .as_ref()

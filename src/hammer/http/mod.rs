@@ -157,12 +157,12 @@ fn starting_stock(target: &Target, opts: &HammerOptions, key: &str) -> Result<(C
             conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
             n as i64
         }
-        None => {
-            stock::read_stock_at(&mut conn, &opts.sku, key)?.ok_or_else(|| Error::NoStockKey {
+        None => stock::starting_stock_at(&mut conn, &opts.sku, key)?.ok_or_else(|| {
+            Error::NoStockKey {
                 key: key.to_string(),
                 addr: target.addr().to_string(),
-            })?
-        }
+            }
+        })?,
     };
     Ok((conn, stock))
 }

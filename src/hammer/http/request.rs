@@ -443,6 +443,20 @@ fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
             "--url '{shown}' has no host; write it as http://host:port/path"
         ));
     }
+    // The URL parser takes any digits as a port and then has none: never port 80 instead.
+    let host_port = uri.authority().map_or("", |a| a.as_str());
+    let host_port = host_port.rsplit('@').next().unwrap_or_default();
+    let port = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+        None => host_port.rsplit_once(':').map(|(_, p)| p),
+    };
+    if let Some(port) = port.filter(|p| !p.is_empty())
+        && !port.parse::<u16>().is_ok_and(|p| p != 0)
+    {
+        return Err(format!(
+            "--url '{shown}': '{port}' is not a port (1 to 65535)"
+        ));
+    }
     Ok(uri)
 }
 
@@ -588,6 +602,8 @@ mod tests {
         assert!(bad("GET", "https://x/", "").contains("https is not supported"));
         assert!(bad("GET", "ftp://x/", "").contains("'ftp' is not http"));
         assert!(bad("GET", "/path", "").contains("no scheme"));
+        assert!(bad("GET", "http://h:99999/", "").contains("'99999' is not a port (1 to 65535)"));
+        assert!(bad("GET", "http://h:0/", "").contains("'0' is not a port"));
         assert!(bad("GET", "http://{sku}.shop/", "").contains("placeholder in its host"));
         assert!(bad("GET", "http://x/{skus}", "").contains("brace that is not a placeholder"));
         assert!(bad("GE T", "http://x/", "").contains("--method 'GE T'"));

@@ -151,6 +151,15 @@ fn not_http(buf: &[u8], why: &str) -> String {
     )
 }
 
+/// What came of a head that never ended: how much, and how it began.
+pub fn unfinished(head: &[u8]) -> String {
+    format!(
+        "after {} bytes that began {}",
+        head.len(),
+        shown(&head[..head.len().min(40)])
+    )
+}
+
 /// Bytes as a quoted string, anything unprintable escaped.
 fn shown(bytes: &[u8]) -> String {
     format!("\"{}\"", bytes.escape_ascii())
@@ -415,32 +424,38 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
     sink: &mut impl FnMut(&[u8]),
 ) -> Result<Answer, ReadError> {
     buf.clear();
-    // Where the head being read starts (after interim answers) and how far it was searched
-    // for its blank line: a head trickling in is not parsed again for every byte.
-    let (mut start, mut searched) = (0, 0);
+    // How far the head was searched for its blank line, so that a head trickling in is not
+    // parsed again for every byte; the first bytes are parsed at once, so that an answer that
+    // is not HTTP shows without waiting for a blank line that may never come.
+    let mut searched = 0;
+    let mut interim = false;
     let head = loop {
-        if ends_head(&buf[start..], searched) {
-            match parse_head(&buf[start..], head_request).map_err(ReadError::Malformed)? {
+        if !buf.is_empty() && (searched == 0 || ends_head(buf, searched)) {
+            match parse_head(buf, head_request).map_err(ReadError::Malformed)? {
                 Parsed::Final(head) => break head,
                 Parsed::Interim(len) => {
-                    start += len;
-                    searched = 0;
+                    // Gone from the buffer: however many come, it holds one head at most.
+                    buf.drain(..len);
+                    (searched, interim) = (0, true);
                     continue;
                 }
                 Parsed::Partial => {}
             }
         }
-        if buf.len() - start >= MAX_HEAD {
+        if buf.len() >= MAX_HEAD {
             let why = format!("the answer's head is longer than {} KiB", MAX_HEAD / 1024);
             return Err(ReadError::Malformed(why));
         }
-        searched = buf.len() - start;
-        let nothing_yet = buf.is_empty();
+        searched = buf.len();
+        let nothing_yet = buf.is_empty() && !interim;
         match fill(stream, buf).await {
             Ok(0) | Err(_) if nothing_yet => return Err(ReadError::Silent),
             Ok(0) => {
-                let why = "the connection closed inside the answer's head";
-                return Err(ReadError::Cut(why.into()));
+                let why = format!(
+                    "the connection closed inside the answer's head, {}",
+                    unfinished(buf)
+                );
+                return Err(ReadError::Cut(why));
             }
             Ok(_) => {}
             Err(e) => return Err(ReadError::Cut(format!("reading the answer: {e}"))),
@@ -448,7 +463,7 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
     };
     *status = Some(head.status);
     let mut body = Body::new(head.framing);
-    let mut at = start + head.len;
+    let mut at = head.len;
     loop {
         at += body.feed(&buf[at..], sink).map_err(ReadError::Malformed)?;
         if body.done() {
@@ -555,8 +570,15 @@ mod tests {
         Ok((Answer { status, keep_alive }, body.to_vec(), 0))
     }
 
+    /// The error for `answer` read 7 bytes at a time.
     fn err(answer: &[u8]) -> String {
-        match read_in_steps(answer, false, 7) {
+        err_in_steps(answer, 7)
+    }
+
+    /// The error for `answer` read `step` bytes at a time (a garbled answer shows as much as
+    /// the read that revealed it).
+    fn err_in_steps(answer: &[u8], step: usize) -> String {
+        match read_in_steps(answer, false, step) {
             Err(ReadError::Malformed(why) | ReadError::Cut(why)) => why,
             other => panic!("not an error: {other:?}"),
         }
@@ -635,8 +657,54 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_interim_answers_holds_one_head_at_a_time() {
+        let mut a = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(100_000);
+        a.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut stream = Trickle {
+            rest: &a,
+            step: READ_SIZE,
+        };
+        let (mut buf, mut status) = (Vec::new(), None);
+        let read = runtime.block_on(read_answer(
+            &mut stream,
+            &mut buf,
+            false,
+            &mut status,
+            &mut |_| {},
+        ));
+        assert_eq!(read.map(|r| r.status), Ok(200));
+        assert!(
+            buf.capacity() <= 4 * READ_SIZE,
+            "the buffer grew to {}",
+            buf.capacity()
+        );
+    }
+
+    #[test]
+    fn what_is_not_http_shows_without_a_blank_line() {
+        // A TLS alert, SSH's banner: no blank line ever comes, and the bytes show at once.
+        let tls = err(b"\x15\x03\x03\x00\x02\x02\x32");
+        assert!(
+            tls.contains("is the endpoint https?") && tls.contains("\\x15"),
+            "{tls}"
+        );
+        assert!(err_in_steps(b"SSH-2.0-OpenSSH_9.2\r\n", 64).contains("\"SSH-2.0-OpenSSH_9.2"));
+        // A head cut short says how much came and how it began.
+        let cut = err(b"HTTP/1.1 200 OK\r\nX: y");
+        assert!(
+            cut.contains(
+                "closed inside the answer's head, after 21 bytes that began \"HTTP/1.1 200 OK"
+            ),
+            "{cut}"
+        );
+    }
+
+    #[test]
     fn malformed_answers_are_errors_showing_what_came() {
-        let why = err(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
+        let why = err_in_steps(b"SSH-2.0-OpenSSH_9.2\r\n\r\n", 64);
         assert!(
             why.contains("not HTTP/1.x") && why.contains("\"SSH-2.0-OpenSSH_9.2"),
             "{why}"
