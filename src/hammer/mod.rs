@@ -132,6 +132,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
             }
         })?,
     };
+    let incarnation = readback::Incarnation::of(target, &mut conn);
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
     let running = match &opts.pipeline {
         Some(p) => Some(pipeline::start(target, opts, p)?),
@@ -183,6 +184,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),
         Err(e) => judge::unreadable(&facts, &tally, &e),
     };
+    report.notes.extend(incarnation.restart_note(target));
     if let (Some(running), Some(p)) = (running, &opts.pipeline) {
         let (pipe, violations) =
             pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;

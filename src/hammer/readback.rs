@@ -20,6 +20,41 @@ pub struct Readback {
     pub ledger: HashMap<u64, i64>,
 }
 
+/// Which process the Redis server was when the run began (`INFO server`'s `run_id`), so that
+/// the read-back can tell a stock deducted during the run from one a restart brought back
+/// from an older snapshot. Not kept for a cluster, whose nodes each have their own.
+pub(crate) struct Incarnation(Option<String>);
+
+impl Incarnation {
+    pub(crate) fn of(target: &Target, conn: &mut Conn) -> Incarnation {
+        Incarnation(match target.is_cluster() {
+            true => None,
+            false => run_id(conn),
+        })
+    }
+
+    /// A note for the report when the server is not the process it was: the verdict stands
+    /// (deductions a restart lost are lost to the shop too), and the note says where to
+    /// look. `None` when it is the same, or could not be told apart at the start.
+    pub(crate) fn restart_note(&self, target: &Target) -> Option<String> {
+        let before = self.0.as_ref()?;
+        let now = target.connect().ok().and_then(|mut c| run_id(&mut c));
+        (now.as_ref() != Some(before)).then(|| {
+            format!(
+                "Redis at {} restarted during the run (its run_id changed): what it had not saved to disk before it went down is gone, deductions and orders alike, and the books above show it",
+                target.addr()
+            )
+        })
+    }
+}
+
+fn run_id(conn: &mut Conn) -> Option<String> {
+    let info: String = conn.query(redis::cmd("INFO").arg("server")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_string())
+}
+
 /// How long the read-back keeps trying a server that is down (restarting, failing over).
 pub const READ_BACK_PATIENCE: Duration = Duration::from_secs(5);
 

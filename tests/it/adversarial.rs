@@ -600,6 +600,29 @@ fn a_run_in_which_every_request_failed_is_unknown_not_pass() {
     assert!(verdict.contains("UNKNOWN"), "{verdict}");
     assert!(verdict.contains("20 requests failed"), "{verdict}");
     assert!(verdict.contains("redis"), "{verdict}");
+
+    // With no stock to sell it is no different: nothing was tried, nothing is passed. The
+    // same for an endpoint that is not there (nothing listens on port 1).
+    let empty = [&run[..8], &["0", "--strategy", "atomic", "--json"]].concat();
+    let down = [
+        "hammer",
+        "--sku",
+        "a9",
+        "-n",
+        "5",
+        "--stock",
+        "0",
+        "--json",
+        "--url",
+        "http://127.0.0.1:1/",
+        "--preset",
+        "tutorial",
+    ];
+    for (url, args) in [(&limited, &empty[..]), (&server.url(), &down[..])] {
+        let out = lockctl(url, args);
+        assert_eq!(code(&out), 1, "{args:?}: {}", stdout(&out));
+        assert_eq!(json(&out)["verdict"], "unknown", "{args:?}");
+    }
 }
 
 /// Attack 9. Signals other than one Ctrl-C. Old: SIGTERM and SIGHUP killed the hammer outright

@@ -144,6 +144,15 @@ fn a_restart_mid_run_is_survived_and_accounted_for() {
     let v = json(&out);
     assert_came_through(&server, &v, 3000);
     assert_reconciled(&server);
+    // The report says the server restarted, where a lost write would have come from.
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("restarted during the run")),
+        "{v}"
+    );
 }
 
 #[test]

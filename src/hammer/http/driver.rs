@@ -180,8 +180,19 @@ struct Record {
     sample: Sample,
     service: Duration,
     lag: Option<Duration>,
-    /// The endpoint could not be reached at all (connect refused or timed out).
-    down: bool,
+    trouble: Trouble,
+}
+
+/// What a failed request says about going on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trouble {
+    None,
+    /// The endpoint could not be reached at all (connect refused or timed out): back off, and
+    /// give up after [`OUTAGE_LIMIT`] of it.
+    Down,
+    /// This machine had no local port to connect from: back off (ports come free as their
+    /// TIME_WAIT ends), but the endpoint is not down.
+    NoPorts,
 }
 
 /// A connection task's own: its connection and the buffers every request reuses.
@@ -266,25 +277,27 @@ async fn connection_task(sh: Arc<Shared>) {
                 sample,
                 service: Duration::ZERO,
                 lag: None,
-                down: false,
+                trouble: Trouble::None,
             };
             sh.finished(&mut pending, Some(r), false);
             continue;
         }
         let r = one_request(&sh, &mut wire, i, moment).await;
-        let down = r.down;
+        let trouble = r.trouble;
         sh.finished(&mut pending, Some(r), false);
-        if down {
+        if trouble == Trouble::None {
+            down_since = None;
+            backoff = Duration::from_millis(10);
+            continue;
+        }
+        if trouble == Trouble::Down {
             let since = *down_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= OUTAGE_LIMIT {
                 sh.abandon.store(true, Ordering::Relaxed);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
-        } else {
-            down_since = None;
-            backoff = Duration::from_millis(10);
         }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
     }
     sh.finished(&mut pending, None, true);
 }
@@ -292,6 +305,8 @@ async fn connection_task(sh: Arc<Shared>) {
 /// How far a request got, for what a timeout means.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
+    /// Not yet on its way (being written into the buffer).
+    Building,
     Connecting,
     Sent,
     /// The answer's head came, with this status; its body had not ended.
@@ -317,7 +332,7 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
         n: i,
     };
     let sent_at = Instant::now();
-    let (mut stage, mut status) = (Stage::Connecting, None);
+    let (mut stage, mut status) = (Stage::Building, None);
     let ended = match sh.plan.spec.write(&vars, &mut wire.request) {
         Err(message) => failure(ErrorKind::Internal, false, message),
         Ok(()) => {
@@ -345,9 +360,18 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
     };
     let done = Instant::now();
     let service = done - sent_at;
-    let down = matches!(&ended, Ended::Failed { kind, .. } if *kind == ErrorKind::Refused)
-        || (stage == Stage::Connecting
-            && matches!(&ended, Ended::Failed { kind, .. } if *kind == ErrorKind::TimedOut));
+    let failed = match &ended {
+        Ended::Failed { kind, .. } => Some(*kind),
+        _ => None,
+    };
+    let trouble = match (stage, failed) {
+        (_, Some(ErrorKind::Refused)) | (Stage::Connecting, Some(ErrorKind::TimedOut)) => {
+            Trouble::Down
+        }
+        // The one failure of this machine's own while connecting: no local port.
+        (Stage::Connecting, Some(ErrorKind::Internal)) => Trouble::NoPorts,
+        _ => Trouble::None,
+    };
     Record {
         sample: Sample {
             index: i,
@@ -359,7 +383,7 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
         },
         service,
         lag: moment.map(|m| sent_at.saturating_duration_since(m)),
-        down,
+        trouble,
     }
 }
 
@@ -374,7 +398,7 @@ fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> Ended {
 fn timed_out(stage: Stage, limit: Duration) -> Ended {
     let ms = limit.as_millis();
     match stage {
-        Stage::Connecting => failure(
+        Stage::Building | Stage::Connecting => failure(
             ErrorKind::TimedOut,
             false,
             format!("timed out after {ms} ms connecting to the endpoint (see --timeout-ms)"),

@@ -23,6 +23,7 @@ pub use classify::{Classifier, TUTORIAL_PATH};
 pub use request::{RequestSpec, Vars};
 
 use super::judge::percentiles;
+use super::readback::Incarnation;
 use super::{
     HammerOptions, HttpFacts, LoadModel, Mode, READ_BACK_PATIENCE, Report, RunFacts, Subject,
     interrupted, judge_http, mark_interrupted, usage,
@@ -69,6 +70,9 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         true => Some(starting_stock(target, opts, &key)?),
         false => None,
     };
+    let incarnation = books
+        .as_mut()
+        .map(|(conn, _)| Incarnation::of(target, conn));
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
@@ -114,6 +118,9 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         Some(Ok(f)) => judge_http::verdict(&facts, t, f),
         Some(Err(e)) => judge_http::unreadable(&facts, t, &e),
     };
+    report
+        .notes
+        .extend(incarnation.and_then(|i| i.restart_note(target)));
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
     if http.rate.is_some() && driven.late > 0 {
         let (n, ms) = (driven.late, super::LATE_AFTER_MS);
