@@ -425,8 +425,7 @@ fn timed_out(stage: Stage, limit: Duration) -> Ended {
 /// A connection that has carried an answer is checked before it carries another: if the
 /// server closed it meanwhile (an idle keep-alive connection timed out), the request goes on a
 /// fresh one. A request is never sent twice: once any of it is written, whatever happens to
-/// the answer is that request's outcome.
-/// `status` is set as soon as the answer's head is in.
+/// the answer is that request's outcome. `status` is set as soon as the answer's head is in.
 async fn exchange(
     sh: &Shared,
     wire: &mut Wire,
@@ -450,8 +449,11 @@ async fn exchange(
     *stage = Stage::Sent;
     let mut written = 0;
     while written < wire.request.len() {
-        match link.stream.write(&wire.request[written..]).await {
-            Ok(0) => break,
+        let wrote = match link.stream.write(&wire.request[written..]).await {
+            Ok(0) => Err(std::io::ErrorKind::WriteZero.into()),
+            wrote => wrote,
+        };
+        match wrote {
             Ok(n) => written += n,
             Err(e) => {
                 // A part that went out may be enough for the endpoint to act on.
