@@ -35,16 +35,20 @@ impl Incarnation {
 
     /// A note for the report when the server is not the process it was: the verdict stands
     /// (deductions a restart lost are lost to the shop too), and the note says where to
-    /// look. `None` when it is the same, or could not be told apart at the start.
+    /// look. `None` when it is the same, or could not be told apart at the start; a server
+    /// that cannot be asked afterwards is said to be unknown, not restarted.
     pub(crate) fn restart_note(&self, target: &Target) -> Option<String> {
         let before = self.0.as_ref()?;
-        let now = target.connect().ok().and_then(|mut c| run_id(&mut c));
-        (now.as_ref() != Some(before)).then(|| {
-            format!(
-                "Redis at {} restarted during the run (its run_id changed): what it had not saved to disk before it went down is gone, deductions and orders alike, and the books above show it",
-                target.addr()
-            )
-        })
+        let addr = target.addr();
+        match target.connect().ok().and_then(|mut c| run_id(&mut c)) {
+            Some(now) if &now == before => None,
+            Some(_) => Some(format!(
+                "Redis at {addr} restarted during the run (its run_id changed): what it had not saved to disk before it went down is gone, deductions and orders alike, and the books above show it"
+            )),
+            None => Some(format!(
+                "could not ask Redis at {addr} after the run whether it restarted during it (INFO server did not answer)"
+            )),
+        }
     }
 }
 

@@ -215,6 +215,10 @@ fn a_server_gone_before_the_read_back_gives_an_unknown_verdict() {
         "{v}"
     );
     assert_eq!(accounted(&v), 100000);
+    // A server that cannot be asked is not said to have restarted.
+    let notes = v["notes"].to_string();
+    assert!(!notes.contains("restarted during the run"), "{notes}");
+    assert!(notes.contains("could not ask Redis"), "{notes}");
 }
 
 #[test]

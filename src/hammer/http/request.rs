@@ -443,18 +443,25 @@ fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
             "--url '{shown}' has no host; write it as http://host:port/path"
         ));
     }
-    // The URL parser takes any digits as a port and then has none: never port 80 instead.
+    // The URL parser takes any digits (or, after an IPv6 address, anything) as a port and
+    // then has none: never port 80 instead. What follows the host is nothing, or ':' and a
+    // port of digits only (empty means the default, as URLs have it).
     let host_port = uri.authority().map_or("", |a| a.as_str());
     let host_port = host_port.rsplit('@').next().unwrap_or_default();
-    let port = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
-        None => host_port.rsplit_once(':').map(|(_, p)| p),
+    let after_host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(_, rest)| rest),
+        None => host_port.rfind(':').map_or("", |at| &host_port[at..]),
     };
-    if let Some(port) = port.filter(|p| !p.is_empty())
-        && !port.parse::<u16>().is_ok_and(|p| p != 0)
-    {
+    let port = after_host.strip_prefix(':');
+    let valid = match port {
+        None => after_host.is_empty(),
+        Some("") => true,
+        Some(p) => p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok_and(|p| p != 0),
+    };
+    if !valid {
         return Err(format!(
-            "--url '{shown}': '{port}' is not a port (1 to 65535)"
+            "--url '{shown}': '{}' is not a port (1 to 65535); write it as http://host:port/path",
+            port.unwrap_or(after_host)
         ));
     }
     Ok(uri)
@@ -604,6 +611,10 @@ mod tests {
         assert!(bad("GET", "/path", "").contains("no scheme"));
         assert!(bad("GET", "http://h:99999/", "").contains("'99999' is not a port (1 to 65535)"));
         assert!(bad("GET", "http://h:0/", "").contains("'0' is not a port"));
+        assert!(bad("GET", "http://h:+80/", "").contains("'+80' is not a port"));
+        assert!(bad("GET", "http://[::1]7412/", "").contains("'7412' is not a port"));
+        assert!(bad("GET", "http://[::1]:99999/", "").contains("'99999' is not a port"));
+        assert!(RequestSpec::new("GET", "http://[::1]:7412/", &[], None).is_ok());
         assert!(bad("GET", "http://{sku}.shop/", "").contains("placeholder in its host"));
         assert!(bad("GET", "http://x/{skus}", "").contains("brace that is not a placeholder"));
         assert!(bad("GE T", "http://x/", "").contains("--method 'GE T'"));
