@@ -328,6 +328,63 @@ fn an_endpoint_that_is_down_or_too_slow_ends_the_run_unknown() {
     );
 }
 
+/// lockctl offers each request as soon as it has called connect (on loopback the connection
+/// is up by then); where it is not up, nothing may count as sent. A listener whose accept
+/// queue is full drops every SYN, so each connect hangs until --connect-timeout-ms.
+#[test]
+fn a_connection_that_never_comes_up_times_out_connecting_and_sent_nothing() {
+    use socket2::{Domain, Socket, Type};
+    let redis = RedisServer::start();
+    let port = free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener.set_reuse_address(true).unwrap();
+    listener.bind(&addr.into()).unwrap();
+    listener.listen(0).unwrap();
+    // Never accepted: the first fills the queue, the others are left knocking.
+    let fillers: Vec<Socket> = (0..3)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr.into());
+            s
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(100));
+    let url = format!("http://127.0.0.1:{port}/run_demo.php?sku={{sku}}");
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "--connect-timeout-ms",
+            "200",
+            "hammer",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "-n",
+            "3",
+            "-c",
+            "1",
+            "--stock",
+            "5",
+        ],
+    );
+    let v = json(&out);
+    assert_eq!(code(&out), 1, "{v}");
+    assert_eq!(v["verdict"], "unknown", "{v}");
+    assert_eq!(v["errors_by_kind"]["timed_out"], 3, "{v}");
+    assert_eq!(v["indeterminate"], 0, "never connected, so never sent: {v}");
+    let first = v["first_error"].as_str().unwrap_or_default();
+    assert!(
+        first.contains("connecting to") && first.contains("--connect-timeout-ms"),
+        "{v}"
+    );
+    assert_eq!(v["final_stock"], 5);
+    drop(fillers);
+}
+
 #[test]
 fn bad_input_is_refused_with_exit_2_naming_the_value() {
     let redis = RedisServer::start();
