@@ -65,9 +65,9 @@ pub enum Error {
     #[error("{reason}")]
     Endpoint { reason: String },
 
-    /// The SKU's stock key holds something that is not an integer.
+    /// The SKU's stock key holds something that is not a count lockctl can use.
     #[error(
-        "the stock of '{sku}' ('{key}') holds {value}, not an integer; nothing was changed (reset it with: {})",
+        "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed (reset it with: {})",
         seed_command(sku)
     )]
     BadStock {
@@ -130,14 +130,15 @@ pub enum Error {
 
     /// The run would need more connections than the server accepts.
     #[error(
-        "this run needs about {needed} connections to Redis at '{addr}', which accepts {maxclients} (maxclients) and has {in_use} in use: lower -c to at most {fits}, or raise the server's maxclients"
+        "this run needs about {needed} connections to Redis at '{addr}', which accepts {maxclients} (maxclients) and has {in_use} in use: {advice}"
     )]
     TooManyClients {
         addr: String,
         needed: u64,
         maxclients: u64,
         in_use: u64,
-        fits: u64,
+        /// What would fit: a lower -c, or (when not even one buyer fits) fewer clients.
+        advice: String,
     },
 
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary

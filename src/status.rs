@@ -273,7 +273,7 @@ fn counter(key: &str, read: Carried, problems: &mut Vec<String>) -> Option<i64> 
         if n.is_none() {
             let shown: String = v.chars().take(40).collect();
             problems.push(format!(
-                "{key} holds '{}', not an integer",
+                "{key} holds '{}', not a count (an integer no larger than 9007199254740991 either side of zero)",
                 shown.escape_debug()
             ));
         }

@@ -46,6 +46,23 @@ impl fmt::Debug for Target {
     }
 }
 
+/// Port 0 parses (the `redis` crate takes it) but no server listens there: said as a bad URL,
+/// not left to fail as "connection refused" as if Redis were down.
+fn refuse_port_zero(url: &str, addr: &redis::ConnectionAddr) -> Result<()> {
+    let port = match addr {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        redis::ConnectionAddr::TcpTls { port, .. } => *port,
+        _ => return Ok(()),
+    };
+    match port {
+        0 => Err(Error::BadUrl {
+            url: redact_url(url),
+            reason: "port 0 is not a port a server listens on; give Redis's port, 1 to 65535 (6379 when left out)".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl Target {
     /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
     /// processes through the environment; it is never displayed.
@@ -70,6 +87,7 @@ impl Target {
         } else {
             redis::Client::open(url).map_err(bad)?
         };
+        refuse_port_zero(url, client.get_connection_info().addr())?;
         let addr = client.get_connection_info().addr().to_string();
         Ok(Target {
             client: Client::Single(client),
@@ -92,11 +110,9 @@ impl Target {
                     .into(),
             });
         }
-        let addr = redis::Client::open(url)
-            .map_err(bad)?
-            .get_connection_info()
-            .addr()
-            .to_string();
+        let seed = redis::Client::open(url).map_err(bad)?;
+        refuse_port_zero(url, seed.get_connection_info().addr())?;
+        let addr = seed.get_connection_info().addr().to_string();
         // No retries inside the driver: it would send a packet again after a timeout or a
         // dropped connection, when the first copy may have been applied (a deduction made
         // twice). Redirections, which a server answers without applying anything, are followed

@@ -9,7 +9,7 @@ use super::readback::Readback;
 use super::tally::{Bits, Tally};
 use super::{Bucket, Percentiles, Report, RunFacts, Sample, Verdict};
 use crate::error::{Error, ErrorKind};
-use crate::units::{round_to, round3};
+use crate::units::{count, round_to, round3};
 
 /// Holds what the buyers were told against what Redis holds, and says whether it adds up.
 /// (The hammer itself folds samples into a [`Tally`] as they come and streams the ledger
@@ -175,7 +175,7 @@ fn invariants(
     if consumed < sold_qty as i64 || consumed > upper {
         let maybe = match t.indeterminate {
             0 => String::new(),
-            n => format!(" (and {n} requests may have bought)"),
+            n => format!(" (and {} may have bought)", count(n, "request", "requests")),
         };
         violations.push(format!(
             "the stock fell by {consumed} but buyers were told they bought {sold_qty}{maybe}"
@@ -202,9 +202,9 @@ pub(super) fn first_checks(
     let accounted = t.accounted();
     if accounted != facts.requests || t.samples() != facts.requests {
         violations.push(format!(
-            "{} of {} requests are unaccounted for",
+            "{} of {} are unaccounted for",
             facts.requests.abs_diff(accounted),
-            facts.requests
+            count(facts.requests, "request", "requests")
         ));
     }
     if final_stock < 0 {
@@ -259,8 +259,9 @@ fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     }
     if t.errors > 0 {
         notes.push(format!(
-            "{} requests failed ({} of them may have deducted)",
-            t.errors, t.indeterminate
+            "{} failed ({} of them may have deducted)",
+            count(t.errors, "request", "requests"),
+            t.indeterminate
         ));
     }
     notes
@@ -290,8 +291,11 @@ pub(super) fn conclude(r: &mut Report, t: &Tally, violations: Vec<String>) {
         Verdict::Fail
     } else if nothing_measured {
         r.unknown_because = Some(format!(
-            "nothing was measured: all {} requests failed ({})",
-            t.errors,
+            "nothing was measured: {} failed ({})",
+            match t.errors {
+                1 => "the one request".to_string(),
+                n => format!("all {n} requests"),
+            },
             errors_in_words(&t.errors_by_kind)
         ));
         Verdict::Unknown

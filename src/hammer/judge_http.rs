@@ -14,6 +14,7 @@ use super::judge::{conclude, errors_in_words, first_checks, measured};
 use super::tally::Tally;
 use super::{Report, RunFacts, Verdict};
 use crate::error::Error;
+use crate::units::count;
 
 /// The report of a run whose stock was read back.
 pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64) -> Report {
@@ -49,9 +50,9 @@ pub(super) fn nothing_to_judge(facts: &RunFacts, t: &Tally) -> Report {
     );
     if t.errors > 0 {
         r.notes.push(format!(
-            "{} of {} requests failed ({})",
+            "{} of {} failed ({})",
             t.errors,
-            facts.requests,
+            count(facts.requests, "request", "requests"),
             errors_in_words(&t.errors_by_kind)
         ));
     }
@@ -93,8 +94,8 @@ fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u6
     // it was said.
     if t.sold_out > 0 && final_stock >= facts.qty as i64 {
         v.push(format!(
-            "under-sold: {} requests were answered sold out but {final_stock} units are left",
-            t.sold_out
+            "under-sold: {} answered sold out but {final_stock} units are left",
+            count(t.sold_out, "request was", "requests were")
         ));
     }
     (v, oversold)
@@ -105,14 +106,14 @@ fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     let mut notes = Vec::new();
     if t.busy > 0 && final_stock > 0 {
         notes.push(format!(
-            "{} requests were turned away busy while stock remained (the endpoint's own choice: busy is an answer, not an error)",
-            t.busy
+            "{} turned away busy while stock remained (the endpoint's own choice: busy is an answer, not an error)",
+            count(t.busy, "request was", "requests were")
         ));
     }
     if t.errors > 0 {
         notes.push(format!(
-            "{} requests failed ({}); {} of them may have deducted",
-            t.errors,
+            "{} failed ({}); {} of them may have deducted",
+            count(t.errors, "request", "requests"),
             errors_in_words(&t.errors_by_kind),
             t.indeterminate
         ));

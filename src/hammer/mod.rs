@@ -50,6 +50,7 @@ use crate::keys::StockKeys;
 use crate::redlock::Quorum;
 use crate::sku::Sku;
 use crate::stock::{self, BuyOptions, Strategy};
+use crate::units::count;
 
 /// How the purchases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -210,7 +211,10 @@ fn mark_interrupted(report: &mut Report, made: u64, requested: u64) {
     report.interrupted = true;
     report.notes.insert(
         0,
-        format!("interrupted: {made} of {requested} requests were made; the report covers those"),
+        format!(
+            "interrupted: {made} of {} made; the report covers those",
+            count(requested, "request", "requests")
+        ),
     );
 }
 
@@ -263,12 +267,18 @@ fn check_capacity(
     }
     let spare = maxclients.saturating_sub(in_use.saturating_sub(1));
     let per_buyer = needed.saturating_sub(4) / opts.concurrency.max(1);
+    let fits = spare.saturating_sub(4) / per_buyer.max(1);
+    let advice = match fits {
+        0 => "not even -c 1 fits; close some of its clients or raise the server's maxclients"
+            .to_string(),
+        _ => format!("lower -c to at most {fits}, or raise the server's maxclients"),
+    };
     Err(Error::TooManyClients {
         addr: target.addr().to_string(),
         needed,
         maxclients,
         in_use,
-        fits: spare.saturating_sub(4) / per_buyer.max(1),
+        advice,
     })
 }
 

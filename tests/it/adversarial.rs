@@ -282,9 +282,23 @@ fn a_run_refuses_to_start_from_a_negative_stock_and_shows_bad_values_escaped() {
     let out = lockctl(&server.url(), &["buy", "neg"]);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("holds '5\\n', not an integer"),
+        stderr(&out).contains("holds '5\\n', not a stock count"),
         "{}",
         stderr(&out)
+    );
+    // An integer past what Lua counts exactly is not called "not an integer".
+    let _: () = raw.set("item:stock:neg", i64::MAX.to_string()).unwrap();
+    let out = lockctl(&server.url(), &["buy", "neg"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("holds '9223372036854775807', not a stock count")
+            && err.contains("no larger than 9007199254740991"),
+        "{err}"
+    );
+    assert_eq!(
+        raw.get::<_, String>("item:stock:neg").unwrap(),
+        i64::MAX.to_string()
     );
 }
 
@@ -751,6 +765,14 @@ fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
     let mut raw = server.raw();
     assert!(!raw.exists::<_, bool>("item:stock:m11").unwrap(), "seeded");
     assert_eq!(keys_containing(&mut raw, "m11"), Vec::<String>::new());
+
+    // A server with no room for even one buyer is not told "lower -c to at most 0".
+    let full = RedisServer::start_with(&["--maxclients", "4"]);
+    let out = lockctl(&full.url(), &["hammer", "--sku", "m11", "-n", "10"]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("not even -c 1 fits"), "{err}");
+    assert!(!err.contains("at most 0"), "{err}");
 }
 
 /// Attack 12. Passwords in URLs the parser rejects. Old: the error quoted the URL whole,

@@ -35,6 +35,12 @@ fn a_url_that_does_not_parse_is_a_usage_error_that_shows_the_expected_form() {
             &[why, "redis://host:port", "rediss://", "redis+unix://"],
         );
     }
+    // Port 0 parses, but no server listens there: not "connection refused, is Redis running?".
+    for args in [&["check"][..], &["--cluster", "check"]] {
+        let out = lockctl("redis://127.0.0.1:0", args);
+        assert_says(&out, 2, &["port 0 is not a port", "1 to 65535", "--redis"]);
+        assert!(!stderr(&out).contains("refused"), "{}", stderr(&out));
+    }
 }
 
 #[test]
