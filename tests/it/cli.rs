@@ -47,7 +47,7 @@ fn check_refuses_a_replica() {
     // And the master is told about its replica.
     let m = json(&lockctl(&master.url(), &["check", "--json"]));
     assert!(
-        eventually(std::time::Duration::from_secs(5), || {
+        eventually(std::time::Duration::from_secs(30), || {
             json(&lockctl(&master.url(), &["check", "--json"]))["warnings"]
                 .to_string()
                 .contains("replica")

@@ -21,7 +21,7 @@ fn hammer_buying(server: &RedisServer, args: &[&str]) -> Child {
     let args = [&["hammer"][..], args].concat();
     let hammer = spawn_lockctl_with(&server.url(), &args, Streams::Capture);
     assert!(
-        eventually(Duration::from_secs(10), || server
+        eventually(Duration::from_secs(30), || server
             .raw()
             .hlen::<_, u64>("item:orders:sku_886")
             .is_ok_and(|n| n > 20)),

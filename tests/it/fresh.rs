@@ -115,7 +115,7 @@ fn redis_auto_asks_for_the_private_server_and_ctrl_c_stops_it_too() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
     assert!(
-        eventually(Duration::from_secs(5), || leftovers(tmp.path()).is_empty()
+        eventually(Duration::from_secs(30), || leftovers(tmp.path()).is_empty()
             && !process_mentions(tmp.path())),
         "left behind: {:?}",
         leftovers(tmp.path())

@@ -179,7 +179,7 @@ fn a_grant_carries_exactly_what_a_get_would_have_read() {
                 })
             };
             let queue = format!("dist_lock_queue:{name}");
-            assert!(eventually(Duration::from_secs(5), || {
+            assert!(eventually(Duration::from_secs(30), || {
                 server.raw().zcard::<_, u64>(&queue).unwrap() == 1
             }));
             // Changed while the waiter waits: the hand-off must carry the new value.
