@@ -141,6 +141,18 @@ pub enum Error {
         advice: String,
     },
 
+    /// The run would need more open files (connections, pipes) than this process may hold.
+    #[error(
+        "-c {concurrency} needs about {needed} open files (one per connection), but this process may open {limit} (ulimit -n; the hard limit allows no more): {advice}"
+    )]
+    TooFewDescriptors {
+        concurrency: u64,
+        needed: u64,
+        limit: u64,
+        /// What would fit: a lower -c, or a higher limit.
+        advice: String,
+    },
+
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
@@ -302,7 +314,7 @@ impl Error {
             Error::Database { .. } => ErrorKind::Database,
             Error::BadDbUrl { .. } => ErrorKind::BadUrl,
             Error::WrongTypeKey { .. } => ErrorKind::BadData,
-            Error::TooManyClients { .. } => ErrorKind::Usage,
+            Error::TooManyClients { .. } | Error::TooFewDescriptors { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }
     }

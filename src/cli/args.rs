@@ -226,6 +226,23 @@ pub struct HammerArgs {
     pub http: Box<HttpArgs>,
 }
 
+/// --url's help. clap reads `{n}` in help text as a line break, so the placeholder's `n` is
+/// set apart by a style boundary: `{n}` on a terminal (bold n), and exactly `{n}` once the
+/// styles are stripped (a pipe, a file).
+fn url_help() -> clap::builder::StyledStr {
+    use std::fmt::Write as _;
+    let bold = clap::builder::styling::Style::new().bold();
+    let mut help = clap::builder::StyledStr::new();
+    let _ = write!(
+        help,
+        "Fire HTTP requests at this endpoint instead of lockctl's own buyers, then judge its \
+         answers against its stock in Redis (--redis). Placeholders {{sku}}, {{user}}, \
+         {{order}} (a fresh order id per request) and {{{bold}n{bold:#}}} (the request's \
+         index) are filled in the URL, the headers and the body."
+    );
+    help
+}
+
 /// `hammer --url`: HTTP requests to someone's endpoint instead of lockctl's own buyers.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "HTTP mode (hammer --url)")]
@@ -234,7 +251,7 @@ pub struct HttpArgs {
     /// answers against its stock in Redis (--redis). Placeholders {sku}, {user}, {order}
     /// (a fresh order id per request) and {n} (the request's index) are filled in the URL,
     /// the headers and the body.
-    #[arg(long, value_name = "URL", conflicts_with_all = LOCK_ONLY)]
+    #[arg(long, value_name = "URL", conflicts_with_all = LOCK_ONLY, help = url_help())]
     pub url: Option<String>,
 
     /// Read the answers as the tutorial's run_demo.php writes them (扣减成功, 已售罄, 并发过高);

@@ -242,7 +242,10 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
         || err.downcast_ref::<Error>().is_some_and(|e| {
             matches!(
                 e,
-                Error::BadUrl { .. } | Error::BadDbUrl { .. } | Error::TooManyClients { .. }
+                Error::BadUrl { .. }
+                    | Error::BadDbUrl { .. }
+                    | Error::TooManyClients { .. }
+                    | Error::TooFewDescriptors { .. }
             )
         });
     if json {

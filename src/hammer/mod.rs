@@ -120,6 +120,7 @@ pub const TIMELINE_POINTS: usize = 400;
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let keys = StockKeys::new(&opts.sku);
+    ensure_descriptors(opts, Some(target))?;
     let mut conn = target.connect()?;
     check_capacity(&mut conn, target, opts)?;
     let initial_stock = match opts.stock {
@@ -216,6 +217,71 @@ fn mark_interrupted(report: &mut Report, made: u64, requested: u64) {
             count(requested, "request", "requests")
         ),
     );
+}
+
+/// Open files a run holds besides its connections: standard streams, the runtime's epoll and
+/// wake-up descriptors, the read-back's and the exporter's connections, with room to spare.
+const OWN_FILES: u64 = 32;
+
+/// Makes sure this process may open the files a run of `opts` holds at once (its connections;
+/// a child process's pipes): raises the soft `ulimit -n` as far as the hard limit when it has
+/// to, and refuses the run, before anything is written, when even that is too few. Otherwise
+/// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
+/// look down.
+pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Result<()> {
+    let c = opts.concurrency.min(opts.requests.max(1));
+    let per_buyer = match (opts.mode, target) {
+        (Mode::Http, _) | (_, None) => 1,
+        // A child's stdout and stderr pipes, and its stdin.
+        (Mode::Procs, _) => 3,
+        (_, Some(t)) => connections_needed(opts, t).div_ceil(c.max(1)).max(1),
+    };
+    let needed = c * per_buyer + OWN_FILES;
+    let limit = match raise_file_limit(needed) {
+        Some(limit) => limit,
+        // Not known (getrlimit failed): the run goes on, and says so if a connect fails.
+        None => return Ok(()),
+    };
+    if needed <= limit {
+        return Ok(());
+    }
+    let fits = limit.saturating_sub(OWN_FILES) / per_buyer;
+    let advice = match fits {
+        0 => format!("raise the limit (ulimit -n {needed}) and try again"),
+        _ => format!("lower -c to at most {fits}, or raise the limit (ulimit -n {needed})"),
+    };
+    Err(Error::TooFewDescriptors {
+        concurrency: c,
+        needed,
+        limit,
+        advice,
+    })
+}
+
+/// The soft limit on open files, raised toward `wanted` (never past the hard limit) when it is
+/// lower; `None` when it cannot be read.
+fn raise_file_limit(wanted: u64) -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given, a live local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    let (soft, hard) = (lim.rlim_cur, lim.rlim_max);
+    if soft >= wanted {
+        return Some(soft);
+    }
+    let raised = libc::rlimit {
+        rlim_cur: wanted.min(hard),
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads the struct it is given, a live local.
+    match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } {
+        0 => Some(wanted.min(hard)),
+        _ => Some(soft),
+    }
 }
 
 /// The connections a run opens to the data node at once, at most: one per buyer (a

@@ -328,6 +328,67 @@ fn an_endpoint_that_is_down_or_too_slow_ends_the_run_unknown() {
     );
 }
 
+/// A run wider than the open files this process may hold is refused before anything is
+/// written, naming -c and the limit: past it, connects fail one by one (EMFILE), and a
+/// healthy endpoint would look down. A soft limit below what the run needs is raised as far
+/// as the hard limit allows, and then the run goes.
+#[test]
+fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
+    use std::os::unix::process::CommandExt;
+    let redis = RedisServer::start();
+    let limited = |soft: u64, hard: u64, args: &[&str]| {
+        let mut cmd = crate::support::lockctl_command(&redis.url(), args);
+        // SAFETY: setrlimit is async-signal-safe; it runs in the child before exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+        cmd.output().unwrap()
+    };
+    let nobody = format!("http://127.0.0.1:{}/run_demo.php?sku={{sku}}", free_port());
+    for args in [
+        vec![
+            "hammer", "--url", &nobody, "--preset", "tutorial", "-c", "2000", "-n", "4000",
+            "--stock", "5",
+        ],
+        vec![
+            "hammer", "--sku", "fd", "-c", "2000", "-n", "4000", "--stock", "5",
+        ],
+    ] {
+        let out = limited(100, 100, &args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert!(
+            err.contains("-c 2000 needs about")
+                && err.contains("may open 100")
+                && err.contains("lower -c to at most"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        redis.raw().keys::<_, Vec<String>>("*").unwrap(),
+        Vec::<String>::new()
+    );
+    // Soft 100, hard 4096: raised, and the run goes.
+    let out = limited(
+        100,
+        4096,
+        &[
+            "--json", "hammer", "--sku", "fd", "-c", "300", "-n", "600", "--stock", "5",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["verdict"], "pass");
+}
+
 /// lockctl offers each request as soon as it has called connect (on loopback the connection
 /// is up by then); where it is not up, nothing may count as sent. A listener whose accept
 /// queue is full drops every SYN, so each connect hangs until --connect-timeout-ms.

@@ -230,3 +230,71 @@ fn an_answer_that_is_not_http_is_an_error_that_may_have_sold() {
         "{text}"
     );
 }
+
+/// An endpoint that accepts and never reads, with a receive buffer of 1 KiB: a request of
+/// about a megabyte cannot all reach it (the kernel may take it all into the send buffer).
+/// Part of it went, so it may have bought; and the report says the endpoint was not reading,
+/// not only that no answer came.
+#[test]
+fn a_request_the_endpoint_never_reads_times_out_sending_and_may_have_bought() {
+    use socket2::{Domain, Socket, Type};
+    let redis = RedisServer::start();
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener.set_recv_buffer_size(1024).unwrap();
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(8).unwrap();
+    let port = listener.local_addr().unwrap().as_socket().unwrap().port();
+    let held = thread::spawn(move || {
+        // Accepted and kept, never read, until the run is over.
+        let (s, _) = listener.accept().unwrap();
+        thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let big = format!("X-Pad: {}", "p".repeat(120_000));
+    let url = format!("http://127.0.0.1:{port}/buy?sku={{sku}}");
+    let mut args = vec![
+        "--json",
+        "--timeout-ms",
+        "500",
+        "hammer",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "-n",
+        "1",
+        "--stock",
+        "5",
+    ];
+    for _ in 0..8 {
+        args.extend(["--header", &big]);
+    }
+    let out = lockctl(&redis.url(), &args);
+    let v = json(&out);
+    // Not the whole report: its command line holds the megabyte.
+    let text = format!(
+        "exit {} errors {} indeterminate {} first error {}; stderr {}",
+        code(&out),
+        v["errors_by_kind"],
+        v["indeterminate"],
+        v["first_error"],
+        stderr(&out)
+    );
+    assert_eq!(code(&out), 1, "{text}");
+    assert_eq!(v["errors_by_kind"]["timed_out"], 1, "{text}");
+    assert_eq!(v["indeterminate"], 1, "part of it went: {text}");
+    let first = v["first_error"].as_str().unwrap_or_default();
+    assert!(
+        first.contains("bytes were still unacknowledged")
+            || (first.contains("sending the request") && first.contains("bytes went out")),
+        "{text}"
+    );
+    held.join().unwrap();
+}

@@ -152,6 +152,11 @@ fn every_command_s_help_ends_with_examples_and_the_top_lists_exit_codes() {
     for heading in ["Load:", "Purchase:", "Reports:", "Connection:"] {
         assert!(hammer.contains(heading), "{heading} missing: {hammer}");
     }
+    // clap reads `{n}` in help as a line break: the placeholder must still show.
+    for flag in ["-h", "--help"] {
+        let text = stdout(&lockctl("redis://127.0.0.1:1", &["hammer", flag]));
+        assert!(text.contains("{n} (the request's index)"), "{flag}: {text}");
+    }
 }
 
 #[test]

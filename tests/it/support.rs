@@ -227,7 +227,7 @@ pub fn accounted(v: &serde_json::Value) -> u64 {
 
 /// The real binary with `args`, pointed at `url` through REDIS_URL (as a user's shell would),
 /// with stdin closed and `NO_COLOR` unset.
-fn lockctl_command(url: &str, args: &[&str]) -> Command {
+pub fn lockctl_command(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
     cmd.args(args)
         .env("REDIS_URL", url)

@@ -49,6 +49,23 @@ pub(super) struct Plan {
     /// The bound on each request, connecting included.
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// Whether the endpoint's port lies in this machine's range of local ports, where a
+    /// connect with nobody listening can meet itself (see [`is_self_connect`]).
+    pub may_meet_itself: bool,
+}
+
+/// Whether `port` lies in the range the kernel picks local ports from
+/// (`net.ipv4.ip_local_port_range`; Linux's default when it cannot be read).
+pub(super) fn in_local_port_range(port: u16) -> bool {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
+    let (low, high) = range
+        .as_deref()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    (low..=high).contains(&port)
 }
 
 /// What the driver measured.
@@ -308,6 +325,8 @@ enum Stage {
     /// Not yet on its way (being written into the buffer).
     Building,
     Connecting,
+    /// Being written: this many bytes of the request went out so far.
+    Sending(usize),
     Sent,
     /// The answer's head came, with this status; its body had not ended.
     Answering(u16),
@@ -344,14 +363,20 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
                     failed
                 }
                 Err(_) => {
-                    wire.link = None;
+                    let unsent = wire.link.take().map_or(0, |l| unacknowledged(&l.stream));
                     let stage = status.map_or(stage, Stage::Answering);
-                    let mut ended = timed_out(stage, sh.plan.timeout);
-                    // Part of a head came: say what, the way a closed connection would.
-                    if let (Stage::Sent, Ended::Failed { message, .. }) = (stage, &mut ended)
-                        && !wire.read.is_empty()
-                    {
-                        message.push_str(&format!("; {}", wire::unfinished(&wire.read)));
+                    let mut ended = timed_out(stage, sh.plan.timeout, wire.request.len());
+                    if let (Stage::Sent, Ended::Failed { message, .. }) = (stage, &mut ended) {
+                        // Part of a head came: say what, the way a closed connection would.
+                        if !wire.read.is_empty() {
+                            message.push_str(&format!("; {}", wire::unfinished(&wire.read)));
+                        } else if unsent > 0 {
+                            // Handed to the kernel whole, but not taken by the endpoint.
+                            message.push_str(&format!(
+                                "; {unsent} of the request's {} bytes were still unacknowledged: the endpoint was not reading it",
+                                wire.request.len()
+                            ));
+                        }
                     }
                     ended
                 }
@@ -395,7 +420,7 @@ fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> Ended {
     }
 }
 
-fn timed_out(stage: Stage, limit: Duration) -> Ended {
+fn timed_out(stage: Stage, limit: Duration, total: usize) -> Ended {
     let ms = limit.as_millis();
     match stage {
         Stage::Building | Stage::Connecting => failure(
@@ -404,6 +429,13 @@ fn timed_out(stage: Stage, limit: Duration) -> Ended {
             format!("timed out after {ms} ms connecting to the endpoint (see --timeout-ms)"),
         ),
         // Sent: the endpoint may still act on it.
+        Stage::Sending(written) => failure(
+            ErrorKind::TimedOut,
+            written > 0,
+            format!(
+                "timed out after {ms} ms sending the request ({written} of {total} bytes went out; the endpoint was not reading it; see --timeout-ms)"
+            ),
+        ),
         Stage::Sent => failure(
             ErrorKind::TimedOut,
             true,
@@ -449,14 +481,17 @@ async fn exchange(
             (wire.link.insert(link), written)
         }
     };
-    *stage = Stage::Sent;
+    *stage = Stage::Sending(written);
     while written < wire.request.len() {
         let wrote = match link.stream.write(&wire.request[written..]).await {
             Ok(0) => Err(std::io::ErrorKind::WriteZero.into()),
             wrote => wrote,
         };
         match wrote {
-            Ok(n) => written += n,
+            Ok(n) => {
+                written += n;
+                *stage = Stage::Sending(written);
+            }
             Err(e) => {
                 // A part that went out may be enough for the endpoint to act on.
                 return Err(failure(
@@ -470,6 +505,7 @@ async fn exchange(
             }
         }
     }
+    *stage = Stage::Sent;
     let keep = sh.keep_body;
     let body = &mut wire.body;
     body.clear();
@@ -506,6 +542,18 @@ async fn exchange(
     }
 }
 
+/// Bytes written on `stream` that its peer has not acknowledged yet (SIOCOUTQ); 0 when not
+/// known. Asked only of a request that timed out.
+fn unacknowledged(stream: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int into a live local.
+    match unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) } {
+        0 => usize::try_from(n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Whether an idle connection is still open: nothing to read (a peek would block). An end of
 /// file, an error or bytes nobody asked for all mean it cannot carry a request. A real peek,
 /// one system call: tokio's own readiness may not have heard of a close that just arrived.
@@ -531,29 +579,12 @@ fn still_open(stream: &TcpStream) -> bool {
 /// is up, which saves a turn of the event loop (and two system calls) per connection, as
 /// every request costs against a server that closes after each answer (PHP's built-in server,
 /// plain `ab`). Only when the connection is not up yet (a send then takes nothing) does the
-/// wait come, and nothing has been sent. A send can fail only on a connection that never came
-/// up, so its error is the connect's.
+/// wait come, and nothing has been sent. The socket is in the runtime's hands before any byte
+/// goes, so that no failure after a send can pass for one before it.
 async fn connect(sh: &Shared, request: &[u8]) -> std::result::Result<(Link, usize), Ended> {
     let addr = sh.plan.addr;
     let limit = sh.plan.connect_timeout;
-    let refused = |e: std::io::Error| {
-        if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-            // This machine's side, not the endpoint's: not counted as the endpoint down.
-            return failure(
-                ErrorKind::Internal,
-                false,
-                format!(
-                    "could not connect to {addr}: {e}: no local port is free (each closed connection holds one for a minute in TIME_WAIT); lower -n or -c, or widen net.ipv4.ip_local_port_range"
-                ),
-            );
-        }
-        failure(
-            ErrorKind::Refused,
-            false,
-            format!("could not connect to {addr}: {e} (is the endpoint running? see --url)"),
-        )
-    };
-    let (socket, written) = start_connect(addr, request).map_err(refused)?;
+    let socket = start_connect(addr).map_err(|e| connect_failed(addr, e))?;
     let stream = TcpStream::from_std(socket.into()).map_err(|e| {
         failure(
             ErrorKind::Internal,
@@ -561,7 +592,28 @@ async fn connect(sh: &Shared, request: &[u8]) -> std::result::Result<(Link, usiz
             format!("could not watch the connection to {addr}: {e}"),
         )
     })?;
-    if written.is_none() {
+    if sh.plan.may_meet_itself && is_self_connect(socket2::SockRef::from(&stream), addr) {
+        return Err(nobody_there(addr));
+    }
+    let written = match socket2::SockRef::from(&stream).send_with_flags(request, libc::MSG_NOSIGNAL)
+    {
+        Ok(n) => n,
+        // Not up yet: nothing went.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => 0,
+        // Up, then reset or closed before the request went: the endpoint is there.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
+            return Err(failure(
+                ErrorKind::Broken,
+                false,
+                format!(
+                    "the endpoint at {addr} closed the connection before the request went out: {e}"
+                ),
+            ));
+        }
+        Err(e) => return Err(connect_failed(addr, e)),
+    };
+    if written == 0 {
         // Up when writable, refused or reset when an error is pending.
         let up = async {
             stream.writable().await?;
@@ -572,7 +624,7 @@ async fn connect(sh: &Shared, request: &[u8]) -> std::result::Result<(Link, usiz
         };
         match tokio::time::timeout(limit, up).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(refused(e)),
+            Ok(Err(e)) => return Err(connect_failed(addr, e)),
             Err(_) => {
                 return Err(failure(
                     ErrorKind::TimedOut,
@@ -589,15 +641,11 @@ async fn connect(sh: &Shared, request: &[u8]) -> std::result::Result<(Link, usiz
         stream,
         used: false,
     };
-    Ok((link, written.unwrap_or(0)))
+    Ok((link, written))
 }
 
-/// A non-blocking connect to `addr` and, if the connection is already up, a first send of
-/// `request`: how many bytes went, or `None` when it is still coming up (nothing went).
-fn start_connect(
-    addr: SocketAddr,
-    request: &[u8],
-) -> std::io::Result<(socket2::Socket, Option<usize>)> {
+/// A non-blocking connect to `addr` under way (or done).
+fn start_connect(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(
         Domain::for_address(addr),
@@ -608,15 +656,92 @@ fn start_connect(
     // the tail of one longer than a segment.
     socket.set_tcp_nodelay(true)?;
     match socket.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    // Not yet up: EAGAIN while the handshake runs.
-    match socket.send_with_flags(request, libc::MSG_NOSIGNAL) {
-        Ok(n) => Ok((socket, Some(n))),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((socket, None)),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Ok((socket, None)),
+        Ok(()) => Ok(socket),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(socket),
         Err(e) => Err(e),
+    }
+}
+
+/// A connect that failed, said as this machine's trouble (no local port, no file descriptor
+/// left: the endpoint may be fine) or the endpoint's (refused, unreachable).
+fn connect_failed(addr: SocketAddr, e: std::io::Error) -> Ended {
+    match e.raw_os_error() {
+        Some(libc::EADDRNOTAVAIL) => failure(
+            ErrorKind::Internal,
+            false,
+            format!(
+                "could not connect to {addr}: {e}: no local port is free (each closed connection holds one for a minute in TIME_WAIT); lower -n or -c, or widen net.ipv4.ip_local_port_range"
+            ),
+        ),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => failure(
+            ErrorKind::Internal,
+            false,
+            format!(
+                "could not open a connection to {addr}: {e}: this machine ran short (open files or memory), not the endpoint; lower -c, or raise ulimit -n"
+            ),
+        ),
+        _ => failure(
+            ErrorKind::Refused,
+            false,
+            format!("could not connect to {addr}: {e} (is the endpoint running? see --url)"),
+        ),
+    }
+}
+
+/// Whether a connection came back to lockctl itself: with nothing listening on a port of the
+/// local range, a connect from that very port meets itself (TCP's simultaneous open), and what
+/// it "sends" it would read back as an answer.
+fn is_self_connect(socket: socket2::SockRef<'_>, addr: SocketAddr) -> bool {
+    socket
+        .local_addr()
+        .is_ok_and(|local| local.as_socket() == Some(addr))
+}
+
+fn nobody_there(addr: SocketAddr) -> Ended {
+    failure(
+        ErrorKind::Refused,
+        false,
+        format!(
+            "could not connect to {addr}: nothing is listening there (the connection came back to lockctl itself; is the endpoint running? see --url)"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket bound to a port and connected to that same port meets itself (TCP's
+    /// simultaneous open), as a connect to a local-range port with nobody listening can.
+    #[test]
+    fn a_connection_to_itself_is_told_apart() {
+        use socket2::{Domain, SockRef, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket
+            .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let me = socket.local_addr().unwrap().as_socket().unwrap();
+        socket.connect(&me.into()).unwrap();
+        assert!(is_self_connect(SockRef::from(&socket), me));
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let there = listener.local_addr().unwrap();
+        let other = std::net::TcpStream::connect(there).unwrap();
+        assert!(!is_self_connect(SockRef::from(&other), there));
+    }
+
+    #[test]
+    fn the_local_port_range_is_the_kernels() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let ends: Vec<u16> = range
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let (low, high) = (ends[0], ends[1]);
+        assert!(in_local_port_range(low) && in_local_port_range(high));
+        assert!(!in_local_port_range(low - 1) && !in_local_port_range(80));
+        if high < u16::MAX {
+            assert!(!in_local_port_range(high + 1));
+        }
     }
 }

@@ -57,6 +57,7 @@ pub struct HttpOptions {
 /// and judges the answers against the stock in Redis at `target` (read only when the answers
 /// can be classified). `opts.stock` sets the stock key first.
 pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<Report> {
+    super::ensure_descriptors(opts, None)?;
     let addr = http
         .request
         .resolve()
@@ -81,6 +82,7 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         rate: http.rate,
         timeout: http.timeout,
         connect_timeout: http.connect_timeout,
+        may_meet_itself: driver::in_local_port_range(addr.port()),
     };
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
