@@ -82,7 +82,6 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         rate: http.rate,
         timeout: http.timeout,
         connect_timeout: http.connect_timeout,
-        may_meet_itself: driver::in_local_port_range(addr.port()),
     };
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
