@@ -86,14 +86,17 @@ impl Classifier {
     /// What an answer with `status` and `body` (its first [`KEPT_BODY`] bytes) meant.
     pub fn classify(&self, status: u16, body: &[u8]) -> Ended {
         if let Some(re) = &self.bought {
-            // Captures cost a second pass: only for a pattern that has the group.
-            let found = match self.bought_remaining {
-                true => re.captures(body).map(|caps| {
+            // The (prefiltered) match first: most answers under load are not purchases, and
+            // captures cost a second pass and an allocation, spent only on a purchase whose
+            // pattern has the group.
+            let found = match (re.is_match(body), self.bought_remaining) {
+                (false, _) => None,
+                (true, false) => Some(None),
+                (true, true) => Some(re.captures(body).and_then(|caps| {
                     caps.name("remaining")
                         .and_then(|m| std::str::from_utf8(m.as_bytes()).ok())
                         .and_then(|s| s.parse().ok())
-                }),
-                false => re.is_match(body).then_some(None),
+                })),
             };
             if let Some(remaining) = found {
                 return Ended::Answered {
