@@ -1,6 +1,10 @@
 //! The hammer's report files (`--export-json`, `--export-markdown`, `--export-html`,
-//! `--metrics-file`): opened before the run (so a bad path fails before any purchase), written
-//! after it, and removed if the run fails, so no half-written report is left behind. `-` means stdout, which then carries only that export.
+//! `--metrics-file`): opened before the run (so a bad path fails before any purchase) and
+//! written after it. A regular file is written under a temporary name beside it and renamed
+//! over the path only when the report is whole, so a run that fails leaves whatever was there
+//! before untouched, and no half-written report. A path that is not a regular file (a device
+//! such as /dev/null, a pipe such as `>(jq .)`) is written in place and never removed. `-`
+//! means stdout, which then carries only that export.
 
 use std::fs::File;
 use std::io::Write;
@@ -24,7 +28,74 @@ enum Kind {
 struct Export {
     kind: Kind,
     /// `None` for stdout.
-    target: Option<(PathBuf, File)>,
+    target: Option<Target>,
+}
+
+/// Where an export goes.
+struct Target {
+    /// The path as given.
+    path: PathBuf,
+    file: File,
+    /// For a regular file: the temporary file being written, and the path it is renamed to.
+    swap: Option<(PathBuf, PathBuf)>,
+}
+
+impl Target {
+    fn open(path: &Path) -> std::io::Result<Target> {
+        let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+        if special {
+            let file = std::fs::OpenOptions::new().write(true).open(path)?;
+            return Ok(Target {
+                path: path.to_path_buf(),
+                file,
+                swap: None,
+            });
+        }
+        // Through a link, the file it names is the one replaced.
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let dir = match real.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = dir.join(format!(".{name}.lockctl-{}.tmp", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .or_else(|e| match e.kind() {
+                // One a killed run left behind.
+                std::io::ErrorKind::AlreadyExists => File::create(&temp),
+                _ => Err(e),
+            })?;
+        if let Ok(m) = std::fs::metadata(&real) {
+            let _ = std::fs::set_permissions(&temp, m.permissions());
+        }
+        Ok(Target {
+            path: path.to_path_buf(),
+            file,
+            swap: Some((temp, real)),
+        })
+    }
+
+    fn write(&self, text: &str) -> std::io::Result<()> {
+        let mut f = &self.file;
+        f.write_all(text.as_bytes())?;
+        f.flush()?;
+        if let Some((temp, real)) = &self.swap {
+            std::fs::rename(temp, real)?;
+        }
+        Ok(())
+    }
+
+    fn discard(&self) {
+        if let Some((temp, _)) = &self.swap {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
 }
 
 pub struct Exports(Vec<Export>);
@@ -46,10 +117,10 @@ impl Exports {
                 out.0.push(Export { kind, target: None });
                 continue;
             }
-            match File::create(path) {
-                Ok(f) => out.0.push(Export {
+            match Target::open(path) {
+                Ok(t) => out.0.push(Export {
                     kind,
-                    target: Some((path.clone(), f)),
+                    target: Some(t),
                 }),
                 Err(e) => {
                     out.discard();
@@ -88,10 +159,9 @@ impl Exports {
                 Kind::Metrics => lockctl::metrics::global().encode(),
             };
             match &e.target {
-                Some((path, file)) => {
-                    let mut f = file;
-                    f.write_all(text.as_bytes()).map_err(|err| {
-                        anyhow::anyhow!("could not write '{}': {err}", path.display())
+                Some(t) => {
+                    t.write(&text).map_err(|err| {
+                        anyhow::anyhow!("could not write '{}': {err}", t.path.display())
                     })?;
                 }
                 None => {
@@ -105,11 +175,12 @@ impl Exports {
         Ok(stdout_taken)
     }
 
-    /// Removes the files opened so far (the run failed: nothing to report).
+    /// Removes the temporary files opened so far (the run failed: nothing to report); what
+    /// the paths held before stays as it was.
     pub fn discard(&self) {
         for e in &self.0 {
-            if let Some((path, _)) = &e.target {
-                let _ = std::fs::remove_file(path);
+            if let Some(t) = &e.target {
+                t.discard();
             }
         }
     }

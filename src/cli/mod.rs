@@ -149,7 +149,8 @@ impl Cli {
         match self.lock_nodes.len() {
             n if n == 0 || (n >= 3 && n % 2 == 1) => Ok(n),
             n => Err(format!(
-                "--lock-node was given {n} times; Redlock needs an odd number of independent masters, at least 3"
+                "--lock-node was given {}; Redlock needs an odd number of independent masters, at least 3",
+                lockctl::units::count(n as u64, "time", "times")
             )),
         }
     }

@@ -31,6 +31,15 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     let exports = Exports::open(&args)?;
     let mut strategies: Vec<Strategy> = args.strategies();
     strategies.dedup();
+    // Every strategy's run must fit this process's open files before the first one writes.
+    for &strategy in &strategies {
+        if let Err(e) =
+            hammer::ensure_descriptors(&options(ctx, &args, strategy, None), Some(&ctx.target))
+        {
+            exports.discard();
+            return Err(e.into());
+        }
+    }
     let stock = match starting_stock(ctx, &args, strategies.len()) {
         Ok(s) => s,
         Err(e) => {
@@ -61,22 +70,9 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             strategies.len() > 1,
         );
         let opts = HammerOptions {
-            sku: args.sku.clone(),
-            requests: args.requests,
-            concurrency: args.concurrency,
-            mode: args.mode.into(),
-            stock,
-            buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
-            users: args.users,
-            exe: None,
             progress: bar.as_ref().map(progress::Bar::counter),
-            quorum: ctx.quorum.clone(),
             stop: Some(stop.clone()),
-            pipeline: args.db.clone().map(|db_url| PipelineOptions {
-                db_url,
-                workers: args.workers,
-                patience: Duration::from_secs(30),
-            }),
+            ..options(ctx, &args, strategy, stock)
         };
         let result = hammer::run(&ctx.target, &opts);
         drop(bar);
@@ -90,6 +86,28 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     }
     read_waiters();
     finish(ctx, &exports, &reports, &context, &signals)
+}
+
+/// The hammer's options for one strategy's run, without a progress bar or a stop flag.
+fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>) -> HammerOptions {
+    HammerOptions {
+        sku: args.sku.clone(),
+        requests: args.requests,
+        concurrency: args.concurrency,
+        mode: args.mode.into(),
+        stock,
+        buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
+        users: args.users,
+        exe: None,
+        progress: None,
+        quorum: ctx.quorum.clone(),
+        stop: None,
+        pipeline: args.db.clone().map(|db_url| PipelineOptions {
+            db_url,
+            workers: args.workers,
+            patience: Duration::from_secs(30),
+        }),
+    }
 }
 
 /// Prints and exports the reports; the exit code of their verdict, or of the signal that

@@ -218,8 +218,9 @@ pub(super) fn first_checks(
 fn undersold(facts: &RunFacts, t: &Tally, final_stock: i64) -> Option<String> {
     (t.sold_out > 0 && final_stock >= facts.qty as i64 && t.errors == 0).then(|| {
         format!(
-            "under-sold: {} buyers were told sold out but {final_stock} units are left",
-            t.sold_out
+            "under-sold: {} told sold out but {} left",
+            count(t.sold_out, "buyer was", "buyers were"),
+            count(final_stock, "unit is", "units are")
         )
     })
 }
@@ -240,21 +241,25 @@ fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     let mut notes = Vec::new();
     if t.lease_overrun > 0 {
         notes.push(format!(
-            "{} buyers worked past their lease (the lock had expired before they \
-             released it); stock went to {final_stock}",
-            t.lease_overrun
+            "{} past their lease (the lock had expired before they released it); stock went \
+             to {final_stock}",
+            count(t.lease_overrun, "buyer worked", "buyers worked")
         ));
     }
     if t.lease_lost > 0 {
         notes.push(format!(
-            "{} buyers lost their lease before deducting and deducted nothing",
-            t.lease_lost
+            "{} before deducting and deducted nothing",
+            count(
+                t.lease_lost,
+                "buyer lost its lease",
+                "buyers lost their lease"
+            )
         ));
     }
     if t.busy > 0 && final_stock > 0 {
         notes.push(format!(
-            "{} buyers were turned away busy while stock remained (raise --wait-ms to wait for the lock)",
-            t.busy
+            "{} turned away busy while stock remained (raise --wait-ms to wait for the lock)",
+            count(t.busy, "buyer was", "buyers were")
         ));
     }
     if t.errors > 0 {

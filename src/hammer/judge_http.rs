@@ -69,14 +69,15 @@ fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u6
     let (mut v, oversold) = first_checks(facts, t, final_stock, announced);
     if oversold > 0 {
         v.push(format!(
-            "oversold by {oversold}: the endpoint sold {} units from a stock of {initial}",
-            announced.max(consumed)
+            "oversold by {oversold}: the endpoint sold {} from a stock of {initial}",
+            count(announced.max(consumed), "unit", "units")
         ));
     }
     if consumed < announced {
         v.push(format!(
-            "phantom sales: the endpoint answered \"bought\" for {announced} units but the stock fell by only {consumed} ({} units sold without being deducted)",
-            announced - consumed
+            "phantom sales: the endpoint answered \"bought\" for {} but the stock fell by only {consumed} ({} sold without being deducted)",
+            count(announced, "unit", "units"),
+            count(announced - consumed, "unit", "units")
         ));
     }
     let maybe = (t.indeterminate * facts.qty) as i64;
@@ -86,16 +87,18 @@ fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u6
             n => format!(", and {n} failed requests may have bought {maybe}"),
         };
         v.push(format!(
-            "lost orders (ghost deductions): the stock fell by {consumed} but the endpoint answered \"bought\" for only {announced} units{failed}: {} units were deducted without a buyer being told",
-            consumed - announced - maybe
+            "lost orders (ghost deductions): the stock fell by {consumed} but the endpoint answered \"bought\" for only {}{failed}: {} deducted without a buyer being told",
+            count(announced, "unit", "units"),
+            count(consumed - announced - maybe, "unit was", "units were")
         ));
     }
     // Stock only goes down, so a "sold out" while enough is left at the end was wrong when
     // it was said.
     if t.sold_out > 0 && final_stock >= facts.qty as i64 {
         v.push(format!(
-            "under-sold: {} answered sold out but {final_stock} units are left",
-            count(t.sold_out, "request was", "requests were")
+            "under-sold: {} answered sold out but {} left",
+            count(t.sold_out, "request was", "requests were"),
+            count(final_stock, "unit is", "units are")
         ));
     }
     (v, oversold)

@@ -229,14 +229,20 @@ const OWN_FILES: u64 = 32;
 /// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
 /// look down.
 pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Result<()> {
-    let c = opts.concurrency.min(opts.requests.max(1));
-    let per_buyer = match (opts.mode, target) {
-        (Mode::Http, _) | (_, None) => 1,
-        // A child's stdout and stderr pipes, and its stdin.
-        (Mode::Procs, _) => 3,
-        (_, Some(t)) => connections_needed(opts, t).div_ceil(c.max(1)).max(1),
+    let c = opts.concurrency.min(opts.requests.max(1)).max(1);
+    // Files per buyer, and all the run's buyers hold at once.
+    let (per_buyer, held) = match (opts.mode, target) {
+        (Mode::Http, _) | (_, None) => (1, c),
+        // Starting a child holds its three pipes at both ends and the pipe that reports a
+        // failed exec, while other children start beside it; each then keeps three.
+        (Mode::Procs, _) => (8, 8 * c),
+        // Lockctl's own buyers: a connection each, and one per watchdog.
+        (_, Some(t)) => {
+            let conns = connections_needed(opts, t);
+            ((conns.saturating_sub(4) / c).max(1), conns)
+        }
     };
-    let needed = c * per_buyer + OWN_FILES;
+    let needed = held + OWN_FILES;
     let limit = match raise_file_limit(needed) {
         Some(limit) => limit,
         // Not known (getrlimit failed): the run goes on, and says so if a connect fails.
@@ -245,7 +251,9 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Resu
     if needed <= limit {
         return Ok(());
     }
-    let fits = limit.saturating_sub(OWN_FILES) / per_buyer;
+    // What fits: the files not held per buyer (the hammer's own connections) come first.
+    let shared = held.saturating_sub(per_buyer * c);
+    let fits = limit.saturating_sub(OWN_FILES + shared) / per_buyer;
     let advice = match fits {
         0 => format!("raise the limit (ulimit -n {needed}) and try again"),
         _ => format!("lower -c to at most {fits}, or raise the limit (ulimit -n {needed})"),
@@ -258,8 +266,8 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Resu
     })
 }
 
-/// The soft limit on open files, raised toward `wanted` (never past the hard limit) when it is
-/// lower; `None` when it cannot be read.
+/// The soft limit on open files, raised to the hard limit when it is below `wanted` (all the
+/// way: a run's estimate is not an exact count); `None` when it cannot be read.
 fn raise_file_limit(wanted: u64) -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -269,19 +277,21 @@ fn raise_file_limit(wanted: u64) -> Option<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return None;
     }
-    let (soft, hard) = (lim.rlim_cur, lim.rlim_max);
-    if soft >= wanted {
-        return Some(soft);
+    if lim.rlim_cur >= wanted {
+        return Some(lim.rlim_cur);
     }
-    let raised = libc::rlimit {
-        rlim_cur: wanted.min(hard),
-        rlim_max: lim.rlim_max,
-    };
-    // SAFETY: setrlimit reads the struct it is given, a live local.
-    match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } {
-        0 => Some(wanted.min(hard)),
-        _ => Some(soft),
+    // The hard limit, or (where the kernel caps it lower, fs.nr_open) what the run wants.
+    for soft in [lim.rlim_max, wanted.min(lim.rlim_max)] {
+        let raised = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct it is given, a live local.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Some(soft);
+        }
     }
+    Some(lim.rlim_cur)
 }
 
 /// The connections a run opens to the data node at once, at most: one per buyer (a

@@ -242,7 +242,11 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
             row(
                 s,
                 "verdict",
-                format!("{}: {n} invariant(s) violated", paint("31", "FAIL")),
+                format!(
+                    "{}: {}",
+                    paint("31", "FAIL"),
+                    count(n as u64, "invariant violated", "invariants violated")
+                ),
             );
             for v in &r.violations {
                 row(s, "", format!("- {v}"));

@@ -378,6 +378,77 @@ fn a_bad_export_path_fails_before_anything_is_bought() {
     assert!(!seeded, "the run started despite the bad path");
 }
 
+/// A run that fails leaves whatever the export paths held before untouched: a file keeps its
+/// contents, a pipe (or a device such as /dev/null) stays what it was; and no temporary file
+/// is left beside them. A run that succeeds replaces a file whole, keeping its permissions.
+#[test]
+fn a_failed_run_leaves_existing_exports_as_they_were() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep.html");
+    std::fs::write(&keep, "precious").unwrap();
+    std::fs::set_permissions(&keep, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let fifo = dir.path().join("pipe");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    // Unseeded: the run fails (exit 1) after the exports were opened.
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "--sku",
+            "nosuch",
+            "-n",
+            "5",
+            "--export-html",
+            keep.to_str().unwrap(),
+            "--export-json",
+            fifo.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(reader.join().unwrap(), "", "nothing goes down the pipe");
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), "precious");
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let names = |d: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(dir.path()), ["keep.html", "pipe"]);
+
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "5",
+            "--stock",
+            "5",
+            "--export-html",
+            keep.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let html = std::fs::read_to_string(&keep).unwrap();
+    assert!(
+        html.contains("<html") && !html.contains("precious"),
+        "{html}"
+    );
+    let mode = std::fs::metadata(&keep).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    assert_eq!(names(dir.path()), ["keep.html", "pipe"]);
+}
+
 #[test]
 fn an_export_to_stdout_is_all_that_stdout_carries() {
     let server = RedisServer::start();

@@ -377,6 +377,56 @@ fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
         redis.raw().keys::<_, Vec<String>>("*").unwrap(),
         Vec::<String>::new()
     );
+    // Of several strategies, one too wide is refused before the first one writes anything.
+    let args = [
+        "hammer",
+        "--strategy",
+        "batch,lock",
+        "-c",
+        "40",
+        "-n",
+        "400",
+        "--stock",
+        "300",
+    ];
+    let out = limited(64, 64, &args);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        redis.raw().keys::<_, Vec<String>>("*").unwrap(),
+        Vec::<String>::new()
+    );
+    // The -c it names does fit: 64 files, 32 of the hammer's own, 4 shared connections.
+    assert!(
+        stderr(&out).contains("lower -c to at most 28"),
+        "{}",
+        stderr(&out)
+    );
+    let fits = [
+        "--json",
+        "hammer",
+        "--strategy",
+        "batch,lock",
+        "-c",
+        "28",
+        "-n",
+        "400",
+        "--stock",
+        "300",
+    ];
+    let out = limited(64, 64, &fits);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["verdict"], "pass", "{}", stdout(&out));
+    // Child processes: 8 files a child while it starts, 32 of the hammer's own. -c 4 fits in
+    // 64 and makes no error; in 60 it does not fit, and is refused.
+    let procs = [
+        "--json", "hammer", "--sku", "fdp", "--mode", "procs", "-c", "4", "-n", "40", "--stock",
+        "30",
+    ];
+    let out = limited(64, 64, &procs);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["errors"], 0, "{}", stdout(&out));
+    let out = limited(60, 60, &procs);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
     // Soft 100, hard 4096: raised, and the run goes.
     let out = limited(
         100,

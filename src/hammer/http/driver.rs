@@ -664,13 +664,20 @@ fn connect_failed(addr: SocketAddr, e: std::io::Error) -> Ended {
                 "could not connect to {addr}: {e}: no local port is free (each closed connection holds one for a minute in TIME_WAIT); lower -n or -c, or widen net.ipv4.ip_local_port_range"
             ),
         ),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => failure(
-            ErrorKind::Internal,
-            false,
-            format!(
-                "could not open a connection to {addr}: {e}: this machine ran short (open files or memory), not the endpoint; lower -c, or raise ulimit -n"
-            ),
-        ),
+        Some(code @ (libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+            let fix = match code {
+                libc::EMFILE => "lower -c, or raise this process's limit (ulimit -n)",
+                libc::ENFILE => "lower -c, or raise the system's limit (sysctl fs.file-max)",
+                _ => "lower -c, or free memory",
+            };
+            failure(
+                ErrorKind::Internal,
+                false,
+                format!(
+                    "could not open a connection to {addr}: {e}: this machine ran short, not the endpoint; {fix}"
+                ),
+            )
+        }
         _ => failure(
             ErrorKind::Refused,
             false,
