@@ -12,9 +12,14 @@ use serde::{Deserialize, Serialize};
 /// What went wrong talking to Redis or reading what it holds.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
-    /// The `--redis` URL could not be parsed.
-    #[error("invalid Redis URL '{url}': {reason} (see --redis)")]
-    BadUrl { url: String, reason: String },
+    /// A Redis URL (of `--redis`, or of the flag named) could not be parsed.
+    #[error("invalid Redis URL '{url}': {reason} (see {flag})")]
+    BadUrl {
+        url: String,
+        reason: String,
+        /// The flag the URL came from.
+        flag: &'static str,
+    },
 
     /// No connection could be opened.
     #[error(
@@ -316,6 +321,14 @@ impl Error {
             Error::WrongTypeKey { .. } => ErrorKind::BadData,
             Error::TooManyClients { .. } | Error::TooFewDescriptors { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
+        }
+    }
+
+    /// The same failure, said of a URL given to `flag` rather than `--redis`.
+    pub fn of_flag(self, flag: &'static str) -> Error {
+        match self {
+            Error::BadUrl { url, reason, .. } => Error::BadUrl { url, reason, flag },
+            other => other,
         }
     }
 

@@ -135,7 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             let nodes = cli
                 .lock_nodes
                 .iter()
-                .map(|u| Target::open(u, options.clone()))
+                .map(|u| Target::open(u, options.clone()).map_err(|e| e.of_flag("--lock-node")))
                 .collect::<Result<Vec<_>, _>>()?;
             Some(Arc::new(Quorum::new(nodes)))
         }

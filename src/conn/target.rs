@@ -56,6 +56,7 @@ fn refuse_port_zero(url: &str, addr: &redis::ConnectionAddr) -> Result<()> {
     };
     match port {
         0 => Err(Error::BadUrl {
+            flag: "--redis",
             url: redact_url(url),
             reason: "port 0 is not a port a server listens on; give Redis's port, 1 to 65535 (6379 when left out)".into(),
         }),
@@ -68,6 +69,7 @@ impl Target {
     /// processes through the environment; it is never displayed.
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
+            flag: "--redis",
             url: redact_url(url),
             reason: url_problem(url),
         };
@@ -101,6 +103,7 @@ impl Target {
     /// redirections to the node that owns each key's slot.
     pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
+            flag: "--redis",
             url: redact_url(url),
             reason: url_problem(url),
         };

@@ -41,6 +41,21 @@ fn a_url_that_does_not_parse_is_a_usage_error_that_shows_the_expected_form() {
         assert_says(&out, 2, &["port 0 is not a port", "1 to 65535", "--redis"]);
         assert!(!stderr(&out).contains("refused"), "{}", stderr(&out));
     }
+    // A lock node's URL is said to be one, not --redis's.
+    let node = |port: u16| format!("redis://127.0.0.1:{port}");
+    let (a, b, c) = (node(0), node(1), node(2));
+    let args = [
+        "--lock-node",
+        &a,
+        "--lock-node",
+        &b,
+        "--lock-node",
+        &c,
+        "status",
+        "x",
+    ];
+    let out = lockctl("redis://127.0.0.1:1", &args);
+    assert_says(&out, 2, &["port 0 is not a port", "(see --lock-node)"]);
 }
 
 #[test]
