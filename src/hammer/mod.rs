@@ -123,6 +123,9 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     ensure_descriptors(opts, Some(target))?;
     let mut conn = target.connect()?;
     check_capacity(&mut conn, target, opts)?;
+    if let Some(p) = &opts.pipeline {
+        pipeline::check_db(target, p)?;
+    }
     let initial_stock = match opts.stock {
         Some(n) => {
             stock::seed(&mut conn, &opts.sku, n)?;

@@ -70,9 +70,14 @@ pub(super) struct Running {
 
 /// Starts the workers and the sampler; fails (before any purchase) when the database cannot
 /// be reached or has no schema.
-pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
+/// Whether the orders database answers and has its schema: asked before the run seeds or
+/// sells anything, so that a database that is down fails the run with nothing written.
+pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
     let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
-    db.require_schema(&p.db_url)?;
+    db.require_schema(&p.db_url)
+}
+
+pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
     let keys = StockKeys::new(&opts.sku);
     ensure_group(&mut target.connect()?, &keys)?;
     let stop = Arc::new(AtomicBool::new(false));

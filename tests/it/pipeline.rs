@@ -89,6 +89,19 @@ fn db_init_is_idempotent_and_a_worker_before_it_says_what_to_run() {
     );
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains("is it running"), "{}", stderr(&out));
+    // A hammer whose orders database is down fails before it seeds or sells anything.
+    let down = "postgres://nobody@127.0.0.1:1/x";
+    let args = [
+        "hammer", "--sku", "nodb", "-n", "10", "--stock", "10", "--queue", "--db", down,
+    ];
+    let out = lockctl(&server.url(), &args);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("is it running"), "{}", stderr(&out));
+    let keys: Vec<String> = server.raw().keys("*nodb*").unwrap();
+    assert!(
+        keys.is_empty(),
+        "written before the database was asked: {keys:?}"
+    );
 }
 
 #[test]
