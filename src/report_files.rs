@@ -40,6 +40,22 @@ struct Target {
     swap: Option<(PathBuf, PathBuf)>,
 }
 
+/// The file `path` names, as the kernel would find it: through links, and for a file not yet
+/// there, through its directory's.
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
 impl Target {
     fn open(path: &Path) -> std::io::Result<Target> {
         let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
@@ -52,7 +68,7 @@ impl Target {
             });
         }
         // Through a link, the file it names is the one replaced.
-        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let real = resolved(path);
         let dir = match real.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -110,6 +126,7 @@ impl Exports {
         ];
         let mut out = Exports(Vec::new());
         let mut to_stdout = Vec::new();
+        let mut seen: Vec<(PathBuf, &str)> = Vec::new();
         for (kind, flag, path) in wanted {
             let Some(path) = path else { continue };
             if path == Path::new("-") {
@@ -117,6 +134,17 @@ impl Exports {
                 out.0.push(Export { kind, target: None });
                 continue;
             }
+            // Two exports into one file would leave only the last.
+            let same = resolved(path);
+            if let Some((_, other)) = seen.iter().find(|(p, _)| *p == same) {
+                out.discard();
+                return Err(UsageError(format!(
+                    "{other} and {flag} both write '{}'; give each export a path of its own",
+                    path.display()
+                ))
+                .into());
+            }
+            seen.push((same, flag));
             match Target::open(path) {
                 Ok(t) => out.0.push(Export {
                     kind,

@@ -447,6 +447,29 @@ fn a_failed_run_leaves_existing_exports_as_they_were() {
     let mode = std::fs::metadata(&keep).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o640);
     assert_eq!(names(dir.path()), ["keep.html", "pipe"]);
+
+    // Two exports into one file (spelled two ways) would keep only the last: refused.
+    let twice = dir.path().join("twice.out");
+    let again = format!("{}/./twice.out", dir.path().display());
+    let args = [
+        "hammer",
+        "-n",
+        "5",
+        "--stock",
+        "5",
+        "--export-json",
+        twice.to_str().unwrap(),
+        "--export-html",
+        &again,
+    ];
+    let out = lockctl(&server.url(), &args);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--export-json and --export-html both write"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(names(dir.path()), ["keep.html", "pipe"]);
 }
 
 #[test]
