@@ -148,7 +148,7 @@ pub enum Error {
 
     /// The run would need more open files (connections, pipes) than this process may hold.
     #[error(
-        "-c {concurrency} needs about {needed} open files (its connections, and pipes to child processes), but this process may open {limit} (ulimit -n; the hard limit allows no more): {advice}"
+        "-c {concurrency} needs about {needed} open files (its connections, pipes to child processes, the orders workers' clients), but this process may open {limit} (ulimit -n; the hard limit allows no more): {advice}"
     )]
     TooFewDescriptors {
         concurrency: u64,

@@ -1,14 +1,15 @@
 //! The hammer's report files (`--export-json`, `--export-markdown`, `--export-html`,
 //! `--metrics-file`): opened before the run (so a bad path fails before any purchase) and
-//! written after it. A regular file is written under a temporary name beside it and renamed
-//! over the path only when the report is whole, so a run that fails leaves whatever was there
-//! before untouched, and no half-written report. A path that is not a regular file (a device
-//! such as /dev/null, a pipe such as `>(jq .)`) is written in place and never removed. `-`
+//! written after it, in place. A file that was there is not truncated until the report is
+//! whole, so a run that ends without a report leaves it as it was (same inode, owner, mode
+//! and links); a file the run created is removed. A device, a pipe or a stream path
+//! (`/dev/null`, `>(jq .)`, `/dev/stdout`) is appended to, never truncated or removed. `-`
 //! means stdout, which then carries only that export.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -36,8 +37,44 @@ struct Target {
     /// The path as given.
     path: PathBuf,
     file: File,
-    /// For a regular file: the temporary file being written, and the path it is renamed to.
-    swap: Option<(PathBuf, PathBuf)>,
+    /// How it is written.
+    how: How,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// A regular file that was there: kept as it is (contents, inode, owner, mode, links)
+    /// until the report is whole, then truncated and written in place.
+    Replace,
+    /// A regular file this run created (empty, exclusively): removed if the run fails.
+    Created(PathBufId),
+    /// A device, a pipe or a stream (`/dev/null`, `>(jq .)`, `/dev/stdout`): appended to,
+    /// never truncated or removed.
+    Stream,
+}
+
+/// The index of a created file in [`CREATED`].
+type PathBufId = usize;
+
+/// Files this process created for exports and has not yet written (`None` once written or
+/// removed): removed if it quits at once (a second Ctrl-C), as when a run fails.
+static CREATED: Mutex<Vec<Option<PathBuf>>> = Mutex::new(Vec::new());
+
+/// Removes the export files this process created and had not yet written; for a process that
+/// is quitting now.
+pub fn abandon_created() {
+    let created = CREATED.lock().map(|c| c.clone()).unwrap_or_default();
+    for p in created.into_iter().flatten() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Takes a created file off [`CREATED`]; returns its path if it was still there.
+fn settle(id: PathBufId) -> Option<PathBuf> {
+    CREATED
+        .lock()
+        .ok()
+        .and_then(|mut c| c.get_mut(id).and_then(Option::take))
 }
 
 /// The file `path` names, as the kernel would find it: through links, and for a file not yet
@@ -56,60 +93,86 @@ fn resolved(path: &Path) -> PathBuf {
     }
 }
 
+/// What two exports into one file would share: the file's device and inode where it exists
+/// (which sees through links, hard ones too), else the path it resolves to. `None` for a
+/// stream, which several exports may share.
+fn identity(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if is_stream(path) {
+        return None;
+    }
+    match std::fs::metadata(path) {
+        Ok(m) => Some(format!("{}:{}", m.dev(), m.ino())),
+        Err(_) => Some(resolved(path).to_string_lossy().into_owned()),
+    }
+}
+
+/// A device, a pipe, or a path to a process's streams (`/dev/...`, `/proc/.../fd/...`,
+/// which may reopen a file the shell redirected to with `>>`).
+fn is_stream(path: &Path) -> bool {
+    path.starts_with("/dev")
+        || path.starts_with("/proc")
+        || std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+}
+
 impl Target {
     fn open(path: &Path) -> std::io::Result<Target> {
-        let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
-        if special {
-            let file = std::fs::OpenOptions::new().write(true).open(path)?;
-            return Ok(Target {
-                path: path.to_path_buf(),
-                file,
-                swap: None,
-            });
-        }
-        // Through a link, the file it names is the one replaced.
-        let real = resolved(path);
-        let dir = match real.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
+        use std::fs::OpenOptions;
+        let (file, how) = if is_stream(path) {
+            (OpenOptions::new().append(true).open(path)?, How::Stream)
+        } else if std::fs::metadata(path).is_ok() {
+            // Opened now, so that a path that cannot be written fails before the run; not
+            // truncated until the report is whole.
+            (OpenOptions::new().write(true).open(path)?, How::Replace)
+        } else {
+            // Exclusively: a link planted at the path meanwhile is not followed. A dangling
+            // link the user named is followed, as a shell's `>` would.
+            let dangling = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink());
+            let real = if dangling {
+                resolved(path)
+            } else {
+                path.to_path_buf()
+            };
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&real)?;
+            let id = match CREATED.lock() {
+                Ok(mut c) => {
+                    c.push(Some(resolved(&real)));
+                    c.len() - 1
+                }
+                Err(_) => usize::MAX,
+            };
+            (f, How::Created(id))
         };
-        let name = real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = dir.join(format!(".{name}.lockctl-{}.tmp", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .or_else(|e| match e.kind() {
-                // One a killed run left behind.
-                std::io::ErrorKind::AlreadyExists => File::create(&temp),
-                _ => Err(e),
-            })?;
-        if let Ok(m) = std::fs::metadata(&real) {
-            let _ = std::fs::set_permissions(&temp, m.permissions());
-        }
         Ok(Target {
             path: path.to_path_buf(),
             file,
-            swap: Some((temp, real)),
+            how,
         })
     }
 
     fn write(&self, text: &str) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom};
         let mut f = &self.file;
+        if self.how != How::Stream {
+            f.set_len(0)?;
+            f.seek(SeekFrom::Start(0))?;
+        }
         f.write_all(text.as_bytes())?;
         f.flush()?;
-        if let Some((temp, real)) = &self.swap {
-            std::fs::rename(temp, real)?;
+        if let How::Created(id) = self.how {
+            settle(id);
         }
         Ok(())
     }
 
     fn discard(&self) {
-        if let Some((temp, _)) = &self.swap {
-            let _ = std::fs::remove_file(temp);
+        if let How::Created(id) = self.how
+            && let Some(p) = settle(id)
+        {
+            let _ = std::fs::remove_file(p);
         }
     }
 }
@@ -126,18 +189,15 @@ impl Exports {
         ];
         let mut out = Exports(Vec::new());
         let mut to_stdout = Vec::new();
-        let mut seen: Vec<(PathBuf, &str)> = Vec::new();
-        for (kind, flag, path) in wanted {
-            let Some(path) = path else { continue };
-            if path == Path::new("-") {
-                to_stdout.push(flag);
-                out.0.push(Export { kind, target: None });
+        // Two exports into one file would leave only the last. Asked of every path before
+        // any is opened (opening creates a file, and would change the answer).
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        for (_, flag, path) in &wanted {
+            let Some(path) = path.as_ref().filter(|p| *p != Path::new("-")) else {
                 continue;
-            }
-            // Two exports into one file would leave only the last.
-            let same = resolved(path);
+            };
+            let Some(same) = identity(path) else { continue };
             if let Some((_, other)) = seen.iter().find(|(p, _)| *p == same) {
-                out.discard();
                 return Err(UsageError(format!(
                     "{other} and {flag} both write '{}'; give each export a path of its own",
                     path.display()
@@ -145,6 +205,14 @@ impl Exports {
                 .into());
             }
             seen.push((same, flag));
+        }
+        for (kind, flag, path) in wanted {
+            let Some(path) = path else { continue };
+            if path == Path::new("-") {
+                to_stdout.push(flag);
+                out.0.push(Export { kind, target: None });
+                continue;
+            }
             match Target::open(path) {
                 Ok(t) => out.0.push(Export {
                     kind,

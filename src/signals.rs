@@ -103,6 +103,8 @@ pub fn quit_as_json(on: bool) {
 fn quit_now(n: i32) -> ! {
     let held = lock::give_back_all(GIVE_BACK_LIMIT);
     crate::private_redis::stop_all();
+    // Export files this run created and never wrote: not left behind empty.
+    crate::report_files::abandon_created();
     if held > 0 {
         eprintln!(
             "lockctl: {}: gave back {held} lock(s) and queue place(s); quitting",

@@ -245,6 +245,13 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Resu
             ((conns.saturating_sub(4) / c).max(1), conns)
         }
     };
+    // The orders pipeline's workers: each its PostgreSQL client (a socket and the runtime
+    // the client runs on) and its Redis connection; and the queue's sampler.
+    let held = held
+        + opts
+            .pipeline
+            .as_ref()
+            .map_or(0, |p| 6 * p.workers.max(1) + 2);
     let needed = held + OWN_FILES;
     let limit = match raise_file_limit(needed) {
         Some(limit) => limit,

@@ -72,9 +72,33 @@ pub(super) struct Running {
 /// be reached or has no schema.
 /// Whether the orders database answers and has its schema: asked before the run seeds or
 /// sells anything, so that a database that is down fails the run with nothing written.
+///
+/// Bounded in time: a server that accepts the connection and never answers (the PostgreSQL
+/// client's own timeout covers only the TCP connect) fails the run after the connect and call
+/// limits, instead of holding it forever.
 pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
-    let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
-    db.require_schema(&p.db_url)
+    let options = target.options();
+    let limit = options.connect_timeout + options.call_timeout;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (url, connect) = (p.db_url.clone(), options.connect_timeout);
+    thread::Builder::new()
+        .name("lockctl-db-check".into())
+        .spawn(move || {
+            let asked = Db::connect(&url, connect).and_then(|mut db| db.require_schema(&url));
+            let _ = tx.send(asked);
+        })
+        .map_err(|e| Error::internal(format!("could not start the database check: {e}")))?;
+    match rx.recv_timeout(limit) {
+        Ok(asked) => asked,
+        Err(_) => Err(Error::Database {
+            url: crate::orders::dburl::redact(&p.db_url),
+            reason: format!(
+                "no answer within {} ms (it accepted the connection but said nothing: is it PostgreSQL, and is it up? see --db, --connect-timeout-ms, --timeout-ms)",
+                limit.as_millis()
+            ),
+            sqlstate: None,
+        }),
+    }
 }
 
 pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {

@@ -102,6 +102,45 @@ fn db_init_is_idempotent_and_a_worker_before_it_says_what_to_run() {
         keys.is_empty(),
         "written before the database was asked: {keys:?}"
     );
+
+    // One that accepts connections and never answers: bounded by the limits, not a hang.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let db = format!("postgres://nobody@{}/x", mute.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        while let Ok((c, _)) = mute.accept() {
+            kept.push(c);
+        }
+    });
+    let args = [
+        "--connect-timeout-ms",
+        "300",
+        "--timeout-ms",
+        "300",
+        "hammer",
+        "--sku",
+        "mute",
+        "-n",
+        "10",
+        "--stock",
+        "10",
+        "--queue",
+        "--db",
+        &db,
+    ];
+    let child = spawn_lockctl_with(&server.url(), &args, Streams::Capture);
+    let out = crate::support::finish_within(child, Duration::from_secs(60), "hammer --queue");
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no answer within"),
+        "{}",
+        stderr(&out)
+    );
+    let keys: Vec<String> = server.raw().keys("*mute*").unwrap();
+    assert!(
+        keys.is_empty(),
+        "written before the database answered: {keys:?}"
+    );
 }
 
 #[test]
