@@ -41,40 +41,38 @@ struct Target {
     how: How,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum How {
     /// A regular file that was there: kept as it is (contents, inode, owner, mode, links)
     /// until the report is whole, then truncated and written in place.
     Replace,
-    /// A regular file this run created (empty, exclusively): removed if the run fails.
-    Created(PathBufId),
+    /// A regular file this run created (empty, exclusively), at this resolved path: removed
+    /// if the run fails.
+    Created(PathBuf),
     /// A device, a pipe or a stream (`/dev/null`, `>(jq .)`, `/dev/stdout`): appended to,
     /// never truncated or removed.
     Stream,
 }
 
-/// The index of a created file in [`CREATED`].
-type PathBufId = usize;
-
-/// Files this process created for exports and has not yet written (`None` once written or
-/// removed): removed if it quits at once (a second Ctrl-C), as when a run fails.
-static CREATED: Mutex<Vec<Option<PathBuf>>> = Mutex::new(Vec::new());
+/// Files this process created for exports and has not yet written: removed if it quits at
+/// once (a second Ctrl-C), as when a run fails.
+static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Removes the export files this process created and had not yet written; for a process that
 /// is quitting now.
 pub fn abandon_created() {
     let created = CREATED.lock().map(|c| c.clone()).unwrap_or_default();
-    for p in created.into_iter().flatten() {
+    for p in created {
         let _ = std::fs::remove_file(p);
     }
 }
 
-/// Takes a created file off [`CREATED`]; returns its path if it was still there.
-fn settle(id: PathBufId) -> Option<PathBuf> {
-    CREATED
-        .lock()
-        .ok()
-        .and_then(|mut c| c.get_mut(id).and_then(Option::take))
+/// Takes `path` off [`CREATED`]; whether it was there.
+fn settle(path: &Path) -> bool {
+    CREATED.lock().is_ok_and(|mut c| {
+        let before = c.len();
+        c.retain(|p| p != path);
+        c.len() < before
+    })
 }
 
 /// The file `path` names, as the kernel would find it: through links, and for a file not yet
@@ -137,14 +135,11 @@ impl Target {
                 .write(true)
                 .create_new(true)
                 .open(&real)?;
-            let id = match CREATED.lock() {
-                Ok(mut c) => {
-                    c.push(Some(resolved(&real)));
-                    c.len() - 1
-                }
-                Err(_) => usize::MAX,
-            };
-            (f, How::Created(id))
+            let real = resolved(&real);
+            if let Ok(mut c) = CREATED.lock() {
+                c.push(real.clone());
+            }
+            (f, How::Created(real))
         };
         Ok(Target {
             path: path.to_path_buf(),
@@ -156,23 +151,23 @@ impl Target {
     fn write(&self, text: &str) -> std::io::Result<()> {
         use std::io::{Seek, SeekFrom};
         let mut f = &self.file;
-        if self.how != How::Stream {
+        if !matches!(self.how, How::Stream) {
             f.set_len(0)?;
             f.seek(SeekFrom::Start(0))?;
         }
         f.write_all(text.as_bytes())?;
         f.flush()?;
-        if let How::Created(id) = self.how {
-            settle(id);
+        if let How::Created(real) = &self.how {
+            settle(real);
         }
         Ok(())
     }
 
     fn discard(&self) {
-        if let How::Created(id) = self.how
-            && let Some(p) = settle(id)
+        if let How::Created(real) = &self.how
+            && settle(real)
         {
-            let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_file(real);
         }
     }
 }

@@ -34,7 +34,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     // Every strategy's run must fit this process's open files before the first one writes.
     for &strategy in &strategies {
         if let Err(e) =
-            hammer::ensure_descriptors(&options(ctx, &args, strategy, None), Some(&ctx.target))
+            hammer::ensure_descriptors(&options(ctx, &args, strategy, None), &ctx.target)
         {
             exports.discard();
             return Err(e.into());

@@ -120,7 +120,7 @@ pub const TIMELINE_POINTS: usize = 400;
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let keys = StockKeys::new(&opts.sku);
-    ensure_descriptors(opts, Some(target))?;
+    ensure_descriptors(opts, target)?;
     let mut conn = target.connect()?;
     check_capacity(&mut conn, target, opts)?;
     if let Some(p) = &opts.pipeline {
@@ -231,17 +231,18 @@ const OWN_FILES: u64 = 32;
 /// to, and refuses the run, before anything is written, when even that is too few. Otherwise
 /// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
 /// look down.
-pub fn ensure_descriptors(opts: &HammerOptions, target: Option<&Target>) -> Result<()> {
+pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
     let c = opts.concurrency.min(opts.requests.max(1)).max(1);
     // Files per buyer, and all the run's buyers hold at once.
-    let (per_buyer, held) = match (opts.mode, target) {
-        (Mode::Http, _) | (_, None) => (1, c),
+    let (per_buyer, held) = match opts.mode {
+        // A connection to the endpoint each.
+        Mode::Http => (1, c),
         // Starting a child holds its three pipes at both ends and the pipe that reports a
         // failed exec, while other children start beside it; each then keeps three.
-        (Mode::Procs, _) => (8, 8 * c),
+        Mode::Procs => (8, 8 * c),
         // Lockctl's own buyers: a connection each, and one per watchdog.
-        (_, Some(t)) => {
-            let conns = connections_needed(opts, t);
+        Mode::Threads => {
+            let conns = connections_needed(opts, target);
             ((conns.saturating_sub(4) / c).max(1), conns)
         }
     };

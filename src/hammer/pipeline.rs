@@ -68,8 +68,6 @@ pub(super) struct Running {
     started: Instant,
 }
 
-/// Starts the workers and the sampler; fails (before any purchase) when the database cannot
-/// be reached or has no schema.
 /// Whether the orders database answers and has its schema: asked before the run seeds or
 /// sells anything, so that a database that is down fails the run with nothing written.
 ///
@@ -101,6 +99,7 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
     }
 }
 
+/// Starts the workers and the sampler ([`check_db`] has asked the database first).
 pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
     let keys = StockKeys::new(&opts.sku);
     ensure_group(&mut target.connect()?, &keys)?;

@@ -57,7 +57,7 @@ pub struct HttpOptions {
 /// and judges the answers against the stock in Redis at `target` (read only when the answers
 /// can be classified). `opts.stock` sets the stock key first.
 pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<Report> {
-    super::ensure_descriptors(opts, None)?;
+    super::ensure_descriptors(opts, target)?;
     let addr = http
         .request
         .resolve()
