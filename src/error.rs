@@ -98,6 +98,17 @@ pub enum Error {
     #[error("{}", damaged_books(sku, reason))]
     BadData { sku: String, reason: String },
 
+    /// A key of a lock holds a type lockctl never writes there.
+    #[error(
+        "the lock '{name}' is damaged: '{key}' holds a {found}, not a {expected} (repair it with: lockctl unlock {name} --force)"
+    )]
+    DamagedLock {
+        name: String,
+        key: String,
+        found: String,
+        expected: &'static str,
+    },
+
     /// The `--db` URL could not be parsed; `url` has no password.
     #[error("invalid PostgreSQL URL '{url}': {reason} (see --db or DATABASE_URL)")]
     BadDbUrl { url: String, reason: String },
@@ -318,7 +329,7 @@ impl Error {
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::Database { .. } => ErrorKind::Database,
             Error::BadDbUrl { .. } => ErrorKind::BadUrl,
-            Error::WrongTypeKey { .. } => ErrorKind::BadData,
+            Error::WrongTypeKey { .. } | Error::DamagedLock { .. } => ErrorKind::BadData,
             Error::TooManyClients { .. } | Error::TooFewDescriptors { .. } => ErrorKind::Usage,
             Error::Redis { .. } => ErrorKind::Redis,
         }

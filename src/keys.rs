@@ -26,8 +26,12 @@ pub struct StockKeys {
     /// `item:order_events:<SKU>`: with `--queue`, a stream entry per bought order, appended by
     /// the deduction itself; consumer group `lockctl`.
     pub events: String,
-    /// `item:order_dead:<SKU>`: stream entries a worker could not parse, with the reason.
+    /// `item:order_dead:<SKU>`: stream entries a worker set aside (not orders, or rows
+    /// PostgreSQL refused), whole, with the reason.
     pub dead_letters: String,
+    /// `item:sale:<SKU>`: the stream id the current sale starts after, written by `seed`, so
+    /// that the books of a sale leave out the rows of earlier sales of the SKU.
+    pub sale: String,
 }
 
 impl StockKeys {
@@ -41,6 +45,7 @@ impl StockKeys {
             sold: format!("item:sold:{s}"),
             events: format!("item:order_events:{s}"),
             dead_letters: format!("item:order_dead:{s}"),
+            sale: format!("item:sale:{s}"),
         }
     }
 }
@@ -89,6 +94,7 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.sold,
         s.events,
         s.dead_letters,
+        s.sale,
         l.lock,
         l.fence,
         l.queue,

@@ -77,6 +77,10 @@ pub struct Metrics {
     conflicts: Counter,
     dead_letters: Counter,
     batch_commit: Histogram,
+    /// How long the worker has been waiting out a failure (0 while all is well), and how many
+    /// attempts it has waited out.
+    worker_waiting: Gauge<f64, std::sync::atomic::AtomicU64>,
+    worker_retries: Counter,
     stock: Family<SkuLabel, Gauge>,
 }
 
@@ -97,7 +101,7 @@ fn register_pipeline(r: &mut Registry) -> (Counter, Counter, Counter, Histogram)
     );
     r.register(
         "lockctl_dead_letters",
-        "Stream entries that were not orders, moved to the dead-letter stream",
+        "Stream entries set aside to the dead-letter stream: not orders, or rows PostgreSQL refused for their data",
         dead_letters.clone(),
     );
     r.register(
@@ -166,6 +170,18 @@ impl Metrics {
         );
         r.register("lockctl_buy", "Purchases by outcome", buys.clone());
         let (persisted, conflicts, dead_letters, batch_commit) = register_pipeline(&mut r);
+        let worker_waiting = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let worker_retries = Counter::default();
+        r.register(
+            "lockctl_worker_waiting_seconds",
+            "How long the orders worker has been waiting out a failure of PostgreSQL or Redis, its batch kept (0 while all is well)",
+            worker_waiting.clone(),
+        );
+        r.register(
+            "lockctl_worker_retries",
+            "Attempts the orders worker waited out (a failure of PostgreSQL or Redis)",
+            worker_retries.clone(),
+        );
         r.register("lockctl_stock", "Stock last seen, per SKU", stock.clone());
         Metrics {
             registry: r,
@@ -180,6 +196,8 @@ impl Metrics {
             conflicts,
             dead_letters,
             batch_commit,
+            worker_waiting,
+            worker_retries,
             stock,
         }
     }
@@ -203,6 +221,17 @@ impl Metrics {
         self.batch_commit.observe(d.as_secs_f64());
         self.persisted.inc_by(persisted);
         self.conflicts.inc_by(conflicts);
+    }
+
+    /// The worker waits out one more failed attempt; it has been waiting for `d` so far.
+    pub fn worker_retry(&self, d: Duration) {
+        self.worker_retries.inc();
+        self.worker_waiting.set(d.as_secs_f64());
+    }
+
+    /// The worker's wait is over.
+    pub fn worker_recovered(&self) {
+        self.worker_waiting.set(0.0);
     }
 
     pub fn dead_letter(&self) {

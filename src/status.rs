@@ -147,19 +147,12 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     })
 }
 
-/// Adds the orders pipeline to a status: seeded == stock + persisted units + units still
-/// queued, every ledger order persisted or queued, nothing persisted that the ledger lacks,
-/// and no conflicts.
+/// Adds the orders pipeline to a status: every ledger order persisted, queued or set aside
+/// with its units, nothing persisted that the ledger lacks, no conflicts. With the status's
+/// own check (stock + ledger == seeded) this is seeded == stock + persisted + queued, held
+/// order by order, so that it holds during a live sale too (see [`crate::orders::books`]).
 pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
-    if let (Some(seeded), Some(stock)) = (st.seeded, st.stock) {
-        let total = stock + books.persisted_units + books.queued_units;
-        if total != seeded {
-            st.problems.push(format!(
-                "stock {stock} + persisted {} + queued {} = {total} but {seeded} was seeded",
-                books.persisted_units, books.queued_units
-            ));
-        }
-    }
+    let sku = &st.sku;
     if books.lost > 0 {
         let more = if books.lost > books.lost_orders.len() as u64 {
             ", ..."
@@ -167,21 +160,34 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
             ""
         };
         st.problems.push(format!(
-            "{} ledger order(s) are neither in PostgreSQL nor queued for a worker (lost: acknowledged or trimmed without a row, or dead-lettered): {}{more}",
-            books.lost,
+            "{} lost: neither in PostgreSQL, queued for a worker, nor in the dead letters (acknowledged or trimmed without a row): {}{more}",
+            crate::units::count(books.lost, "ledger order is", "ledger orders are"),
             books.lost_orders.join(", ")
+        ));
+    }
+    if books.dead_orders > 0 {
+        st.problems.push(format!(
+            "{} ({}) set aside in item:order_dead:{sku}: PostgreSQL refused their rows; fix what it refused, then put them back with: lockctl worker --requeue-dead --sku {sku}",
+            crate::units::count(books.dead_orders, "order is", "orders are"),
+            crate::units::count(books.dead_units, "unit", "units"),
+        ));
+    }
+    if books.doubled > 0 {
+        st.problems.push(format!(
+            "{} deducted more than once under one order id: PostgreSQL holds the first deduction, lockctl_order_conflicts the others",
+            crate::units::count(books.doubled, "ledger order was", "ledger orders were"),
         ));
     }
     if books.unknown > 0 {
         st.problems.push(format!(
-            "{} order(s) in PostgreSQL are not in the ledger",
-            books.unknown
+            "{} in PostgreSQL of the current sale not in the ledger",
+            crate::units::count(books.unknown, "order", "orders")
         ));
     }
-    if books.conflicts > 0 {
+    if books.conflicts > 0 && books.doubled == 0 {
         st.problems.push(format!(
-            "{} order id(s) arrived with another SKU or quantity than persisted (lockctl_order_conflicts)",
-            books.conflicts
+            "{} recorded in lockctl_order_conflicts: an order id that arrived again with another SKU, quantity or user",
+            crate::units::count(books.conflicts, "conflict", "conflicts")
         ));
     }
     if !st.problems.is_empty() {

@@ -43,8 +43,8 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     /// PostgreSQL URL: postgres://user[:password]@host[:port]/database.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
-    pub db: String,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL", required_unless_present = "requeue_dead")]
+    pub db: Option<String>,
 
     /// A SKU whose queued orders to persist (repeat for several).
     #[arg(long, required = true)]
@@ -62,6 +62,15 @@ pub struct WorkerArgs {
     /// Drain what is queued now and exit, instead of running until stopped.
     #[arg(long)]
     pub once: bool,
+
+    /// Put the SKUs' dead letters that hold orders back on the queue (after fixing what
+    /// PostgreSQL refused), then exit; running it again queues nothing twice.
+    #[arg(long, conflicts_with = "once")]
+    pub requeue_dead: bool,
+
+    /// Serve Prometheus metrics on HOST:PORT at /metrics while the worker runs.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// `lockctl db ...`.

@@ -88,7 +88,8 @@ pub const WORKER: &str = "\
 Examples:
   lockctl worker --db postgres://postgres@127.0.0.1/shop --sku sku_886
   DATABASE_URL=postgres://postgres@127.0.0.1/shop lockctl worker --sku a --sku b --batch 500
-  lockctl worker --db postgres://postgres@127.0.0.1/shop --sku sku_886 --once   # drain and exit";
+  lockctl worker --db postgres://postgres@127.0.0.1/shop --sku sku_886 --once   # drain and exit
+  lockctl worker --sku sku_886 --requeue-dead   # after a fix: dead-lettered orders back on the queue";
 
 pub const DB_INIT: &str = "\
 Examples:

@@ -18,7 +18,7 @@ pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
     }
     if args.purchase.queue && args.strategy == crate::cli::StrategyArg::Naive {
         return Err(UsageError(
-            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
+            "--queue works with lock, fenced, atomic and batch; naive is the negative control and records no order events".into(),
         )
         .into());
     }

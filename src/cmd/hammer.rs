@@ -49,7 +49,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     };
     let read_waiters = waiters_reader(ctx, &args);
     if let Some(addr) = &args.metrics_addr
-        && let Err(e) = serve_metrics(addr, read_waiters.clone())
+        && let Err(e) = serve_metrics(addr, "the hammer", read_waiters.clone())
     {
         exports.discard();
         return Err(e);
@@ -152,22 +152,27 @@ fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
     }
     if args.purchase.queue && args.strategies().contains(&Strategy::Naive) {
         return Err(UsageError(
-            "--queue works with lock, fenced and atomic; naive is the negative control and records no order events".into(),
+            "--queue works with lock, fenced, atomic and batch; naive is the negative control and records no order events".into(),
         )
         .into());
     }
     Ok(())
 }
 
-/// `--metrics-addr`: this process's metrics, with the queue length read just before each scrape.
-fn serve_metrics(addr: &str, before: impl Fn() + Send + Sync + 'static) -> anyhow::Result<()> {
+/// `--metrics-addr`: this process's metrics, with `before` (the queue length, say) run just
+/// before each scrape; `who` says what runs meanwhile ("the hammer").
+pub(super) fn serve_metrics(
+    addr: &str,
+    who: &str,
+    before: impl Fn() + Send + Sync + 'static,
+) -> anyhow::Result<()> {
     let scrape = Arc::new(move || {
         before();
         metrics::global().encode()
     });
     let bound = endpoint::serve(addr, scrape, EndpointOptions::default())
         .map_err(|e| UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}")))?;
-    eprintln!("lockctl: serving http://{bound}/metrics while the hammer runs");
+    eprintln!("lockctl: serving http://{bound}/metrics while {who} runs");
     Ok(())
 }
 

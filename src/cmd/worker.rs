@@ -4,16 +4,29 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use lockctl::keys::StockKeys;
+use lockctl::orders::dead;
 use lockctl::orders::db::{Db, SCHEMA_VERSION};
 use lockctl::orders::worker::{self, WorkerOptions};
+use lockctl::sku::Sku;
+use lockctl::units::count;
 
-use super::{Ctx, Exit, output};
+use super::{Ctx, Exit, UsageError, output};
 use crate::cli::WorkerArgs;
 use crate::signals;
 
 /// Runs until SIGINT/SIGTERM/SIGHUP (which finish the batch in hand first), or with `--once`
-/// until what is queued is persisted.
+/// until what is queued is persisted; with `--requeue-dead`, puts dead letters back instead.
 pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
+    if args.requeue_dead {
+        return requeue_dead(ctx, &args.sku);
+    }
+    let Some(db) = args.db.as_deref() else {
+        return Err(UsageError("lockctl worker needs --db URL (or DATABASE_URL)".into()).into());
+    };
+    if let Some(addr) = &args.metrics_addr {
+        super::hammer::serve_metrics(addr, "the worker", || {})?;
+    }
     let stop = signals::listen(signals::First::Finish);
     let mut opts = WorkerOptions::new(args.sku);
     opts.batch = args.batch as usize;
@@ -31,17 +44,19 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
                 .join(", ")
         );
     }
-    let stats = worker::run(&ctx.target, &args.db, &opts)?;
+    let stats = worker::run(&ctx.target, db, &opts)?;
     output(
         ctx,
         || {
             format!(
-                "persisted {} orders ({} redelivered, {} conflicts, {} dead letters) in {} batches\n",
+                "persisted {} orders ({} redelivered, {} conflicts, {} dead letters) in {} batches; {} waited out, {} set aside\n",
                 stats.persisted,
                 stats.redelivered,
                 stats.conflicts,
                 stats.dead_letters,
-                stats.batches
+                stats.batches,
+                count(stats.retries, "failed attempt", "failed attempts"),
+                count(stats.set_aside, "locked batch", "locked batches"),
             )
         },
         || {
@@ -51,6 +66,8 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
                 "conflicts": stats.conflicts,
                 "dead_letters": stats.dead_letters,
                 "batches": stats.batches,
+                "retries": stats.retries,
+                "set_aside": stats.set_aside,
             })
         },
     )?;
@@ -58,6 +75,50 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
         Some(code) => Exit::Signal(code),
         None => Exit::Ok,
     })
+}
+
+/// `--requeue-dead`: each SKU's dead letters that hold orders, back on its queue.
+fn requeue_dead(ctx: &Ctx, skus: &[Sku]) -> anyhow::Result<Exit> {
+    let mut conn = ctx.target.connect()?;
+    let mut per_sku = Vec::new();
+    for sku in skus {
+        let keys = StockKeys::new(sku);
+        let done = dead::requeue(&mut conn, &keys)?;
+        per_sku.push((sku, keys, done));
+    }
+    output(
+        ctx,
+        || {
+            per_sku
+                .iter()
+                .map(|(sku, keys, d)| {
+                    let left = match d.left {
+                        0 => String::new(),
+                        n => format!(
+                            "; {} left in {} (not orders, or their entry is gone)",
+                            count(n, "dead letter", "dead letters"),
+                            keys.dead_letters
+                        ),
+                    };
+                    format!(
+                        "{sku}: {} put back on {}{left}\n",
+                        count(d.requeued, "order", "orders"),
+                        keys.events
+                    )
+                })
+                .collect()
+        },
+        || {
+            json!({
+                "requeued": per_sku.iter().map(|(sku, _, d)| json!({
+                    "sku": sku.as_str(),
+                    "requeued": d.requeued,
+                    "left": d.left,
+                })).collect::<Vec<_>>(),
+            })
+        },
+    )?;
+    Ok(Exit::Ok)
 }
 
 pub fn db_init(ctx: &Ctx, url: &str) -> anyhow::Result<Exit> {

@@ -37,7 +37,7 @@ pub use wait::Carried;
 use watchdog::{ExpiryPoker, Watchdog};
 
 use crate::conn::{Conn, Target};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::metrics::{self, AcquireResult};
 use crate::redlock::Quorum;
@@ -262,7 +262,7 @@ impl Lock {
         let (grant, quorum_until) = match outcome {
             Ok(Some(granted)) => granted,
             Ok(None) => return Ok(Acquire::Busy),
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.named(conn, e)),
         };
         let acquired_at = Instant::now();
         let ttl = self.options.ttl;
@@ -290,6 +290,37 @@ impl Lock {
             }
         }
         Ok(Acquire::Acquired(guard))
+    }
+
+    /// A script's bare WRONGTYPE, which names no key, as the lock key that is damaged.
+    fn named(&self, conn: &mut Conn, e: Error) -> Error {
+        if !matches!(&e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE") {
+            return e;
+        }
+        let k = &self.keys;
+        let expected = [
+            (&k.lock, "string"),
+            (&k.fence, "string"),
+            (&k.grant, "string"),
+            (&k.queue, "zset"),
+            (&k.deadlines, "zset"),
+        ];
+        for (key, want) in expected {
+            let found: Result<String> = conn.query(redis::cmd("TYPE").arg(key));
+            if let Ok(found) = found
+                && found != "none"
+                && found != want
+            {
+                let name = k.lock.strip_prefix("dist_lock:").unwrap_or(&k.lock);
+                return Error::DamagedLock {
+                    name: name.to_string(),
+                    key: key.clone(),
+                    found,
+                    expected: want,
+                };
+            }
+        }
+        e
     }
 
     /// Who holds the lock now and for how much longer: `(token, remaining TTL)`.

@@ -40,6 +40,20 @@ CREATE TABLE IF NOT EXISTS lockctl_order_conflicts (
 );
 "];
 
+/// A worker's session bounds. `lock_timeout`: a batch whose rows another session has locked
+/// (a worker stopped between its insert and its commit) fails after 2 s with SQLSTATE 55P03,
+/// and the worker leaves it pending for later instead of waiting as long as the other stays
+/// stopped. `idle_in_transaction_session_timeout`: the server ends such a stopped session
+/// after 10 s, releasing its locks (its batch was not committed, so it is claimed and
+/// persisted again). `statement_timeout`: no insert runs longer than 60 s. The keepalives:
+/// the server notices a worker cut off by a partition within about 11 s.
+pub const SESSION_BOUNDS: &str = "SET lock_timeout = '2s';
+ SET idle_in_transaction_session_timeout = '10s';
+ SET statement_timeout = '60s';
+ SET tcp_keepalives_idle = 5;
+ SET tcp_keepalives_interval = 2;
+ SET tcp_keepalives_count = 3;";
+
 /// The tables the schema's migrations create: what `require_schema` checks is there.
 const TABLES: [&str; 2] = ["lockctl_orders", "lockctl_order_conflicts"];
 
@@ -99,6 +113,13 @@ impl Db {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(timeout);
         }
+        // A server gone silent (a partition, a host down) is noticed within about 11 s instead
+        // of the kernel's two hours: a call on a dead connection fails, and is retried.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(5))
+            .keepalives_interval(Duration::from_secs(2))
+            .keepalives_retries(3);
         let client = config.connect(NoTls).map_err(|e| {
             db_error(
                 url,
@@ -107,6 +128,15 @@ impl Db {
             )
         })?;
         Ok(Db { client })
+    }
+
+    /// Bounds this session for the orders worker (see [`SESSION_BOUNDS`]): no statement, no
+    /// wait for a row lock and no idle transaction lasts longer than those bounds, so a worker
+    /// stopped mid-transaction cannot hold another's batch for longer than them.
+    pub fn bound_session(&mut self, url: &str) -> Result<()> {
+        self.client
+            .batch_execute(SESSION_BOUNDS)
+            .map_err(|e| db_error(url, "could not set the worker's session bounds", e))
     }
 
     /// Creates or migrates the schema, and creates again any table of it that is missing (a
@@ -196,8 +226,9 @@ impl Db {
     }
 
     /// Persists `events` in one transaction: new orders are inserted, redeliveries of the same
-    /// order change nothing, and an order id that exists (in the table, or earlier in this
-    /// batch) with another SKU, quantity or user is recorded as a conflict. Returns (inserted,
+    /// stream entry change nothing, and an order id that exists (in the table, or earlier in
+    /// this batch) from another stream entry (a second deduction under the same order id) or
+    /// with another SKU, quantity or user is recorded as a conflict. Returns (inserted,
     /// redelivered, conflicts).
     pub fn persist(&mut self, url: &str, events: &[OrderEvent]) -> Result<(u64, u64, u64)> {
         let err = |e| db_error(url, "could not persist a batch of orders", e);
@@ -219,30 +250,34 @@ impl Db {
             let ids: Vec<&str> = others.iter().map(|e| e.order_id.as_str()).collect();
             let rows = tx
                 .query(
-                    "SELECT order_id, sku, qty, user_id FROM lockctl_orders
+                    "SELECT order_id, sku, qty, user_id, stream_id FROM lockctl_orders
                       WHERE order_id = ANY($1)",
                     &[&ids],
                 )
                 .map_err(err)?;
-            let known: HashMap<String, (String, i64, Option<String>)> = rows
+            type Row = (String, i64, Option<String>, String);
+            let known: HashMap<String, Row> = rows
                 .iter()
-                .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+                .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3), r.get(4))))
                 .collect();
             for e in &others {
-                let same = known
-                    .get(&e.order_id)
-                    .is_some_and(|(s, q, u)| *s == e.sku && *q == e.qty && *u == e.user);
+                // A redelivery is the same entry again; the same order from another entry is
+                // a second deduction, and PostgreSQL holds only the first.
+                let same = known.get(&e.order_id).is_some_and(|(s, q, u, id)| {
+                    *s == e.sku && *q == e.qty && *u == e.user && *id == e.origin
+                });
                 if !same {
                     conflicts += 1;
                     tx.execute(
                         "INSERT INTO lockctl_order_conflicts (order_id, sku, qty, stream_id)
                          VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                        &[&e.order_id, &e.sku, &e.qty, &e.stream_id],
+                        &[&e.order_id, &e.sku, &e.qty, &e.origin],
                     )
                     .map_err(err)?;
                 }
             }
         }
+        super::worker::crash_point("in_transaction");
         tx.commit().map_err(err)?;
         let inserted = fresh.len() as u64;
         let redelivered = events.len() as u64 - inserted - conflicts;
@@ -285,6 +320,38 @@ impl Db {
             conflicts.max(0) as u64,
         ))
     }
+
+    /// Every persisted order of `sku`, and every conflict recorded for it, each as (order id,
+    /// qty, the stream id of its deduction): for `status`, which keeps those of the current
+    /// sale.
+    pub fn sku_rows(&mut self, url: &str, sku: &str) -> Result<(Vec<SkuRow>, Vec<SkuRow>)> {
+        let err = |e| db_error(url, "could not read the orders", e);
+        let mut read = |sql: &str| -> Result<Vec<SkuRow>> {
+            let rows = self.client.query(sql, &[&sku]).map_err(err)?;
+            Ok(rows
+                .iter()
+                .map(|r| SkuRow {
+                    order_id: r.get(0),
+                    qty: r.get(1),
+                    stream_id: r.get(2),
+                })
+                .collect())
+        };
+        let orders = read("SELECT order_id, qty, stream_id FROM lockctl_orders WHERE sku = $1")?;
+        let conflicts = read(
+            "SELECT order_id, qty, stream_id FROM lockctl_order_conflicts WHERE sku = $1",
+        )?;
+        Ok((orders, conflicts))
+    }
+}
+
+/// A row of the orders table, or of its conflicts, as `status` reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkuRow {
+    pub order_id: String,
+    pub qty: i64,
+    /// The stream id of the deduction it came from.
+    pub stream_id: String,
 }
 
 /// Inserts `events` (distinct order ids) in one statement, skipping ids already in the table;
@@ -298,7 +365,7 @@ fn insert(
     let qtys: Vec<i64> = events.iter().map(|e| e.qty).collect();
     let users: Vec<Option<&str>> = events.iter().map(|e| e.user.as_deref()).collect();
     let fences: Vec<Option<i64>> = events.iter().map(|e| e.fence).collect();
-    let sids: Vec<&str> = events.iter().map(|e| e.stream_id.as_str()).collect();
+    let sids: Vec<&str> = events.iter().map(|e| e.origin.as_str()).collect();
     let ats: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
     let inserted = tx.query(
         "INSERT INTO lockctl_orders

@@ -8,11 +8,19 @@
 //! before its acknowledgement leaves the batch pending, another worker claims it after
 //! `--claim-idle-ms`, and the insert, being idempotent, adds nothing the second time.
 //!
-//! Layout: stream operations here; the table in `db`; the loop in `worker`.
+//! Layout: stream entries and trimming here; the queue's depth in `queue`; the books against
+//! PostgreSQL in `books`; dead letters and their requeue in `dead`; the table in `db`; the
+//! loop in `worker`.
 
+pub mod books;
 pub mod db;
 pub mod dburl;
+pub mod dead;
+pub mod queue;
 pub mod worker;
+
+pub use books::{PipelineBooks, pipeline_books};
+pub use queue::{QueueState, id_ms, queue_state};
 
 use std::collections::HashMap;
 
@@ -28,8 +36,13 @@ pub const GROUP: &str = "lockctl";
 /// One order as the deduction appended it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderEvent {
-    /// The stream entry's id (`<ms>-<seq>`).
+    /// The stream entry's id (`<ms>-<seq>`): what the worker acknowledges.
     pub stream_id: String,
+    /// The id of the entry the deduction appended: `stream_id`, or for an order put back on
+    /// the queue from the dead letters, its first entry's id (field `requeued_from`). This is
+    /// what PostgreSQL keeps, so a redelivery is told from a second deduction, and the sale an
+    /// order belongs to from its id.
+    pub origin: String,
     pub order_id: String,
     pub sku: String,
     pub qty: i64,
@@ -88,8 +101,14 @@ impl OrderEvent {
                     .map_err(|_| format!("fence '{}' is not a number", short(f)))?,
             ),
         };
+        let origin = match fields.get("requeued_from") {
+            None => stream_id,
+            Some(id) if id_parts(id).is_some() => id.as_str(),
+            Some(id) => return Err(format!("requeued_from '{}' is not a stream id", short(id))),
+        };
         Ok(OrderEvent {
             stream_id: stream_id.to_string(),
+            origin: origin.to_string(),
             order_id,
             sku,
             qty,
@@ -190,183 +209,18 @@ pub fn entries(list: &Value) -> Vec<Entry> {
         .collect()
 }
 
+/// A stream id as (ms, seq), which orders as the stream does.
+pub(crate) fn id_parts(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
 fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
         Value::Int(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-/// How far behind the pipeline is for one SKU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueState {
-    /// Entries in the stream (acknowledged ones stay until trimmed).
-    pub length: u64,
-    /// Entries delivered to a worker and not yet acknowledged.
-    pub pending: u64,
-    /// Entries not yet delivered to any worker.
-    pub undelivered: u64,
-    /// Server ms of the oldest entry not yet acknowledged, if any.
-    pub oldest_unacked_ms: Option<i64>,
-}
-
-impl QueueState {
-    /// Entries not yet persisted: pending plus undelivered.
-    pub fn backlog(&self) -> u64 {
-        self.pending + self.undelivered
-    }
-}
-
-/// The stream's length, pending and undelivered entries, from XINFO GROUPS and XPENDING.
-pub fn queue_state(conn: &mut Conn, keys: &StockKeys) -> Result<QueueState> {
-    let length: u64 = conn.query(redis::cmd("XLEN").arg(&keys.events))?;
-    let groups: Value = match conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&keys.events)) {
-        Ok(v) => v,
-        Err(Error::Redis { code: Some(c), .. }) if c == "ERR" => Value::Array(vec![]),
-        Err(e) => return Err(e),
-    };
-    let mut state = QueueState {
-        length,
-        ..QueueState::default()
-    };
-    let Some(g) = lockctl_group(&groups) else {
-        // No group yet: nothing was ever delivered.
-        state.undelivered = length;
-        state.oldest_unacked_ms = first_entry_ms(conn, keys, "-")?;
-        return Ok(state);
-    };
-    let int = |k: &str| match g.get(k) {
-        Some(Value::Int(n)) => Some(*n),
-        _ => None,
-    };
-    state.pending = int("pending").unwrap_or(0).max(0) as u64;
-    state.undelivered = int("lag").unwrap_or(0).max(0) as u64;
-    let last = g
-        .get("last-delivered-id")
-        .and_then(text)
-        .unwrap_or_default();
-    let oldest_pending: Value = conn.query(
-        redis::cmd("XPENDING")
-            .arg(&keys.events)
-            .arg(GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(1),
-    )?;
-    state.oldest_unacked_ms = match &oldest_pending {
-        Value::Array(rows) if !rows.is_empty() => match &rows[0] {
-            Value::Array(r) => r.first().and_then(text).and_then(|id| id_ms(&id)),
-            _ => None,
-        },
-        _ if state.undelivered > 0 => first_entry_ms(conn, keys, &format!("({last}"))?,
-        _ => None,
-    };
-    Ok(state)
-}
-
-/// The group `lockctl` in an XINFO GROUPS reply, as field -> value.
-fn lockctl_group(groups: &Value) -> Option<HashMap<String, Value>> {
-    match groups {
-        Value::Array(gs) => gs.iter().find_map(|g| {
-            let m = field_map(g);
-            (m.get("name").and_then(text).as_deref() == Some(GROUP)).then_some(m)
-        }),
-        _ => None,
-    }
-}
-
-/// Which entries of the stream some worker will still persist: those pending in the group,
-/// and those after its last delivered id (all of them when there is no group yet). An entry
-/// delivered and acknowledged is done with: if its order is not in PostgreSQL, it is lost.
-struct Unacked {
-    last_delivered: Option<(u64, u64)>,
-    pending: std::collections::HashSet<String>,
-}
-
-impl Unacked {
-    fn read(conn: &mut Conn, keys: &StockKeys) -> Result<Unacked> {
-        let groups: Value = match conn.query(redis::cmd("XINFO").arg("GROUPS").arg(&keys.events)) {
-            Ok(v) => v,
-            Err(Error::Redis { code: Some(c), .. }) if c == "ERR" => Value::Array(vec![]),
-            Err(e) => return Err(e),
-        };
-        let last_delivered = lockctl_group(&groups)
-            .and_then(|g| g.get("last-delivered-id").and_then(text))
-            .and_then(|id| id_parts(&id));
-        let mut pending = std::collections::HashSet::new();
-        let mut from = "-".to_string();
-        while last_delivered.is_some() {
-            let v: Value = conn.query(
-                redis::cmd("XPENDING")
-                    .arg(&keys.events)
-                    .arg(GROUP)
-                    .arg(&from)
-                    .arg("+")
-                    .arg(1000),
-            )?;
-            let Value::Array(rows) = v else { break };
-            let ids: Vec<String> = rows
-                .iter()
-                .filter_map(|r| match r {
-                    Value::Array(f) => f.first().and_then(text),
-                    _ => None,
-                })
-                .collect();
-            let Some(last) = ids.last() else { break };
-            from = format!("({last}");
-            pending.extend(ids);
-        }
-        Ok(Unacked {
-            last_delivered,
-            pending,
-        })
-    }
-
-    fn holds(&self, id: &str) -> bool {
-        match self.last_delivered {
-            None => true,
-            Some(last) => self.pending.contains(id) || id_parts(id).is_none_or(|p| p > last),
-        }
-    }
-}
-
-/// A stream id as (ms, seq), which orders as the stream does.
-fn id_parts(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-fn first_entry_ms(conn: &mut Conn, keys: &StockKeys, from: &str) -> Result<Option<i64>> {
-    let v: Value = conn.query(
-        redis::cmd("XRANGE")
-            .arg(&keys.events)
-            .arg(from)
-            .arg("+")
-            .arg("COUNT")
-            .arg(1),
-    )?;
-    Ok(entries(&v).first().and_then(|(id, _)| id_ms(id)))
-}
-
-/// The ms part of a stream id.
-pub fn id_ms(id: &str) -> Option<i64> {
-    id.split('-').next()?.parse().ok()
-}
-
-/// A RESP2 flat map (`[k, v, k, v...]`) or a RESP3 map, as key -> value.
-fn field_map(v: &Value) -> HashMap<String, Value> {
-    match v {
-        Value::Array(kv) => kv
-            .chunks(2)
-            .filter_map(|c| Some((text(c.first()?)?, c.get(1)?.clone())))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .filter_map(|(k, v)| Some((text(k)?, v.clone())))
-            .collect(),
-        _ => HashMap::new(),
     }
 }
 
@@ -394,71 +248,4 @@ pub fn stream_orders(conn: &mut Conn, keys: &StockKeys) -> Result<Vec<OrderEvent
         );
         from = format!("({last}");
     }
-}
-
-/// The books of a SKU against its orders pipeline, for `status SKU --db`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PipelineBooks {
-    /// Orders and units of the SKU in PostgreSQL.
-    pub persisted_orders: u64,
-    pub persisted_units: i64,
-    /// Orders and units that a worker will still persist (pending in the group, or not yet
-    /// delivered) and that are not yet in PostgreSQL.
-    pub queued_orders: u64,
-    pub queued_units: i64,
-    /// Conflicts recorded by the workers.
-    pub conflicts: u64,
-    /// Ledger orders neither in PostgreSQL nor queued: lost on the way (acknowledged without
-    /// a row, trimmed, dead-lettered).
-    pub lost: u64,
-    /// The first few of them, by order id.
-    pub lost_orders: Vec<String>,
-    /// Orders in PostgreSQL that the ledger does not have.
-    pub unknown: u64,
-}
-
-/// Reads the SKU's persisted orders, its stream and its ledger, and holds them against each
-/// other: every ledger order is persisted or still queued, with the same units, and nothing
-/// is persisted that the ledger lacks. An entry still in the stream but already acknowledged
-/// is not queued: no worker will read it again.
-pub fn pipeline_books(
-    conn: &mut Conn,
-    db: &mut db::Db,
-    db_url: &str,
-    sku: &crate::sku::Sku,
-) -> Result<PipelineBooks> {
-    let keys = StockKeys::new(sku);
-    let (rows, conflicts) = db.orders(db_url, sku.as_str(), "")?;
-    let persisted: HashMap<String, i64> = rows.into_iter().collect();
-    let unacked = Unacked::read(conn, &keys)?;
-    let queued: HashMap<String, i64> = stream_orders(conn, &keys)?
-        .into_iter()
-        .filter(|o| unacked.holds(&o.stream_id) && !persisted.contains_key(&o.order_id))
-        .map(|o| (o.order_id, o.qty))
-        .collect();
-    let ledger = crate::stock::ledger(conn, sku)?;
-    let mut lost_orders: Vec<String> = ledger
-        .iter()
-        .filter(|(o, u)| persisted.get(*o).or_else(|| queued.get(*o)) != Some(*u))
-        .map(|(o, _)| o.clone())
-        .collect();
-    lost_orders.sort();
-    let lost = lost_orders.len() as u64;
-    lost_orders.truncate(10);
-    let unknown = persisted
-        .keys()
-        .filter(|o| !ledger.contains_key(*o))
-        .count() as u64;
-    Ok(PipelineBooks {
-        persisted_orders: persisted.len() as u64,
-        // Saturating: rows written by anyone may hold any quantity; a sum never wraps round to
-        // a value that could look reconciled.
-        persisted_units: persisted.values().fold(0i64, |a, q| a.saturating_add(*q)),
-        queued_orders: queued.len() as u64,
-        queued_units: queued.values().fold(0i64, |a, q| a.saturating_add(*q)),
-        conflicts,
-        lost,
-        lost_orders,
-        unknown,
-    })
 }

@@ -3,8 +3,14 @@
 //! Each round: claim what dead consumers left pending too long (XAUTOCLAIM), else read new
 //! entries (XREADGROUP), move entries that are not orders to the dead-letter stream, persist
 //! the rest in one transaction, commit, acknowledge, and now and then trim what every consumer
-//! has acknowledged. A failure of PostgreSQL or Redis keeps the batch in hand and retries with
-//! a backoff; a stop request finishes the batch in hand first.
+//! has acknowledged. A stop request finishes the batch in hand first.
+//!
+//! The one idea that keeps paid orders: an order is dead-lettered only when PostgreSQL refuses
+//! its row for the row's own data, by an allow-list of SQLSTATE classes ([`classify`]); every
+//! other failure (a login refused, the database missing, too many connections, a shutdown, a
+//! lost connection) is the server's, and is waited out with a backoff, the batch kept in hand,
+//! however long it lasts. A batch whose rows another session holds locked (a worker stopped
+//! mid-transaction) is left pending and taken up again later, so the other batches go on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +20,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::db::Db;
-use super::{Entry, GROUP, OrderEvent, ensure_group, entries};
+use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
@@ -72,6 +78,10 @@ pub struct WorkerStats {
     pub conflicts: u64,
     pub dead_letters: u64,
     pub batches: u64,
+    /// Failed attempts that were waited out (the database or Redis in trouble).
+    pub retries: u64,
+    /// Batches left pending because another session held their rows locked.
+    pub set_aside: u64,
 }
 
 /// Runs until stopped (or, with `once`, until nothing is left). Fails at once, saying what to
@@ -80,6 +90,7 @@ pub fn run(target: &Target, db_url: &str, opts: &WorkerOptions) -> Result<Worker
     let timeout = target.options().connect_timeout;
     let mut db = Db::connect(db_url, timeout)?;
     db.require_schema(db_url)?;
+    db.bound_session(db_url)?;
     let keys: Vec<StockKeys> = opts.skus.iter().map(StockKeys::new).collect();
     let mut conn = target.connect()?;
     for k in &keys {
@@ -94,6 +105,7 @@ pub fn run(target: &Target, db_url: &str, opts: &WorkerOptions) -> Result<Worker
         keys,
         stats: WorkerStats::default(),
         backoff: Duration::from_millis(50),
+        waiting_since: None,
     };
     w.run_rounds()?;
     Ok(w.stats)
@@ -108,6 +120,24 @@ struct Worker<'a> {
     keys: Vec<StockKeys>,
     stats: WorkerStats,
     backoff: Duration,
+    /// When the current run of failures began (`None` while all is well): for the log and
+    /// `lockctl_worker_waiting_seconds`.
+    waiting_since: Option<Instant>,
+}
+
+/// How attempts at a batch ended.
+enum Attempt {
+    Done(Persisted),
+    /// PostgreSQL refused the rows for their data (the error says how).
+    Refused(Error),
+}
+
+/// How a batch in hand ended.
+enum Persisted {
+    /// Committed: acknowledge it.
+    Committed,
+    /// Its rows are locked by another session: left pending, to be claimed again later.
+    SetAside,
 }
 
 impl Worker<'_> {
@@ -147,15 +177,36 @@ impl Worker<'_> {
         if matches!(classify(&e), Failure::Fatal) || (self.opts.once && failures >= ONCE_TRIES) {
             return Err(e);
         }
-        eprintln!(
-            "lockctl worker: {e}; retrying in {} ms",
-            self.backoff.as_millis()
-        );
-        thread::sleep(self.backoff);
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+        let backoff = self.backoff;
+        self.wait_out(&e, "retrying", backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.conn = None;
         self.db = None;
         Ok(())
+    }
+
+    /// Says what is being waited out (and for how long so far), counts it, and sleeps.
+    fn wait_out(&mut self, e: &Error, what: &str, backoff: Duration) {
+        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        self.stats.retries += 1;
+        metrics::global().worker_retry(since.elapsed());
+        eprintln!(
+            "lockctl worker: {e}; {what} in {} ms (waiting for {:.1} s, batch kept)",
+            backoff.as_millis(),
+            since.elapsed().as_secs_f64()
+        );
+        thread::sleep(backoff);
+    }
+
+    /// All is well again.
+    fn recovered(&mut self) {
+        if let Some(since) = self.waiting_since.take() {
+            eprintln!(
+                "lockctl worker: going again after {:.1} s of waiting",
+                since.elapsed().as_secs_f64()
+            );
+            metrics::global().worker_recovered();
+        }
     }
 
     fn conn(&mut self) -> Result<&mut Conn> {
@@ -174,7 +225,9 @@ impl Worker<'_> {
     fn db(&mut self) -> Result<&mut Db> {
         if self.db.is_none() {
             let timeout = self.target.options().connect_timeout;
-            self.db = Some(Db::connect(self.db_url, timeout)?);
+            let mut db = Db::connect(self.db_url, timeout)?;
+            db.bound_session(self.db_url)?;
+            self.db = Some(db);
         }
         self.db
             .as_mut()
@@ -195,10 +248,21 @@ impl Worker<'_> {
         // The orders first: a dead-letter key that cannot be written holds back only the
         // entries that are not orders.
         if !orders.is_empty() {
-            self.persist(&keys, &orders)?;
-            crash_point("after_commit");
-            let ids: Vec<&str> = orders.iter().map(|o| o.stream_id.as_str()).collect();
-            self.ack(&keys, &ids)?;
+            match self.persist(&keys, &orders)? {
+                Persisted::Committed => {
+                    crash_point("after_commit");
+                    let ids: Vec<&str> = orders.iter().map(|o| o.stream_id.as_str()).collect();
+                    self.ack(&keys, &ids)?;
+                }
+                Persisted::SetAside => {
+                    self.stats.set_aside += 1;
+                    eprintln!(
+                        "lockctl worker: {} orders of {} have rows another session holds locked (a worker stopped mid-transaction?): left pending, taken up again after --claim-idle-ms",
+                        orders.len(),
+                        keys.events
+                    );
+                }
+            }
         }
         for (id, why) in &dead {
             self.dead_letter(&keys, id, why)?;
@@ -276,62 +340,76 @@ impl Worker<'_> {
         })
     }
 
-    /// Commits `orders` to PostgreSQL, retrying a failed attempt on a fresh connection until
-    /// it commits or the worker is stopped (then the batch stays pending, for later). A batch
-    /// that PostgreSQL refuses for its data is taken apart: see [`Worker::isolate`].
-    fn persist(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<()> {
+    /// Commits `orders` to PostgreSQL (see [`Worker::attempts`]); a batch PostgreSQL refuses
+    /// for its data is taken apart (see [`Worker::isolate`]).
+    fn persist(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<Persisted> {
+        match self.attempts(orders)? {
+            Attempt::Done(p) => Ok(p),
+            Attempt::Refused(_) => self.isolate(keys, orders),
+        }
+    }
+
+    /// Tries to commit `orders` until it commits, waiting out every failure of the server
+    /// with a backoff, the batch in hand, however long that takes; gives up only when the
+    /// worker is stopped (or a `--once` run has tried [`ONCE_TRIES`] times), leaving the batch
+    /// pending for later. Rows refused for their data, and rows locked by another session,
+    /// end the attempts at once.
+    fn attempts(&mut self, orders: &[OrderEvent]) -> Result<Attempt> {
         let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
             crash_point("before_commit");
             let started = Instant::now();
             let url = self.db_url;
-            let attempt = self.db().and_then(|db| db.persist(url, orders));
-            let e = match attempt {
-                Ok(counts) => {
-                    self.record(started, counts);
-                    return Ok(());
-                }
+            // A failure to connect is always the server's trouble, whatever its SQLSTATE (a
+            // login refused is 28000, a database missing 3D000): only the insert itself can
+            // say that rows are bad.
+            let e = match self.db() {
                 Err(e) => e,
+                Ok(db) => match db.persist(url, orders) {
+                    Ok(counts) => {
+                        self.record(started, counts);
+                        self.recovered();
+                        return Ok(Attempt::Done(Persisted::Committed));
+                    }
+                    Err(e) => match classify(&e) {
+                        Failure::BadRows => return Ok(Attempt::Refused(e)),
+                        Failure::Locked => return Ok(Attempt::Done(Persisted::SetAside)),
+                        Failure::Fatal => return Err(e),
+                        Failure::Retry => e,
+                    },
+                },
             };
-            match classify(&e) {
-                Failure::BadRows => return self.isolate(keys, orders),
-                Failure::Fatal => return Err(e),
-                Failure::Retry if self.opts.stopped() => return Err(e),
-                Failure::Retry => {}
+            tries += 1;
+            if self.opts.stopped() || (self.opts.once && tries >= ONCE_TRIES) {
+                return Err(e);
             }
-            eprintln!(
-                "lockctl worker: {e}; retrying the batch in {} ms",
-                backoff.as_millis()
-            );
+            self.wait_out(&e, "retrying the batch", backoff);
             self.db = None;
-            thread::sleep(backoff);
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
     /// A batch PostgreSQL refused for its data: each order alone, so that the one it refuses
-    /// goes to the dead letters (with PostgreSQL's reason) and the others are persisted.
-    /// Retrying the whole batch would fail the same way for ever.
-    fn isolate(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<()> {
+    /// goes to the dead letters (whole, with PostgreSQL's reason) and the others are
+    /// persisted. Retrying the whole batch would fail the same way for ever. A failure of the
+    /// server meanwhile is waited out as in [`Worker::attempts`].
+    fn isolate(&mut self, keys: &StockKeys, orders: &[OrderEvent]) -> Result<Persisted> {
         for order in orders {
-            let started = Instant::now();
-            let url = self.db_url;
-            match self
-                .db()
-                .and_then(|db| db.persist(url, std::slice::from_ref(order)))
-            {
-                Ok(counts) => self.record(started, counts),
-                Err(e) => {
-                    let refused = match (&e, classify(&e)) {
-                        (Error::Database { reason, .. }, Failure::BadRows) => reason.clone(),
-                        _ => return Err(e),
+            match self.attempts(std::slice::from_ref(order))? {
+                Attempt::Done(Persisted::Committed) => {}
+                Attempt::Done(Persisted::SetAside) => return Ok(Persisted::SetAside),
+                Attempt::Refused(e) => {
+                    let reason = match &e {
+                        Error::Database { reason, .. } => reason.clone(),
+                        other => other.to_string(),
                     };
-                    let why = format!("PostgreSQL refused it: {refused}");
+                    let why = format!("PostgreSQL refused it: {reason}");
                     self.dead_letter(keys, &order.stream_id, &why)?;
                 }
             }
         }
-        Ok(())
+        Ok(Persisted::Committed)
     }
 
     /// Counts a committed batch: (inserted, redelivered, conflicts).
@@ -354,38 +432,14 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Moves an entry that is not an order to the dead-letter stream, with the reason, and
-    /// acknowledges it: it never blocks the queue.
+    /// Moves an entry to the dead-letter stream, whole and with the reason, and acknowledges
+    /// it, in one step: it never blocks the queue, and `--requeue-dead` can put it back.
     fn dead_letter(&mut self, keys: &StockKeys, id: &str, why: &str) -> Result<()> {
-        let conn = self.conn()?;
-        let added: Result<String> = conn.query(
-            redis::cmd("XADD")
-                .arg(&keys.dead_letters)
-                .arg("*")
-                .arg("stream_id")
-                .arg(id)
-                .arg("reason")
-                .arg(why),
-        );
-        match added {
-            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-                let found: String = conn.query(redis::cmd("TYPE").arg(&keys.dead_letters))?;
-                return Err(Error::WrongTypeKey {
-                    key: keys.dead_letters.clone(),
-                    found,
-                    what: format!(
-                        "entry {id} of {}, which is not an order ({why}), cannot be moved there",
-                        keys.events
-                    ),
-                });
-            }
-            r => r?,
-        };
-        self.ack(keys, &[id])?;
+        dead::move_to_dead_letters(self.conn()?, keys, id, why)?;
         self.stats.dead_letters += 1;
         metrics::global().dead_letter();
         eprintln!(
-            "lockctl worker: entry {id} of {} is not an order ({why}): moved to {}",
+            "lockctl worker: entry {id} of {} set aside ({why}): moved to {} (lockctl worker --requeue-dead puts it back after a fix)",
             keys.events, keys.dead_letters
         );
         Ok(())
@@ -395,15 +449,33 @@ impl Worker<'_> {
 /// `--once` gives up after this many failed rounds in a row (about 10 s of backoff).
 const ONCE_TRIES: u32 = 10;
 
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
 /// What a failure calls for.
 enum Failure {
-    /// Waiting fixes it: a server restarting, a connection lost, a lock timeout.
+    /// Waiting fixes it: the server restarting, refusing logins, out of connections or disk,
+    /// a lost connection, a database being restored; anything not named below.
     Retry,
-    /// PostgreSQL refused the rows themselves (a value out of range, a byte it cannot store,
-    /// a key too long to index): the same rows will always fail.
+    /// PostgreSQL refused the rows themselves (see [`refused_for_its_data`]): the same rows
+    /// will always fail.
     BadRows,
-    /// Only an operator fixes it: a table dropped, a key of the wrong type.
+    /// Another session holds the rows locked past `lock_timeout` (55P03), or the statement ran
+    /// past `statement_timeout` (57014): leave the batch for later, go on with the others.
+    Locked,
+    /// Only an operator fixes it: a table of the schema dropped (42P01 and the other errors of
+    /// a schema that is not lockctl's, class 42 but for a privilege withdrawn), a Redis key of
+    /// the wrong type. The batch stays pending; the worker ends saying what to run.
     Fatal,
+}
+
+/// The allow-list of SQLSTATE classes that refuse a row for its own data: data exceptions
+/// (22: a value out of range, a byte the encoding cannot hold), integrity constraints (23: a
+/// check a DBA added) and program limits (54: a key too long to index). Never a fall-through:
+/// a class not named here is the server's trouble, and dead-lettering a paid order for it
+/// would lose the order.
+fn refused_for_its_data(sqlstate: &str) -> bool {
+    matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
 }
 
 fn classify(e: &Error) -> Failure {
@@ -412,14 +484,12 @@ fn classify(e: &Error) -> Failure {
         Error::Database {
             sqlstate: Some(code),
             ..
-        } => match code.get(..2).unwrap_or("") {
-            // Syntax or access: the schema is not what lockctl made (42P01: a table dropped).
-            "42" => Failure::Fatal,
-            // Connection, transaction state, rollback (serialization, deadlock), resources,
-            // object in use, operator intervention (shutdown), system and internal errors.
-            "08" | "25" | "40" | "53" | "55" | "57" | "58" | "F0" | "XX" => Failure::Retry,
-            // Data exceptions (22), integrity (23), program limits (54), anything else.
-            _ => Failure::BadRows,
+        } => match code.as_str() {
+            "55P03" | "57014" => Failure::Locked,
+            "42501" => Failure::Retry,
+            c if c.starts_with("42") => Failure::Fatal,
+            c if refused_for_its_data(c) => Failure::BadRows,
+            _ => Failure::Retry,
         },
         Error::Database { reason, .. } if reason.contains("db init") => Failure::Fatal,
         _ => Failure::Retry,
@@ -444,10 +514,21 @@ fn split(batch: Vec<Entry>) -> (Vec<OrderEvent>, Vec<(String, String)>) {
 }
 
 /// For lockctl's own tests of crashes: `LOCKCTL_WORKER_CRASH_AT=before_commit` (or
-/// `after_commit`) makes the worker die on the spot there, as a `kill -9` would, the first
-/// time it gets there. Not for anything else.
-fn crash_point(at: &str) {
+/// `after_commit`, or `in_transaction`: after the insert, before the commit) makes the worker
+/// die on the spot there, as a `kill -9` would, the first time it gets there;
+/// `LOCKCTL_WORKER_STOP_AT=in_transaction` stops it there instead (SIGSTOP, as a paused VM or
+/// a debugger would), once. Not for anything else.
+pub(crate) fn crash_point(at: &str) {
     if std::env::var("LOCKCTL_WORKER_CRASH_AT").is_ok_and(|v| v == at) {
         std::process::abort();
+    }
+    static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if std::env::var("LOCKCTL_WORKER_STOP_AT").is_ok_and(|v| v == at)
+        && !STOPPED.swap(true, Ordering::SeqCst)
+    {
+        // SAFETY: raise() with a valid signal number has no memory-safety preconditions.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
     }
 }

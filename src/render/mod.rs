@@ -126,9 +126,18 @@ pub fn status_text(st: &Status) -> String {
     if let Some(o) = &st.orders {
         let _ = writeln!(
             s,
-            "orders: {} persisted ({} units), {} queued ({} units), {} conflicts",
-            o.persisted_orders, o.persisted_units, o.queued_orders, o.queued_units, o.conflicts
+            "orders: {} persisted ({} units), {} queued ({} units), {} dead-lettered ({} units), {} conflicts",
+            o.persisted_orders,
+            o.persisted_units,
+            o.queued_orders,
+            o.queued_units,
+            o.dead_orders,
+            o.dead_units,
+            o.conflicts
         );
+        if let Some(after) = &o.sale_after {
+            let _ = writeln!(s, "sale: entries after {after} (the last seed)");
+        }
     }
     s
 }

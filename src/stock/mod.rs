@@ -338,20 +338,45 @@ pub fn parse_stock(s: &str) -> Option<i64> {
 /// count beyond it, and so does [`parse_stock`], so that every strategy judges a value alike.
 pub const LUA_EXACT: u64 = (1 << 53) - 1;
 
-/// Sets the stock to `count` and clears the SKU's ledger, sold counter and per-user totals,
-/// in one MULTI.
+/// Starts a sale of `count`: sets the stock and the seed record, clears the SKU's ledger, sold
+/// counter and per-user totals, and records in `item:sale:<SKU>` the orders stream's last id,
+/// which every order of the new sale comes after (its entries are appended later): the books
+/// of this sale leave out the rows earlier sales left in PostgreSQL. One script, so no
+/// purchase falls between the stream's last id and the clearing of the ledger.
+/// KEYS: 1 stock, 2 seed record, 3 sold counter, 4 ledger, 5 per-user totals, 6 events
+/// stream, 7 sale. ARGV: 1 the count. Returns the stream id the sale starts after.
+const SEED_LUA: &str = r"
+local after = '0-0'
+if redis.call('TYPE', KEYS[6])['ok'] == 'stream' then
+  local info = redis.call('XINFO', 'STREAM', KEYS[6])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then after = info[i + 1] end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[3], 0)
+redis.call('DEL', KEYS[4], KEYS[5])
+redis.call('SET', KEYS[7], after)
+return after
+";
+
+static SEED: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(SEED_LUA));
+
+/// Sets the stock to `count` and starts a new sale (see [`SEED_LUA`]).
 pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
-    conn.transaction::<redis::Value>(
-        &[
-            redis::Cmd::set(&keys.stock, count),
-            redis::Cmd::set(&keys.seeded, count),
-            redis::Cmd::set(&keys.sold, 0),
-            redis::Cmd::del(&keys.ledger),
-            redis::Cmd::del(&keys.buyers),
-        ],
-        None,
-    )?;
+    let mut inv = SEED.prepare_invoke();
+    inv.key(&keys.stock)
+        .key(&keys.seeded)
+        .key(&keys.sold)
+        .key(&keys.ledger)
+        .key(&keys.buyers)
+        .key(&keys.events)
+        .key(&keys.sale)
+        .arg(count);
+    let _: String = conn.script(&inv)?;
     metrics::global().set_stock(sku.as_str(), count as i64);
     Ok(())
 }

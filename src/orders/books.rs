@@ -1,0 +1,219 @@
+//! The books of a SKU against its orders pipeline, for `status SKU --db`: every order of the
+//! ledger is in PostgreSQL, still queued for a worker, or set aside in the dead letters, with
+//! its units, and nothing of the current sale is in PostgreSQL that the ledger lacks.
+//!
+//! Two ideas keep it from crying wolf during a live sale and after a re-seed:
+//! - **The order of the readings.** Orders move one way: deducted (ledger and stream entry in
+//!   one script), delivered, committed to PostgreSQL, acknowledged, trimmed. Reading the ledger
+//!   first, then what the group still holds, then the dead letters, then the stream, then
+//!   PostgreSQL, an order of the ledger that a worker acknowledged before it was looked for in
+//!   the stream was committed before PostgreSQL is read: it is found. An order in PostgreSQL
+//!   and not in the ledger read first may have been bought since: the ledger is asked again
+//!   for those ids. A discrepancy left is read once more, and only what persists is reported.
+//! - **The sale.** `seed` records in `item:sale:<SKU>` the stream id its sale starts after;
+//!   every entry of the new sale is appended later, so has a larger id, and PostgreSQL keeps
+//!   each order's entry id. The books of the current sale are the rows, entries, dead letters
+//!   and conflicts after it; an earlier sale's rows stay in the table, out of these books.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use super::db::{self, SkuRow};
+use super::queue::Unacked;
+use super::{dead, id_parts, stream_orders};
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::keys::StockKeys;
+use crate::sku::Sku;
+
+/// How long to wait before reading a discrepancy a second time.
+const SECOND_LOOK: Duration = Duration::from_millis(250);
+
+/// The books of a SKU against its orders pipeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PipelineBooks {
+    /// The stream id the current sale starts after (`None`: no sale recorded, every row
+    /// counts).
+    pub sale_after: Option<String>,
+    /// Orders and units of the current sale in PostgreSQL.
+    pub persisted_orders: u64,
+    pub persisted_units: i64,
+    /// Orders and units that a worker will still persist (pending in the group, or not yet
+    /// delivered) and that are not yet in PostgreSQL.
+    pub queued_orders: u64,
+    pub queued_units: i64,
+    /// Orders of the ledger set aside in the dead letters (PostgreSQL refused their rows):
+    /// not lost, but not persisted either until `lockctl worker --requeue-dead` after a fix.
+    pub dead_orders: u64,
+    pub dead_units: i64,
+    /// Conflicts the workers recorded for the current sale (an order id from a second
+    /// deduction, or with another SKU, quantity or user).
+    pub conflicts: u64,
+    /// Ledger orders deducted more than once (the lock strategy with a reused order id): the
+    /// first deduction is in PostgreSQL, the others in `lockctl_order_conflicts`.
+    pub doubled: u64,
+    /// Ledger orders whose units are neither persisted, queued, dead-lettered nor recorded as
+    /// conflicts: lost on the way (acknowledged or trimmed without a row).
+    pub lost: u64,
+    /// The first few of them, by order id.
+    pub lost_orders: Vec<String>,
+    /// Orders of the current sale in PostgreSQL that the ledger does not have.
+    pub unknown: u64,
+}
+
+/// Reads the books (see the module's doc), a second time when the first reading found
+/// something lost or unknown, and reports what both readings found.
+pub fn pipeline_books(
+    conn: &mut Conn,
+    db: &mut db::Db,
+    db_url: &str,
+    sku: &Sku,
+) -> Result<PipelineBooks> {
+    let first = read(conn, db, db_url, sku)?;
+    if first.lost.is_empty() && first.unknown.is_empty() {
+        return Ok(first.books());
+    }
+    std::thread::sleep(SECOND_LOOK);
+    let mut second = read(conn, db, db_url, sku)?;
+    second.lost.retain(|o| first.lost.contains(o));
+    second.unknown.retain(|o| first.unknown.contains(o));
+    Ok(second.books())
+}
+
+/// One reading of the books.
+struct Reading {
+    books: PipelineBooks,
+    lost: HashSet<String>,
+    unknown: HashSet<String>,
+}
+
+impl Reading {
+    fn books(self) -> PipelineBooks {
+        let mut lost_orders: Vec<String> = self.lost.iter().cloned().collect();
+        lost_orders.sort();
+        lost_orders.truncate(10);
+        PipelineBooks {
+            lost: self.lost.len() as u64,
+            lost_orders,
+            unknown: self.unknown.len() as u64,
+            ..self.books
+        }
+    }
+}
+
+/// Where each ledger order's units are, per order id.
+#[derive(Default)]
+struct Found {
+    /// The row in PostgreSQL: units and the entry it came from.
+    row: Option<(i64, String)>,
+    /// Entries still queued, dead-lettered, or recorded as conflicts: units and entry ids.
+    queued: Vec<(i64, String)>,
+    dead: i64,
+    conflicts: Vec<(i64, String)>,
+}
+
+fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Reading> {
+    let keys = StockKeys::new(sku);
+    let sale_after: Option<String> = conn.query(redis::cmd("GET").arg(&keys.sale))?;
+    let after = sale_after.as_deref().and_then(id_parts);
+    let in_sale = |id: &str| after.is_none_or(|a| id_parts(id).is_none_or(|p| p > a));
+    // The order matters: see the module's doc.
+    let ledger = crate::stock::ledger(conn, sku)?;
+    let unacked = Unacked::read(conn, &keys)?;
+    let dead_letters = dead::read(conn, &keys)?;
+    let queued: Vec<super::OrderEvent> = stream_orders(conn, &keys)?
+        .into_iter()
+        .filter(|o| in_sale(&o.origin) && unacked.holds(&o.stream_id))
+        .collect();
+    let (rows, conflicts) = db.sku_rows(url, sku.as_str())?;
+    let rows: Vec<SkuRow> = rows.into_iter().filter(|r| in_sale(&r.stream_id)).collect();
+    let conflicts: Vec<SkuRow> = conflicts
+        .into_iter()
+        .filter(|r| in_sale(&r.stream_id))
+        .collect();
+
+    let mut found: HashMap<&str, Found> = HashMap::new();
+    for r in &rows {
+        found.entry(&r.order_id).or_default().row = Some((r.qty, r.stream_id.clone()));
+    }
+    let mut books = PipelineBooks {
+        sale_after,
+        persisted_orders: rows.len() as u64,
+        // Saturating: rows written by anyone may hold any quantity; a sum never wraps round
+        // to a value that could look reconciled.
+        persisted_units: rows.iter().fold(0i64, |a, r| a.saturating_add(r.qty)),
+        conflicts: conflicts.len() as u64,
+        ..PipelineBooks::default()
+    };
+    let mut queued_ids = HashSet::new();
+    for o in &queued {
+        let f = found.entry(&o.order_id).or_default();
+        // An entry committed and not yet acknowledged is its row, not more units.
+        if f.row.as_ref().is_some_and(|(_, id)| *id == o.origin) {
+            continue;
+        }
+        f.queued.push((o.qty, o.origin.clone()));
+        queued_ids.insert(o.order_id.as_str());
+        books.queued_units = books.queued_units.saturating_add(o.qty);
+    }
+    books.queued_orders = queued_ids.len() as u64;
+    for letter in &dead_letters {
+        let Some(o) = letter.order.as_ref().filter(|o| in_sale(&o.origin)) else {
+            continue;
+        };
+        found.entry(&o.order_id).or_default().dead += o.qty;
+        books.dead_orders += 1;
+        books.dead_units = books.dead_units.saturating_add(o.qty);
+    }
+    for c in &conflicts {
+        let f = found.entry(&c.order_id).or_default();
+        if !f.row.as_ref().is_some_and(|(_, id)| *id == c.stream_id) {
+            f.conflicts.push((c.qty, c.stream_id.clone()));
+        }
+    }
+
+    let mut lost = HashSet::new();
+    for (order, units) in &ledger {
+        let f = found.get(order.as_str());
+        let part = |f: &Found| {
+            let queued: i64 = f.queued.iter().map(|(q, _)| q).sum();
+            let conflicted: i64 = f.conflicts.iter().map(|(q, _)| q).sum();
+            (f.row.as_ref().map_or(0, |(q, _)| *q), queued, f.dead, conflicted)
+        };
+        let (row, queued, dead, conflicted) = f.map(part).unwrap_or_default();
+        if row + queued + dead + conflicted != *units {
+            lost.insert(order.clone());
+        } else if conflicted > 0 {
+            books.doubled += 1;
+        }
+    }
+    // Rows the ledger read first lacks may be purchases made since: ask the ledger again.
+    let candidates: Vec<&str> = rows
+        .iter()
+        .map(|r| r.order_id.as_str())
+        .filter(|o| !ledger.contains_key(*o))
+        .collect();
+    let unknown = not_in_ledger(conn, &keys, &candidates)?;
+    Ok(Reading {
+        books,
+        lost,
+        unknown,
+    })
+}
+
+/// Which of `ids` the ledger does not hold now.
+fn not_in_ledger(conn: &mut Conn, keys: &StockKeys, ids: &[&str]) -> Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    for chunk in ids.chunks(1000) {
+        let units: Vec<Option<String>> =
+            conn.query(redis::cmd("HMGET").arg(&keys.ledger).arg(chunk))?;
+        out.extend(
+            chunk
+                .iter()
+                .zip(units)
+                .filter(|(_, u)| u.is_none())
+                .map(|(id, _)| id.to_string()),
+        );
+    }
+    Ok(out)
+}

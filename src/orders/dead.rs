@@ -1,0 +1,223 @@
+//! Dead letters: stream entries the worker set aside, kept whole so they can be put back.
+//!
+//! An entry goes to `item:order_dead:<SKU>` when it is not an order, or when PostgreSQL refuses
+//! its row for the row's own data (SQLSTATE classes 22, 23, 54). The dead letter keeps the
+//! entry's id, the reason and every field of the entry (each as `entry.<name>`), and the move
+//! and the acknowledgement are one script: a crash leaves the entry either pending or
+//! dead-lettered, never both and never neither. After a fix (a constraint dropped, a column
+//! widened) [`requeue`] puts the orders back on the queue, each in one script that adds it
+//! and deletes its dead letter, so running it twice, or twice at once, queues each once.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::{Entry, GROUP, OrderEvent, entries};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::StockKeys;
+
+/// A dead letter's own fields; the entry's fields follow as `entry.<name>`.
+const ENTRY_PREFIX: &str = "entry.";
+
+/// Moves one entry to the dead letters and acknowledges it, in one step.
+/// KEYS: 1 the events stream, 2 the dead-letter stream. ARGV: 1 the group, 2 the entry's id,
+/// 3 the reason. Copies at most 100 of the entry's fields (an entry with more is not an order;
+/// `truncated` then says how many it had). Returns the dead letter's id, or
+/// `{'wrongtype', type}` having changed nothing when the dead-letter key is not a stream.
+const MOVE_LUA: &str = r"
+local t = redis.call('TYPE', KEYS[2])['ok']
+if t ~= 'none' and t ~= 'stream' then return {'wrongtype', t} end
+local fields = {'stream_id', ARGV[2], 'reason', ARGV[3]}
+local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+if found[1] then
+  local kv = found[1][2]
+  for i = 1, math.min(#kv, 200), 2 do
+    fields[#fields + 1] = 'entry.' .. kv[i]
+    fields[#fields + 1] = kv[i + 1]
+  end
+  if #kv > 200 then
+    fields[#fields + 1] = 'truncated'
+    fields[#fields + 1] = tostring(#kv / 2)
+  end
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return id
+";
+
+/// Puts one dead letter's order back on the queue and deletes the dead letter, in one step.
+/// KEYS: 1 the dead-letter stream, 2 the events stream. ARGV: 1 the dead letter's id.
+/// The entry keeps its fields and gains `requeued_from`, the id of the entry the deduction
+/// first appended (kept across requeues), which is what PostgreSQL stores. A dead letter
+/// written before lockctl kept the entry has none of its fields: its entry is looked up in
+/// the events stream, where it may still be. Returns the new entry's id, `'gone'` when the
+/// dead letter is no longer there (already requeued), or `'no_entry'` when neither it nor the
+/// stream has the entry.
+const REQUEUE_LUA: &str = r"
+local d = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if not d[1] then return 'gone' end
+local kv = d[1][2]
+local fields, origin, first = {}, nil, nil
+for i = 1, #kv, 2 do
+  local name = kv[i]
+  if name == 'stream_id' then origin = kv[i + 1] end
+  if string.sub(name, 1, 6) == 'entry.' then
+    local f = string.sub(name, 7)
+    if f == 'requeued_from' then first = kv[i + 1]
+    else
+      fields[#fields + 1] = f
+      fields[#fields + 1] = kv[i + 1]
+    end
+  end
+end
+if #fields == 0 and origin then
+  local e = redis.call('XRANGE', KEYS[2], origin, origin)
+  if e[1] then
+    local ekv = e[1][2]
+    for i = 1, #ekv, 2 do
+      if ekv[i] == 'requeued_from' then first = ekv[i + 1]
+      else
+        fields[#fields + 1] = ekv[i]
+        fields[#fields + 1] = ekv[i + 1]
+      end
+    end
+  end
+end
+if #fields == 0 then return 'no_entry' end
+fields[#fields + 1] = 'requeued_from'
+fields[#fields + 1] = first or origin
+local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return id
+";
+
+static MOVE: LazyLock<Script> = LazyLock::new(|| Script::new(MOVE_LUA));
+static REQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(REQUEUE_LUA));
+
+/// Moves entry `id` of `keys`'s stream to its dead letters with `why`, and acknowledges it.
+pub fn move_to_dead_letters(conn: &mut Conn, keys: &StockKeys, id: &str, why: &str) -> Result<()> {
+    let mut inv = MOVE.prepare_invoke();
+    inv.key(&keys.events)
+        .key(&keys.dead_letters)
+        .arg(GROUP)
+        .arg(id)
+        .arg(why);
+    let reply: Value = conn.script(&inv)?;
+    match reply {
+        Value::Array(a) => {
+            let found = a.get(1).and_then(super::text).unwrap_or_default();
+            Err(Error::WrongTypeKey {
+                key: keys.dead_letters.clone(),
+                found,
+                what: format!(
+                    "entry {id} of {} ({why}) cannot be moved there",
+                    keys.events
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One dead letter as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead letter's own id in the dead-letter stream.
+    pub id: String,
+    /// The id the entry had in the events stream.
+    pub stream_id: String,
+    pub reason: String,
+    /// The order it holds, when its fields make one (`None` for an entry that was not an
+    /// order, or a dead letter written before lockctl kept the entry).
+    pub order: Option<OrderEvent>,
+    /// Whether it kept its entry's fields (dead letters written before lockctl did have only
+    /// the id and the reason).
+    pub kept_entry: bool,
+}
+
+/// Every dead letter of `keys`'s SKU, oldest first (none when the key is missing).
+pub fn read(conn: &mut Conn, keys: &StockKeys) -> Result<Vec<DeadLetter>> {
+    let mut out = Vec::new();
+    let mut from = "-".to_string();
+    loop {
+        let v: Value = match conn.query(
+            redis::cmd("XRANGE")
+                .arg(&keys.dead_letters)
+                .arg(&from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(1000),
+        ) {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                let found: String = conn.query(redis::cmd("TYPE").arg(&keys.dead_letters))?;
+                return Err(Error::WrongTypeKey {
+                    key: keys.dead_letters.clone(),
+                    found,
+                    what: "its dead letters cannot be read".into(),
+                });
+            }
+            r => r?,
+        };
+        let page = entries(&v);
+        let Some((last, _)) = page.last().cloned() else {
+            return Ok(out);
+        };
+        out.extend(page.into_iter().map(dead_letter));
+        from = format!("({last}");
+    }
+}
+
+fn dead_letter((id, fields): Entry) -> DeadLetter {
+    let fields = fields.unwrap_or_default();
+    let stream_id = fields.get("stream_id").cloned().unwrap_or_default();
+    let entry: HashMap<String, String> = fields
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(ENTRY_PREFIX)?.to_string(), v.clone())))
+        .collect();
+    let order = (!entry.is_empty())
+        .then(|| OrderEvent::parse(&stream_id, &entry).ok())
+        .flatten();
+    DeadLetter {
+        id,
+        stream_id,
+        reason: fields.get("reason").cloned().unwrap_or_default(),
+        order,
+        kept_entry: !entry.is_empty(),
+    }
+}
+
+/// What [`requeue`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// Orders put back on the queue.
+    pub requeued: u64,
+    /// Dead letters left where they are: not orders (a worker would only set them aside
+    /// again), or kept from before lockctl kept entries whole, with their entry gone.
+    pub left: u64,
+}
+
+/// Puts every dead letter of `keys`'s SKU that holds an order back on the queue, for a worker
+/// to persist again; the others stay. Each is one script (see [`REQUEUE_LUA`]), so a requeue
+/// run twice, or two at once, queues each order once.
+pub fn requeue(conn: &mut Conn, keys: &StockKeys) -> Result<Requeued> {
+    let mut done = Requeued::default();
+    for letter in read(conn, keys)? {
+        // One that kept its entry is requeued when the entry is an order; one written before
+        // dead letters kept entries is tried, as its entry may still be in the stream.
+        if letter.kept_entry && letter.order.is_none() {
+            done.left += 1;
+            continue;
+        }
+        let mut inv = REQUEUE.prepare_invoke();
+        inv.key(&keys.dead_letters).key(&keys.events).arg(&letter.id);
+        let reply: String = conn.script(&inv)?;
+        match reply.as_str() {
+            "gone" => {}
+            "no_entry" => done.left += 1,
+            _ => done.requeued += 1,
+        }
+    }
+    Ok(done)
+}
