@@ -22,6 +22,7 @@ mod messages;
 mod ops;
 mod pipeline;
 mod pipeline_attack;
+mod pipeline_trust;
 mod redlock;
 mod report;
 mod round_trips;
