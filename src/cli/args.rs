@@ -43,7 +43,13 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     /// PostgreSQL URL: postgres://user[:password]@host[:port]/database.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL", required_unless_present = "requeue_dead")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        required_unless_present = "requeue_dead"
+    )]
     pub db: Option<String>,
 
     /// A SKU whose queued orders to persist (repeat for several).

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use lockctl::keys::StockKeys;
-use lockctl::orders::dead;
 use lockctl::orders::db::{Db, SCHEMA_VERSION};
+use lockctl::orders::dead;
 use lockctl::orders::worker::{self, WorkerOptions};
 use lockctl::sku::Sku;
 use lockctl::units::count;

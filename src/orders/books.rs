@@ -167,7 +167,7 @@ fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Readin
     }
     for c in &conflicts {
         let f = found.entry(&c.order_id).or_default();
-        if !f.row.as_ref().is_some_and(|(_, id)| *id == c.stream_id) {
+        if f.row.as_ref().is_none_or(|(_, id)| *id != c.stream_id) {
             f.conflicts.push((c.qty, c.stream_id.clone()));
         }
     }
@@ -178,7 +178,12 @@ fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Readin
         let part = |f: &Found| {
             let queued: i64 = f.queued.iter().map(|(q, _)| q).sum();
             let conflicted: i64 = f.conflicts.iter().map(|(q, _)| q).sum();
-            (f.row.as_ref().map_or(0, |(q, _)| *q), queued, f.dead, conflicted)
+            (
+                f.row.as_ref().map_or(0, |(q, _)| *q),
+                queued,
+                f.dead,
+                conflicted,
+            )
         };
         let (row, queued, dead, conflicted) = f.map(part).unwrap_or_default();
         if row + queued + dead + conflicted != *units {

@@ -338,9 +338,8 @@ impl Db {
                 .collect())
         };
         let orders = read("SELECT order_id, qty, stream_id FROM lockctl_orders WHERE sku = $1")?;
-        let conflicts = read(
-            "SELECT order_id, qty, stream_id FROM lockctl_order_conflicts WHERE sku = $1",
-        )?;
+        let conflicts =
+            read("SELECT order_id, qty, stream_id FROM lockctl_order_conflicts WHERE sku = $1")?;
         Ok((orders, conflicts))
     }
 }

@@ -211,7 +211,9 @@ pub fn requeue(conn: &mut Conn, keys: &StockKeys) -> Result<Requeued> {
             continue;
         }
         let mut inv = REQUEUE.prepare_invoke();
-        inv.key(&keys.dead_letters).key(&keys.events).arg(&letter.id);
+        inv.key(&keys.dead_letters)
+            .key(&keys.events)
+            .arg(&letter.id);
         let reply: String = conn.script(&inv)?;
         match reply.as_str() {
             "gone" => {}

@@ -47,7 +47,12 @@ impl Role {
             ))
             .unwrap();
         Role {
-            db: db.url.rsplit_once('/').unwrap().0.replace("postgres@", &format!("{name}@"))
+            db: db
+                .url
+                .rsplit_once('/')
+                .unwrap()
+                .0
+                .replace("postgres@", &format!("{name}@"))
                 + "/"
                 + &db.name,
             name,
@@ -97,7 +102,9 @@ fn a_login_refused_for_two_seconds_dead_letters_no_paid_order() {
     let mut role = Role::create(&db);
     let worker = Running(spawn_lockctl_with(
         &server.url(),
-        &["worker", "--db", &role.db, "--sku", "login", "--batch", "100"],
+        &[
+            "worker", "--db", &role.db, "--sku", "login", "--batch", "100",
+        ],
         Streams::Discard,
     ));
     // The worker is up (it logged in and made its group); then its logins are refused.
@@ -116,7 +123,11 @@ fn a_login_refused_for_two_seconds_dead_letters_no_paid_order() {
         "the worker persisted {} of 2000 orders",
         rows(&db, "login").0
     );
-    assert_eq!(dead_letters(&server, "login"), 0, "no order is dead-lettered");
+    assert_eq!(
+        dead_letters(&server, "login"),
+        0,
+        "no order is dead-lettered"
+    );
     assert_eq!(rows(&db, "login"), (2000, 2000, 2000));
     drop(worker);
     let out = status(&server, &db, "login");
@@ -157,12 +168,18 @@ fn a_refused_row_is_kept_whole_and_requeued_once_after_the_fix() {
     let dead: redis::streams::StreamRangeReply =
         server.raw().xrange_all("item:order_dead:req").unwrap();
     let entry = &dead.ids[0];
-    assert_eq!(entry.get::<String>("entry.order_id").as_deref(), Some("refused"));
+    assert_eq!(
+        entry.get::<String>("entry.order_id").as_deref(),
+        Some("refused")
+    );
     assert_eq!(entry.get::<String>("entry.qty").as_deref(), Some("3"));
     let out = status(&server, &db, "req");
     assert_eq!(code(&out), 3, "{}", stdout(&out));
     let problems = json(&out)["problems"].to_string();
-    assert!(problems.contains("set aside in item:order_dead:req"), "{problems}");
+    assert!(
+        problems.contains("set aside in item:order_dead:req"),
+        "{problems}"
+    );
     assert!(problems.contains("--requeue-dead"), "{problems}");
     assert!(!problems.contains("lost"), "{problems}");
     // After the fix: put back once, however often asked.
@@ -192,7 +209,9 @@ fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
     // locks "idle in transaction", as a paused VM or a partition would.
     let mut a = Running(crate::support::spawn_lockctl_env(
         &server.url(),
-        &["worker", "--db", &db.url, "--sku", "stall", "--batch", "100"],
+        &[
+            "worker", "--db", &db.url, "--sku", "stall", "--batch", "100",
+        ],
         &[("LOCKCTL_WORKER_STOP_AT", "in_transaction")],
         Streams::Discard,
     ));
@@ -234,7 +253,10 @@ fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
 fn stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('T')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('T'))
+        })
         .unwrap_or(false)
 }
 
@@ -247,8 +269,23 @@ fn status_db_raises_no_false_alarm_during_a_live_sale_and_catches_a_forged_row_o
     let hammer = spawn_lockctl_with(
         &url,
         &[
-            "--json", "hammer", "--sku", "live", "-n", "60000", "-c", "20", "--stock", "30000",
-            "--strategy", "atomic", "--queue", "--db", &db.url, "--workers", "2",
+            "--json",
+            "hammer",
+            "--sku",
+            "live",
+            "-n",
+            "60000",
+            "-c",
+            "20",
+            "--stock",
+            "30000",
+            "--strategy",
+            "atomic",
+            "--queue",
+            "--db",
+            &db.url,
+            "--workers",
+            "2",
         ],
         Streams::Capture,
     );
@@ -263,7 +300,12 @@ fn status_db_raises_no_false_alarm_during_a_live_sale_and_catches_a_forged_row_o
     }
     let out = hammer.0.wait_with_output_ref();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(alarms.is_empty(), "{} false alarms: {}", alarms.len(), alarms[0]);
+    assert!(
+        alarms.is_empty(),
+        "{} false alarms: {}",
+        alarms.len(),
+        alarms[0]
+    );
     assert!(calls >= 3, "only {calls} readings during the sale");
     assert_eq!(code(&status(&server, &db, "live")), 0);
     // A row no buyer paid for, once the sale is quiet: named.
@@ -276,7 +318,9 @@ fn status_db_raises_no_false_alarm_during_a_live_sale_and_catches_a_forged_row_o
     let out = status(&server, &db, "live");
     assert_eq!(code(&out), 3, "{}", stdout(&out));
     assert!(
-        json(&out)["problems"].to_string().contains("not in the ledger"),
+        json(&out)["problems"]
+            .to_string()
+            .contains("not in the ledger"),
         "{}",
         stdout(&out)
     );
@@ -338,7 +382,11 @@ fn a_second_deduction_under_one_order_id_is_a_conflict_not_a_redelivery() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
     let v = drain(&server, &db, "twice");
-    assert_eq!((v["redelivered"].as_u64(), v["conflicts"].as_u64()), (Some(0), Some(1)), "{v}");
+    assert_eq!(
+        (v["redelivered"].as_u64(), v["conflicts"].as_u64()),
+        (Some(0), Some(1)),
+        "{v}"
+    );
     let out = status(&server, &db, "twice");
     assert_eq!(code(&out), 3);
     let problems = json(&out)["problems"].to_string();
@@ -356,7 +404,16 @@ fn the_queue_depth_is_what_the_stream_holds_after_xdel_and_xtrim() {
     let mut raw = server.raw();
     // A worker read 100 of them and acknowledged none.
     let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg(&["GROUP", "lockctl", "w", "COUNT", "100", "STREAMS", &keys.events, ">"])
+        .arg(&[
+            "GROUP",
+            "lockctl",
+            "w",
+            "COUNT",
+            "100",
+            "STREAMS",
+            &keys.events,
+            ">",
+        ])
         .query(&mut raw)
         .unwrap();
     // XDEL of an entry ahead of the group: Redis's lag becomes nil.
