@@ -277,7 +277,7 @@ impl Db {
                 }
             }
         }
-        super::worker::crash_point("in_transaction");
+        super::crash::crash_point("in_transaction");
         tx.commit().map_err(err)?;
         let inserted = fresh.len() as u64;
         let redelivered = events.len() as u64 - inserted - conflicts;

@@ -13,6 +13,7 @@
 //! loop in `worker`.
 
 pub mod books;
+mod crash;
 pub mod db;
 pub mod dburl;
 pub mod dead;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::crash::crash_point;
 use super::db::Db;
 use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
@@ -511,24 +512,4 @@ fn split(batch: Vec<Entry>) -> (Vec<OrderEvent>, Vec<(String, String)>) {
         }
     }
     (orders, dead)
-}
-
-/// For lockctl's own tests of crashes: `LOCKCTL_WORKER_CRASH_AT=before_commit` (or
-/// `after_commit`, or `in_transaction`: after the insert, before the commit) makes the worker
-/// die on the spot there, as a `kill -9` would, the first time it gets there;
-/// `LOCKCTL_WORKER_STOP_AT=in_transaction` stops it there instead (SIGSTOP, as a paused VM or
-/// a debugger would), once. Not for anything else.
-pub(crate) fn crash_point(at: &str) {
-    if std::env::var("LOCKCTL_WORKER_CRASH_AT").is_ok_and(|v| v == at) {
-        std::process::abort();
-    }
-    static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if std::env::var("LOCKCTL_WORKER_STOP_AT").is_ok_and(|v| v == at)
-        && !STOPPED.swap(true, Ordering::SeqCst)
-    {
-        // SAFETY: raise() with a valid signal number has no memory-safety preconditions.
-        unsafe {
-            libc::raise(libc::SIGSTOP);
-        }
-    }
 }
