@@ -18,8 +18,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::stock::Outcome;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: String,
@@ -60,7 +58,8 @@ impl AcquireResult {
     }
 }
 
-/// The contract's metrics. Names are in `CONTRACT.md`; counters gain `_total` on the wire.
+/// The contract's metrics (the README's "Metrics" names them); counters gain `_total` on the
+/// wire.
 pub struct Metrics {
     registry: Registry,
     lock_wait: Histogram,
@@ -242,13 +241,13 @@ impl Metrics {
         self.lease_lost.inc();
     }
 
-    /// The counter for one purchase outcome (`None`: the purchase failed with an error). Hold
+    /// The counter for one purchase outcome, by its label (`bought`, ..., or `error`). Hold
     /// on to it: looking it up takes a lock and an allocation, incrementing it is one atomic
     /// add.
-    pub fn buy_counter(&self, outcome: Option<Outcome>) -> Counter {
+    pub fn buy_counter(&self, outcome: &str) -> Counter {
         self.buys
             .get_or_create(&OutcomeLabel {
-                outcome: outcome.map_or("error", Outcome::as_str).to_string(),
+                outcome: outcome.to_string(),
             })
             .clone()
     }

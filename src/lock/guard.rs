@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::lease::Lease;
 use super::registry::Registration;
-use super::watchdog::Watchdog;
+use super::watchdog::{Renewal, Watchdog};
 use super::{Carried, Release, Token, release_carrying};
 use crate::conn::Conn;
 use crate::error::Result;
@@ -38,6 +38,17 @@ pub struct Guard {
 }
 
 impl Guard {
+    /// What the watchdog needs to renew this guard's lease.
+    pub(super) fn renewal(&self) -> Renewal {
+        Renewal {
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            ttl: self.ttl,
+            lease: self.lease.clone(),
+            quorum: self.quorum.clone(),
+        }
+    }
+
     /// The value stored in the lock key.
     pub fn token(&self) -> &str {
         self.token.as_str()

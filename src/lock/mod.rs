@@ -281,7 +281,7 @@ impl Lock {
             _registration: registration,
         };
         if self.options.watchdog {
-            match Watchdog::start(&self.target, &guard) {
+            match Watchdog::start(&self.target, guard.renewal()) {
                 Ok(w) => guard.watchdog = Some(w),
                 Err(e) => {
                     let _ = guard.release(conn);

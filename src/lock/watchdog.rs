@@ -6,14 +6,14 @@ use std::sync::{Arc, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::guard::Guard;
-use super::lease::drift_margin;
+use super::lease::{Lease, drift_margin};
 use super::scripts::RENEW;
 use super::{Token, release_token};
 use crate::conn::Target;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::metrics;
+use crate::redlock::Quorum;
 
 fn thread_error(what: &str, e: std::io::Error) -> crate::error::Error {
     crate::error::Error::internal(format!("could not start the {what} thread: {e}"))
@@ -81,8 +81,17 @@ pub(super) struct Watchdog {
     pub(super) renewals: Arc<AtomicU64>,
 }
 
+/// What the watchdog renews: a held lease, as its guard knows it.
+pub(super) struct Renewal {
+    pub(super) keys: Arc<LockKeys>,
+    pub(super) token: Token,
+    pub(super) ttl: Duration,
+    pub(super) lease: Arc<Lease>,
+    pub(super) quorum: Option<(Arc<Quorum>, Instant)>,
+}
+
 impl Watchdog {
-    pub(super) fn start(target: &Target, guard: &Guard) -> Result<Watchdog> {
+    pub(super) fn start(target: &Target, guard: Renewal) -> Result<Watchdog> {
         let period = guard.ttl / 3;
         let mut conn = target.connect()?;
         // A renewal that cannot finish within one period is as good as failed.

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::chart::{Scale, Series, line_chart};
+use super::escape::escape;
 use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
 use crate::hammer::{Bucket, Report};
 
@@ -205,11 +206,4 @@ fn findings(reports: &[Report]) -> String {
         }
     }
     out
-}
-
-pub(super) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }

@@ -7,6 +7,7 @@
 //! its self-contained HTML page in `html`.
 
 mod chart;
+mod escape;
 mod hammer;
 mod html;
 

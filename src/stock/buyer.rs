@@ -56,8 +56,8 @@ impl Meters {
     fn new(sku: &Sku) -> Meters {
         let m = metrics::global();
         Meters {
-            outcomes: Outcome::ALL.map(|o| m.buy_counter(Some(o))),
-            errors: m.buy_counter(None),
+            outcomes: Outcome::ALL.map(|o| m.buy_counter(o.as_str())),
+            errors: m.buy_counter("error"),
             stock: m.stock_gauge(sku.as_str()),
         }
     }
