@@ -6,7 +6,12 @@
 //! in for the ledger, whose full check is `status`'s job; the orders queue is read from the
 //! stream's consumer group (length, orders not yet persisted, age of the oldest).
 
-use std::fmt::Write as _;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use crate::conn::{Conn, Target};
 use crate::keys::StockKeys;
@@ -54,14 +59,18 @@ pub fn scrape_fresh(target: &Target, skus: &[Sku]) -> String {
     scrape(&mut conn, target, skus)
 }
 
-/// One scrape in the OpenMetrics text format. A connection that fails in a way that may have
-/// left it in any state (a timeout, an I/O error) is dropped, and the SKUs after it are
-/// reported unreadable rather than each waiting out its own timeout.
+/// One scrape in the OpenMetrics text format, encoded by prometheus-client from a registry made
+/// for this scrape (the values are Redis's now, not this process's). A connection that fails
+/// in a way that may have left it in any state (a timeout, an I/O error) is dropped, and the
+/// SKUs after it are reported unreadable rather than each waiting out its own timeout.
 pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String {
-    let mut samples: Vec<Vec<String>> = vec![Vec::new(); GAUGES.len()];
-    let mut errors = Vec::new();
+    let families: Vec<Family<SkuLabel, Gauge<f64, AtomicU64>>> =
+        GAUGES.iter().map(|_| Family::default()).collect();
+    let errors = Family::<SkuLabel, Gauge>::default();
     for sku in skus {
-        let label = format!("sku=\"{}\"", escape_label(sku.as_str()));
+        let label = SkuLabel {
+            sku: sku.to_string(),
+        };
         let values = match conn.as_mut() {
             Some(c) => read_one(c, target, sku),
             None => Err(crate::Error::internal("Redis could not be reached")),
@@ -71,29 +80,32 @@ pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String 
         {
             *conn = None;
         }
-        errors.push(format!("{{{label}}} {}", u8::from(values.is_err())));
-        for (i, v) in values.into_iter().flatten().enumerate() {
+        errors.get_or_create(&label).set(i64::from(values.is_err()));
+        for (family, v) in families.iter().zip(values.into_iter().flatten()) {
             if let Some(v) = v {
-                samples[i].push(format!("{{{label}}} {v}"));
+                family.get_or_create(&label).set(v);
             }
         }
     }
-    let mut out = String::new();
-    let families = GAUGES.iter().zip(samples).chain(std::iter::once((
-        &(
-            "lockctl_scrape_error",
-            "1 when the SKU's state could not be read",
-        ),
-        errors,
-    )));
-    for ((name, help), lines) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for l in lines {
-            let _ = writeln!(out, "{name}{l}");
-        }
+    let mut registry = Registry::default();
+    for ((name, help), family) in GAUGES.iter().zip(families) {
+        registry.register(*name, *help, family);
     }
-    out.push_str("# EOF\n");
+    registry.register(
+        "lockctl_scrape_error",
+        "1 when the SKU's state could not be read",
+        errors,
+    );
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out = "# encoding failed\n# EOF\n".into();
+    }
     out
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkuLabel {
+    sku: String,
 }
 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).
@@ -137,8 +149,4 @@ fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Optio
         Some(queue.backlog() as f64),
         Some(lag),
     ])
-}
-
-fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
