@@ -69,9 +69,12 @@ pub fn listen(first: First) -> Stop {
                     let _ = s
                         .signal
                         .compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
-                    // SAFETY: kill(2) on the job's own process group.
-                    unsafe {
-                        libc::kill(-group, n);
+                    // The job's own process group.
+                    if let (Some(group), Some(sig)) = (
+                        rustix::process::Pid::from_raw(group),
+                        rustix::process::Signal::from_named_raw(n),
+                    ) {
+                        let _ = rustix::process::kill_process_group(group, sig);
                     }
                     continue;
                 }

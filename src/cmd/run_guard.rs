@@ -15,6 +15,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
+use rustix::process::Signal;
+
 use super::Exit;
 
 /// The argument that makes this process the guard, first on its command line.
@@ -38,14 +40,7 @@ pub fn from_args() -> Option<Exit> {
 
 /// Now on the monotonic clock, which every process of this system shares, in ms.
 pub fn mono_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only into `ts`.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
@@ -130,11 +125,11 @@ fn run(term: u64, kill: u64) -> Exit {
                 Line::Garbage => {}
             },
             Err(RecvTimeoutError::Timeout) if term_at.is_some() => {
-                signal_group(pgid, libc::SIGTERM);
+                signal_group(pgid, Signal::TERM);
                 term_at = None;
             }
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                signal_group(pgid, libc::SIGKILL);
+                signal_group(pgid, Signal::KILL);
                 return Exit::Ok;
             }
         }
@@ -142,7 +137,7 @@ fn run(term: u64, kill: u64) -> Exit {
 }
 
 /// Signals the job's group, if the job has told its group, and says so to lockctl.
-fn signal_group(pgid: Option<i32>, sig: i32) {
+fn signal_group(pgid: Option<i32>, sig: Signal) {
     let Some(pgid) = pgid else { return };
     {
         use std::io::Write as _;
@@ -150,9 +145,9 @@ fn signal_group(pgid: Option<i32>, sig: i32) {
         let _ = writeln!(out, "fired");
         let _ = out.flush();
     }
-    // SAFETY: kill(2) on the job's process group, checked in `parse` to be neither 0 nor 1.
-    unsafe {
-        libc::kill(-pgid, sig);
+    // The job's process group, checked in `parse` to be neither 0 nor 1.
+    if let Some(group) = rustix::process::Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(group, sig);
     }
 }
 

@@ -11,13 +11,14 @@
 
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
 
 use lockctl::lock::{Guard, Lock};
 
@@ -72,25 +73,27 @@ impl Job {
             )
             .process_group(0);
         let foreground = terminal::in_foreground();
-        // SAFETY: only async-signal-safe calls (prctl, getpid, write, signal, tcsetpgrp), on
-        // the child being started, already the leader of its own group (std sets it first),
-        // and on a stack buffer.
+        // SAFETY: pre_exec runs between fork and exec, so the closure may only make
+        // async-signal-safe calls: it makes system calls (rustix's are direct ones) and
+        // signal(2), on the child being started, already the leader of its own group (std
+        // sets it first), and writes from a stack buffer.
         unsafe {
             cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 if let Some(fd) = announce_to {
                     // The guard learns the group from the child itself, before the job runs;
                     // the pipe closes on exec (close-on-exec), so the job never holds it.
                     let mut line = [0u8; 32];
-                    let n = run_guard::pgid_line(libc::getpid(), &mut line);
-                    libc::write(fd, line.as_ptr().cast(), n);
+                    let n =
+                        run_guard::pgid_line(process::getpid().as_raw_nonzero().get(), &mut line);
+                    let _ = rustix::io::write(BorrowedFd::borrow_raw(fd), &line[..n]);
                 }
                 if foreground {
                     // The job's group takes the terminal, as a shell gives it to a foreground
                     // job: it may read the terminal, and Ctrl-C and Ctrl-Z reach it directly.
-                    libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
-                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                    terminal::with_sigttou_ignored(|| {
+                        let _ = rustix::termios::tcsetpgrp(std::io::stdin(), process::getpid());
+                    });
                 }
                 Ok(())
             });
@@ -110,10 +113,7 @@ impl Job {
         if std::env::var_os("LOCKCTL_TEST_STOP_AFTER_SPAWN").is_some() {
             // Test-only: lockctl paused at its worst moment, the job started and nothing told
             // yet; the guard must hold on its own.
-            // SAFETY: stopping this process.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGSTOP);
-            }
+            let _ = process::kill_process(process::getpid(), Signal::STOP);
         }
         Ok(Job {
             child,
@@ -166,30 +166,22 @@ impl Job {
 
     /// Whether the group's leader has exited, without reaping it.
     fn leader_exited(&self) -> bool {
-        matches!(
-            self.wait_id(libc::WEXITED | libc::WNOWAIT),
-            Some(libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED)
-        )
+        self.wait_id(WaitIdOptions::EXITED | WaitIdOptions::NOWAIT)
+            .is_some_and(|s| s.exited() || s.killed() || s.dumped())
     }
 
     /// Whether the leader was stopped by the terminal (Ctrl-Z) since last asked.
     fn stopped_from_terminal(&self) -> bool {
-        self.wait_id(libc::WSTOPPED) == Some(libc::CLD_STOPPED)
+        self.wait_id(WaitIdOptions::STOPPED)
+            .is_some_and(|s| s.stopped())
     }
 
-    /// `waitid` on the leader with `WNOHANG` and `flags`: the `si_code` of what it reports.
-    fn wait_id(&self, flags: i32) -> Option<i32> {
-        // SAFETY: waitid on our own child, into a zeroed siginfo_t that lives for the call.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let r = libc::waitid(
-                libc::P_PID,
-                self.pgid as libc::id_t,
-                &mut info,
-                libc::WNOHANG | flags,
-            );
-            (r == 0 && info.si_pid() != 0).then_some(info.si_code)
-        }
+    /// `waitid` on the leader with `WNOHANG` and `flags`: what it reports, if anything.
+    fn wait_id(&self, flags: WaitIdOptions) -> Option<process::WaitIdStatus> {
+        let leader = Pid::from_raw(self.pgid)?;
+        process::waitid(WaitId::Pid(leader), WaitIdOptions::NOHANG | flags)
+            .ok()
+            .flatten()
     }
 
     /// Ctrl-Z stopped the job: lockctl stops too, so that the shell sees its job stopped and
@@ -198,15 +190,9 @@ impl Job {
     /// job when it runs out.
     fn stop_with_the_job(&self) {
         terminal::take_back();
-        // SAFETY: stopping this process; on SIGCONT, continuing the job's own group.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGSTOP);
-        }
+        let _ = process::kill_process(process::getpid(), Signal::STOP);
         terminal::give_to(self.pgid);
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGCONT);
-        }
+        self.signal_group(Signal::CONT);
     }
 
     /// Whether the guard process stopped the job (it says `fired` on its stdout, which is
@@ -226,23 +212,23 @@ impl Job {
         if !self.group_alive() {
             return;
         }
-        self.signal_group(libc::SIGTERM);
+        self.signal_group(Signal::TERM);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline && self.group_alive() {
             thread::sleep(Duration::from_millis(2));
         }
         if self.group_alive() {
-            self.signal_group(libc::SIGKILL);
+            self.signal_group(Signal::KILL);
             while self.group_alive() {
                 thread::sleep(Duration::from_millis(1));
             }
         }
     }
 
-    fn signal_group(&self, sig: i32) {
-        // SAFETY: kill(2) on the job's own process group, whose id its unreaped leader holds.
-        unsafe {
-            libc::kill(-self.pgid, sig);
+    /// Signals the job's own process group, whose id its unreaped leader holds.
+    fn signal_group(&self, sig: Signal) {
+        if let Some(group) = Pid::from_raw(self.pgid) {
+            let _ = process::kill_process_group(group, sig);
         }
     }
 
@@ -326,12 +312,9 @@ fn spawn_guard((term, kill): (u64, u64)) -> Option<(Child, ChildStdin, ChildStdo
         Ok(mut child) => {
             let stdin = child.stdin.take()?;
             let stdout = child.stdout.take()?;
-            // SAFETY: fcntl on a pipe this process owns; non-blocking so that looking for
-            // the guard's word never waits.
-            unsafe {
-                let fd = stdout.as_raw_fd();
-                let flags = libc::fcntl(fd, libc::F_GETFL);
-                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            // Non-blocking, so that looking for the guard's word never waits.
+            if let Ok(flags) = rustix::fs::fcntl_getfl(&stdout) {
+                let _ = rustix::fs::fcntl_setfl(&stdout, flags | rustix::fs::OFlags::NONBLOCK);
             }
             Some((child, stdin, stdout))
         }
@@ -347,33 +330,46 @@ fn spawn_guard((term, kill): (u64, u64)) -> Option<(Child, ChildStdin, ChildStdo
 /// The terminal's foreground: a job started from an interactive shell gets it, as the shell
 /// would give it, and lockctl takes it back when the job is over.
 pub mod terminal {
+    use rustix::process::{self, Pid};
+    use rustix::termios;
+
     /// Whether stdin is a terminal whose foreground is lockctl's own process group.
     pub fn in_foreground() -> bool {
-        // SAFETY: isatty, tcgetpgrp and getpgrp only read.
-        unsafe {
-            libc::isatty(libc::STDIN_FILENO) == 1
-                && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
-        }
+        let stdin = std::io::stdin();
+        termios::isatty(&stdin) && termios::tcgetpgrp(&stdin).ok() == Some(process::getpgrp())
     }
 
     /// Makes lockctl's group the foreground again, after a job it gave the foreground to.
     pub fn take_back() {
-        // SAFETY: getpgrp only reads.
-        give_to(unsafe { libc::getpgrp() });
+        give_to(process::getpgrp().as_raw_nonzero().get());
     }
 
     /// Makes `pgid` the terminal's foreground (a background group may do this only with
     /// SIGTTOU ignored).
     pub fn give_to(pgid: i32) {
-        // SAFETY: isatty, tcgetpgrp, tcsetpgrp on stdin; the SIGTTOU disposition is restored
-        // before returning.
+        let stdin = std::io::stdin();
+        let Some(pgid) = Pid::from_raw(pgid) else {
+            return;
+        };
+        if !termios::isatty(&stdin) || termios::tcgetpgrp(&stdin).ok() == Some(pgid) {
+            return;
+        }
+        with_sigttou_ignored(|| {
+            let _ = termios::tcsetpgrp(&stdin, pgid);
+        });
+    }
+
+    /// Runs `f` with SIGTTOU ignored, then puts its disposition back: a process group not in
+    /// the terminal's foreground may take the foreground only so. Async-signal-safe (it runs
+    /// between fork and exec too). libc's signal(2), as no safe wrapper sets a disposition to
+    /// "ignore" (rustix leaves signal handling out; nix's `signal` is unsafe as well).
+    pub fn with_sigttou_ignored(f: impl FnOnce()) {
+        // SAFETY: SIG_IGN installs no handler, so no code can run in a signal context; the
+        // previous disposition is restored before returning.
+        let old = unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
+        f();
+        // SAFETY: as above; `old` is what signal(2) returned for this very signal.
         unsafe {
-            if libc::isatty(libc::STDIN_FILENO) != 1 || libc::tcgetpgrp(libc::STDIN_FILENO) == pgid
-            {
-                return;
-            }
-            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            libc::tcsetpgrp(libc::STDIN_FILENO, pgid);
             libc::signal(libc::SIGTTOU, old);
         }
     }
