@@ -97,11 +97,8 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
     let holder = match lock.holder_info(conn) {
         Ok(h) => h,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-            problems.push(format!(
-                "{} is not a lock (wrong type): lockctl unlock {sku} --force removes it",
-                lock.keys().lock
-            ));
+        Err(e @ Error::DamagedLock { .. }) => {
+            problems.push(e.to_string());
             None
         }
         Err(e) => return Err(e),

@@ -292,15 +292,19 @@ impl Lock {
         Ok(Acquire::Acquired(guard))
     }
 
-    /// A script's bare WRONGTYPE, which names no key, as the lock key that is damaged.
+    /// A bare WRONGTYPE (from a script, or inside a MULTI), which names no key, as the lock
+    /// key that is damaged.
     fn named(&self, conn: &mut Conn, e: Error) -> Error {
-        if !matches!(&e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE") {
+        let wrong_type = matches!(&e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE")
+            || e.to_string().contains("WRONGTYPE");
+        if !wrong_type {
             return e;
         }
         let k = &self.keys;
         let expected = [
+            // (The fencing counter is left out: its script names it, and says how to mend it
+            // without letting fences go backwards.)
             (&k.lock, "string"),
-            (&k.fence, "string"),
             (&k.grant, "string"),
             (&k.queue, "zset"),
             (&k.deadlines, "zset"),
@@ -339,7 +343,7 @@ impl Lock {
     /// which fence and since when: `status` for a SKU or a `lockctl run` job.
     pub fn holder_info(&self, conn: &mut Conn) -> Result<Option<HolderInfo>> {
         type Read = (Option<String>, i64, Option<String>, (i64, i64));
-        let ((token, pttl, grant, (secs, micros)), _): (Read, _) = conn.transaction(
+        let read: Result<(Read, _)> = conn.transaction(
             &[
                 redis::Cmd::get(&self.keys.lock),
                 redis::cmd("PTTL").arg(&self.keys.lock).clone(),
@@ -347,7 +351,8 @@ impl Lock {
                 redis::cmd("TIME"),
             ],
             None,
-        )?;
+        );
+        let ((token, pttl, grant, (secs, micros)), _) = read.map_err(|e| self.named(conn, e))?;
         let Some(token) = token else {
             return Ok(None);
         };
@@ -372,6 +377,11 @@ impl Lock {
     pub fn force_unlock(&self, conn: &mut Conn) -> Result<Forced> {
         let (holder, waiters, damaged): (String, u64, u64) =
             conn.script(&self.keys.invocation(&FORCE, "", 0, false, false, None))?;
+        // The last grant's record is only read for `status`: one of another type goes too.
+        let grant: String = conn.query(redis::cmd("TYPE").arg(&self.keys.grant))?;
+        if grant != "none" && grant != "string" {
+            let _: u64 = conn.query(redis::cmd("DEL").arg(&self.keys.grant))?;
+        }
         Ok(Forced {
             holder: (!holder.is_empty()).then_some(holder),
             waiters,

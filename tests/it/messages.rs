@@ -343,3 +343,38 @@ fn an_order_stream_of_the_wrong_type_says_how_to_clear_it_not_to_reseed() {
     let stock: i64 = server.raw().get("item:stock:sq").unwrap();
     assert_eq!(stock, 5, "nothing may change");
 }
+
+#[test]
+fn a_lock_key_of_the_wrong_type_is_named_and_unlock_force_mends_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (key, kind) in [
+        ("dist_lock_queue:dmg", "zset"),
+        ("dist_lock_waiting:dmg", "zset"),
+        ("dist_lock:dmg", "string"),
+        ("dist_lock_grant:dmg", "string"),
+    ] {
+        lockctl(&url, &["seed", "dmg", "10"]);
+        let _: () = server.raw().hset(key, "a", "b").unwrap();
+        let named = format!("'{key}' holds a hash, not a {kind}");
+        if key != "dist_lock_grant:dmg" {
+            // Every lock strategy, alone and under the hammer: the key, not a bare WRONGTYPE.
+            for strategy in ["lock", "fenced"] {
+                let out = lockctl(
+                    &url,
+                    &["buy", "dmg", "--wait-ms", "100", "--strategy", strategy],
+                );
+                assert_says(&out, 1, &[&named, "lockctl unlock dmg --force"]);
+                assert!(!stderr(&out).contains("user_script"), "{}", stderr(&out));
+            }
+        }
+        let out = lockctl(&url, &["status", "dmg"]);
+        assert_says(&out, 3, &["damaged"]);
+        let out = lockctl(&url, &["unlock", "dmg", "--force"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let out = lockctl(&url, &["status", "dmg"]);
+        assert_eq!(code(&out), 0, "{key}: {}", stdout(&out));
+        let out = lockctl(&url, &["buy", "dmg"]);
+        assert_eq!(code(&out), 0, "{key}: {}", stderr(&out));
+    }
+}
