@@ -3,7 +3,7 @@
 //! Expected outcomes (busy, sold out, lease lost) are values of the lock and stock modules, never
 //! errors. Every variant here names the value at fault and, where a flag or command fixes it, says
 //! which. None of them ever carries a password: addresses are `host:port` as the connection
-//! module renders them, and URLs pass through [`crate::conn::redact_url`] first.
+//! module renders them, and URLs pass through [`crate::redact`] first.
 
 use std::time::Duration;
 

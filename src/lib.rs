@@ -8,6 +8,7 @@
 //! watchdog, fenced and atomic deductions, and a hammer that reads Redis back to check the books.
 //!
 //! Layout:
+//! - [`redact`]: one rule that hides every password, token and credential header in what is shown.
 //! - [`conn`]: connections with bounded waits and errors that never show a password.
 //! - [`keys`]: every Redis key of a SKU or a lock, built in one place.
 //! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
@@ -35,6 +36,7 @@ pub mod keys;
 pub mod lock;
 pub mod metrics;
 pub mod orders;
+pub mod redact;
 pub mod redlock;
 pub mod render;
 pub mod scrape;

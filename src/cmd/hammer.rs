@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockctl::conn::Reconnecting;
-use lockctl::conn::redact_url;
 use lockctl::endpoint::{self, EndpointOptions};
 use lockctl::hammer::{self, HammerOptions, PipelineOptions, Report, overall_verdict};
 use lockctl::keys::StockKeys;
 use lockctl::lock::{Lock, LockOptions};
+use lockctl::redact::redact_command_line;
 use lockctl::render::Context;
 use lockctl::stock::{self, Strategy};
 use lockctl::{Error, metrics, render};
@@ -184,14 +184,10 @@ pub(super) fn run_context(ctx: &Ctx) -> Context {
             .find_map(|l| l.strip_prefix("redis_version:"))
             .map(|v| v.trim().to_string())
     });
-    let command_line = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .map(|a| match a.contains("://") || a.contains('@') {
-            true => redact_url(&a),
-            false => a,
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    // Every report carries it, and a report is shared: no password, token or credential
+    // header of any flag goes in (`--db 'password=...'`, `--header 'Authorization: ...'`).
+    let args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
+    let command_line = redact_command_line(args).join(" ");
     Context {
         redis: ctx.target.addr().to_string(),
         redis_version,

@@ -1,4 +1,5 @@
-//! Driver errors turned into words a user can act on, and passwords kept out of every message.
+//! Driver errors turned into words a user can act on; passwords are kept out of them by
+//! [`crate::redact`].
 
 use redis::{ErrorKind, RedisError};
 
@@ -71,88 +72,9 @@ pub(super) fn shorten(text: String) -> String {
     format!("{}...", &text[..end])
 }
 
-/// Removes `url`'s password from `text`, in case a driver message ever quotes the URL.
-pub(super) fn scrub(text: &str, url: &str) -> String {
-    let text = text.replace(url, &redact_url(url));
-    match password_of(url) {
-        Some(p) if !p.is_empty() => text.replace(p, "***"),
-        _ => text,
-    }
-}
-
-pub(super) fn password_of(url: &str) -> Option<&str> {
-    let rest = &url[url.find("://")? + 3..];
-    let userinfo = &rest[..rest.find('@')?];
-    userinfo.split_once(':').map(|(_, p)| p)
-}
-
-/// `url` with any password replaced by `***`, for messages. A URL too malformed to have a
-/// clear password (`redis//:pw@host`, `redis:/:pw@host`) loses everything before its last
-/// `@` but the scheme: whatever looks like credentials is never shown.
-pub fn redact_url(url: &str) -> String {
-    let well_formed = url.find("://").is_some_and(|i| {
-        let scheme = &url[..i];
-        !scheme.is_empty()
-            && scheme
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'+')
-    });
-    let Some(at) = url.rfind('@') else {
-        return url.to_string();
-    };
-    if !well_formed {
-        // No telling what before the '@' is a password: none of it is shown.
-        return format!("***{}", &url[at..]);
-    }
-    let start = url.find("://").map_or(0, |i| i + 3);
-    match url[start..at].split_once(':') {
-        // user:password: the user stays, the password goes.
-        Some((user, _)) => format!("{}{user}:***{}", &url[..start], &url[at..]),
-        // A single word where the user goes may well be a password typed there.
-        None => format!("{}***{}", &url[..start], &url[at..]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::conn::{ConnectOptions, Target};
-
-    #[test]
-    fn redact_url_hides_the_password_only() {
-        assert_eq!(
-            redact_url("redis://alice:s3cret@host:6380/2"),
-            "redis://alice:***@host:6380/2"
-        );
-        assert_eq!(redact_url("redis://:s3cret@host"), "redis://:***@host");
-        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
-    }
-
-    #[test]
-    fn malformed_urls_lose_whatever_looks_like_credentials() {
-        for (bad, shown) in [
-            ("redis//:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
-            ("redis:/:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
-            ("redis:S3cr3tPW@h", "***@h"),
-            ("://u:S3cr3tPW@h", "***@h"),
-            ("x y:S3cr3tPW@a@h", "***@h"),
-            ("S3cr3tPW@127.0.0.1:6390", "***@127.0.0.1:6390"),
-            (
-                "redis://S3cr3tPW@127.0.0.1:99999",
-                "redis://***@127.0.0.1:99999",
-            ),
-            ("redis://alice:S3cr3tPW@h/2", "redis://alice:***@h/2"),
-        ] {
-            assert_eq!(redact_url(bad), shown, "{bad}");
-        }
-        assert_eq!(redact_url("localhost:6379"), "localhost:6379");
-    }
-
-    #[test]
-    fn scrub_removes_the_password_from_any_text() {
-        let url = "redis://u:hunter2@h:1";
-        assert_eq!(scrub("bad hunter2 here", url), "bad *** here");
-    }
 
     #[test]
     fn a_malformed_url_is_an_error_that_hides_the_password() {

@@ -7,14 +7,15 @@
 //! or a restarted server costs one extra round trip, not a failure.
 //!
 //! Layout: [`Conn`] here; [`Target`] (what to connect to, and connecting) in `target`; the
-//! limits and TLS files in `options`; error wording and password redaction in `errors`.
+//! limits and TLS files in `options`; error wording in `errors` (passwords hidden by
+//! [`crate::redact`]).
 
 mod errors;
 mod options;
 mod target;
 
-pub use errors::redact_url;
-use errors::{auth_reason, is_auth_error, is_interrupted, scrub, shorten};
+use crate::redact::scrub;
+use errors::{auth_reason, is_auth_error, is_interrupted, shorten};
 pub use options::{ConnectOptions, TlsFiles};
 pub use target::Target;
 

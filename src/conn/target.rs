@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 
-use super::errors::{
-    auth_reason, is_auth_error, is_tls_error, redact_url, scrub, shorten, url_problem,
-};
+use super::errors::{auth_reason, is_auth_error, is_tls_error, shorten, url_problem};
 use super::options::{ConnectOptions, init_tls};
 use super::{Conn, Inner};
 use crate::error::{Error, Result};
+use crate::redact::{redact, scrub};
 
 /// A Redis server (or a Redis Cluster, by one of its nodes) to connect to: the parsed URL plus
 /// the limits that every connection gets.
@@ -57,7 +56,7 @@ fn refuse_port_zero(url: &str, addr: &redis::ConnectionAddr) -> Result<()> {
     match port {
         0 => Err(Error::BadUrl {
             flag: "--redis",
-            url: redact_url(url),
+            url: redact(url),
             reason: "port 0 is not a port a server listens on; give Redis's port, 1 to 65535 (6379 when left out)".into(),
         }),
         _ => Ok(()),
@@ -70,7 +69,7 @@ impl Target {
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
             flag: "--redis",
-            url: redact_url(url),
+            url: redact(url),
             reason: url_problem(url),
         };
         let tls = url.starts_with("rediss://");
@@ -80,7 +79,7 @@ impl Target {
             return Err(Error::Tls {
                 reason: format!(
                     "--tls-ca/--tls-cert/--tls-key need a rediss:// URL, not '{}'",
-                    redact_url(url)
+                    redact(url)
                 ),
             });
         }
@@ -104,7 +103,7 @@ impl Target {
     pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
             flag: "--redis",
-            url: redact_url(url),
+            url: redact(url),
             reason: url_problem(url),
         };
         if url.starts_with("rediss://") || options.tls.any() {

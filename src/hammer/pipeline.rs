@@ -89,7 +89,7 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
     match rx.recv_timeout(limit) {
         Ok(asked) => asked,
         Err(_) => Err(Error::Database {
-            url: crate::orders::dburl::redact(&p.db_url),
+            url: crate::redact::redact(&p.db_url),
             reason: format!(
                 "no answer within {} ms (it accepted the connection but said nothing: is it PostgreSQL, and is it up? see --db, --connect-timeout-ms, --timeout-ms)",
                 limit.as_millis()

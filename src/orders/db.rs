@@ -77,7 +77,7 @@ pub struct Db {
 
 /// The `--db` value with its passwords hidden, for messages.
 fn shown(url: &str) -> String {
-    super::dburl::redact(url)
+    crate::redact::redact(url)
 }
 
 fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
@@ -94,7 +94,7 @@ fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
     // A driver message never quotes the URL, but a password must not show even if one did.
     Error::Database {
         url: shown(url),
-        reason: super::dburl::scrub(&format!("{what}: {reason}"), url),
+        reason: crate::redact::scrub(&format!("{what}: {reason}"), url),
         sqlstate,
     }
 }
@@ -107,7 +107,7 @@ impl Db {
                 url: shown(url),
                 reason: format!(
                     "{}; expected postgres://user[:password]@host[:port]/database or key=value pairs (host=... dbname=...)",
-                    super::dburl::scrub(&e.to_string(), url)
+                    crate::redact::scrub(&e.to_string(), url)
                 ),
             })?;
         if config.get_connect_timeout().is_none() {

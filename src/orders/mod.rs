@@ -15,7 +15,6 @@
 pub mod books;
 mod crash;
 pub mod db;
-pub mod dburl;
 pub mod dead;
 pub mod queue;
 pub mod worker;

@@ -298,3 +298,81 @@ fn a_request_the_endpoint_never_reads_times_out_sending_and_may_have_bought() {
     );
     held.join().unwrap();
 }
+
+/// Issue 25. `hammer --url` reports carry the command line and the endpoint's URL; a
+/// `--header 'Authorization: Bearer ...'` and a `?token=` went into them verbatim.
+#[test]
+fn secrets_in_the_url_and_the_headers_show_in_no_report() {
+    let redis = RedisServer::start();
+    let endpoint = Endpoint::start(&redis, Mode::Continue);
+    let secrets = [
+        "UrlPW4711",
+        "TokSecret8",
+        "BearerSecret9",
+        "KeySecret0",
+        "CookieSecret1",
+    ];
+    let url = format!(
+        "http://me:{}@127.0.0.1:{}/buy?token={}&sku={{sku}}",
+        secrets[0], endpoint.port, secrets[1]
+    );
+    let authorization = format!("Authorization: Bearer {}", secrets[2]);
+    let api_key = format!("X-Api-Key: {}", secrets[3]);
+    let cookie = format!("--header=Cookie: session={}", secrets[4]);
+    let dir = tempfile::tempdir().unwrap();
+    let files = ["json", "md", "html"].map(|ext| dir.path().join(format!("report.{ext}")));
+    let [json_file, md_file, html_file] = files.each_ref().map(|f| f.to_str().unwrap());
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "hammer",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--header",
+            &authorization,
+            "--header",
+            &api_key,
+            &cookie,
+            "-n",
+            "20",
+            "-c",
+            "2",
+            "--stock",
+            "10",
+            "--export-json",
+            json_file,
+            "--export-markdown",
+            md_file,
+            "--export-html",
+            html_file,
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut seen = vec![("stdout", stdout(&out)), ("stderr", stderr(&out))];
+    for (f, name) in files.iter().zip(["json", "markdown", "html"]) {
+        seen.push((name, std::fs::read_to_string(f).unwrap()));
+    }
+    let leaks: Vec<String> = seen
+        .iter()
+        .flat_map(|(place, text)| {
+            secrets
+                .iter()
+                .filter(|s| text.contains(*s))
+                .map(move |s| format!("{s} in {place}"))
+        })
+        .collect();
+    assert!(leaks.is_empty(), "{leaks:?}\n{}", stdout(&out));
+    let v = json(&out);
+    let line = v["context"]["command_line"].as_str().unwrap();
+    for kept in [
+        "--header Authorization: ***",
+        "X-Api-Key: ***",
+        "token=***",
+        "me:***@",
+    ] {
+        assert!(line.contains(kept), "{kept:?} not in {line}");
+    }
+}

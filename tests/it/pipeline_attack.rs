@@ -348,3 +348,99 @@ fn a_db_password_never_shows_and_a_bad_db_url_names_db_not_redis() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+/// Issue 25. A queued hammer's reports carry the command line, and the command line carried
+/// `--db` verbatim: only arguments with `://` or `@` were redacted, by the Redis URL rule, so
+/// a key=value string's `password=` and a URL's `?password=` went into every report.
+#[test]
+fn a_db_password_shows_in_no_report_stdout_or_stderr_of_a_queued_hammer() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    // Trust authentication takes any password; the reports must show none of them.
+    let secret = "PW123secret";
+    let config: postgres::Config = db.url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("a TCP host for the test database, not {other:?}"),
+    };
+    let (port, user) = (
+        config.get_ports()[0],
+        config.get_user().unwrap_or("postgres"),
+    );
+    let key_value = format!(
+        "host={host} port={port} user={user} password={secret} dbname={}",
+        db.name
+    );
+    let url = format!(
+        "postgres://{user}@{host}:{port}/{}?password={secret}",
+        db.name
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut leaks = Vec::new();
+    for (i, db_arg) in [key_value, url].iter().enumerate() {
+        let sku = format!("redact{i}");
+        let files = ["json", "md", "html"].map(|ext| dir.path().join(format!("{sku}.{ext}")));
+        let [json_file, md_file, html_file] = files.each_ref().map(|f| f.to_str().unwrap());
+        let out = lockctl(
+            &server.url(),
+            &[
+                "--json",
+                "hammer",
+                "--sku",
+                &sku,
+                "-n",
+                "20",
+                "--stock",
+                "10",
+                "--strategy",
+                "atomic",
+                "--queue",
+                "--db",
+                db_arg,
+                "--export-json",
+                json_file,
+                "--export-markdown",
+                md_file,
+                "--export-html",
+                html_file,
+            ],
+        );
+        assert_eq!(code(&out), 0, "{db_arg}: {}", stderr(&out));
+        assert_eq!(json(&out)["pipeline"]["rows"], 10, "{db_arg}");
+        let mut seen = vec![
+            ("stdout".to_string(), stdout(&out)),
+            ("stderr".to_string(), stderr(&out)),
+        ];
+        for f in &files {
+            seen.push((f.display().to_string(), std::fs::read_to_string(f).unwrap()));
+        }
+        for (place, text) in &seen {
+            if let Some(at) = text.find(secret) {
+                let from = text[..at]
+                    .char_indices()
+                    .rev()
+                    .nth(60)
+                    .map_or(0, |(i, _)| i);
+                let to = (at + secret.len() + 30).min(text.len());
+                let to = (to..=text.len())
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap();
+                leaks.push(format!(
+                    "--db '{db_arg}': in {place}: ...{}...",
+                    &text[from..to]
+                ));
+            }
+        }
+        // The command line is still there, with the password's place marked.
+        let line = json(&out)["context"]["command_line"].to_string();
+        if !line.contains("password=***") {
+            leaks.push(format!("--db '{db_arg}': no password=*** in {line}"));
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "the password was shown:\n{}",
+        leaks.join("\n")
+    );
+}

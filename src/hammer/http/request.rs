@@ -13,6 +13,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use hyper::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING};
 use hyper::{Method, Uri};
 
+use crate::redact::{redact, redact_header};
+
 /// The values of one request's placeholders.
 #[derive(Clone, Copy, Debug)]
 pub struct Vars<'a> {
@@ -210,7 +212,7 @@ impl RequestSpec {
             format!("--method '{method}' is not an HTTP method (GET, POST, PUT, ...)")
         })?;
         let template = Template::parse(url);
-        let shown_url = hide_password(url);
+        let shown_url = redact(url);
         let mut authorities = Vec::new();
         for vars in &SAMPLES {
             let uri = check_url(&template.fill(vars, true), &shown_url)?;
@@ -355,7 +357,8 @@ fn split_headers(authority: &str, given: &[String]) -> Result<Headers, String> {
         let (name, value) = parse_header(h)?;
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
             return Err(format!(
-                "--header '{h}': lockctl frames the body itself (from --body); leave {name} out"
+                "--header '{}': lockctl frames the body itself (from --body); leave {name} out",
+                redact_header(h)
             ));
         }
         match all.iter_mut().find(|(n, _)| *n == name) {
@@ -467,45 +470,30 @@ fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-/// `Name: value` split and checked; placeholders may appear in the value.
+/// `Name: value` split and checked; placeholders may appear in the value. An error quotes
+/// the header as [`redact_header`] shows it: a mistyped `Authorization` still holds the token.
 fn parse_header(text: &str) -> Result<(HeaderName, Template), String> {
+    let shown = redact_header(text);
     let Some((name, value)) = text.split_once(':') else {
         return Err(format!(
-            "--header '{text}' has no ':'; write it as 'Name: value'"
+            "--header '{shown}' has no ':'; write it as 'Name: value'"
         ));
     };
     let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
         format!(
-            "--header '{text}': '{}' is not a header name (letters, digits and -, no spaces); write it as 'Name: value'",
-            name.trim()
+            "--header '{shown}': '{}' is not a header name (letters, digits and -, no spaces); write it as 'Name: value'",
+            redact_header(name.trim())
         )
     })?;
     let value = Template::parse(value.trim());
     for vars in &SAMPLES {
         HeaderValue::from_bytes(value.fill(vars, false).as_bytes()).map_err(|_| {
             format!(
-                "--header '{text}': the value holds characters no header may hold (control characters or line breaks)"
+                "--header '{shown}': the value holds characters no header may hold (control characters or line breaks)"
             )
         })?;
     }
     Ok((name, value))
-}
-
-/// `http://user:secret@host/` shown as `http://user:***@host/`.
-fn hide_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{tail}")
-        }
-        None => url.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -626,11 +614,22 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(
-            hide_password("http://me:secret@h:1/p?q=a@b"),
-            "http://me:***@h:1/p?q=a@b"
-        );
-        assert_eq!(hide_password("http://h/p"), "http://h/p");
+    fn a_bad_header_is_quoted_without_its_credential() {
+        let bad = |header: &str| {
+            RequestSpec::new("GET", "http://x/", &[header.to_string()], None).unwrap_err()
+        };
+        for header in [
+            "Authorization Bearer S3cr3t",
+            "Authorization: Bearer S3cr3t\u{1}",
+            "Authorization Bearer S3cr3t: x",
+            "Cookie: s=S3cr3t\r\nX: y",
+        ] {
+            let err = bad(header);
+            assert!(!err.contains("S3cr3t"), "{err}");
+            assert!(err.contains("--header '"), "{err}");
+        }
+        let err = RequestSpec::new("GET", "http://u:S3cr3t@x/?token=S3cr3t&{skus}", &[], None)
+            .unwrap_err();
+        assert!(!err.contains("S3cr3t") && err.contains("brace"), "{err}");
     }
 }

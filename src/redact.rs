@@ -1,0 +1,742 @@
+//! Secrets kept out of everything lockctl shows: one rule for every value a user types that
+//! may carry one.
+//!
+//! A secret reaches lockctl in four shapes, and the rule knows each wherever it appears:
+//! - a URL's user info, of any scheme (`redis://user:pw@host`, `postgres://...`,
+//!   `http://...`); a lone word before the `@` may be a password typed where the user goes;
+//! - a password-like parameter (`password`, `pass`, `pwd`, `secret`, `token`, `key`, `api_key`,
+//!   `access_token`, `auth`, `sslpassword`, and any name ending in `_password`, `_secret`,
+//!   `_token`, `_key`...; case-insensitive), in a URL's query or in a libpq key=value string,
+//!   quoted or not;
+//! - an HTTP header that carries a credential (`Authorization`, `Proxy-Authorization`,
+//!   `Cookie`, `X-Api-Key`, any name with `auth`, `token`, `secret`, `key`, `session`...);
+//! - on a command line, the value of a flag named like a secret (`--password`, `--api-key`).
+//!
+//! Where it cannot tell whether something is a credential (a lone word before `@`, a URL too
+//! malformed to say where its user info ends) it hides it: a message that shows too little
+//! costs its reader a moment, a password once printed cannot be taken back.
+//!
+//! This module imports nothing else of the crate, so every layer can use it.
+
+/// What a hidden secret is shown as.
+pub const HIDDEN: &str = "***";
+
+/// `text` (a URL, a connection string, a header, any one argument) with every secret it may
+/// hold replaced by `***`.
+pub fn redact(text: &str) -> String {
+    if let Some((name, _)) = header(text, true)
+        && is_secret_header(name)
+    {
+        return format!("{name}: {HIDDEN}");
+    }
+    let in_url = text.contains("://");
+    let base = match text.contains('@') && (in_url || !is_libpq(text)) {
+        true => hide_user_info(text),
+        false => text.to_string(),
+    };
+    hide_parameters(&base, in_url)
+}
+
+/// The value of `--header` (`Name: value`) with a credential's value hidden, and the rest
+/// shown through [`redact`]. A header typed without its `:` (`Authorization Bearer t`, the
+/// very mistake an error message quotes) is still recognised by its name.
+pub fn redact_header(text: &str) -> String {
+    let name_end = text
+        .find(|c: char| c == ':' || c.is_whitespace())
+        .unwrap_or(text.len());
+    let name = text[..name_end].trim();
+    if name_end < text.len() && is_secret_header(name) {
+        let colon = text[name_end..].trim_start().starts_with(':');
+        return format!("{name}{} {HIDDEN}", if colon { ":" } else { "" });
+    }
+    match text.split_once(':') {
+        Some((name, value)) => {
+            let shown = value.trim_start();
+            let space = &value[..value.len() - shown.len()];
+            format!("{name}:{space}{}", redact(shown))
+        }
+        None => redact(text),
+    }
+}
+
+/// A command line as it may be shown (a report's `command_line`): each argument through
+/// [`redact`], a `--header` value through [`redact_header`], and the value of a flag named like
+/// a secret hidden whole, whether it follows the flag or is joined to it (`--flag=value`).
+pub fn redact_command_line<S: AsRef<str>>(args: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut previous_flag: Option<String> = None;
+    for arg in args {
+        let arg = arg.as_ref();
+        let shown = if let Some((flag, value)) = flag_and_value(arg) {
+            previous_flag = None;
+            format!("{flag}={}", redact_flag_value(flag, value))
+        } else if is_flag(arg) {
+            previous_flag = Some(arg.to_string());
+            redact(arg)
+        } else {
+            match previous_flag.take() {
+                Some(flag) => redact_flag_value(&flag, arg),
+                None => redact(arg),
+            }
+        };
+        out.push(shown);
+    }
+    out
+}
+
+/// `text` with the secrets of `source` (a URL, a connection string, a header) removed, in case
+/// a driver's message ever quotes the one or the other: `source` itself where it appears whole,
+/// and each of its secrets, also percent-decoded, wherever it appears.
+pub fn scrub(text: &str, source: &str) -> String {
+    if source.is_empty() {
+        return text.to_string();
+    }
+    let mut text = text.replace(source, &redact(source));
+    let mut secrets = secrets_of(source);
+    // The longest first, so that a secret that contains another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret.as_str(), HIDDEN);
+    }
+    text
+}
+
+/// `--name` or `--name=...`: the flag, with the value joined to it.
+fn flag_and_value(arg: &str) -> Option<(&str, &str)> {
+    let (flag, value) = arg.split_once('=')?;
+    is_flag(flag).then_some((flag, value))
+}
+
+/// A long flag: `--` and a name of letters, digits and dashes.
+fn is_flag(arg: &str) -> bool {
+    arg.strip_prefix("--").is_some_and(|name| {
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    })
+}
+
+fn redact_flag_value(flag: &str, value: &str) -> String {
+    let name = flag.trim_start_matches('-');
+    if name.eq_ignore_ascii_case("header") {
+        redact_header(value)
+    } else if is_secret_flag(name) {
+        HIDDEN.to_string()
+    } else {
+        redact(value)
+    }
+}
+
+/// `Name: value` split into the name and the value; with `spaced`, only when a space follows
+/// the colon, as in a header a person writes (so that `host:port`, `sku:1` stay what they are).
+fn header(text: &str, spaced: bool) -> Option<(&str, &str)> {
+    let (name, value) = text.split_once(':')?;
+    let is_token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let starts_right = !spaced || value.starts_with([' ', '\t']);
+    (is_token && starts_right).then_some((name, value))
+}
+
+/// A header whose value is a credential, or may be: hiding the value of a harmless one (an
+/// idempotency key) costs nothing.
+fn is_secret_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "auth",
+        "cookie",
+        "token",
+        "secret",
+        "passw",
+        "key",
+        "session",
+        "credential",
+        "signature",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
+/// A parameter whose value is a secret, by its name: `password`, `token`, `client_secret`,
+/// `api_key`, `key`... Case and `-`/`_`/`.` do not matter; `passfile` and `mypassword` are not
+/// secrets.
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace(['-', '.'], "_");
+    is_secret_name(&key) || key == "key" || key.ends_with("_key")
+}
+
+/// A flag whose value is a secret (`--password`, `--api-token`, `--api-key`). Not every
+/// `--...-key`: lockctl's are Redis keys (`--stock-key`) and files (`--tls-key`).
+fn is_secret_flag(flag: &str) -> bool {
+    let name = flag
+        .trim_start_matches('-')
+        .to_ascii_lowercase()
+        .replace('-', "_");
+    is_secret_name(&name) || name.ends_with("api_key")
+}
+
+/// Names that say "secret" whatever carries them (`key` as it is, with '_' for '-' and '.').
+fn is_secret_name(key: &str) -> bool {
+    const NAMES: [&str; 12] = [
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "apikey",
+        "access_token",
+        "auth",
+        "sslpassword",
+        "signature",
+        "sig",
+    ];
+    const ENDINGS: [&str; 7] = [
+        "_password",
+        "_passwd",
+        "_pwd",
+        "_secret",
+        "_token",
+        "_apikey",
+        "_signature",
+    ];
+    NAMES.contains(&key) || ENDINGS.iter().any(|e| key.ends_with(e))
+}
+
+/// Index just past `scheme://`, when `url` starts with a well-formed scheme.
+fn scheme_end(url: &str) -> Option<usize> {
+    let i = url.find("://")?;
+    let scheme = &url[..i];
+    let well_formed = !scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+');
+    well_formed.then_some(i + 3)
+}
+
+/// Where the user info of `url` (its scheme ending at `start`) ends: the `@` before the host;
+/// `None` when it has none.
+///
+/// The last `@` of the URL, except in a web URL whose authority is a plain host: there an `@`
+/// after the host (an e-mail address in the query, `/@user` in the path) is data, as it is
+/// to every HTTP client. Anywhere else the last `@` it is, so that a password holding `/`,
+/// `?` or `#` is hidden whole.
+fn user_info_end(url: &str, start: usize) -> Option<usize> {
+    let last = url.rfind('@').filter(|&at| at >= start)?;
+    let scheme = url[..start - 3].to_ascii_lowercase();
+    if matches!(scheme.as_str(), "http" | "https" | "ws" | "wss") {
+        let end = url[start..]
+            .find(['/', '?', '#'])
+            .map_or(url.len(), |i| start + i);
+        if let Some(i) = url[start..end].rfind('@') {
+            return Some(start + i);
+        }
+        if is_plain_host(&url[start..end]) {
+            return None;
+        }
+    }
+    Some(last)
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`, and nothing else.
+fn is_plain_host(authority: &str) -> bool {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, after)) if !v6.is_empty() => ("v6", after),
+            _ => return false,
+        },
+        None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'%'));
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    host_ok && port_ok
+}
+
+/// `url` with its user info's password replaced by `***`. A lone word where the user goes may
+/// well be a password typed there, and goes too. A URL too malformed to have a clear password
+/// (`redis//:pw@host`, `redis:/:pw@host`, `pw@host`) loses everything before its last `@`:
+/// whatever looks like credentials is never shown.
+fn hide_user_info(url: &str) -> String {
+    let Some(last) = url.rfind('@') else {
+        return url.to_string();
+    };
+    let Some(start) = scheme_end(url) else {
+        // No telling what before the '@' is a password: none of it is shown.
+        return format!("{HIDDEN}{}", &url[last..]);
+    };
+    let Some(at) = user_info_end(url, start) else {
+        return url.to_string();
+    };
+    match url[start..at].split_once(':') {
+        // user:password: the user stays, the password goes.
+        Some((user, _)) => format!("{}{user}:{HIDDEN}{}", &url[..start], &url[at..]),
+        None => format!("{}{HIDDEN}{}", &url[..start], &url[at..]),
+    }
+}
+
+/// `s` with the value of every password-like parameter replaced by `***`.
+fn hide_parameters(s: &str, in_url: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some((start, end)) = secret_value(rest, in_url) {
+        out.push_str(&rest[..start]);
+        out.push_str(HIDDEN);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Bytes that may come before a parameter's name: the start of a libpq pair, of a URL's query
+/// or fragment parameter, of a path parameter.
+fn is_separator(b: u8) -> bool {
+    b.is_ascii_whitespace() || matches!(b, b'?' | b'&' | b';' | b'#' | b'/' | b',')
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// The byte range of the first password-like parameter's value in `s` (`name=value`,
+/// `name = 'quoted value'`).
+fn secret_value(s: &str, in_url: bool) -> Option<(usize, usize)> {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_key = (i == 0 || is_separator(bytes[i - 1])) && is_key_char(bytes[i] as char);
+        if !starts_key {
+            i += 1;
+            continue;
+        }
+        let key_end = s[i..].find(|c| !is_key_char(c)).map_or(s.len(), |j| i + j);
+        if let Some(value) = s[key_end..]
+            .trim_start_matches([' ', '\t'])
+            .strip_prefix('=')
+            && is_secret_key(&s[i..key_end])
+        {
+            // libpq allows spaces after the '=' too, and so the value starts after them.
+            let value = value.trim_start_matches([' ', '\t']);
+            let start = s.len() - value.len();
+            return Some((start, start + value_len(value, in_url)));
+        }
+        i = key_end;
+    }
+    None
+}
+
+/// The length of the value at the start of `value`: a quoted one whole (libpq escapes a quote
+/// with `\`), otherwise up to a space, or in a URL up to the next parameter.
+fn value_len(value: &str, in_url: bool) -> usize {
+    if let Some(quote) = value.chars().next().filter(|c| matches!(c, '\'' | '"')) {
+        let mut escaped = false;
+        let close = value[1..].char_indices().find(|&(_, c)| {
+            let end = c == quote && !escaped;
+            escaped = c == '\\' && !escaped;
+            end
+        });
+        return close.map_or(value.len(), |(j, _)| j + 2);
+    }
+    value
+        .find(|c: char| c.is_whitespace() || (in_url && c == '&'))
+        .unwrap_or(value.len())
+}
+
+/// A libpq key=value string (`host=h user=u password=pw`): pairs whose keys are all libpq's
+/// own. An `@` in one (`user=admin@server`, as some hosted PostgreSQL wants) is the user's
+/// name, not the end of a URL's user info.
+fn is_libpq(s: &str) -> bool {
+    const KEYS: [&str; 43] = [
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "require_auth",
+        "channel_binding",
+        "connect_timeout",
+        "client_encoding",
+        "options",
+        "application_name",
+        "fallback_application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "keepalives_retries",
+        "tcp_user_timeout",
+        "replication",
+        "gssencmode",
+        "sslmode",
+        "sslnegotiation",
+        "sslcompression",
+        "sslcert",
+        "sslkey",
+        "sslcertmode",
+        "sslpassword",
+        "sslkeylogfile",
+        "sslrootcert",
+        "sslcrl",
+        "sslcrldir",
+        "sslsni",
+        "requirepeer",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "krbsrvname",
+        "gsslib",
+        "gssdelegation",
+        "service",
+        "target_session_attrs",
+        "load_balance_hosts",
+    ];
+    let mut rest = s.trim_start();
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let key_end = rest.find(|c| !is_key_char(c)).unwrap_or(rest.len());
+        if !KEYS.contains(&&rest[..key_end]) {
+            return false;
+        }
+        let Some(value) = rest[key_end..].trim_start().strip_prefix('=') else {
+            return false;
+        };
+        let value = value.trim_start();
+        rest = value[value_len(value, false)..].trim_start();
+    }
+    true
+}
+
+/// The secrets written in `source`, as a driver could quote them: a credential header's value
+/// (and its last word, the token after `Bearer`), the password of a URL's user info, and the
+/// values of password-like parameters (unquoted); each also percent-decoded. A lone word
+/// before `@` is not among them: it is as likely the user's name, which a message may name.
+fn secrets_of(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some((name, value)) = header(source, false)
+        && is_secret_header(name)
+    {
+        let value = value.trim();
+        out.push(value.to_string());
+        if let Some((_, last)) = value.rsplit_once(char::is_whitespace) {
+            out.push(last.to_string());
+        }
+    }
+    if let Some(start) = scheme_end(source)
+        && let Some(at) = user_info_end(source, start)
+        && let Some((_, password)) = source[start..at].split_once(':')
+    {
+        out.push(password.to_string());
+    }
+    let in_url = source.contains("://");
+    let mut rest = source;
+    while let Some((start, end)) = secret_value(rest, in_url) {
+        out.push(unquote(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    let decoded: Vec<String> = out
+        .iter()
+        .filter_map(|s| percent_decoded(s).filter(|d| d != s))
+        .collect();
+    out.extend(decoded);
+    out
+}
+
+/// A libpq value as the server gets it: quotes removed, `\'` and `\\` unescaped.
+fn unquote(value: &str) -> String {
+    let Some(quote) = value.chars().next().filter(|c| matches!(c, '\'' | '"')) else {
+        return value.to_string();
+    };
+    let inner = value[1..].strip_suffix(quote).unwrap_or(&value[1..]);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `%XX` escapes decoded; `None` when `s` has none or they do not decode to UTF-8.
+fn percent_decoded(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return None;
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| {
+            let h = std::str::from_utf8(h).ok()?;
+            u8::from_str_radix(h, 16).ok()
+        });
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // From the Redis URL rule (conn::errors).
+
+    #[test]
+    fn a_url_loses_its_password_only() {
+        assert_eq!(
+            redact("redis://alice:s3cret@host:6380/2"),
+            "redis://alice:***@host:6380/2"
+        );
+        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn malformed_urls_lose_whatever_looks_like_credentials() {
+        for (bad, shown) in [
+            ("redis//:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("redis:/:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("redis:S3cr3tPW@h", "***@h"),
+            ("://u:S3cr3tPW@h", "***@h"),
+            ("x y:S3cr3tPW@a@h", "***@h"),
+            ("S3cr3tPW@127.0.0.1:6390", "***@127.0.0.1:6390"),
+            (
+                "redis://S3cr3tPW@127.0.0.1:99999",
+                "redis://***@127.0.0.1:99999",
+            ),
+            ("redis://alice:S3cr3tPW@h/2", "redis://alice:***@h/2"),
+            // A password holding '/', '?' or '#' is hidden whole.
+            ("redis://:ab/S3cr3tPW@h", "redis://:***@h"),
+            ("postgres://u:ab?S3cr3tPW@h/d", "postgres://u:***@h/d"),
+            ("http://u:ab#S3cr3tPW@h/", "http://u:***@h/"),
+        ] {
+            assert_eq!(redact(bad), shown, "{bad}");
+        }
+        assert_eq!(redact("localhost:6379"), "localhost:6379");
+    }
+
+    #[test]
+    fn scrub_removes_the_password_from_any_text() {
+        let url = "redis://u:hunter2@h:1";
+        assert_eq!(scrub("bad hunter2 here", url), "bad *** here");
+        assert_eq!(
+            scrub("cannot open redis://u:hunter2@h:1 now", url),
+            "cannot open redis://u:***@h:1 now"
+        );
+    }
+
+    // From the PostgreSQL rule (orders::dburl).
+
+    #[test]
+    fn key_value_passwords_are_hidden_quoted_or_not() {
+        assert_eq!(
+            redact("host=127.0.0.1 password=s3cret user=u port=1"),
+            "host=127.0.0.1 password=*** user=u port=1"
+        );
+        assert_eq!(
+            redact("password = 'a b\\'c' host=h"),
+            "password = *** host=h"
+        );
+        assert_eq!(redact("host=h PASSWORD=x"), "host=h PASSWORD=***");
+        assert_eq!(redact("host=h mypassword=x"), "host=h mypassword=x");
+        assert_eq!(
+            redact("host=h sslpassword=k passfile=/p/.pgpass"),
+            "host=h sslpassword=*** passfile=/p/.pgpass"
+        );
+    }
+
+    #[test]
+    fn a_key_value_string_keeps_a_user_name_with_an_at_sign() {
+        assert_eq!(
+            redact("host=db.example user=admin@srv password=pw dbname=d"),
+            "host=db.example user=admin@srv password=*** dbname=d"
+        );
+        // Not libpq's keys: the '@' rule applies, and what is before it goes.
+        assert_eq!(redact("pw=x@h"), "***@h");
+    }
+
+    #[test]
+    fn url_passwords_are_hidden_in_the_user_info_and_the_query() {
+        assert_eq!(
+            redact("postgres://u:s3cret@h/db?password=two&sslmode=disable"),
+            "postgres://u:***@h/db?password=***&sslmode=disable"
+        );
+        // As for --redis: a lone word before the '@' may be a password typed there.
+        assert_eq!(redact("postgres://u@h/db"), "postgres://***@h/db");
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        assert_eq!(
+            redact("postgres://h/db?PassWord=x&user=u"),
+            "postgres://h/db?PassWord=***&user=u"
+        );
+    }
+
+    #[test]
+    fn scrub_removes_every_password_from_a_message() {
+        let url = "host=h password='p w' user=u";
+        assert_eq!(scrub("failed for p w at h", url), "failed for *** at h");
+        let url = "postgres://u:s3cret@h/db";
+        assert_eq!(scrub("bad s3cret", url), "bad ***");
+        let url = "postgres://u@h/db?password=p%40ss&sslmode=disable";
+        assert_eq!(scrub("bad p@ss, p%40ss", url), "bad ***, ***");
+    }
+
+    // From the HTTP rule (hammer::http::request).
+
+    #[test]
+    fn a_web_url_keeps_an_at_sign_after_its_host() {
+        assert_eq!(
+            redact("http://me:secret@h:1/p?q=a@b"),
+            "http://me:***@h:1/p?q=a@b"
+        );
+        assert_eq!(redact("http://h/p"), "http://h/p");
+        assert_eq!(
+            redact("http://h:8080/users/@me?mail=a@b.c"),
+            "http://h:8080/users/@me?mail=a@b.c"
+        );
+        assert_eq!(redact("http://me@h/p"), "http://***@h/p");
+    }
+
+    #[test]
+    fn password_like_query_parameters_are_hidden_in_any_url() {
+        for (url, shown) in [
+            (
+                "http://h/buy?token=T1&sku={sku}",
+                "http://h/buy?token=***&sku={sku}",
+            ),
+            ("http://h/?API_KEY=k&a=1", "http://h/?API_KEY=***&a=1"),
+            ("http://h/?apikey=k", "http://h/?apikey=***"),
+            (
+                "http://h/?x=1&access_token=t",
+                "http://h/?x=1&access_token=***",
+            ),
+            ("http://h/?Auth=a;pwd=p", "http://h/?Auth=***"),
+            ("http://h/?pass=p&secret=s", "http://h/?pass=***&secret=***"),
+            ("http://h/?client_secret=s", "http://h/?client_secret=***"),
+            ("http://h/cb#access_token=t", "http://h/cb#access_token=***"),
+            ("redis://h:1/0?password=p", "redis://h:1/0?password=***"),
+            ("http://h/?author=a&tokens=2", "http://h/?author=a&tokens=2"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn credential_headers_lose_their_values() {
+        for (header, shown) in [
+            ("Authorization: Bearer T", "Authorization: ***"),
+            (
+                "proxy-authorization: Basic dTpw",
+                "proxy-authorization: ***",
+            ),
+            ("Cookie: a=1; session=S", "Cookie: ***"),
+            ("X-Api-Key:K", "X-Api-Key: ***"),
+            ("X-Auth-Token: T", "X-Auth-Token: ***"),
+            ("Authorization Bearer T", "Authorization ***"),
+            ("X-Sku: {sku}", "X-Sku: {sku}"),
+            ("Referer: http://u:p@h/", "Referer: http://u:***@h/"),
+            ("Content-Type: text/plain", "Content-Type: text/plain"),
+        ] {
+            assert_eq!(redact_header(header), shown, "{header}");
+        }
+        // Any argument written as a credential header is recognised as one.
+        assert_eq!(redact("Authorization: Bearer T"), "Authorization: ***");
+        assert_eq!(redact("sku:1"), "sku:1");
+    }
+
+    #[test]
+    fn scrub_removes_a_headers_token() {
+        let source = "Authorization: Bearer T0ken";
+        assert_eq!(scrub("rejected T0ken", source), "rejected ***");
+    }
+
+    #[test]
+    fn a_command_line_shows_no_secret_in_any_form() {
+        let line = redact_command_line([
+            "lockctl",
+            "--redis",
+            "redis://:rpw@h:1",
+            "--lock-node=redis://u:lpw@h:2",
+            "hammer",
+            "--db",
+            "host=h user=u password=dpw dbname=d",
+            "--db=postgres://u@h/d?password=dpw2",
+            "--url",
+            "http://me:upw@h/buy?token=utok&sku={sku}",
+            "--header",
+            "Authorization: Bearer btok",
+            "--header=X-Api-Key: akey",
+            "--header",
+            "X-Sku: {sku}",
+            "--stock-sql",
+            "mysql://u:spw@h/shop",
+            "--orders-sql=postgres://u:opw@h/shop",
+            "--api-token",
+            "ftok",
+            "--password=fpw",
+            "--stock-key",
+            "item:stock:s",
+            "--quiet",
+            "--secret",
+            "qsec",
+            "-n",
+            "100",
+        ]);
+        let text = line.join(" ");
+        for secret in [
+            "rpw", "lpw", "dpw", "dpw2", "upw", "utok", "btok", "akey", "spw", "opw", "ftok",
+            "fpw", "qsec",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(
+            line,
+            [
+                "lockctl",
+                "--redis",
+                "redis://:***@h:1",
+                "--lock-node=redis://u:***@h:2",
+                "hammer",
+                "--db",
+                "host=h user=u password=*** dbname=d",
+                "--db=postgres://***@h/d?password=***",
+                "--url",
+                "http://me:***@h/buy?token=***&sku={sku}",
+                "--header",
+                "Authorization: ***",
+                "--header=X-Api-Key: ***",
+                "--header",
+                "X-Sku: {sku}",
+                "--stock-sql",
+                "mysql://u:***@h/shop",
+                "--orders-sql=postgres://u:***@h/shop",
+                "--api-token",
+                "***",
+                "--password=***",
+                "--stock-key",
+                "item:stock:s",
+                "--quiet",
+                "--secret",
+                "***",
+                "-n",
+                "100",
+            ]
+        );
+    }
+}
