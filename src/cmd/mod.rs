@@ -28,6 +28,7 @@ use crate::private_redis::PrivateRedis;
 use lockctl::conn::{ConnectOptions, Target};
 use lockctl::hammer::Verdict;
 use lockctl::keys::check_one_slot;
+use lockctl::redact::{redact_command_line, scrub};
 use lockctl::redlock::Quorum;
 use lockctl::wire::ErrorJson;
 use lockctl::{Error, ErrorKind};
@@ -226,8 +227,39 @@ pub fn parse_failed(e: clap::Error) -> ExitCode {
         let reason = e.kind().as_str().unwrap_or("invalid arguments").to_string();
         let _ = emit_json(&ErrorJson::new(reason, ErrorKind::Usage, false));
     }
-    let _ = e.print();
+    print_parse_error(&e);
     if usage { Exit::Usage } else { Exit::Ok }.into()
+}
+
+/// clap's message, which quotes the argument it stumbled on: an unquoted `--db host=h
+/// password=pw` makes `password=pw` an unexpected argument. When an argument holds a secret,
+/// the message is shown with every argument as a report shows it (and without colour: the
+/// plain text is what gets rewritten); otherwise clap prints it as it always does.
+fn print_parse_error(e: &clap::Error) {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let shown = redact_command_line(&args);
+    let mut changed: Vec<(&String, &String)> =
+        args.iter().zip(&shown).filter(|(a, s)| a != s).collect();
+    if changed.is_empty() {
+        let _ = e.print();
+        return;
+    }
+    // The longest first, so that an argument that contains another is replaced whole.
+    changed.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+    let mut text = e.to_string();
+    for (arg, redacted) in &changed {
+        text = text.replace(arg.as_str(), redacted);
+    }
+    // A secret of an argument quoted in part (`--db=URL` quoted as its URL) goes too.
+    for (arg, _) in &changed {
+        text = scrub(&text, arg);
+    }
+    let _ = match e.use_stderr() {
+        true => io::stderr().write_all(text.as_bytes()),
+        false => io::stdout().write_all(text.as_bytes()),
+    };
 }
 
 /// A command that failed: one line on stderr (and one JSON object on stdout under `--json`);

@@ -94,6 +94,39 @@ fn a_wrong_password_is_one_clear_error_that_never_shows_the_password() {
     assert!(!stdout(&out).contains("right-pass"));
 }
 
+/// Issue 25. A libpq string typed without its quotes splits into several arguments, and clap's
+/// usage error quoted the one it did not expect: `unexpected argument 'password=...'`.
+#[test]
+fn a_usage_error_never_quotes_a_password_typed_without_quotes() {
+    for args in [
+        &["hammer", "--queue", "--db", "host=h", "password=S3cr3tPW"][..],
+        &[
+            "--json",
+            "hammer",
+            "--queue",
+            "--db",
+            "host=h",
+            "password=S3cr3tPW",
+        ],
+        &[
+            "hammer",
+            "--url",
+            "http://h/",
+            "--header",
+            "X: y",
+            "token=S3cr3tPW",
+        ],
+    ] {
+        // Parsing fails before any server is asked.
+        let out = lockctl("redis://127.0.0.1:1", args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        let all = stdout(&out) + &stderr(&out);
+        assert!(!all.contains("S3cr3tPW"), "{args:?}: {all}");
+        assert!(stderr(&out).contains("unexpected argument '"), "{all}");
+        assert!(stderr(&out).contains("=***'"), "{all}");
+    }
+}
+
 #[test]
 fn seed_sets_the_stock_and_refuses_bad_counts_with_exit_2() {
     let server = RedisServer::start();
