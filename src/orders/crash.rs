@@ -13,9 +13,7 @@ pub(crate) fn crash_point(at: &str) {
     if std::env::var("LOCKCTL_WORKER_STOP_AT").is_ok_and(|v| v == at)
         && !STOPPED.swap(true, std::sync::atomic::Ordering::SeqCst)
     {
-        // SAFETY: raise() with a valid signal number has no memory-safety preconditions.
-        unsafe {
-            libc::raise(libc::SIGSTOP);
-        }
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::STOP);
     }
 }

@@ -1,0 +1,247 @@
+//! The one redaction rule, case by case.
+
+use super::*;
+
+// From the Redis URL rule (conn::errors).
+
+#[test]
+fn a_url_loses_its_password_only() {
+    assert_eq!(
+        redact("redis://alice:s3cret@host:6380/2"),
+        "redis://alice:***@host:6380/2"
+    );
+    assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
+    assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+}
+
+#[test]
+fn malformed_urls_lose_whatever_looks_like_credentials() {
+    for (bad, shown) in [
+        ("redis//:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+        ("redis:/:S3cr3tPW@127.0.0.1:6379", "***@127.0.0.1:6379"),
+        ("redis:S3cr3tPW@h", "***@h"),
+        ("://u:S3cr3tPW@h", "***@h"),
+        ("x y:S3cr3tPW@a@h", "***@h"),
+        ("S3cr3tPW@127.0.0.1:6390", "***@127.0.0.1:6390"),
+        (
+            "redis://S3cr3tPW@127.0.0.1:99999",
+            "redis://***@127.0.0.1:99999",
+        ),
+        ("redis://alice:S3cr3tPW@h/2", "redis://alice:***@h/2"),
+        // A password holding '/', '?' or '#' is hidden whole.
+        ("redis://:ab/S3cr3tPW@h", "redis://:***@h"),
+        ("postgres://u:ab?S3cr3tPW@h/d", "postgres://u:***@h/d"),
+        ("http://u:ab#S3cr3tPW@h/", "http://u:***@h/"),
+    ] {
+        assert_eq!(redact(bad), shown, "{bad}");
+    }
+    assert_eq!(redact("localhost:6379"), "localhost:6379");
+}
+
+#[test]
+fn scrub_removes_the_password_from_any_text() {
+    let url = "redis://u:hunter2@h:1";
+    assert_eq!(scrub("bad hunter2 here", url), "bad *** here");
+    assert_eq!(
+        scrub("cannot open redis://u:hunter2@h:1 now", url),
+        "cannot open redis://u:***@h:1 now"
+    );
+}
+
+// From the PostgreSQL rule (orders::dburl).
+
+#[test]
+fn key_value_passwords_are_hidden_quoted_or_not() {
+    assert_eq!(
+        redact("host=127.0.0.1 password=s3cret user=u port=1"),
+        "host=127.0.0.1 password=*** user=u port=1"
+    );
+    assert_eq!(
+        redact("password = 'a b\\'c' host=h"),
+        "password = *** host=h"
+    );
+    assert_eq!(redact("host=h PASSWORD=x"), "host=h PASSWORD=***");
+    assert_eq!(redact("host=h mypassword=x"), "host=h mypassword=x");
+    assert_eq!(
+        redact("host=h sslpassword=k passfile=/p/.pgpass"),
+        "host=h sslpassword=*** passfile=/p/.pgpass"
+    );
+}
+
+#[test]
+fn a_key_value_string_keeps_a_user_name_with_an_at_sign() {
+    assert_eq!(
+        redact("host=db.example user=admin@srv password=pw dbname=d"),
+        "host=db.example user=admin@srv password=*** dbname=d"
+    );
+    // Not libpq's keys: the '@' rule applies, and what is before it goes.
+    assert_eq!(redact("pw=x@h"), "***@h");
+}
+
+#[test]
+fn url_passwords_are_hidden_in_the_user_info_and_the_query() {
+    assert_eq!(
+        redact("postgres://u:s3cret@h/db?password=two&sslmode=disable"),
+        "postgres://u:***@h/db?password=***&sslmode=disable"
+    );
+    // As for --redis: a lone word before the '@' may be a password typed there.
+    assert_eq!(redact("postgres://u@h/db"), "postgres://***@h/db");
+    assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+    assert_eq!(
+        redact("postgres://h/db?PassWord=x&user=u"),
+        "postgres://h/db?PassWord=***&user=u"
+    );
+}
+
+#[test]
+fn scrub_removes_every_password_from_a_message() {
+    let url = "host=h password='p w' user=u";
+    assert_eq!(scrub("failed for p w at h", url), "failed for *** at h");
+    let url = "postgres://u:s3cret@h/db";
+    assert_eq!(scrub("bad s3cret", url), "bad ***");
+    let url = "postgres://u@h/db?password=p%40ss&sslmode=disable";
+    assert_eq!(scrub("bad p@ss, p%40ss", url), "bad ***, ***");
+}
+
+// From the HTTP rule (hammer::http::request).
+
+#[test]
+fn a_web_url_keeps_an_at_sign_after_its_host() {
+    assert_eq!(
+        redact("http://me:secret@h:1/p?q=a@b"),
+        "http://me:***@h:1/p?q=a@b"
+    );
+    assert_eq!(redact("http://h/p"), "http://h/p");
+    assert_eq!(
+        redact("http://h:8080/users/@me?mail=a@b.c"),
+        "http://h:8080/users/@me?mail=a@b.c"
+    );
+    assert_eq!(redact("http://me@h/p"), "http://***@h/p");
+}
+
+#[test]
+fn password_like_query_parameters_are_hidden_in_any_url() {
+    for (url, shown) in [
+        (
+            "http://h/buy?token=T1&sku={sku}",
+            "http://h/buy?token=***&sku={sku}",
+        ),
+        ("http://h/?API_KEY=k&a=1", "http://h/?API_KEY=***&a=1"),
+        ("http://h/?apikey=k", "http://h/?apikey=***"),
+        (
+            "http://h/?x=1&access_token=t",
+            "http://h/?x=1&access_token=***",
+        ),
+        ("http://h/?Auth=a;pwd=p", "http://h/?Auth=***"),
+        ("http://h/?pass=p&secret=s", "http://h/?pass=***&secret=***"),
+        ("http://h/?client_secret=s", "http://h/?client_secret=***"),
+        ("http://h/cb#access_token=t", "http://h/cb#access_token=***"),
+        ("redis://h:1/0?password=p", "redis://h:1/0?password=***"),
+        ("http://h/?author=a&tokens=2", "http://h/?author=a&tokens=2"),
+    ] {
+        assert_eq!(redact(url), shown, "{url}");
+    }
+}
+
+#[test]
+fn credential_headers_lose_their_values() {
+    for (header, shown) in [
+        ("Authorization: Bearer T", "Authorization: ***"),
+        (
+            "proxy-authorization: Basic dTpw",
+            "proxy-authorization: ***",
+        ),
+        ("Cookie: a=1; session=S", "Cookie: ***"),
+        ("X-Api-Key:K", "X-Api-Key: ***"),
+        ("X-Auth-Token: T", "X-Auth-Token: ***"),
+        ("Authorization Bearer T", "Authorization ***"),
+        ("X-Sku: {sku}", "X-Sku: {sku}"),
+        ("Referer: http://u:p@h/", "Referer: http://u:***@h/"),
+        ("Content-Type: text/plain", "Content-Type: text/plain"),
+    ] {
+        assert_eq!(redact_header(header), shown, "{header}");
+    }
+    // Any argument written as a credential header is recognised as one.
+    assert_eq!(redact("Authorization: Bearer T"), "Authorization: ***");
+    assert_eq!(redact("sku:1"), "sku:1");
+}
+
+#[test]
+fn scrub_removes_a_headers_token() {
+    let source = "Authorization: Bearer T0ken";
+    assert_eq!(scrub("rejected T0ken", source), "rejected ***");
+}
+
+#[test]
+fn a_command_line_shows_no_secret_in_any_form() {
+    let line = redact_command_line([
+        "lockctl",
+        "--redis",
+        "redis://:rpw@h:1",
+        "--lock-node=redis://u:lpw@h:2",
+        "hammer",
+        "--db",
+        "host=h user=u password=dpw dbname=d",
+        "--db=postgres://u@h/d?password=dpw2",
+        "--url",
+        "http://me:upw@h/buy?token=utok&sku={sku}",
+        "--header",
+        "Authorization: Bearer btok",
+        "--header=X-Api-Key: akey",
+        "--header",
+        "X-Sku: {sku}",
+        "--stock-sql",
+        "mysql://u:spw@h/shop",
+        "--orders-sql=postgres://u:opw@h/shop",
+        "--api-token",
+        "ftok",
+        "--password=fpw",
+        "--stock-key",
+        "item:stock:s",
+        "--quiet",
+        "--secret",
+        "qsec",
+        "-n",
+        "100",
+    ]);
+    let text = line.join(" ");
+    for secret in [
+        "rpw", "lpw", "dpw", "dpw2", "upw", "utok", "btok", "akey", "spw", "opw", "ftok", "fpw",
+        "qsec",
+    ] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    assert_eq!(
+        line,
+        [
+            "lockctl",
+            "--redis",
+            "redis://:***@h:1",
+            "--lock-node=redis://u:***@h:2",
+            "hammer",
+            "--db",
+            "host=h user=u password=*** dbname=d",
+            "--db=postgres://***@h/d?password=***",
+            "--url",
+            "http://me:***@h/buy?token=***&sku={sku}",
+            "--header",
+            "Authorization: ***",
+            "--header=X-Api-Key: ***",
+            "--header",
+            "X-Sku: {sku}",
+            "--stock-sql",
+            "mysql://u:***@h/shop",
+            "--orders-sql=postgres://u:***@h/shop",
+            "--api-token",
+            "***",
+            "--password=***",
+            "--stock-key",
+            "item:stock:s",
+            "--quiet",
+            "--secret",
+            "***",
+            "-n",
+            "100",
+        ]
+    );
+}
