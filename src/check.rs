@@ -99,12 +99,8 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
         rtts.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     rtts.sort_by(f64::total_cmp);
-    let info: String = conn.query(&redis::cmd("INFO"))?;
-    let field = |name: &str| -> Option<String> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| v.trim().to_string())
-    };
+    let info = conn.info("")?;
+    let field = |name: &str| info.get::<String>(name);
     let version = field("redis_version").unwrap_or_else(|| "unknown".into());
     let role = field("role").unwrap_or_else(|| "unknown".into());
     let mut problems = Vec::new();

@@ -178,12 +178,11 @@ pub(super) fn serve_metrics(
 
 /// Where and when this run happens, for reports that stand alone.
 pub(super) fn run_context(ctx: &Ctx) -> Context {
-    let redis_version = ctx.target.connect().ok().and_then(|mut c| {
-        let info: String = c.query(redis::cmd("INFO").arg("server")).ok()?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .map(|v| v.trim().to_string())
-    });
+    let redis_version = ctx
+        .target
+        .connect()
+        .ok()
+        .and_then(|mut c| c.info("server").ok()?.get::<String>("redis_version"));
     // Every report carries it, and a report is shared: no password, token or credential
     // header of any flag goes in (`--db 'password=...'`, `--header 'Authorization: ...'`).
     let args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());

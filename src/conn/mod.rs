@@ -94,6 +94,16 @@ impl Conn {
         })
     }
 
+    /// `INFO section` (`"server"`, `"clients"`, `""` for the default sections), read by the
+    /// redis crate's own parser: the one way lockctl reads INFO.
+    pub fn info(&mut self, section: &str) -> Result<redis::InfoDict> {
+        let mut cmd = redis::cmd("INFO");
+        if !section.is_empty() {
+            cmd.arg(section);
+        }
+        self.query(&cmd)
+    }
+
     /// Runs `call`, and on a cluster runs it again while the server answers with a
     /// redirection (`MOVED`, `ASK`, `TRYAGAIN`: the slot is elsewhere or migrating). Such an
     /// answer means the server applied nothing, so sending again cannot apply anything twice;
