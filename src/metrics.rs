@@ -1,14 +1,15 @@
 //! Prometheus metrics for the lock and the stock, fed by those modules themselves.
 //!
 //! The tutorial's last step: collect the lock's wait-queue length and hold time, then decide.
-//! Every process has one registry ([`global`]); the lock records wait and hold times, grants,
-//! renewals and lost leases as they happen, the stock module records each purchase's outcome
-//! and the stock it saw. The wait-queue length is different: it belongs to Redis, not to this
+//! There is no process-wide registry: the caller makes a [`Metrics`] and gives it to its
+//! [`crate::conn::Target`], and the connections of that target carry it to whoever does the
+//! work: the lock records wait and hold times, grants, renewals and lost leases as they happen,
+//! the stock module each purchase's outcome and the stock it saw, the orders worker its
+//! batches and its waits. A target without one records nothing, at the cost of a branch. The wait-queue length is different: it belongs to Redis, not to this
 //! process, so [`Metrics::set_waiters`] is fed from the queue itself (`Lock::waiters`) by
 //! whoever serves the metrics, just before each scrape ([`crate::endpoint`] serves them).
 
 use std::fmt::Write as _;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -111,14 +112,12 @@ fn register_pipeline(r: &mut Registry) -> (Counter, Counter, Counter, Histogram)
     (persisted, conflicts, dead_letters, batch_commit)
 }
 
-/// This process's metrics.
-pub fn global() -> &'static Metrics {
-    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
-    &METRICS
-}
-
 impl Metrics {
-    fn new() -> Metrics {
+    /// A registry of lockctl's metrics, all at zero. Give it to a [`crate::conn::Target`]
+    /// ([`crate::conn::Target::with_metrics`]) and every connection of that target records into
+    /// it; a target without one records nothing.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Metrics {
         // 50 µs to about 100 s, doubling: lock waits range from one round trip to a long queue.
         let buckets = || exponential_buckets(0.00005, 2.0, 22);
         let (lock_wait, lock_hold) = (Histogram::new(buckets()), Histogram::new(buckets()));

@@ -240,6 +240,7 @@ impl Exports {
         reports: &[Report],
         document: &Value,
         context: &Context,
+        metrics: &lockctl::metrics::Metrics,
     ) -> anyhow::Result<bool> {
         let mut stdout_taken = false;
         for e in &self.0 {
@@ -247,7 +248,7 @@ impl Exports {
                 Kind::Json => format!("{document:#}\n"),
                 Kind::Markdown => render::hammer_markdown(reports, context),
                 Kind::Html => render::hammer_html(reports, context),
-                Kind::Metrics => lockctl::metrics::global().encode(),
+                Kind::Metrics => metrics.encode(),
             };
             match &e.target {
                 Some(t) => {

@@ -13,7 +13,7 @@ use lockctl::lock::{Lock, LockOptions};
 use lockctl::redact::redact_command_line;
 use lockctl::render::Context;
 use lockctl::stock::{self, Strategy};
-use lockctl::{Error, metrics, render};
+use lockctl::{Error, render};
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HammerArgs;
@@ -49,7 +49,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     };
     let read_waiters = waiters_reader(ctx, &args);
     if let Some(addr) = &args.metrics_addr
-        && let Err(e) = serve_metrics(addr, "the hammer", read_waiters.clone())
+        && let Err(e) = serve_metrics(ctx, addr, "the hammer", read_waiters.clone())
     {
         exports.discard();
         return Err(e);
@@ -121,7 +121,7 @@ pub(super) fn finish(
     signals: &signals::Stop,
 ) -> anyhow::Result<Exit> {
     let document = render::hammer_document(reports, context);
-    let stdout_taken = exports.write(reports, &document, context)?;
+    let stdout_taken = exports.write(reports, &document, context, &ctx.metrics)?;
     if !stdout_taken {
         if ctx.json {
             emit_json(&document)?;
@@ -162,13 +162,15 @@ fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
 /// `--metrics-addr`: this process's metrics, with `before` (the queue length, say) run just
 /// before each scrape; `who` says what runs meanwhile ("the hammer").
 pub(super) fn serve_metrics(
+    ctx: &Ctx,
     addr: &str,
     who: &str,
     before: impl Fn() + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    let metrics = ctx.metrics.clone();
     let scrape = Arc::new(move || {
         before();
-        metrics::global().encode()
+        metrics.encode()
     });
     let bound = endpoint::serve(addr, scrape, EndpointOptions::default())
         .map_err(|e| UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}")))?;
@@ -257,10 +259,11 @@ fn unseeded_hint(e: Error) -> anyhow::Error {
 fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + Sync + 'static {
     let lock = Lock::new(&ctx.target, args.sku.as_str(), LockOptions::default());
     let conn = Arc::new(Mutex::new(Reconnecting::new(&ctx.target)));
+    let metrics = ctx.metrics.clone();
     move || {
         let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
         if let Ok(n) = c.with(|c| lock.waiters(c)) {
-            metrics::global().set_waiters(n);
+            metrics.set_waiters(n);
         }
     }
 }

@@ -16,6 +16,7 @@ mod status;
 mod unlock;
 mod worker;
 
+use lockctl::metrics::Metrics;
 use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -95,6 +96,9 @@ impl std::error::Error for UsageError {}
 /// What every command gets: the data node, the Redlock quorum if any, and the output format.
 pub struct Ctx {
     pub target: Target,
+    /// This process's metrics, which every connection of `target` records into: served by
+    /// `--metrics-addr`, written by `--metrics-file`.
+    pub metrics: Arc<Metrics>,
     pub quorum: Option<Arc<Quorum>>,
     pub options: ConnectOptions,
     pub json: bool,
@@ -122,6 +126,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Some(p) => p.url(),
         None => cli.redis_url(),
     };
+    let metrics = Arc::new(Metrics::new());
     let target = if cli.cluster {
         for sku in cli.command.skus() {
             check_one_slot(sku).map_err(UsageError)?;
@@ -129,7 +134,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Target::open_cluster(&url, options.clone())?
     } else {
         Target::open(&url, options.clone())?
-    };
+    }
+    .with_metrics(metrics.clone());
     let quorum = match cli.lock_node_count() {
         Ok(0) => None,
         Ok(_) => {
@@ -144,6 +150,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     };
     let ctx = Ctx {
         target,
+        metrics,
         quorum,
         options,
         json: cli.json,

@@ -35,6 +35,8 @@ pub struct Conn {
     addr: Arc<str>,
     url: Arc<str>,
     call_timeout: Duration,
+    /// Where work on this connection records (see [`Target::with_metrics`]).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 enum Inner {
@@ -70,6 +72,11 @@ impl fmt::Debug for Conn {
 
 impl Conn {
     /// `host:port` of the server.
+    /// Where work on this connection records, if anywhere.
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.metrics.as_ref()
+    }
+
     pub fn addr(&self) -> &str {
         &self.addr
     }

@@ -11,6 +11,7 @@ use super::errors::{auth_reason, is_auth_error, is_tls_error, shorten, url_probl
 use super::options::{ConnectOptions, init_tls};
 use super::{Conn, Inner};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::redact::{redact, scrub};
 
 /// A Redis server (or a Redis Cluster, by one of its nodes) to connect to: the parsed URL plus
@@ -21,6 +22,9 @@ pub struct Target {
     url: Arc<str>,
     addr: Arc<str>,
     options: ConnectOptions,
+    /// Where the lock, the stock and the worker record what they do: nothing (`None`, the
+    /// default, which costs nothing) or the caller's [`Metrics`].
+    metrics: Option<Arc<Metrics>>,
 }
 
 #[derive(Clone)]
@@ -95,6 +99,7 @@ impl Target {
             url: url.into(),
             addr: addr.into(),
             options,
+            metrics: None,
         })
     }
 
@@ -130,6 +135,7 @@ impl Target {
             url: url.into(),
             addr: addr.into(),
             options,
+            metrics: None,
         })
     }
 
@@ -139,6 +145,17 @@ impl Target {
     }
 
     /// `host:port` (or the socket path): safe to print.
+    /// The same target, whose connections record into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Target {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Where this target's connections record, if anywhere.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
     pub fn addr(&self) -> &str {
         &self.addr
     }
@@ -249,6 +266,7 @@ impl Target {
             addr: self.addr.clone(),
             url: self.url.clone(),
             call_timeout: self.options.call_timeout,
+            metrics: self.metrics.clone(),
         };
         conn.set_call_timeout(self.options.call_timeout)?;
         Ok(conn)

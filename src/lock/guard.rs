@@ -11,7 +11,6 @@ use super::{Carried, Release, Token, release_carrying};
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::metrics;
 use crate::redlock::Quorum;
 
 /// Proof of holding the lock. Release it with [`Guard::release`]; a guard that is dropped
@@ -114,7 +113,7 @@ impl Guard {
         let dog_lost = self.stop_watchdog();
         self.release_quorum();
         let released = release_carrying(conn, &self.keys, &self.token, self.carry.as_deref());
-        self.record(released.as_ref().ok().copied(), dog_lost);
+        self.record(conn, released.as_ref().ok().copied(), dog_lost);
         released
     }
 
@@ -151,15 +150,17 @@ impl Guard {
             // Not asked to release (Redlock), the release failed inside, or the call failed.
             _ => release_carrying(conn, &self.keys, &self.token, self.carry.as_deref()).ok(),
         };
-        self.record(released, dog_lost);
+        self.record(conn, released, dog_lost);
         let (value, _) = outcome?;
         Ok((value, released))
     }
 
     /// Feeds the metrics once the release is done: the hold time, and a lost lease if the
     /// watchdog lost it or the release found it gone.
-    fn record(&self, released: Option<Release>, dog_lost: bool) {
-        let m = metrics::global();
+    fn record(&self, conn: &Conn, released: Option<Release>, dog_lost: bool) {
+        let Some(m) = conn.metrics() else {
+            return;
+        };
         m.observe_hold(self.held_for());
         if dog_lost || matches!(released, Some(Release::NotOwner | Release::Expired)) {
             m.lease_lost();

@@ -39,7 +39,7 @@ use watchdog::{ExpiryPoker, Watchdog};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::metrics::{self, AcquireResult};
+use crate::metrics::AcquireResult;
 use crate::redlock::Quorum;
 
 /// How a lock is taken and held.
@@ -258,7 +258,9 @@ impl Lock {
             Ok(None) => AcquireResult::Busy,
             Err(_) => AcquireResult::Error,
         };
-        metrics::global().observe_wait(started.elapsed(), result);
+        if let Some(m) = conn.metrics() {
+            m.observe_wait(started.elapsed(), result);
+        }
         let (grant, quorum_until) = match outcome {
             Ok(Some(granted)) => granted,
             Ok(None) => return Ok(Acquire::Busy),

@@ -12,7 +12,6 @@ use super::{Token, release_token};
 use crate::conn::Target;
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::metrics;
 use crate::redlock::Quorum;
 
 fn thread_error(what: &str, e: std::io::Error) -> crate::error::Error {
@@ -133,7 +132,9 @@ impl Watchdog {
                     }
                     lease.renewed(started, quorum.as_ref().map(|(_, until)| *until));
                     renewals_w.fetch_add(1, Ordering::Relaxed);
-                    metrics::global().renewed();
+                    if let Some(m) = conn.metrics() {
+                        m.renewed();
+                    }
                 }
             })
             .map_err(|e| thread_error("watchdog", e))?;

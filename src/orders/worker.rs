@@ -25,7 +25,6 @@ use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
-use crate::metrics;
 use crate::sku::Sku;
 
 /// How a worker runs.
@@ -190,7 +189,9 @@ impl Worker<'_> {
     fn wait_out(&mut self, e: &Error, what: &str, backoff: Duration) {
         let since = *self.waiting_since.get_or_insert_with(Instant::now);
         self.stats.retries += 1;
-        metrics::global().worker_retry(since.elapsed());
+        if let Some(m) = self.target.metrics() {
+            m.worker_retry(since.elapsed());
+        }
         eprintln!(
             "lockctl worker: {e}; {what} in {} ms (waiting for {:.1} s, batch kept)",
             backoff.as_millis(),
@@ -206,7 +207,9 @@ impl Worker<'_> {
                 "lockctl worker: going again after {:.1} s of waiting",
                 since.elapsed().as_secs_f64()
             );
-            metrics::global().worker_recovered();
+            if let Some(m) = self.target.metrics() {
+                m.worker_recovered();
+            }
         }
     }
 
@@ -415,7 +418,9 @@ impl Worker<'_> {
 
     /// Counts a committed batch: (inserted, redelivered, conflicts).
     fn record(&mut self, started: Instant, (inserted, redelivered, conflicts): (u64, u64, u64)) {
-        metrics::global().observe_batch(started.elapsed(), inserted, conflicts);
+        if let Some(m) = self.target.metrics() {
+            m.observe_batch(started.elapsed(), inserted, conflicts);
+        }
         self.stats.persisted += inserted;
         self.stats.redelivered += redelivered;
         self.stats.conflicts += conflicts;
@@ -438,7 +443,9 @@ impl Worker<'_> {
     fn dead_letter(&mut self, keys: &StockKeys, id: &str, why: &str) -> Result<()> {
         dead::move_to_dead_letters(self.conn()?, keys, id, why)?;
         self.stats.dead_letters += 1;
-        metrics::global().dead_letter();
+        if let Some(m) = self.target.metrics() {
+            m.dead_letter();
+        }
         eprintln!(
             "lockctl worker: entry {id} of {} set aside ({why}): moved to {} (lockctl worker --requeue-dead puts it back after a fix)",
             keys.events, keys.dead_letters

@@ -12,7 +12,7 @@ use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::lock::{Acquire, Guard, Lock, Release};
-use crate::metrics;
+use crate::metrics::Metrics;
 use crate::redlock::Quorum;
 use crate::sku::Sku;
 use prometheus_client::metrics::counter::Counter;
@@ -33,10 +33,11 @@ pub struct Buyer {
     keys: StockKeys,
     lock: Lock,
     options: BuyOptions,
-    meters: Meters,
+    meters: Option<Meters>,
 }
 
-/// This buyer's metrics, looked up once: a purchase then costs two atomic operations.
+/// This buyer's metrics, looked up once: a purchase then costs two atomic operations (none
+/// when its target records nowhere: `Meters` is then `None`).
 #[derive(Clone)]
 struct Meters {
     /// One counter per outcome, in the order of [`Outcome::ALL`].
@@ -53,8 +54,7 @@ impl std::fmt::Debug for Meters {
 }
 
 impl Meters {
-    fn new(sku: &Sku) -> Meters {
-        let m = metrics::global();
+    fn new(m: &Metrics, sku: &Sku) -> Meters {
         Meters {
             outcomes: Outcome::ALL.map(|o| m.buy_counter(o.as_str())),
             errors: m.buy_counter("error"),
@@ -79,6 +79,13 @@ impl Meters {
 }
 
 impl Buyer {
+    /// Counts one purchase in the target's metrics, if it has any.
+    fn meter(&self, result: std::result::Result<&Buy, ()>) {
+        if let Some(m) = &self.meters {
+            m.record(result);
+        }
+    }
+
     pub fn new(target: &Target, sku: &Sku, options: BuyOptions) -> Buyer {
         let keys = StockKeys::new(sku);
         Buyer {
@@ -87,7 +94,7 @@ impl Buyer {
             lock: Lock::new(target, sku.as_str(), options.lock.clone()).carrying(&keys.stock),
             keys,
             options,
-            meters: Meters::new(sku),
+            meters: target.metrics().map(|m| Meters::new(m, sku)),
         }
     }
 
@@ -104,10 +111,7 @@ impl Buyer {
     /// One purchase under `order_id`, by `user` when the per-user limit should apply.
     pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
         let result = self.buy_unmetered(conn, order_id, user);
-        match &result {
-            Ok(p) => self.meters.record(Ok(&p.outcome)),
-            Err(_) => self.meters.record(Err(())),
-        }
+        self.meter(result.as_ref().map(|p| &p.outcome).map_err(|_| ()));
         result
     }
 
@@ -193,13 +197,12 @@ impl Buyer {
         match &answers {
             Ok(each) => {
                 for p in each {
-                    self.meters
-                        .record(p.as_ref().map(|p| &p.outcome).map_err(|_| ()));
+                    self.meter(p.as_ref().map(|p| &p.outcome).map_err(|_| ()));
                 }
             }
             Err(_) => {
                 for _ in purchases {
-                    self.meters.record(Err(()));
+                    self.meter(Err(()));
                 }
             }
         }
@@ -555,11 +558,11 @@ impl Buyer {
             Ok(Buy::Busy) if !self.options.lock.wait.is_zero() => Ok(None),
             Ok(outcome) => {
                 p.outcome = outcome;
-                self.meters.record(Ok(&outcome));
+                self.meter(Ok(&outcome));
                 Ok(Some(p))
             }
             Err(e) => {
-                self.meters.record(Err(()));
+                self.meter(Err(()));
                 Err(e)
             }
         }

@@ -34,7 +34,6 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::lock::{Carried, LockOptions};
-use crate::metrics;
 use crate::sku::Sku;
 
 /// The largest stock `seed` accepts: well inside the range where Lua's numbers are exact.
@@ -377,7 +376,9 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
         .key(&keys.sale)
         .arg(count);
     let _: String = conn.script(&inv)?;
-    metrics::global().set_stock(sku.as_str(), count as i64);
+    if let Some(m) = conn.metrics() {
+        m.set_stock(sku.as_str(), count as i64);
+    }
     Ok(())
 }
 
