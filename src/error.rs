@@ -121,6 +121,10 @@ pub enum Error {
         /// The server's SQLSTATE (`22008`, `42P01`, ...) when the server replied: it tells a
         /// row PostgreSQL will never take from a failure that waiting fixes.
         sqlstate: Option<String>,
+        /// Raised by the server's own code (a trigger, a function: the error has a context),
+        /// or about a table that is not lockctl's: then it says nothing of lockctl's rows,
+        /// whatever its SQLSTATE.
+        server_code: bool,
     },
 
     /// A key of the orders pipeline holds a type lockctl never writes there, so the worker

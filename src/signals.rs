@@ -10,10 +10,24 @@ use std::time::Duration;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use lockctl::lock;
-
 /// How long quitting may spend giving back each lock.
-const GIVE_BACK_LIMIT: Duration = Duration::from_millis(500);
+pub const GIVE_BACK_LIMIT: Duration = Duration::from_millis(500);
+
+/// A clean-up to run before quitting on a signal; it may say what it did ("gave back 2
+/// locks").
+type CleanUp = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// The clean-ups registered so far, run in the order they were registered. The one list of
+/// the process: this module knows none of them by name.
+static CLEAN_UPS: std::sync::Mutex<Vec<CleanUp>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers `clean_up` to run when a signal quits the process at once.
+pub fn on_quit(clean_up: impl Fn() -> Option<String> + Send + Sync + 'static) {
+    CLEAN_UPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Box::new(clean_up));
+}
 
 /// What the signals said so far.
 #[derive(Clone, Debug)]
@@ -104,20 +118,23 @@ pub fn quit_as_json(on: bool) {
 }
 
 fn quit_now(n: i32) -> ! {
-    let held = lock::give_back_all(GIVE_BACK_LIMIT);
-    crate::private_redis::stop_all();
-    // Export files this run created and never wrote: not left behind empty.
-    crate::report_files::abandon_created();
-    if held > 0 {
-        eprintln!(
-            "lockctl: {}: gave back {held} lock(s) and queue place(s); quitting",
-            name(n)
-        );
+    let said: Vec<String> = CLEAN_UPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|clean_up| clean_up())
+        .collect();
+    if !said.is_empty() {
+        eprintln!("lockctl: {}: {}; quitting", name(n), said.join("; "));
     }
     if JSON.load(Ordering::SeqCst) {
         use std::io::Write as _;
+        let what = match said.is_empty() {
+            true => "quitting".to_string(),
+            false => said.join("; "),
+        };
         let doc = serde_json::json!({
-            "error": format!("{}: gave back {held} lock(s) and queue place(s)", name(n)),
+            "error": format!("{}: {what}", name(n)),
             "error_kind": "signal",
             "signal": n,
         });

@@ -175,10 +175,23 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
             crate::units::count(books.doubled, "ledger order was", "ledger orders were"),
         ));
     }
+    if books.overcounted > 0 {
+        st.problems.push(format!(
+            "{} more units in PostgreSQL, the queue and the dead letters than in the ledger (an order counted twice: a forged entry or row?)",
+            crate::units::count(books.overcounted, "ledger order has", "ledger orders have"),
+        ));
+    }
     if books.unknown > 0 {
         st.problems.push(format!(
-            "{} in PostgreSQL of the current sale not in the ledger",
+            "{} of the current sale in PostgreSQL or queued for a worker, not in the ledger",
             crate::units::count(books.unknown, "order", "orders")
+        ));
+    }
+    if let Some(held) = &books.sale_unreadable {
+        let shown: String = held.chars().take(40).collect();
+        st.problems.push(format!(
+            "item:sale:{sku} holds '{}', not a stream id: every row of the SKU was held against this sale's ledger (seeding the SKU starts a sale again)",
+            shown.escape_debug()
         ));
     }
     if books.conflicts > 0 && books.doubled == 0 {

@@ -16,7 +16,6 @@ mod status;
 mod unlock;
 mod worker;
 
-use lockctl::metrics::Metrics;
 use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -26,9 +25,11 @@ use serde_json::Value;
 
 use crate::cli::{Cli, ColorArg, Command, DbCommand};
 use crate::private_redis::PrivateRedis;
-use lockctl::conn::{ConnectOptions, Target};
+use crate::signals;
+use lockctl::conn::{ConnectOptions, Holdings, Target};
 use lockctl::hammer::Verdict;
 use lockctl::keys::check_one_slot;
+use lockctl::metrics::Metrics;
 use lockctl::redact::{redact_command_line, scrub};
 use lockctl::redlock::Quorum;
 use lockctl::wire::ErrorJson;
@@ -112,6 +113,25 @@ pub struct Ctx {
     _private: Option<PrivateRedis>,
 }
 
+/// What a signal that quits at once must undo first: the locks and queue places taken through
+/// `holdings`, the private redis-servers, the export files created and not yet written.
+fn register_clean_ups(holdings: &Holdings) {
+    let holdings = holdings.clone();
+    signals::on_quit(move || {
+        let n = holdings.give_back_all(signals::GIVE_BACK_LIMIT);
+        (n > 0).then(|| format!("gave back {n} lock(s) and queue place(s)"))
+    });
+    signals::on_quit(|| {
+        crate::private_redis::stop_all();
+        None
+    });
+    // Export files this run created and never wrote: not left behind empty.
+    signals::on_quit(|| {
+        crate::report_files::abandon_created();
+        None
+    });
+}
+
 /// Opens what the global flags name, then runs the command.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     // These two only print what the command line itself defines.
@@ -127,6 +147,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         None => cli.redis_url(),
     };
     let metrics = Arc::new(Metrics::new());
+    let holdings = Holdings::new();
+    register_clean_ups(&holdings);
     let target = if cli.cluster {
         for sku in cli.command.skus() {
             check_one_slot(sku).map_err(UsageError)?;
@@ -135,7 +157,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     } else {
         Target::open(&url, options.clone())?
     }
-    .with_metrics(metrics.clone());
+    .with_metrics(metrics.clone())
+    .with_holdings(holdings);
     let quorum = match cli.lock_node_count() {
         Ok(0) => None,
         Ok(_) => {

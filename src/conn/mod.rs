@@ -11,11 +11,13 @@
 //! [`crate::redact`]).
 
 mod errors;
+mod holdings;
 mod options;
 mod target;
 
 use crate::redact::scrub;
 use errors::{auth_reason, is_auth_error, is_interrupted, shorten};
+pub use holdings::{GiveBack, Held, Holdings};
 pub use options::{ConnectOptions, TlsFiles};
 pub use target::Target;
 

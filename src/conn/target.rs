@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError};
 
 use super::errors::{auth_reason, is_auth_error, is_tls_error, shorten, url_problem};
+use super::holdings::Holdings;
 use super::options::{ConnectOptions, init_tls};
 use super::{Conn, Inner};
 use crate::error::{Error, Result};
@@ -25,6 +26,9 @@ pub struct Target {
     /// Where the lock, the stock and the worker record what they do: nothing (`None`, the
     /// default, which costs nothing) or the caller's [`Metrics`].
     metrics: Option<Arc<Metrics>>,
+    /// Where locks taken through this target are registered, to be given back on a quick
+    /// exit (`None`: nowhere).
+    holdings: Option<Holdings>,
 }
 
 #[derive(Clone)]
@@ -100,6 +104,7 @@ impl Target {
             addr: addr.into(),
             options,
             metrics: None,
+            holdings: None,
         })
     }
 
@@ -136,6 +141,7 @@ impl Target {
             addr: addr.into(),
             options,
             metrics: None,
+            holdings: None,
         })
     }
 
@@ -144,7 +150,6 @@ impl Target {
         matches!(self.client, Client::Cluster(_))
     }
 
-    /// `host:port` (or the socket path): safe to print.
     /// The same target, whose connections record into `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Target {
         self.metrics = Some(metrics);
@@ -156,6 +161,18 @@ impl Target {
         self.metrics.as_ref()
     }
 
+    /// The same target, whose locks are registered in `holdings`.
+    pub fn with_holdings(mut self, holdings: Holdings) -> Target {
+        self.holdings = Some(holdings);
+        self
+    }
+
+    /// Where this target's locks are registered, if anywhere.
+    pub fn holdings(&self) -> Option<&Holdings> {
+        self.holdings.as_ref()
+    }
+
+    /// `host:port` (or the socket path): safe to print.
     pub fn addr(&self) -> &str {
         &self.addr
     }

@@ -95,6 +95,7 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
                 limit.as_millis()
             ),
             sqlstate: None,
+            server_code: false,
         }),
     }
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::lease::Lease;
-use super::registry::Registration;
 use super::watchdog::{Renewal, Watchdog};
 use super::{Carried, Release, Token, release_carrying};
 use crate::conn::Conn;
@@ -33,7 +32,7 @@ pub struct Guard {
     /// What this grant carried ([`super::Lock::carrying`]).
     pub(super) carried: Option<Box<Carried>>,
     /// Keeps the lock in the process's list of held locks until the guard is gone.
-    pub(super) _registration: Registration,
+    pub(super) _registration: Option<crate::conn::Held>,
 }
 
 impl Guard {

@@ -29,7 +29,6 @@ use redis::Script;
 pub use guard::Guard;
 use guard::release_code;
 use lease::Lease;
-pub use registry::give_back_all;
 pub use scripts::WAITER_LEASE;
 pub(crate) use scripts::releasing;
 use scripts::{FORCE, HEALTH, RELEASE, WAITERS};

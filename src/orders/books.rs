@@ -57,8 +57,13 @@ pub struct PipelineBooks {
     pub lost: u64,
     /// The first few of them, by order id.
     pub lost_orders: Vec<String>,
-    /// Orders of the current sale in PostgreSQL that the ledger does not have.
+    /// Ledger orders with more units persisted, queued and set aside than the ledger holds
+    /// (the same order counted twice: a forged entry, a row written by hand).
+    pub overcounted: u64,
+    /// Orders of the current sale in PostgreSQL, or queued, that the ledger does not have.
     pub unknown: u64,
+    /// What `item:sale:<SKU>` holds when it is not a stream id (then every row counts).
+    pub sale_unreadable: Option<String>,
 }
 
 /// Reads the books (see the module's doc), a second time when the first reading found
@@ -70,13 +75,14 @@ pub fn pipeline_books(
     sku: &Sku,
 ) -> Result<PipelineBooks> {
     let first = read(conn, db, db_url, sku)?;
-    if first.lost.is_empty() && first.unknown.is_empty() {
+    if first.lost.is_empty() && first.unknown.is_empty() && first.overcounted.is_empty() {
         return Ok(first.books());
     }
     std::thread::sleep(SECOND_LOOK);
     let mut second = read(conn, db, db_url, sku)?;
     second.lost.retain(|o| first.lost.contains(o));
     second.unknown.retain(|o| first.unknown.contains(o));
+    second.overcounted.retain(|o| first.overcounted.contains(o));
     Ok(second.books())
 }
 
@@ -84,6 +90,7 @@ pub fn pipeline_books(
 struct Reading {
     books: PipelineBooks,
     lost: HashSet<String>,
+    overcounted: HashSet<String>,
     unknown: HashSet<String>,
 }
 
@@ -96,6 +103,7 @@ impl Reading {
             lost: self.lost.len() as u64,
             lost_orders,
             unknown: self.unknown.len() as u64,
+            overcounted: self.overcounted.len() as u64,
             ..self.books
         }
     }
@@ -114,8 +122,13 @@ struct Found {
 
 fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Reading> {
     let keys = StockKeys::new(sku);
-    let sale_after: Option<String> = conn.query(redis::cmd("GET").arg(&keys.sale))?;
+    // A sale record that is not a stream id (hand-written, or not a string) is reported, and
+    // every row then counts, as for a SKU seeded before sales were recorded.
+    let sale_after: Option<String> = conn
+        .query(redis::cmd("GET").arg(&keys.sale))
+        .unwrap_or_else(|_| Some(format!("a value that is not a string ({})", keys.sale)));
     let after = sale_after.as_deref().and_then(id_parts);
+    let sale_unreadable = sale_after.clone().filter(|_| after.is_none());
     let in_sale = |id: &str| after.is_none_or(|a| id_parts(id).is_none_or(|p| p > a));
     // The order matters: see the module's doc.
     let ledger = crate::stock::ledger(conn, sku)?;
@@ -138,6 +151,7 @@ fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Readin
     }
     let mut books = PipelineBooks {
         sale_after,
+        sale_unreadable,
         persisted_orders: rows.len() as u64,
         // Saturating: rows written by anyone may hold any quantity; a sum never wraps round
         // to a value that could look reconciled.
@@ -172,7 +186,7 @@ fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Readin
         }
     }
 
-    let mut lost = HashSet::new();
+    let (mut lost, mut overcounted) = (HashSet::new(), HashSet::new());
     for (order, units) in &ledger {
         let f = found.get(order.as_str());
         let part = |f: &Found| {
@@ -186,22 +200,30 @@ fn read(conn: &mut Conn, db: &mut db::Db, url: &str, sku: &Sku) -> Result<Readin
             )
         };
         let (row, queued, dead, conflicted) = f.map(part).unwrap_or_default();
-        if row + queued + dead + conflicted != *units {
+        let accounted = row + queued + dead + conflicted;
+        if accounted < *units {
             lost.insert(order.clone());
+        } else if accounted > *units {
+            overcounted.insert(order.clone());
         } else if conflicted > 0 {
             books.doubled += 1;
         }
     }
-    // Rows the ledger read first lacks may be purchases made since: ask the ledger again.
+    // Rows and queued entries the ledger read first lacks may be purchases made since: ask the
+    // ledger again.
     let candidates: Vec<&str> = rows
         .iter()
         .map(|r| r.order_id.as_str())
+        .chain(queued.iter().map(|o| o.order_id.as_str()))
         .filter(|o| !ledger.contains_key(*o))
+        .collect::<HashSet<&str>>()
+        .into_iter()
         .collect();
     let unknown = not_in_ledger(conn, &keys, &candidates)?;
     Ok(Reading {
         books,
         lost,
+        overcounted,
         unknown,
     })
 }

@@ -86,7 +86,12 @@ fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
         reason = format!("{}: {}", db.code().code(), db.message());
     }
-    if sqlstate.as_deref() == Some("42P01") {
+    // Raised inside a trigger or a function (it has a context), or naming a table that is not
+    // one of ours: the server's code failed, not lockctl's statement on its own rows.
+    let server_code = e.as_db_error().is_some_and(|db| {
+        db.where_().is_some() || db.table().is_some_and(|t| !TABLES.contains(&t))
+    });
+    if sqlstate.as_deref() == Some("42P01") && !server_code {
         // A table of the schema was dropped: waiting will not bring it back.
         reason
             .push_str(" (a table of the orders schema is missing: run: lockctl db init --db URL)");
@@ -96,6 +101,7 @@ fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
         url: shown(url),
         reason: crate::redact::scrub(&format!("{what}: {reason}"), url),
         sqlstate,
+        server_code,
     }
 }
 
@@ -205,6 +211,7 @@ impl Db {
             url: shown(url),
             reason,
             sqlstate: None,
+            server_code: false,
         };
         if version < SCHEMA_VERSION {
             return Err(fail(format!(

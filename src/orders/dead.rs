@@ -54,7 +54,7 @@ return id
 /// written before lockctl kept the entry has none of its fields: its entry is looked up in
 /// the events stream, where it may still be. Returns the new entry's id, `'gone'` when the
 /// dead letter is no longer there (already requeued), or `'no_entry'` when neither it nor the
-/// stream has the entry.
+/// stream has the entry, or it names no id of its deduction (not a dead letter lockctl wrote).
 const REQUEUE_LUA: &str = r"
 local d = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if not d[1] then return 'gone' end
@@ -85,7 +85,7 @@ if #fields == 0 and origin then
     end
   end
 end
-if #fields == 0 then return 'no_entry' end
+if #fields == 0 or not (first or origin) then return 'no_entry' end
 fields[#fields + 1] = 'requeued_from'
 fields[#fields + 1] = first or origin
 local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
@@ -214,11 +214,15 @@ pub fn requeue(conn: &mut Conn, keys: &StockKeys) -> Result<Requeued> {
         inv.key(&keys.dead_letters)
             .key(&keys.events)
             .arg(&letter.id);
-        let reply: String = conn.script(&inv)?;
-        match reply.as_str() {
-            "gone" => {}
-            "no_entry" => done.left += 1,
-            _ => done.requeued += 1,
+        // One dead letter the server refuses to put back (a field Redis will not take) is
+        // left, and the others go on.
+        let reply: Result<String> = conn.script(&inv);
+        match reply {
+            Ok(r) if r == "gone" => {}
+            Ok(r) if r == "no_entry" => done.left += 1,
+            Ok(_) => done.requeued += 1,
+            Err(e) if e.is_indeterminate() || e.kind().is_outage() => return Err(e),
+            Err(_) => done.left += 1,
         }
     }
     Ok(done)

@@ -181,7 +181,23 @@ pub fn ensure_group(conn: &mut Conn, keys: &StockKeys) -> Result<()> {
     match r {
         Ok(_) => Ok(()),
         Err(Error::Redis { code: Some(c), .. }) if c == "BUSYGROUP" => Ok(()),
-        Err(e) => Err(e),
+        Err(e) => Err(not_a_stream(conn, keys, e)),
+    }
+}
+
+/// A WRONGTYPE on the SKU's events stream as the key it is about: waiting will not change a
+/// key's type, so the worker says which key and what to do, instead of retrying for ever.
+pub(crate) fn not_a_stream(conn: &mut Conn, keys: &StockKeys, e: Error) -> Error {
+    if !matches!(&e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE") {
+        return e;
+    }
+    let found: String = conn
+        .query(redis::cmd("TYPE").arg(&keys.events))
+        .unwrap_or_else(|_| "value of another type".into());
+    Error::WrongTypeKey {
+        key: keys.events.clone(),
+        found,
+        what: "no order queued there can be read".into(),
     }
 }
 
@@ -230,14 +246,15 @@ pub fn stream_orders(conn: &mut Conn, keys: &StockKeys) -> Result<Vec<OrderEvent
     let mut out = Vec::new();
     let mut from = "-".to_string();
     loop {
-        let v: Value = conn.query(
+        let v: Result<Value> = conn.query(
             redis::cmd("XRANGE")
                 .arg(&keys.events)
                 .arg(&from)
                 .arg("+")
                 .arg("COUNT")
                 .arg(1000),
-        )?;
+        );
+        let v = v.map_err(|e| not_a_stream(conn, keys, e))?;
         let page = entries(&v);
         let Some((last, _)) = page.last().cloned() else {
             return Ok(out);

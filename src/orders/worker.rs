@@ -285,7 +285,8 @@ impl Worker<'_> {
             self.opts.consumer.clone(),
             self.opts.batch,
         );
-        let reply: Value = self.conn()?.query(
+        let conn = self.conn()?;
+        let reply: Result<Value> = conn.query(
             redis::cmd("XAUTOCLAIM")
                 .arg(&keys.events)
                 .arg(GROUP)
@@ -294,7 +295,8 @@ impl Worker<'_> {
                 .arg("0-0")
                 .arg("COUNT")
                 .arg(count),
-        )?;
+        );
+        let reply = reply.map_err(|e| super::not_a_stream(conn, keys, e))?;
         Ok(match &reply {
             Value::Array(parts) if parts.len() >= 2 => entries(&parts[1]),
             _ => Vec::new(),
@@ -327,7 +329,7 @@ impl Worker<'_> {
                 ensure_group(conn, keys)?;
                 return Ok(Vec::new());
             }
-            r => r?,
+            r => r.map_err(|e| super::not_a_stream(conn, keys, e))?,
         };
         // [[stream, [[id, fields]...]]] (RESP2), or a map of stream -> entries (RESP3).
         Ok(match &reply {
@@ -489,6 +491,11 @@ fn refused_for_its_data(sqlstate: &str) -> bool {
 fn classify(e: &Error) -> Failure {
     match e {
         Error::WrongTypeKey { .. } => Failure::Fatal,
+        // A trigger or a function of the server's failed: its trouble, whatever the class
+        // (a division by zero in an audit trigger is 22012, but the row is fine).
+        Error::Database {
+            server_code: true, ..
+        } => Failure::Retry,
         Error::Database {
             sqlstate: Some(code),
             ..

@@ -186,15 +186,30 @@ fn a_refused_row_is_kept_whole_and_requeued_once_after_the_fix() {
     db.client()
         .batch_execute("ALTER TABLE lockctl_orders DROP CONSTRAINT only_ten")
         .unwrap();
+    // A dead letter lockctl did not write (no id of its deduction) stays, and holds up nothing.
+    let _: String = server
+        .raw()
+        .xadd(
+            "item:order_dead:req",
+            "*",
+            &[
+                ("reason", "forged"),
+                ("entry.order_id", "hx-1"),
+                ("entry.sku", "req"),
+            ],
+        )
+        .unwrap();
     let args = ["--json", "worker", "--sku", "req", "--requeue-dead"];
     let first = lockctl(&url, &args);
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     assert_eq!(json(&first)["requeued"][0]["requeued"], 1);
+    assert_eq!(json(&first)["requeued"][0]["left"], 1);
     let again = lockctl(&url, &args);
     assert_eq!(json(&again)["requeued"][0]["requeued"], 0);
     drain(&server, &db, "req");
     assert_eq!(rows(&db, "req"), (3, 3, 5));
-    assert_eq!(dead_letters(&server, "req"), 0);
+    assert_eq!(dead_letters(&server, "req"), 1, "the forged one stays");
+    let _: () = server.raw().del("item:order_dead:req").unwrap();
     let out = status(&server, &db, "req");
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }
@@ -354,7 +369,7 @@ fn a_second_sale_of_a_sku_is_judged_on_its_own_rows() {
     let server = RedisServer::start();
     let db = TestDb::create();
     init(&server.url(), &db);
-    for _ in 0..2 {
+    for sale in 0..3 {
         let out = lockctl(
             &server.url(),
             &[
@@ -362,8 +377,17 @@ fn a_second_sale_of_a_sku_is_judged_on_its_own_rows() {
             ],
         );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
+        if sale == 1 {
+            // The stream goes (an operator's cleanup, a restart without persistence): the
+            // next sale is still told from the earlier ones.
+            let _: () = server.raw().del("item:order_events:again").unwrap();
+        }
     }
-    assert_eq!(rows(&db, "again").0, 200, "the first sale's rows are kept");
+    assert_eq!(
+        rows(&db, "again").0,
+        300,
+        "the earlier sales' rows are kept"
+    );
     let out = status(&server, &db, "again");
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let v = json(&out);
@@ -431,4 +455,105 @@ fn the_queue_depth_is_what_the_stream_holds_after_xdel_and_xtrim() {
     let _: u64 = raw.xdel(&keys.events, &[&ids.ids[299].id]).unwrap();
     let q = lockctl::orders::queue_state(&mut conn, &keys).unwrap();
     assert_eq!((q.pending, q.undelivered), (100, 0), "{q:?}");
+}
+
+#[test]
+fn a_trigger_that_fails_with_a_data_sqlstate_dead_letters_no_paid_order() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    // An audit trigger of the DBA's that divides by zero (SQLSTATE 22012, a "data" class)
+    // while its switch is on: the server's code fails, not the rows.
+    db.client()
+        .batch_execute(
+            "CREATE TABLE broken (on_ boolean);
+             INSERT INTO broken VALUES (true);
+             CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN
+                 IF (SELECT on_ FROM broken) THEN PERFORM 1 / 0; END IF;
+                 RETURN NEW;
+               END $$;
+             CREATE TRIGGER audit BEFORE INSERT ON lockctl_orders
+               FOR EACH ROW EXECUTE FUNCTION audit();",
+        )
+        .unwrap();
+    let _worker = Running(spawn_lockctl_with(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "trg", "--batch", "50"],
+        Streams::Discard,
+    ));
+    queue_orders(&server, "trg", "200");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(dead_letters(&server, "trg"), 0, "no order is dead-lettered");
+    db.client()
+        .batch_execute("UPDATE broken SET on_ = false")
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || rows(&db, "trg").0 == 200),
+        "{} of 200 persisted after the trigger was mended",
+        rows(&db, "trg").0
+    );
+    assert_eq!(dead_letters(&server, "trg"), 0);
+}
+
+#[test]
+fn an_events_key_of_the_wrong_type_ends_the_worker_naming_it() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    let _: () = server
+        .raw()
+        .set("item:order_events:bad", "garbage")
+        .unwrap();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "worker", "--db", &db.url, "--sku", "good", "--sku", "bad", "--once",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("'item:order_events:bad' holds a string, not a stream"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_forged_queued_entry_is_caught_once_quiet() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "fz", "100");
+    drain(&server, &db, "fz");
+    assert_eq!(code(&status(&server, &db, "fz")), 0);
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let _: String = server
+        .raw()
+        .xadd(
+            "item:order_events:fz",
+            "*",
+            &[
+                ("order_id", "forged-q1"),
+                ("sku", "fz"),
+                ("qty", "7"),
+                ("user", ""),
+                ("fence", ""),
+                ("at", &at),
+            ],
+        )
+        .unwrap();
+    let out = status(&server, &db, "fz");
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    assert!(
+        json(&out)["problems"]
+            .to_string()
+            .contains("queued for a worker, not in the ledger"),
+        "{}",
+        stdout(&out)
+    );
 }
