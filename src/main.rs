@@ -7,6 +7,7 @@ mod private_redis;
 mod progress;
 mod report_files;
 mod signals;
+mod usage;
 
 use std::process::ExitCode;
 

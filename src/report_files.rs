@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::cli::HammerArgs;
-use crate::cmd::UsageError;
+use crate::usage::UsageError;
 use lockctl::hammer::Report;
 use lockctl::render::{self, Context};
 

@@ -5,17 +5,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lockctl::Error;
 use lockctl::conn::Reconnecting;
-use lockctl::endpoint::{self, EndpointOptions};
-use lockctl::hammer::{self, HammerOptions, PipelineOptions, Report, overall_verdict};
+use lockctl::hammer::{self, HammerOptions, PipelineOptions};
 use lockctl::keys::StockKeys;
 use lockctl::lock::{Lock, LockOptions};
-use lockctl::redact::redact_command_line;
-use lockctl::render::Context;
 use lockctl::stock::{self, Strategy};
-use lockctl::{Error, render};
 
-use super::{Ctx, Exit, UsageError, emit, emit_json};
+use super::reporting::{finish, run_context, serve_metrics};
+use super::{Ctx, Exit, UsageError};
 use crate::cli::HammerArgs;
 use crate::progress;
 use crate::report_files::Exports;
@@ -110,32 +108,6 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
     }
 }
 
-/// Prints and exports the reports; the exit code of their verdict, or of the signal that
-/// stopped the run (Ctrl-C, SIGTERM, SIGHUP: new requests stopped, those in flight finished
-/// and released their locks, and the partial report was printed).
-pub(super) fn finish(
-    ctx: &Ctx,
-    exports: &Exports,
-    reports: &[Report],
-    context: &Context,
-    signals: &signals::Stop,
-) -> anyhow::Result<Exit> {
-    let document = render::hammer_document(reports, context);
-    let stdout_taken = exports.write(reports, &document, context, &ctx.metrics)?;
-    if !stdout_taken {
-        if ctx.json {
-            emit_json(&document)?;
-        } else {
-            emit(&hammer_text(ctx, reports))?;
-        }
-    }
-    Ok(if let Some(code) = signals.exit_code() {
-        Exit::Signal(code)
-    } else {
-        Exit::of_verdict(overall_verdict(reports))
-    })
-}
-
 /// What the command line allows but the hammer cannot honour.
 fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
     if args.users.is_some() && args.purchase.limit.is_none() {
@@ -157,69 +129,6 @@ fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
-}
-
-/// `--metrics-addr`: this process's metrics, with `before` (the queue length, say) run just
-/// before each scrape; `who` says what runs meanwhile ("the hammer").
-pub(super) fn serve_metrics(
-    ctx: &Ctx,
-    addr: &str,
-    who: &str,
-    before: impl Fn() + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    let metrics = ctx.metrics.clone();
-    let scrape = Arc::new(move || {
-        before();
-        metrics.encode()
-    });
-    let bound = endpoint::serve(addr, scrape, EndpointOptions::default())
-        .map_err(|e| UsageError(format!("cannot listen on --metrics-addr '{addr}': {e}")))?;
-    eprintln!("lockctl: serving http://{bound}/metrics while {who} runs");
-    Ok(())
-}
-
-/// Where and when this run happens, for reports that stand alone.
-pub(super) fn run_context(ctx: &Ctx) -> Context {
-    let redis_version = ctx
-        .target
-        .connect()
-        .ok()
-        .and_then(|mut c| c.info("server").ok()?.get::<String>("redis_version"));
-    // Every report carries it, and a report is shared: no password, token or credential
-    // header of any flag goes in (`--db 'password=...'`, `--header 'Authorization: ...'`).
-    let args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
-    let command_line = redact_command_line(args).join(" ");
-    Context {
-        redis: ctx.target.addr().to_string(),
-        redis_version,
-        lockctl_version: crate::cli::VERSION.to_string(),
-        started_at: utc_now(),
-        command_line,
-    }
-}
-
-/// Now, as `2026-11-30T11:22:08Z`.
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil: the proleptic Gregorian date of a day count.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// The hammer waits for the lock by default: with the tutorial's one try, most of a fast run's
@@ -266,24 +175,4 @@ fn waiters_reader(ctx: &Ctx, args: &HammerArgs) -> impl Fn() + Clone + Send + Sy
             metrics.set_waiters(n);
         }
     }
-}
-
-fn hammer_text(ctx: &Ctx, reports: &[Report]) -> String {
-    let color = ctx.color.enabled(io::stdout().is_terminal());
-    let mut out: Vec<String> = reports
-        .iter()
-        .map(|r| match ctx.quiet {
-            // The verdict line, and the violations under it.
-            true => render::hammer_text(r, color)
-                .lines()
-                .skip_while(|l| !l.trim_start().starts_with("verdict"))
-                .map(|l| format!("{l}\n"))
-                .collect(),
-            false => render::hammer_text(r, color),
-        })
-        .collect();
-    if reports.len() > 1 && !ctx.quiet {
-        out.push(render::comparison_text(reports));
-    }
-    out.join(if ctx.quiet { "" } else { "\n" })
 }

@@ -8,7 +8,7 @@ use lockctl::stock::BuyOptions;
 
 use std::io::IsTerminal;
 
-use super::hammer::{finish, run_context};
+use super::reporting::{finish, run_context};
 use super::{Ctx, Exit, UsageError};
 use crate::cli::{HammerArgs, HttpArgs, PresetArg};
 use crate::progress;

@@ -8,6 +8,7 @@ mod docs;
 mod exporter;
 mod hammer;
 mod hammer_http;
+mod reporting;
 mod run;
 pub mod run_guard;
 mod run_job;
@@ -16,7 +17,6 @@ mod status;
 mod unlock;
 mod worker;
 
-use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -82,17 +82,7 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// A usage error found after parsing (exit 2).
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use crate::usage::UsageError;
 
 /// What every command gets: the data node, the Redlock quorum if any, and the output format.
 pub struct Ctx {

@@ -25,7 +25,7 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
         return Err(UsageError("lockctl worker needs --db URL (or DATABASE_URL)".into()).into());
     };
     if let Some(addr) = &args.metrics_addr {
-        super::hammer::serve_metrics(ctx, addr, "the worker", || {})?;
+        super::reporting::serve_metrics(ctx, addr, "the worker", || {})?;
     }
     let stop = signals::listen(signals::First::Finish);
     let mut opts = WorkerOptions::new(args.sku);

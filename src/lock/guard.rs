@@ -32,7 +32,7 @@ pub struct Guard {
     /// What this grant carried ([`super::Lock::carrying`]).
     pub(super) carried: Option<Box<Carried>>,
     /// Keeps the lock in the process's list of held locks until the guard is gone.
-    pub(super) _registration: Option<crate::conn::Held>,
+    pub(super) _registration: Option<Box<crate::conn::Held>>,
 }
 
 impl Guard {

@@ -279,7 +279,7 @@ impl Lock {
             lease: Arc::new(Lease::new(grant.lease_from, ttl, quorum_until)),
             carry: self.carry.clone(),
             carried: grant.carried.map(Box::new),
-            _registration: registration,
+            _registration: registration.map(Box::new),
         };
         if self.options.watchdog {
             match Watchdog::start(&self.target, guard.renewal()) {
