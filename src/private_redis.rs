@@ -6,6 +6,13 @@
 //! Only the hammer may use one: it seeds, buys and verifies within the run. A command whose
 //! effect must outlive it (`seed`, `buy`, ...) would write into a server that is about to
 //! vanish, so it never gets one.
+//!
+//! The port is free when it is chosen, not when the child binds it: another server can take it
+//! in between, and its PONG looks like the child's. So a server is taken as ready only when
+//! `INFO server` says its `process_id` is the child's pid and the child is still running. A
+//! child not yet reaped keeps its pid (even as a zombie), so no other process can have it:
+//! that answer proves the child is the one listening. Until then nothing is written; another
+//! server on the port costs that port, and the next one is tried.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -33,15 +40,22 @@ pub struct PrivateRedis {
 impl PrivateRedis {
     /// Starts one, or says why it cannot (not installed: how to install it). `why` says why one
     /// is wanted, for that message.
+    ///
+    /// `LOCKCTL_REDIS_SERVER` names another binary to start (a wrapper must `exec` the server,
+    /// so that the server's pid is the child's).
     pub fn start(why: &str) -> anyhow::Result<PrivateRedis> {
         let binary =
             std::env::var_os("LOCKCTL_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
         sweep_stale();
-        let mut last = String::new();
+        let (mut last, mut squatted) = (String::new(), 0);
+        let mut forced = forced_ports().into_iter();
         // A free port can be taken between finding it and binding it: try a few.
-        for _ in 0..5 {
+        for _ in 0..TRIES {
             let dir = fresh_dir()?;
-            let port = free_port()?;
+            let port = match forced.next() {
+                Some(p) => p,
+                None => free_port()?,
+            };
             let spawned = Command::new(&binary)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -70,15 +84,26 @@ impl PrivateRedis {
             };
             live().push((child.id(), dir.clone()));
             let mut server = PrivateRedis { child, dir, port };
-            if server.wait_ready() {
-                return Ok(server);
-            }
-            last = server.log();
+            last = match server.wait_ready() {
+                Answer::Ours => return Ok(server),
+                Answer::Nobody => format!(
+                    "the private redis-server never answered; its log:\n{}",
+                    server.log().trim()
+                ),
+                Answer::Someone(pid) => {
+                    squatted += 1;
+                    format!(
+                        "could not start a private redis-server: another server answered on port {port} ({}), not the redis-server lockctl started (process {}), and nothing was written to it; {squatted} of {TRIES} tries met a server that was not lockctl's (point --redis at a server you run)",
+                        pid.map_or("it did not say its process id".into(), |p| format!(
+                            "process {p}"
+                        )),
+                        server.child.id()
+                    )
+                }
+            };
+            // Dropped here: the child is stopped and its directory removed.
         }
-        bail!(
-            "the private redis-server never answered; its log:\n{}",
-            last.trim()
-        )
+        bail!("{last}")
     }
 
     pub fn url(&self) -> String {
@@ -89,23 +114,32 @@ impl PrivateRedis {
         self.port
     }
 
-    fn wait_ready(&mut self) -> bool {
+    /// Waits for the port to answer PING, then asks who answered: the child (its pid, and
+    /// still running), or another server that holds the port. Reads only: nothing is written
+    /// to a server before it is known to be the child.
+    fn wait_ready(&mut self) -> Answer {
         let deadline = Instant::now() + READY_WITHIN;
         let Ok(client) = redis::Client::open(self.url()) else {
-            return false;
+            return Answer::Nobody;
         };
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
+                return Answer::Nobody;
             }
             if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200))
                 && redis::cmd("PING").query::<String>(&mut c).is_ok()
             {
-                return true;
+                let pid = process_id(&mut c);
+                // Asked after the answer: a child that had exited could not have given it.
+                let running = matches!(self.child.try_wait(), Ok(None));
+                return match pid == Some(self.child.id()) && running {
+                    true => Answer::Ours,
+                    false => Answer::Someone(pid),
+                };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        false
+        Answer::Nobody
     }
 
     fn log(&self) -> String {
@@ -141,6 +175,37 @@ pub fn stop_all() {
 
 fn live() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many ports are tried before giving up.
+const TRIES: usize = 5;
+
+/// Who answered on the private server's port.
+enum Answer {
+    /// The child: its pid is the server's `process_id`, and it is running.
+    Ours,
+    /// Nobody within [`READY_WITHIN`], or the child exited (the port was taken, say).
+    Nobody,
+    /// Another server, with the `process_id` it gave (if it gave one).
+    Someone(Option<u32>),
+}
+
+/// The `process_id` of `INFO server`: the pid of the server that answered.
+fn process_id(c: &mut redis::Connection) -> Option<u32> {
+    let info: String = redis::cmd("INFO").arg("server").query(c).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// `LOCKCTL_PRIVATE_REDIS_PORTS`: ports to try first, in order (for lockctl's own tests: a port
+/// another server already holds).
+fn forced_ports() -> Vec<u16> {
+    std::env::var("LOCKCTL_PRIVATE_REDIS_PORTS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
 }
 
 fn free_port() -> anyhow::Result<u16> {

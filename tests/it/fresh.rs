@@ -5,7 +5,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::support::{code, eventually, free_port, json, lockctl_unconfigured, signal, stderr};
+use crate::support::{
+    RedisServer, code, eventually, free_port, json, lockctl_unconfigured, redis_server_program,
+    signal, stderr, stdout,
+};
 
 /// A default address where nothing listens.
 fn nobody_home() -> String {
@@ -194,6 +197,126 @@ fn a_private_server_left_behind_by_kill_9_is_swept_by_the_next_run() {
     assert!(!stale.exists(), "the stale directory was not swept");
     assert!(alive.exists(), "a live process's directory was removed");
     std::fs::remove_dir(&alive).unwrap();
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+}
+
+/// A `redis-server` that waits a second before it starts (`LOCKCTL_REDIS_SERVER`), so that
+/// whatever already answers on the port lockctl chose answers first, every time.
+fn slow_redis_server(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("slow-redis-server");
+    let real = redis_server_program();
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nsleep 1\nexec '{}' \"$@\"\n",
+            real.display().to_string().replace('\'', r"'\''")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// What the squatter holds: its stock, its ledger and its keys.
+fn squatters_books(squatter: &RedisServer) -> (Option<i64>, Vec<(String, i64)>, Vec<String>) {
+    use redis::Commands;
+    let mut raw = squatter.raw();
+    let stock: Option<i64> = raw.get("item:stock:sku_886").unwrap();
+    let mut ledger: Vec<(String, i64)> = raw.hgetall("item:orders:sku_886").unwrap();
+    ledger.sort();
+    let mut keys: Vec<String> = raw.keys("*").unwrap();
+    keys.sort();
+    (stock, ledger, keys)
+}
+
+/// Someone's Redis, with a stock and a ledger of its own.
+fn squat() -> RedisServer {
+    use redis::Commands;
+    let squatter = RedisServer::start();
+    let mut raw = squatter.raw();
+    let _: () = raw.set("item:stock:sku_886", 777).unwrap();
+    let _: () = raw.hset("item:orders:sku_886", "theirs-1", 1).unwrap();
+    squatter
+}
+
+/// Another redis-server already listens on the port the private server was to take (forced
+/// with `LOCKCTL_PRIVATE_REDIS_PORTS`): its PONG is not the private server's, so nothing is
+/// written to it, and the run goes to another port, its own.
+#[test]
+fn a_server_squatting_the_private_port_is_not_written_to_and_another_port_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let squatter = squat();
+    let before = squatters_books(&squatter);
+    let out = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &["hammer", "-n", "20", "-c", "2", "--stock", "5", "--json"],
+    )
+    .env("LOCKCTL_REDIS_SERVER", slow_redis_server(bin.path()))
+    .env("LOCKCTL_PRIVATE_REDIS_PORTS", squatter.port.to_string())
+    .output()
+    .unwrap();
+    assert_eq!(
+        squatters_books(&squatter),
+        before,
+        "the squatter's keys changed"
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(
+        (v["verdict"].as_str(), v["bought"].as_u64()),
+        (Some("pass"), Some(5))
+    );
+    let on = format!("on port {} ", squatter.port);
+    assert!(
+        stderr(&out).contains("using a private redis-server on port")
+            && !stderr(&out).contains(&on),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+}
+
+/// Every port tried is someone else's: a clear error, exit 1, no verdict, nothing written.
+#[test]
+fn when_every_private_port_is_squatted_the_hammer_says_so_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let squatter = squat();
+    let before = squatters_books(&squatter);
+    let port = squatter.port.to_string();
+    let out = lockctl_unconfigured(
+        &nobody_home(),
+        tmp.path(),
+        &["--redis", "auto", "hammer", "-n", "20", "--stock", "5"],
+    )
+    .env("LOCKCTL_REDIS_SERVER", slow_redis_server(bin.path()))
+    .env("LOCKCTL_PRIVATE_REDIS_PORTS", [&port[..]; 5].join(","))
+    .output()
+    .unwrap();
+    assert_eq!(
+        squatters_books(&squatter),
+        before,
+        "the squatter's keys changed"
+    );
+    assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(!stdout(&out).contains("PASS"));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("port {port}"))
+            && err.contains("not the redis-server lockctl started"),
+        "{err}"
+    );
     assert!(
         leftovers(tmp.path()).is_empty(),
         "{:?}",
