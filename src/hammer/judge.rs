@@ -42,10 +42,12 @@ pub(super) fn unreadable(facts: &RunFacts, t: &Tally, e: &Error) -> Report {
     r.verdict = Verdict::Unknown;
     r.unknown_because = Some("Redis could not be read back, so nothing is claimed".into());
     r.notes = notes(t, facts.initial_stock);
+    // Not "the verdict is unknown": what else is checked (the orders in PostgreSQL) may still
+    // find a violation, and a FAIL is a FAIL.
     r.notes.insert(
         0,
         format!(
-            "could not read the stock and the ledger back from Redis ({e}): the verdict is unknown"
+            "could not read the stock and the ledger back from Redis ({e}): nothing is claimed about them"
         ),
     );
     r

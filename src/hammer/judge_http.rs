@@ -34,7 +34,7 @@ pub(super) fn unreadable(facts: &RunFacts, t: &Tally, e: &Error) -> Report {
     r.notes = notes(t, facts.initial_stock);
     r.notes.insert(
         0,
-        format!("could not read the stock back from Redis ({e}): the verdict is unknown"),
+        format!("could not read the stock back from Redis ({e}): nothing is claimed about it"),
     );
     r
 }

@@ -165,6 +165,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         .map(|(after, before)| after.saturating_sub(before));
     let made = tally.samples();
     let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
+    let restart = incarnation.restart(target);
     let stopped_early = interrupted(opts, made);
     let facts = RunFacts {
         sku: opts.sku.to_string(),
@@ -189,12 +190,16 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),
         Err(e) => judge::unreadable(&facts, &tally, &e),
     };
-    report.notes.extend(incarnation.restart_note(target));
     if let (Some(running), Some(p)) = (running, &opts.pipeline) {
         let (pipe, violations) =
             pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;
         pipeline::judge(&mut report, pipe, violations);
     }
+    // Said of the verdict as it ended, the pipeline's findings included.
+    let addr = target.addr().to_string();
+    report
+        .notes
+        .extend(restart.note(&addr, report.verdict, facts.strategy));
     if stopped_early {
         mark_interrupted(&mut report, made, opts.requests);
     }

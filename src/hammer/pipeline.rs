@@ -264,7 +264,9 @@ pub(super) fn judge(report: &mut super::Report, pipe: PipelineReport, violations
         ));
     }
     if !report.violations.is_empty() {
+        // A FAIL, even where the stock could not be read back: nothing about it is unknown.
         report.verdict = super::Verdict::Fail;
+        report.unknown_because = None;
     }
     report.pipeline = Some(pipe);
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::judge::LedgerCheck;
 use super::tally::Tally;
+use super::{Subject, Verdict};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
@@ -33,22 +34,75 @@ impl Incarnation {
         })
     }
 
-    /// A note for the report when the server is not the process it was: the verdict stands
-    /// (deductions a restart lost are lost to the shop too), and the note says where to
-    /// look. `None` when it is the same, or could not be told apart at the start; a server
-    /// that cannot be asked afterwards is said to be unknown, not restarted.
-    pub(crate) fn restart_note(&self, target: &Target) -> Option<String> {
-        let before = self.0.as_ref()?;
-        let addr = target.addr();
-        match target.connect().ok().and_then(|mut c| run_id(&mut c)) {
-            Some(now) if &now == before => None,
-            Some(_) => Some(format!(
-                "Redis at {addr} restarted during the run (its run_id changed): what it had not saved to disk before it went down is gone, deductions and orders alike, and the books above show it"
-            )),
-            None => Some(format!(
-                "could not ask Redis at {addr} after the run whether it restarted during it (INFO server did not answer)"
-            )),
+    /// Whether the server is still the process it was, asked on a fresh connection.
+    pub(crate) fn restart(&self, target: &Target) -> Restart {
+        let Some(before) = &self.0 else {
+            return Restart::Untold;
+        };
+        let mut conn = match target.connect() {
+            Ok(c) => c,
+            Err(_) => return Restart::Unasked,
+        };
+        match run_id(&mut conn) {
+            Some(now) if &now == before => Restart::No,
+            Some(_) => Restart::Yes {
+                keeps: keeps_anything(&mut conn),
+            },
+            None => Restart::Unasked,
         }
+    }
+}
+
+/// Whether the Redis server restarted during the run, as far as can be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Restart {
+    /// The same process before and after.
+    No,
+    /// Another process afterwards (its `run_id` changed). `keeps`: whether it saves anything
+    /// to disk (RDB snapshots or an AOF), when its settings could be read.
+    Yes { keeps: Option<bool> },
+    /// It could not be asked afterwards.
+    Unasked,
+    /// Not known at the start (a cluster, or `INFO` refused).
+    Untold,
+}
+
+impl Restart {
+    /// The note for a report that came to `verdict` on `subject`: what a restart means for
+    /// that verdict (the verdict stands: deductions a restart lost are lost to the shop too),
+    /// or that the server could not be asked. `None` when there is nothing to say.
+    pub(crate) fn note(&self, addr: &str, verdict: Verdict, subject: Subject) -> Option<String> {
+        let keeps = match self {
+            Restart::No | Restart::Untold => return None,
+            Restart::Unasked => {
+                return Some(format!(
+                    "could not ask Redis at {addr} after the run whether it restarted during it (INFO server did not answer)"
+                ));
+            }
+            Restart::Yes { keeps } => *keeps,
+        };
+        let lost = match keeps {
+            Some(false) => {
+                "it keeps nothing across a restart (no RDB snapshots, no AOF), so all it held went with it: stock, deductions and orders alike"
+            }
+            _ => {
+                "what it had not saved to disk before it went down is gone, deductions and orders alike"
+            }
+        };
+        let whose = match subject {
+            Subject::Endpoint => "the endpoint's".to_string(),
+            Subject::Strategy(s) => format!("the {} strategy's", s.name()),
+        };
+        let meaning = match verdict {
+            Verdict::Pass => "the books above add up all the same".to_string(),
+            Verdict::Fail => format!(
+                "the FAIL stands, since what the buyers were told does not add up with what is left, but the loss may be the restart's rather than {whose}"
+            ),
+            Verdict::Unknown => "the verdict is unknown".to_string(),
+        };
+        Some(format!(
+            "Redis at {addr} restarted during the run (its run_id changed): {lost}; {meaning}"
+        ))
     }
 }
 
@@ -57,6 +111,18 @@ fn run_id(conn: &mut Conn) -> Option<String> {
     info.lines()
         .find_map(|l| l.strip_prefix("run_id:"))
         .map(|id| id.trim().to_string())
+}
+
+/// Whether the server saves anything to disk: RDB snapshots (`save` not empty) or an AOF
+/// (`appendonly yes`). `None` when CONFIG is not allowed.
+fn keeps_anything(conn: &mut Conn) -> Option<bool> {
+    let mut get = |name: &str| -> Option<String> {
+        let pair: Vec<String> = conn.query(redis::cmd("CONFIG").arg("GET").arg(name)).ok()?;
+        pair.get(1).cloned()
+    };
+    let snapshots = !get("save")?.trim().is_empty();
+    let aof = get("appendonly")? == "yes";
+    Some(snapshots || aof)
 }
 
 /// How long the read-back keeps trying a server that is down (restarting, failing over).
@@ -97,4 +163,35 @@ fn read_back(conn: &mut Conn, sku: &Sku, run_id: &str, t: &Tally) -> Result<(i64
         }
     })?;
     Ok((final_stock, check))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stock::Strategy;
+
+    #[test]
+    fn a_restart_note_says_what_the_restart_means_for_the_verdict_reached() {
+        let gone = Restart::Yes { keeps: Some(false) };
+        let lock = Subject::Strategy(Strategy::Lock);
+        let note = |r: &Restart, v| r.note("127.0.0.1:6379", v, lock).unwrap();
+        let fail = note(&gone, Verdict::Fail);
+        assert!(fail.contains("keeps nothing across a restart"), "{fail}");
+        assert!(fail.contains("the FAIL stands"), "{fail}");
+        assert!(fail.contains("the lock strategy's"), "{fail}");
+        assert!(!fail.contains("unknown"), "{fail}");
+        let pass = note(&Restart::Yes { keeps: Some(true) }, Verdict::Pass);
+        assert!(
+            pass.contains("not saved to disk") || pass.contains("had not saved"),
+            "{pass}"
+        );
+        assert!(
+            pass.contains("add up all the same") && !pass.contains("unknown"),
+            "{pass}"
+        );
+        assert!(note(&gone, Verdict::Unknown).contains("the verdict is unknown"));
+        assert!(note(&Restart::Unasked, Verdict::Pass).contains("could not ask"));
+        assert_eq!(Restart::No.note("a", Verdict::Fail, lock), None);
+        assert_eq!(Restart::Untold.note("a", Verdict::Fail, lock), None);
+    }
 }

@@ -392,6 +392,80 @@ fn redis_restarted_mid_run_with_appendonly_loses_nothing() {
     reconciled(&server, &db, "rr");
 }
 
+/// Redis without persistence restarts while orders told "bought" wait in its stream: they are
+/// lost, so PostgreSQL lacks them and the verdict is FAIL. The stock went with the restart
+/// and cannot be read back, but that makes nothing of this FAIL unknown: no word of the report
+/// may say so, and the restart's note says what the restart means for the FAIL.
+#[test]
+fn a_fail_after_redis_restarts_without_persistence_is_not_called_unknown() {
+    let mut server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    // The workers' inserts wait behind this lock, so the orders stay in the stream.
+    let mut blocker = db.client();
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE lockctl_orders IN SHARE MODE")
+        .unwrap();
+    let hammer = spawn_lockctl_with(
+        &server.url(),
+        &[
+            "--json",
+            "--timeout-ms",
+            "500",
+            "--connect-timeout-ms",
+            "500",
+            "hammer",
+            "--sku",
+            "rs",
+            "-n",
+            "2000",
+            "-c",
+            "4",
+            "--stock",
+            "200",
+            "--strategy",
+            "atomic",
+            "--work-ms",
+            "5",
+            "--queue",
+            "--db",
+            &db.url,
+        ],
+        Streams::Capture,
+    );
+    // Sold out, and the buyers still at it (1,800 more requests, 5 ms each, 4 at a time).
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            server.raw().get::<_, Option<i64>>("item:stock:rs").ok() == Some(Some(0))
+        }),
+        "the stock never sold out"
+    );
+    server.restart();
+    blocker.batch_execute("COMMIT").unwrap();
+    let out = hammer.wait_with_output().unwrap();
+    let v = json(&out);
+    assert_eq!(code(&out), 3, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(v["verdict"], "fail", "{v}");
+    assert!(
+        v["violations"].to_string().contains("not in PostgreSQL"),
+        "{}",
+        v["violations"]
+    );
+    assert!(
+        v["unknown_because"].is_null(),
+        "{} {}",
+        v["unknown_because"],
+        v["notes"]
+    );
+    let notes = v["notes"].to_string();
+    assert!(!notes.contains("unknown"), "{notes}");
+    assert!(
+        notes.contains("restarted during the run") && notes.contains("keeps nothing"),
+        "{notes}"
+    );
+    assert!(notes.contains("the FAIL stands"), "{notes}");
+}
+
 #[test]
 fn a_queue_faster_than_its_worker_grows_then_drains_and_the_verdict_holds() {
     let server = RedisServer::start();

@@ -297,7 +297,19 @@ fn a_run_that_cannot_be_read_back_has_an_unknown_verdict() {
     assert_eq!(r.verdict, Verdict::Unknown);
     assert_eq!(r.final_stock, None);
     assert!(r.violations.is_empty());
-    assert!(r.notes[0].contains("unknown"), "{:?}", r.notes);
+    // The verdict says it is unknown and why; the note says what could not be read.
+    assert!(
+        r.unknown_because
+            .as_deref()
+            .is_some_and(|w| w.contains("could not be read back")),
+        "{:?}",
+        r.unknown_because
+    );
+    assert!(
+        r.notes[0].contains("could not read the stock and the ledger back"),
+        "{:?}",
+        r.notes
+    );
     let v = render::hammer_document(std::slice::from_ref(&r), &Context::default());
     assert_eq!(v["verdict"], "unknown");
     assert!(v["final_stock"].is_null());

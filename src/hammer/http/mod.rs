@@ -95,6 +95,7 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     let final_stock = books
         .as_mut()
         .map(|(conn, _)| read_back(target, conn, &opts.sku, &key));
+    let restart = incarnation.map(|i| i.restart(target));
     let facts = RunFacts {
         sku: opts.sku.to_string(),
         run_id: plan.run_id.clone(),
@@ -119,9 +120,10 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         Some(Ok(f)) => judge_http::verdict(&facts, t, f),
         Some(Err(e)) => judge_http::unreadable(&facts, t, &e),
     };
+    let addr = target.addr().to_string();
     report
         .notes
-        .extend(incarnation.and_then(|i| i.restart_note(target)));
+        .extend(restart.and_then(|r| r.note(&addr, report.verdict, facts.strategy)));
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
     if http.rate.is_some() && driven.late > 0 {
         let (n, ms) = (driven.late, super::LATE_AFTER_MS);
