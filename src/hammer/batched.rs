@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::Instant;
 
-use super::fan_out::{OUTAGE_LIMIT, abandoned, done, failed, fan_out, user_of};
+use super::fan_out::{Began, OUTAGE_LIMIT, abandoned, done, failed, fan_out, user_of};
 use super::tally::Tally;
 use super::{Ended, HammerOptions, Sample};
 use crate::conn::Target;
@@ -20,9 +20,11 @@ use crate::stock::{Batcher, Purchase, Submitter};
 pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
     let batcher = Batcher::start(target, &opts.sku, opts.buy.clone())?;
     let concurrency = opts.concurrency.clamp(1, opts.requests.max(1));
+    let start = Instant::now();
     if !opts.buy.work.is_zero() {
         return fan_out(
             opts,
+            start,
             concurrency,
             1,
             || (),
@@ -30,12 +32,12 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
                 batch
                     .iter()
                     .map(|&i| {
-                        let t = Instant::now();
+                        let t = Began::now(start);
                         thread::sleep(opts.buy.work);
                         let user = user_of(opts, i);
                         match batcher.buy(&format!("{run_id}-{i}"), user.as_deref()) {
-                            Ok(p) => done(i, t.elapsed(), &p),
-                            Err(e) => failed(i, t.elapsed(), &e),
+                            Ok(p) => done(i, t, &p),
+                            Err(e) => failed(i, t, &e),
                         }
                     })
                     .collect()
@@ -50,7 +52,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
         next: AtomicU64::new(0),
         abandon: AtomicBool::new(false),
         last_up: AtomicU64::new(0),
-        started: Instant::now(),
+        started: start,
         books: Mutex::new(Books {
             tally: Tally::new(opts.requests, opts.buy.qty),
             live: concurrency,
@@ -114,15 +116,15 @@ impl Chains {
                 self.record(abandoned(i, "Redis"));
                 continue;
             }
-            let t = Instant::now();
+            let t = Began::now(self.started);
             let me = self.clone();
             self.submitter.submit(
                 format!("{}-{i}", self.run_id),
                 user_of(&self.opts, i),
                 Box::new(move |r: Result<Purchase>| {
                     let sample = match r {
-                        Ok(p) => done(i, t.elapsed(), &p),
-                        Err(e) => failed(i, t.elapsed(), &e),
+                        Ok(p) => done(i, t, &p),
+                        Err(e) => failed(i, t, &e),
                     };
                     me.watch_outage(&sample);
                     me.record(sample);

@@ -23,9 +23,11 @@ pub(super) fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
 /// than spend the remaining requests as instant failures while it comes back; after
 /// [`OUTAGE_LIMIT`] of it the requests not yet made are given up, so a dead server ends the
 /// run), and folding every sample into one [`Tally`] as it comes (a few at a time, so memory
-/// does not grow with the number of requests).
+/// does not grow with the number of requests). `start` is the run's clock: the driver's
+/// samples count their `sent` from it, and their `at` is counted from it here.
 pub(super) fn fan_out<S>(
     opts: &HammerOptions,
+    start: Instant,
     workers: u64,
     per_round: u64,
     init: impl Fn() -> S + Sync,
@@ -37,7 +39,7 @@ pub(super) fn fan_out<S>(
         per_round,
         next: AtomicU64::new(0),
         abandon: AtomicBool::new(false),
-        started: Instant::now(),
+        started: start,
         tally: Mutex::new(Tally::new(opts.requests, opts.buy.qty)),
     };
     let started_workers = thread::scope(|s| {
@@ -148,7 +150,35 @@ impl Shared<'_> {
     }
 }
 
-pub(super) fn done(index: u64, latency: Duration, p: &Purchase) -> Sample {
+/// The moment a request began, before anything of it was sent, and the run's clock it counts
+/// on (the `start` given to [`fan_out`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Began {
+    at: Instant,
+    start: Instant,
+}
+
+impl Began {
+    pub(super) fn now(start: Instant) -> Began {
+        Began {
+            at: Instant::now(),
+            start,
+        }
+    }
+
+    /// The time from then to now.
+    fn latency(self) -> Duration {
+        self.at.elapsed()
+    }
+
+    /// Then, from the run's start.
+    fn sent(self) -> Duration {
+        self.at.saturating_duration_since(self.start)
+    }
+}
+
+/// A purchase that began at `b`.
+pub(super) fn done(index: u64, b: Began, p: &Purchase) -> Sample {
     Sample {
         index,
         ended: Ended::Done {
@@ -156,9 +186,10 @@ pub(super) fn done(index: u64, latency: Duration, p: &Purchase) -> Sample {
             replayed: p.replayed.is_some(),
             overran_lease: p.overran_lease,
         },
-        latency,
+        latency: b.latency(),
         lock_wait: p.lock_wait,
         lock_hold: p.lock_hold,
+        sent: b.sent(),
         at: Duration::ZERO,
     }
 }
@@ -182,11 +213,13 @@ pub(super) fn abandoned(index: u64, server: &str) -> Sample {
         latency: Duration::ZERO,
         lock_wait: None,
         lock_hold: None,
+        sent: Duration::ZERO,
         at: Duration::ZERO,
     }
 }
 
-pub(super) fn failed(index: u64, latency: Duration, e: &Error) -> Sample {
+/// A purchase that began at `b` and failed.
+pub(super) fn failed(index: u64, b: Began, e: &Error) -> Sample {
     Sample {
         index,
         ended: Ended::Failed {
@@ -194,9 +227,10 @@ pub(super) fn failed(index: u64, latency: Duration, e: &Error) -> Sample {
             indeterminate: e.is_indeterminate(),
             message: e.to_string(),
         },
-        latency,
+        latency: b.latency(),
         lock_wait: None,
         lock_hold: None,
+        sent: b.sent(),
         at: Duration::ZERO,
     }
 }

@@ -9,7 +9,7 @@ use super::readback::Readback;
 use super::tally::{Bits, Tally};
 use super::{Bucket, Percentiles, Report, RunFacts, Sample, Verdict};
 use crate::error::{Error, ErrorKind};
-use crate::units::{count, round_to, round3};
+use crate::units::{count, millis, round_to, round3};
 
 /// Holds what the buyers were told against what Redis holds, and says whether it adds up.
 /// (The hammer itself folds samples into a [`Tally`] as they come and streams the ledger
@@ -20,7 +20,7 @@ pub fn judge(facts: &RunFacts, samples: &[Sample], rb: &Readback) -> Report {
     for (&index, &units) in &rb.ledger {
         check.entry(&t, index, units);
     }
-    verdict(facts, &t, rb.final_stock, check)
+    verdict(facts, &t, rb.final_stock, check, rb.went_up.as_deref())
 }
 
 /// The report of a run whose results could not be read back from Redis: the buyers' side is
@@ -227,6 +227,40 @@ fn undersold(facts: &RunFacts, t: &Tally, final_stock: i64) -> Option<String> {
     })
 }
 
+/// A "sold out" answered before a request later answered "bought" was even sent. The stock
+/// only goes down, so at the sold-out answer there was still at least what that later sale
+/// took: the answer was false (or the sale was). Only answers strictly ordered in time count
+/// ([`super::tally::Precedence`]), and only when nothing says the stock went up in between
+/// (`went_up`, from [`super::watch::went_up`]); otherwise the pair is a note, not a
+/// violation. Returns the violation or the note.
+pub(super) fn sold_out_before_a_sale(
+    t: &Tally,
+    went_up: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let Some(((answered, s), (sent, b))) = t.precedence.sold_out_before_a_sale() else {
+        return (None, None);
+    };
+    let pair = format!(
+        "request {s} was answered \"sold out\" at {} ms, before request {b} was sent (at {} ms), which was answered \"bought\"",
+        millis(answered),
+        millis(sent)
+    );
+    match went_up {
+        None => (
+            Some(format!(
+                "under-sold: {pair}: nothing was seen to put stock back, so it had not run out when request {s} was told it had"
+            )),
+            None,
+        ),
+        Some(why) => (
+            None,
+            Some(format!(
+                "{pair}; not counted as under-selling: {why}, and stock put back in between would explain it"
+            )),
+        ),
+    }
+}
+
 /// `timed_out 2, refused 1`: the errors by kind, most frequent first.
 pub fn errors_in_words(by_kind: &BTreeMap<ErrorKind, u64>) -> String {
     let mut kinds: Vec<_> = by_kind.iter().collect();
@@ -274,17 +308,27 @@ fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     notes
 }
 
-/// The report: the tally and the ledger check held against the stock read back.
-pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64, check: LedgerCheck) -> Report {
+/// The report: the tally and the ledger check held against the stock read back. `went_up`:
+/// why the stock may have gone up during the run, if anything says so.
+pub(super) fn verdict(
+    facts: &RunFacts,
+    t: &Tally,
+    final_stock: i64,
+    check: LedgerCheck,
+    went_up: Option<&str>,
+) -> Report {
     let (ledger_orders, ledger_qty, per_order) = check.finish(t);
     let (mut violations, oversold) = invariants(facts, t, final_stock, ledger_qty);
     violations.extend(per_order);
     violations.extend(undersold(facts, t, final_stock));
+    let (early, note) = sold_out_before_a_sale(t, went_up);
+    violations.extend(early);
     let mut r = measured(facts, t, Some(final_stock));
     r.ledger_orders = Some(ledger_orders);
     r.ledger_qty = Some(ledger_qty);
     r.oversold = oversold;
     r.notes = notes(t, final_stock);
+    r.notes.extend(note);
     conclude(&mut r, t, violations);
     r
 }

@@ -9,19 +9,34 @@
 //! (told "bought", nothing deducted). Requests that failed after they were sent (no answer in
 //! time, a broken connection, an answer no pattern matched) may have deducted, so they widen
 //! the bound upwards by their units, as in lockctl's own judge.
+//!
+//! Under-selling is judged twice: a "sold out" while stock is left at the end, and a "sold
+//! out" answered before a request later answered "bought" was even sent, which the stock at
+//! the end cannot show (the endpoint may sell everything afterwards). The second rests on the
+//! stock only going down, so it counts only when nothing says it went up
+//! ([`super::watch::went_up`]).
 
-use super::judge::{conclude, errors_in_words, first_checks, measured};
+use super::judge::{conclude, errors_in_words, first_checks, measured, sold_out_before_a_sale};
 use super::tally::Tally;
 use super::{Report, RunFacts, Verdict};
 use crate::error::Error;
 use crate::units::count;
 
-/// The report of a run whose stock was read back.
-pub(super) fn verdict(facts: &RunFacts, t: &Tally, final_stock: i64) -> Report {
-    let (violations, oversold) = invariants(facts, t, final_stock);
+/// The report of a run whose stock was read back. `went_up`: why the stock may have gone up
+/// during the run, if anything says so.
+pub(super) fn verdict(
+    facts: &RunFacts,
+    t: &Tally,
+    final_stock: i64,
+    went_up: Option<&str>,
+) -> Report {
+    let (mut violations, oversold) = invariants(facts, t, final_stock);
+    let (early, note) = sold_out_before_a_sale(t, went_up);
+    violations.extend(early);
     let mut r = measured(facts, t, Some(final_stock));
     r.oversold = oversold;
     r.notes = notes(t, final_stock);
+    r.notes.extend(note);
     conclude(&mut r, t, violations);
     r
 }
@@ -61,7 +76,7 @@ pub(super) fn nothing_to_judge(facts: &RunFacts, t: &Tally) -> Report {
 
 /// Every request answered once; the stock never negative and nothing sold beyond it; units
 /// announced == units consumed (within what failed requests may have done); no "sold out"
-/// while stock was left. Returns the violations and the units oversold.
+/// while stock was left at the end. Returns the violations and the units oversold.
 fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u64) {
     let announced = t.sold_qty() as i64;
     let initial = facts.initial_stock;

@@ -9,7 +9,8 @@
 //!
 //! Layout: [`report`] holds the public report types; `fan_out` what every driver shares, and
 //! one file per way of driving load (`threads`, `multiplexed`, `procs`); `readback` reads the
-//! results back; [`judge`] turns samples and the read-back into a verdict. [`http`] puts an
+//! results back, and `watch` reads the stock during the run for signs of stock put back;
+//! [`judge`] turns samples and the read-back into a verdict. [`http`] puts an
 //! external endpoint to the test instead of lockctl's own buyers (`hammer --url`), judged by
 //! `judge_http` from the stock alone, since such an endpoint keeps no ledger lockctl can read.
 
@@ -26,6 +27,7 @@ pub mod report;
 pub mod tally;
 mod threads;
 pub mod usage;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,6 +145,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Some(p) => Some(pipeline::start(target, opts, p)?),
         None => None,
     };
+    let watch = watch::start(target, &opts.sku, &keys.stock, initial_stock);
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
     let tally = match opts.mode {
@@ -163,6 +166,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
+    let watched = watch.finish();
     let made = tally.samples();
     let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
     let restart = incarnation.restart(target);
@@ -187,7 +191,10 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         client_cpu,
     };
     let mut report = match readback {
-        Ok((final_stock, ledger)) => judge::verdict(&facts, &tally, final_stock, ledger),
+        Ok((final_stock, ledger)) => {
+            let went_up = watch::went_up(&restart, &watched, final_stock);
+            judge::verdict(&facts, &tally, final_stock, ledger, went_up.as_deref())
+        }
         Err(e) => judge::unreadable(&facts, &tally, &e),
     };
     if let (Some(running), Some(p)) = (running, &opts.pipeline) {

@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::Instant;
 
-use super::fan_out::{done, failed, fan_out, user_of};
+use super::fan_out::{Began, done, failed, fan_out, user_of};
 use super::tally::Tally;
 use super::threads::one_purchase;
 use super::{HammerOptions, Sample};
@@ -30,15 +30,16 @@ pub(super) fn run_multiplexed(
     let concurrency = opts.concurrency.clamp(1, opts.requests.max(1));
     let workers = cores.saturating_sub(1).clamp(1, concurrency);
     let per_round = concurrency.div_ceil(workers);
+    let start = Instant::now();
     let receive = |slot: &mut Slot| -> Option<Sample> {
         let (i, t, order_id, user) = slot.in_flight.take()?;
         let conn = slot.conn.as_mut()?;
         let reply = conn.recv::<(String, i64, String)>();
         let broken = matches!(&reply, Err(e) if e.is_indeterminate());
         let sample = match buyer.atomic_reply(conn, reply, &order_id, user.as_deref()) {
-            Ok(Some(p)) => done(i, t.elapsed(), &p),
+            Ok(Some(p)) => done(i, t, &p),
             Ok(None) => one_purchase(target, &buyer, &mut slot.conn, i, run_id, opts, t),
-            Err(e) => failed(i, t.elapsed(), &e),
+            Err(e) => failed(i, t, &e),
         };
         if broken {
             slot.conn = None;
@@ -47,6 +48,7 @@ pub(super) fn run_multiplexed(
     };
     fan_out(
         opts,
+        start,
         workers,
         per_round,
         || (0..per_round).map(|_| Slot::default()).collect::<Vec<_>>(),
@@ -54,7 +56,7 @@ pub(super) fn run_multiplexed(
             let mut samples = Vec::with_capacity(batch.len());
             for (slot, &i) in slots.iter_mut().zip(batch) {
                 samples.extend(receive(slot));
-                let t = Instant::now();
+                let t = Began::now(start);
                 let order_id = format!("{run_id}-{i}");
                 let user = user_of(opts, i);
                 let conn = match &mut slot.conn {
@@ -62,7 +64,7 @@ pub(super) fn run_multiplexed(
                     None => match target.connect() {
                         Ok(c) => slot.conn.insert(c),
                         Err(e) => {
-                            samples.push(failed(i, t.elapsed(), &e));
+                            samples.push(failed(i, t, &e));
                             continue;
                         }
                     },
@@ -71,7 +73,7 @@ pub(super) fn run_multiplexed(
                     Ok(()) => slot.in_flight = Some((i, t, order_id, user)),
                     Err(e) => {
                         slot.conn = None;
-                        samples.push(failed(i, t.elapsed(), &e));
+                        samples.push(failed(i, t, &e));
                     }
                 }
             }
@@ -89,5 +91,5 @@ pub(super) fn run_multiplexed(
 #[derive(Default)]
 struct Slot {
     conn: Option<Conn>,
-    in_flight: Option<(u64, Instant, String, Option<String>)>,
+    in_flight: Option<(u64, Began, String, Option<String>)>,
 }

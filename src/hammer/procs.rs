@@ -139,6 +139,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
     };
     let lock_nodes = opts.quorum.as_ref().map(|q| q.secret_urls().join(","));
     let deadline = child_deadline(target, &opts.buy);
+    let start = Instant::now();
     let one_child = |i: u64| {
         let t = Instant::now();
         let order_id = format!("{run_id}-{i}");
@@ -170,12 +171,14 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             latency: t.elapsed(),
             lock_wait,
             lock_hold,
+            sent: t.saturating_duration_since(start),
             at: Duration::ZERO,
         }
     };
     let workers = opts.concurrency.clamp(1, opts.requests.max(1));
     fan_out(
         opts,
+        start,
         workers,
         1,
         || (),

@@ -19,6 +19,10 @@ pub struct Readback {
     pub final_stock: i64,
     /// This run's ledger entries: request index -> units recorded under its order id.
     pub ledger: HashMap<u64, i64>,
+    /// Why the stock may have gone up during the run (a restart, a read that found it higher
+    /// than the one before), if anything says so; `None`: nothing put stock back, as far as
+    /// lockctl could see.
+    pub went_up: Option<String>,
 }
 
 /// Which process the Redis server was when the run began (`INFO server`'s `run_id`), so that
@@ -68,6 +72,18 @@ pub(crate) enum Restart {
 }
 
 impl Restart {
+    /// Why, as far as this tells, the stock may have gone up during the run: a restart can
+    /// bring back a stock from before sales (an older snapshot), and one that cannot be ruled
+    /// out may have. `None` when the server is known not to have restarted.
+    pub(crate) fn may_have_restocked(&self) -> Option<&'static str> {
+        match self {
+            Restart::No => None,
+            Restart::Yes { .. } => Some("Redis restarted during the run"),
+            Restart::Unasked => Some("Redis could not be asked after the run whether it restarted"),
+            Restart::Untold => Some("whether Redis restarted during the run cannot be told"),
+        }
+    }
+
     /// The note for a report that came to `verdict` on `subject`: what a restart means for
     /// that verdict (the verdict stands: deductions a restart lost are lost to the shop too),
     /// or that the server could not be asked. `None` when there is nothing to say.

@@ -42,7 +42,11 @@ pub struct Sample {
     pub latency: Duration,
     pub lock_wait: Option<Duration>,
     pub lock_hold: Option<Duration>,
-    /// When the request finished, from the start of the run.
+    /// When the request was sent, from the start of the run: no byte of it left before this
+    /// (taken before sending; zero when not known, which claims nothing).
+    pub sent: Duration,
+    /// When the request finished, from the start of the run: its answer had come by then
+    /// (taken after it came).
     pub at: Duration,
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Nothing here grows with the number of requests except two bitsets (an eighth of a byte per
 //! request each), so a hammer of ten million purchases holds the same few megabytes as one of
-//! a hundred thousand: samples are folded in as they arrive and never kept.
+//! a hundred thousand: samples are folded in as they arrive and never kept. The order of the
+//! answers in time is kept the same way, as two extremes ([`Precedence`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -80,7 +81,46 @@ pub struct Tally {
     pub(super) told_bought: Bits,
     /// Requests whose failure may have deducted anyway.
     pub(super) maybe_applied: Bits,
+    /// The first "sold out" answer and the last "bought" request sent.
+    pub(super) precedence: Precedence,
     timeline: Timeline,
+}
+
+/// The earliest "sold out" answer and the latest request answered "bought", by the run's
+/// clock. Some "sold out" came before some sale was even asked for exactly when the first of
+/// those answers came before the last of those requests was sent, so these two extremes
+/// decide it, whatever the number of requests: a comparison a request, folded in with the
+/// rest of the tally.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Precedence {
+    /// When the first "sold out" answer had come (its `at`), and its request.
+    first_sold_out: Option<(Duration, u64)>,
+    /// When the last request answered "bought" was sent (its `sent`), and that request.
+    last_bought: Option<(Duration, u64)>,
+}
+
+impl Precedence {
+    /// Request `index` was answered "sold out" by `at`.
+    pub fn sold_out(&mut self, at: Duration, index: u64) {
+        if self.first_sold_out.is_none_or(|first| (at, index) < first) {
+            self.first_sold_out = Some((at, index));
+        }
+    }
+
+    /// Request `index`, sent at `sent`, was answered "bought".
+    pub fn bought(&mut self, sent: Duration, index: u64) {
+        if self.last_bought.is_none_or(|last| (sent, index) > last) {
+            self.last_bought = Some((sent, index));
+        }
+    }
+
+    /// A "sold out" answered strictly before a request later answered "bought" was sent:
+    /// `((answered at, request), (sent at, request))`. Answers that overlap in time say
+    /// nothing of their order, so they never count.
+    pub fn sold_out_before_a_sale(&self) -> Option<((Duration, u64), (Duration, u64))> {
+        let (sold_out, bought) = (self.first_sold_out?, self.last_bought?);
+        (sold_out.0 < bought.0).then_some((sold_out, bought))
+    }
 }
 
 pub(super) fn new_histogram() -> Histogram<u64> {
@@ -115,6 +155,7 @@ impl Tally {
             first_error: None,
             told_bought: Bits::new(requests),
             maybe_applied: Bits::new(requests),
+            precedence: Precedence::default(),
             timeline: Timeline::default(),
         }
     }
@@ -137,15 +178,20 @@ impl Tally {
             } => match outcome {
                 Buy::Bought { remaining } => {
                     self.bought += 1;
+                    // A replay deducted nothing now: it may come after the stock ran out.
                     if *replayed {
                         self.replayed += 1;
                     } else {
                         self.told_bought.set(s.index);
                         self.timeline.add(s.at, *remaining);
+                        self.precedence.bought(s.sent, s.index);
                     }
                     self.lease_overrun += u64::from(*overran_lease);
                 }
-                Buy::SoldOut { .. } => self.sold_out += 1,
+                Buy::SoldOut { .. } => {
+                    self.sold_out += 1;
+                    self.precedence.sold_out(s.at, s.index);
+                }
                 Buy::Busy => self.busy += 1,
                 Buy::LeaseLost => self.lease_lost += 1,
                 Buy::LimitReached { .. } => self.limit_reached += 1,
@@ -155,11 +201,15 @@ impl Tally {
                 Some(Outcome::Bought) => {
                     self.bought += 1;
                     self.told_bought.set(s.index);
+                    self.precedence.bought(s.sent, s.index);
                     if let Some(stock) = remaining {
                         self.timeline.add(s.at, *stock);
                     }
                 }
-                Some(Outcome::SoldOut) => self.sold_out += 1,
+                Some(Outcome::SoldOut) => {
+                    self.sold_out += 1;
+                    self.precedence.sold_out(s.at, s.index);
+                }
                 Some(Outcome::Busy) => self.busy += 1,
                 Some(Outcome::LeaseLost) => self.lease_lost += 1,
                 Some(Outcome::LimitReached) => self.limit_reached += 1,
@@ -254,6 +304,31 @@ mod tests {
         a.set(500); // out of range: ignored, not a panic
         assert!(a.get(63) && !a.get(62) && !a.get(500));
         assert_eq!(a.minus(&b).collect::<Vec<_>>(), vec![0, 63, 199]);
+    }
+
+    #[test]
+    fn only_a_sold_out_answered_before_a_sale_was_sent_counts() {
+        let ms = Duration::from_millis;
+        let mut p = Precedence::default();
+        p.sold_out(ms(5), 1);
+        p.bought(ms(5), 2);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            None,
+            "the same moment is no order"
+        );
+        p.bought(ms(4), 3);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            None,
+            "sent before the answer came"
+        );
+        p.bought(Duration::from_micros(5001), 4);
+        p.sold_out(ms(9), 5);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            Some(((ms(5), 1), (Duration::from_micros(5001), 4)))
+        );
     }
 
     #[test]

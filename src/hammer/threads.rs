@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::fan_out::{done, failed, fan_out, user_of};
+use super::fan_out::{Began, done, failed, fan_out, user_of};
 use super::tally::Tally;
 use super::{HammerOptions, Sample};
 use crate::conn::{Conn, Target};
@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::stock::Buyer;
 
 /// One purchase through `buyer` on `conn` (opened if needed; dropped after an error, since it
-/// may be in any state), as a sample.
+/// may be in any state), begun at `began`, as a sample.
 pub(super) fn one_purchase(
     target: &Target,
     buyer: &Buyer,
@@ -18,7 +18,7 @@ pub(super) fn one_purchase(
     i: u64,
     run_id: &str,
     opts: &HammerOptions,
-    t: Instant,
+    began: Began,
 ) -> Sample {
     let order_id = format!("{run_id}-{i}");
     let user = user_of(opts, i);
@@ -28,10 +28,10 @@ pub(super) fn one_purchase(
     }
     .and_then(|c| buyer.buy(c, &order_id, user.as_deref()));
     match result {
-        Ok(p) => done(i, t.elapsed(), &p),
+        Ok(p) => done(i, began, &p),
         Err(e) => {
             *conn = None;
-            failed(i, t.elapsed(), &e)
+            failed(i, began, &e)
         }
     }
 }
@@ -43,15 +43,17 @@ pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -
         buyer = buyer.with_quorum(q.clone());
     }
     let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    let start = Instant::now();
     fan_out(
         opts,
+        start,
         workers,
         1,
         || None::<Conn>,
         |conn, batch| {
             batch
                 .iter()
-                .map(|&i| one_purchase(target, &buyer, conn, i, run_id, opts, Instant::now()))
+                .map(|&i| one_purchase(target, &buyer, conn, i, run_id, opts, Began::now(start)))
                 .collect()
         },
         |_| Vec::new(),

@@ -241,6 +241,74 @@ fn deducting_but_answering_sold_out_is_a_lost_order() {
     assert!(found.contains("under-sold"), "{text}");
 }
 
+/// The liar answers requests 0 to 39 "sold out" without looking, then sells all 50 units: the
+/// stock at the end (0) cannot show it, the order of the answers does. One connection, so
+/// every stock unit is sold and the run is the same each time.
+#[test]
+fn a_sold_out_answered_before_a_later_sale_was_sent_is_under_selling() {
+    let redis = RedisServer::start();
+    let php = Php::start(&redis);
+    let url = php.url("liar.php?sku={sku}&n={n}");
+    let args = [
+        "--preset", "tutorial", "-n", "100", "-c", "1", "--stock", "50",
+    ];
+    let (exit, v, text) = hammer(&redis, &url, &args);
+    assert_eq!(stock(&redis, "sku_886"), 0, "all of it sold: {text}");
+    assert_eq!(
+        (v["bought"].as_u64(), v["sold_out"].as_u64()),
+        (Some(50), Some(50))
+    );
+    assert_eq!(exit, 3, "{text}");
+    assert_eq!(v["verdict"], "fail");
+    // The first false answer and the last sale, each named with its time from the start.
+    let found = violations(&v);
+    assert!(
+        found.contains("under-sold: request 0 was answered \"sold out\" at ")
+            && found.contains("before request 89 was sent (at "),
+        "{text}"
+    );
+
+    // Four connections: whichever of the first lies was answered first, it came before the
+    // last sale was sent.
+    let (exit, v, text) = hammer(
+        &redis,
+        &url,
+        &[
+            "--preset", "tutorial", "-n", "400", "-c", "4", "--stock", "50",
+        ],
+    );
+    assert_eq!(exit, 3, "{text}");
+    let found = violations(&v);
+    let first = found
+        .split("under-sold: request ")
+        .nth(1)
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse::<u64>().ok());
+    assert!(first.is_some_and(|n| n < 40), "{text}");
+}
+
+/// The negative control: the tutorial's own code answers "sold out" and "bought" side by side
+/// at the end of the stock, on eight connections at once, and is not called a liar for it:
+/// only answers strictly ordered in time count.
+#[test]
+fn sold_outs_beside_the_last_sales_of_a_correct_endpoint_still_pass() {
+    let redis = RedisServer::start();
+    let php = Php::start(&redis);
+    let url = php.url("run_demo.php?sku={sku}");
+    for round in 0..3 {
+        let args = [
+            "--preset", "tutorial", "-n", "300", "-c", "8", "--stock", "40",
+        ];
+        let (exit, v, text) = hammer(&redis, &url, &args);
+        assert_eq!(exit, 0, "round {round}: {text}");
+        assert_eq!(v["verdict"], "pass", "round {round}: {text}");
+        if v["sold_out"].as_u64() > Some(0) && v["bought"].as_u64() > Some(0) {
+            return;
+        }
+    }
+    panic!("three rounds and never both sold out and bought answers: the control proved nothing");
+}
+
 #[test]
 fn the_open_model_counts_latency_from_each_requests_moment() {
     let redis = RedisServer::start();

@@ -41,6 +41,7 @@ fn done(index: u64, outcome: Buy) -> Sample {
         latency: Duration::from_micros(300 + index * 10),
         lock_wait: Some(Duration::from_micros(100)),
         lock_hold: Some(Duration::from_micros(50)),
+        sent: Duration::from_millis(index).saturating_sub(Duration::from_micros(300 + index * 10)),
         at: Duration::from_millis(index),
     }
 }
@@ -56,6 +57,7 @@ fn failed(index: u64, indeterminate: bool) -> Sample {
         latency: Duration::from_secs(2),
         lock_wait: None,
         lock_hold: None,
+        sent: Duration::ZERO,
         at: Duration::from_millis(index),
     }
 }
@@ -92,6 +94,7 @@ fn clean_run(stock: i64, requests: u64) -> (Vec<Sample>, Readback) {
         Readback {
             final_stock: 0,
             ledger,
+            went_up: None,
         },
     )
 }
@@ -141,6 +144,57 @@ fn a_buyer_told_sold_out_while_stock_remained_is_an_under_sell() {
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Fail);
     assert_violation(&r, "under-sold");
+}
+
+/// All ten units sold and none left, so the stock at the end says nothing; but buyer 0 was
+/// told "sold out" at 0.5 ms, before buyer 10 even started (at 1 ms) and bought.
+fn sold_out_first_then_all_sold() -> (Vec<Sample>, Readback) {
+    let (mut samples, mut rb) = clean_run(10, 11);
+    samples.rotate_right(1);
+    for (i, s) in samples.iter_mut().enumerate() {
+        s.index = i as u64;
+        s.sent = Duration::from_millis(i as u64);
+        s.at = s.sent + Duration::from_micros(400);
+    }
+    samples[0].at = Duration::from_micros(500);
+    rb.ledger = (1..=10).map(|i| (i, 1)).collect();
+    (samples, rb)
+}
+
+#[test]
+fn a_sold_out_told_before_a_later_buyer_started_is_an_under_sell() {
+    let (samples, rb) = sold_out_first_then_all_sold();
+    let r = judge(&facts(11, 10), &samples, &rb);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert_violation(
+        &r,
+        "under-sold: request 0 was answered \"sold out\" at 0.5 ms, before request 10 was sent (at 10 ms)",
+    );
+
+    // Stock put back during the run (a restart, say) would explain it: a note, not a FAIL.
+    let restocked = Readback {
+        went_up: Some("Redis restarted during the run".into()),
+        ..rb.clone()
+    };
+    let r = judge(&facts(11, 10), &samples, &restocked);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("not counted as under-selling")),
+        "{:?}",
+        r.notes
+    );
+
+    // Answers that overlap in time say nothing of their order: buyer 10 was sent while the
+    // "sold out" was still on its way (sent at 0.5 ms, the answer came at 0.5 ms).
+    let mut overlapping = samples.clone();
+    overlapping[10].sent = Duration::from_micros(500);
+    for s in &mut overlapping[1..10] {
+        s.sent = Duration::from_micros(100);
+    }
+    let r = judge(&facts(11, 10), &overlapping, &rb);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
 }
 
 #[test]

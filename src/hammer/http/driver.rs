@@ -387,6 +387,8 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
             latency: moment.map_or(service, |m| done - m),
             lock_wait: None,
             lock_hold: None,
+            // Taken before the request was built: no byte of it had left.
+            sent: sent_at.saturating_duration_since(sh.start),
             at: Duration::ZERO,
         },
         service,

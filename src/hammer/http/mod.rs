@@ -26,7 +26,7 @@ use super::judge::percentiles;
 use super::readback::Incarnation;
 use super::{
     HammerOptions, HttpFacts, LoadModel, Mode, READ_BACK_PATIENCE, Report, RunFacts, Subject,
-    interrupted, judge_http, mark_interrupted, usage,
+    interrupted, judge_http, mark_interrupted, usage, watch,
 };
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
@@ -74,6 +74,9 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     let incarnation = books
         .as_mut()
         .map(|(conn, _)| Incarnation::of(target, conn));
+    let watch = books
+        .as_ref()
+        .map(|(_, initial)| watch::start(target, &opts.sku, &key, *initial));
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
@@ -90,12 +93,19 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
+    let watched = watch.map(watch::StockWatch::finish);
     let made = driven.tally.samples();
     let stopped_early = interrupted(opts, made);
-    let final_stock = books
-        .as_mut()
-        .map(|(conn, _)| read_back(target, conn, &opts.sku, &key));
-    let restart = incarnation.map(|i| i.restart(target));
+    // With patterns: the stock at the end, whether the server restarted, and what was seen of
+    // the stock meanwhile.
+    let after = match (books.as_mut(), incarnation, watched) {
+        (Some((conn, _)), Some(incarnation), Some(watched)) => Some((
+            read_back(target, conn, &opts.sku, &key),
+            incarnation.restart(target),
+            watched,
+        )),
+        _ => None,
+    };
     let facts = RunFacts {
         sku: opts.sku.to_string(),
         run_id: plan.run_id.clone(),
@@ -115,15 +125,18 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         client_cpu,
     };
     let t = &driven.tally;
-    let mut report = match final_stock {
+    let mut report = match &after {
         None => judge_http::nothing_to_judge(&facts, t),
-        Some(Ok(f)) => judge_http::verdict(&facts, t, f),
-        Some(Err(e)) => judge_http::unreadable(&facts, t, &e),
+        Some((Ok(f), restart, watched)) => {
+            let went_up = watch::went_up(restart, watched, *f);
+            judge_http::verdict(&facts, t, *f, went_up.as_deref())
+        }
+        Some((Err(e), ..)) => judge_http::unreadable(&facts, t, e),
     };
     let addr = target.addr().to_string();
-    report
-        .notes
-        .extend(restart.and_then(|r| r.note(&addr, report.verdict, facts.strategy)));
+    report.notes.extend(
+        after.and_then(|(_, restart, _)| restart.note(&addr, report.verdict, facts.strategy)),
+    );
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
     if http.rate.is_some() && driven.late > 0 {
         let (n, ms) = (driven.late, super::LATE_AFTER_MS);
