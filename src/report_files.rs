@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use crate::cli::HammerArgs;
 use crate::usage::UsageError;
-use lockctl::hammer::Report;
 use lockctl::render::{self, Context};
+use lockctl_hammer::Report;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -240,7 +240,7 @@ impl Exports {
         reports: &[Report],
         document: &Value,
         context: &Context,
-        metrics: &lockctl::metrics::Metrics,
+        metrics: &lockctl_core::metrics::Metrics,
     ) -> anyhow::Result<bool> {
         let mut stdout_taken = false;
         for e in &self.0 {

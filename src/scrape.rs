@@ -13,10 +13,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::conn::{Conn, Target};
-use crate::keys::StockKeys;
-use crate::lock::{Lock, LockOptions};
-use crate::sku::Sku;
+use lockctl_core::conn::{Conn, Target};
+use lockctl_core::keys::StockKeys;
+use lockctl_core::lock::{Lock, LockOptions};
+use lockctl_core::sku::Sku;
 
 /// The exported gauges, in the order [`read_one`] returns their values, with their help text.
 const GAUGES: [(&str, &str); 10] = [
@@ -73,7 +73,7 @@ pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String 
         };
         let values = match conn.as_mut() {
             Some(c) => read_one(c, target, sku),
-            None => Err(crate::Error::internal("Redis could not be reached")),
+            None => Err(lockctl_core::Error::internal("Redis could not be reached")),
         };
         if let Err(e) = &values
             && (e.is_indeterminate() || e.kind().is_outage())
@@ -109,7 +109,11 @@ struct SkuLabel {
 }
 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).
-fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Option<f64>; 10]> {
+fn read_one(
+    conn: &mut Conn,
+    target: &Target,
+    sku: &Sku,
+) -> lockctl_core::Result<[Option<f64>; 10]> {
     let keys = StockKeys::new(sku);
     let ((stock, sold, seeded), _): ((Option<i64>, Option<i64>, Option<i64>), _) = conn
         .transaction(
@@ -123,7 +127,7 @@ fn read_one(conn: &mut Conn, target: &Target, sku: &Sku) -> crate::Result<[Optio
     let lock = Lock::new(target, sku.as_str(), LockOptions::default());
     let holder = lock.holder(conn)?;
     let waiters = lock.waiters(conn)?;
-    let queue = crate::orders::queue_state(conn, &keys)?;
+    let queue = lockctl_core::orders::queue_state(conn, &keys)?;
     let (secs, micros): (i64, i64) = conn.query(&redis::cmd("TIME"))?;
     let now_ms = secs * 1000 + micros / 1000;
     let lag = queue

@@ -7,10 +7,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::parse::{order_id, user_id, whole};
-use lockctl::hammer::Mode;
-use lockctl::lock::LockOptions;
-use lockctl::sku::Sku;
-use lockctl::stock::{BatchOptions, BuyOptions, MAX_BATCH, MAX_STOCK, Strategy};
+use lockctl_core::lock::LockOptions;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::{BatchOptions, BuyOptions, MAX_BATCH, MAX_STOCK, Strategy};
+use lockctl_hammer::Mode;
 
 /// `lockctl run`.
 #[derive(Debug, Args)]

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use lockctl::conn::{ConnectOptions, TlsFiles};
-use lockctl::sku::Sku;
-use lockctl::stock::MAX_STOCK;
+use lockctl_core::conn::{ConnectOptions, TlsFiles};
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::MAX_STOCK;
 
 /// Flash-sale stock deduction under a Redis distributed lock.
 ///
@@ -150,7 +150,7 @@ impl Cli {
             n if n == 0 || (n >= 3 && n % 2 == 1) => Ok(n),
             n => Err(format!(
                 "--lock-node was given {}; Redlock needs an odd number of independent masters, at least 3",
-                lockctl::units::count(n as u64, "time", "times")
+                lockctl_core::units::count(n as u64, "time", "times")
             )),
         }
     }
@@ -273,8 +273,8 @@ pub enum Command {
 mod tests {
     use super::*;
     use clap::CommandFactory;
-    use lockctl::lock::LockOptions;
-    use lockctl::stock::{BatchOptions, BuyOptions, Strategy};
+    use lockctl_core::lock::LockOptions;
+    use lockctl_core::stock::{BatchOptions, BuyOptions, Strategy};
     use proptest::strategy::Strategy as _;
 
     #[test]
@@ -286,8 +286,8 @@ mod tests {
     /// structs; parsed back by this command line, they must give the very same options.
     #[test]
     fn a_procs_child_command_line_parses_back_to_the_parents_options() {
-        use lockctl::conn::Target;
-        use lockctl::hammer::ChildBuy;
+        use lockctl_core::conn::Target;
+        use lockctl_hammer::ChildBuy;
 
         let connect = ConnectOptions::new(Duration::from_millis(321), Duration::from_millis(654));
         let target = Target::open("redis://:pw@127.0.0.1:1/3", connect.clone()).unwrap();

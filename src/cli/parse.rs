@@ -1,7 +1,7 @@
 //! Parsers for the values a user types: numbers with messages that say what is expected, and
 //! names checked like SKUs.
 
-use lockctl::sku::check_name;
+use lockctl_core::sku::check_name;
 
 /// A whole number from `min` to `max`, with a message that says so (a negative number is
 /// taken as a value, not as a flag, so that it gets this message).

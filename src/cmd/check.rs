@@ -1,7 +1,8 @@
 //! `lockctl check`: is this Redis reachable and fit for locking?
 
-use lockctl::conn::Target;
-use lockctl::{check, render};
+use lockctl::render;
+use lockctl_core::check;
+use lockctl_core::conn::Target;
 
 use super::{Ctx, Exit, output};
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use lockctl::endpoint::{self, EndpointOptions};
 use lockctl::scrape;
-use lockctl::sku::Sku;
+use lockctl_core::sku::Sku;
 
 use super::{Ctx, Exit, UsageError};
 

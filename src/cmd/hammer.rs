@@ -5,12 +5,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockctl::Error;
-use lockctl::conn::Reconnecting;
-use lockctl::hammer::{self, HammerOptions, PipelineOptions};
-use lockctl::keys::StockKeys;
-use lockctl::lock::{Lock, LockOptions};
-use lockctl::stock::{self, Strategy};
+use lockctl_core::Error;
+use lockctl_core::conn::Reconnecting;
+use lockctl_core::keys::StockKeys;
+use lockctl_core::lock::{Lock, LockOptions};
+use lockctl_core::stock::{self, Strategy};
+use lockctl_hammer::{self as hammer, HammerOptions, PipelineOptions};
 
 use super::reporting::{finish, run_context, serve_metrics};
 use super::{Ctx, Exit, UsageError};
@@ -157,7 +157,7 @@ fn unseeded_hint(e: Error) -> anyhow::Error {
     match e {
         Error::Unseeded { sku } => anyhow::anyhow!(
             "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: {}",
-            lockctl::error::seed_command(&sku)
+            lockctl_core::error::seed_command(&sku)
         ),
         e => e.into(),
     }

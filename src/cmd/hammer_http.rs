@@ -2,9 +2,9 @@
 //! bad value a usage error naming it), one run, then the same reports and exports as the
 //! hammer of lockctl's own buyers.
 
-use lockctl::hammer::http::{self, Classifier, HttpOptions, RequestSpec, TUTORIAL_PATH};
-use lockctl::hammer::{HammerOptions, Mode};
-use lockctl::stock::BuyOptions;
+use lockctl_core::stock::BuyOptions;
+use lockctl_hammer::http::{self, Classifier, HttpOptions, RequestSpec, TUTORIAL_PATH};
+use lockctl_hammer::{HammerOptions, Mode};
 
 use std::io::IsTerminal;
 

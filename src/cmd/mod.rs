@@ -26,14 +26,14 @@ use serde_json::Value;
 use crate::cli::{Cli, ColorArg, Command, DbCommand};
 use crate::private_redis::PrivateRedis;
 use crate::signals;
-use lockctl::conn::{ConnectOptions, Holdings, Target};
-use lockctl::hammer::Verdict;
-use lockctl::keys::check_one_slot;
-use lockctl::metrics::Metrics;
-use lockctl::redact::{redact_command_line, scrub};
-use lockctl::redlock::Quorum;
-use lockctl::wire::ErrorJson;
-use lockctl::{Error, ErrorKind};
+use lockctl_core::conn::{ConnectOptions, Holdings, Target};
+use lockctl_core::keys::check_one_slot;
+use lockctl_core::metrics::Metrics;
+use lockctl_core::redact::{redact_command_line, scrub};
+use lockctl_core::redlock::Quorum;
+use lockctl_core::wire::ErrorJson;
+use lockctl_core::{Error, ErrorKind};
+use lockctl_hammer::Verdict;
 
 /// The contract's exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

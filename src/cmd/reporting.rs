@@ -6,9 +6,9 @@ use std::io::{self, IsTerminal};
 use std::sync::Arc;
 
 use lockctl::endpoint::{self, EndpointOptions};
-use lockctl::hammer::{Report, overall_verdict};
-use lockctl::redact::redact_command_line;
 use lockctl::render::{self, Context};
+use lockctl_core::redact::redact_command_line;
+use lockctl_hammer::{Report, overall_verdict};
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::report_files::Exports;

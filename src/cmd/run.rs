@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use lockctl::lock::{Acquire, Lock, LockOptions, Release};
-use lockctl::sku::Sku;
+use lockctl_core::lock::{Acquire, Lock, LockOptions, Release};
+use lockctl_core::sku::Sku;
 
 use super::run_job::{Job, SAFETY, terminal};
 use super::{Ctx, Exit, UsageError, emit, emit_json};

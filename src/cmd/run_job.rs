@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
 
-use lockctl::lock::{Guard, Lock};
+use lockctl_core::lock::{Guard, Lock};
 
 use super::run_guard::{self, mono_ms};
 

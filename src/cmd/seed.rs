@@ -3,8 +3,8 @@
 use anyhow::Context;
 use serde_json::json;
 
-use lockctl::sku::Sku;
-use lockctl::stock;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock;
 
 use super::{Ctx, Exit, output};
 

@@ -1,9 +1,10 @@
 //! `lockctl status SKU`: the books and the lock of one SKU, reconciled (with `--db`, against
 //! the orders in PostgreSQL and in the stream too).
 
-use lockctl::orders::{self, db::Db};
-use lockctl::sku::Sku;
-use lockctl::{render, status};
+use lockctl::render;
+use lockctl_core::orders::{self, db::Db};
+use lockctl_core::sku::Sku;
+use lockctl_core::status;
 
 use super::{Ctx, Exit, output};
 

@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
-use lockctl::conn::Conn;
-use lockctl::lock::{Lock, LockOptions, Release};
-use lockctl::sku::Sku;
+use lockctl_core::conn::Conn;
+use lockctl_core::lock::{Lock, LockOptions, Release};
+use lockctl_core::sku::Sku;
 
 use super::{Ctx, Exit, output};
 

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use lockctl::keys::StockKeys;
-use lockctl::orders::db::{Db, SCHEMA_VERSION};
-use lockctl::orders::dead;
-use lockctl::orders::worker::{self, WorkerOptions};
-use lockctl::sku::Sku;
-use lockctl::units::count;
+use lockctl_core::keys::StockKeys;
+use lockctl_core::orders::db::{Db, SCHEMA_VERSION};
+use lockctl_core::orders::dead;
+use lockctl_core::orders::worker::{self, WorkerOptions};
+use lockctl_core::sku::Sku;
+use lockctl_core::units::count;
 
 use super::{Ctx, Exit, UsageError, output};
 use crate::cli::WorkerArgs;

@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::hammer::judge::errors_in_words;
-use crate::hammer::{
+use lockctl_core::units::{count, round3};
+use lockctl_hammer::judge::errors_in_words;
+use lockctl_hammer::{
     HttpFacts, LATE_AFTER_MS, Mode, Percentiles, Report, Verdict, overall_verdict,
 };
-use crate::units::{count, round3};
 
 /// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`).
 pub fn hammer_text(r: &Report, color: bool) -> String {

@@ -7,14 +7,14 @@ use std::fmt::Write as _;
 use super::chart::{Scale, Series, line_chart};
 use super::escape::escape;
 use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
-use crate::hammer::{Bucket, Report};
+use lockctl_hammer::{Bucket, Report};
 
 /// The page.
 pub fn hammer_html(reports: &[Report], context: &Context) -> String {
     let title = reports.first().map_or(String::new(), |r| {
         format!(
             "{} of {}, {} at a time",
-            crate::units::count(r.run.requests, "purchase", "purchases"),
+            lockctl_core::units::count(r.run.requests, "purchase", "purchases"),
             escape(&r.run.sku),
             r.run.concurrency.min(r.run.requests)
         )

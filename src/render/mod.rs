@@ -15,16 +15,13 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-pub use hammer::{
-    Context, SCHEMA_VERSION, comparison_text, hammer_document, hammer_json, hammer_markdown,
-    hammer_text,
-};
+pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
 
-use crate::check::CheckReport;
-use crate::status::Status;
-use crate::stock::{Buy, Purchase, Strategy};
-use crate::wire::BuyJson;
+use lockctl_core::check::CheckReport;
+use lockctl_core::status::Status;
+use lockctl_core::stock::{Buy, Purchase, Strategy};
+use lockctl_core::wire::BuyJson;
 
 /// `check` for a person.
 pub fn check_text(r: &CheckReport) -> String {
@@ -81,8 +78,8 @@ pub fn status_text(st: &Status) -> String {
             st.sku,
             st.seeded.map_or("unknown".into(), |n| n.to_string()),
             st.sold,
-            crate::units::count(st.ledger_qty, "unit", "units"),
-            crate::units::count(st.ledger_orders, "order", "orders")
+            lockctl_core::units::count(st.ledger_qty, "unit", "units"),
+            lockctl_core::units::count(st.ledger_orders, "order", "orders")
         ),
         None => format!(
             "{}: no stock (a lock name of lockctl run, or a SKU never seeded)\n",

@@ -86,7 +86,7 @@ fn wait_for_queue(server: &RedisServer, run: &mut Child, sku: &str, waiters: u64
 #[test]
 fn a_cluster_master_paused_mid_purchase_applies_the_write_once() {
     let cluster = Cluster::start();
-    let owner = cluster.owner(lockctl::keys::key_slot("{cs}"));
+    let owner = cluster.owner(lockctl_core::keys::key_slot("{cs}"));
     for strategy in ["lock", "fenced", "atomic"] {
         // A SKU per strategy, all in {cs}'s slot: a buy that timed out leaves its lock to expire.
         let sku = format!("{{cs}}{strategy}");

@@ -8,9 +8,9 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::{RedisServer, json, lockctl};
-use lockctl::lock::LockOptions;
-use lockctl::sku::Sku;
-use lockctl::stock::{self, BatchOptions, Batcher, Buy, BuyOptions, Buyer, Strategy};
+use lockctl_core::lock::LockOptions;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::{self, BatchOptions, Batcher, Buy, BuyOptions, Buyer, Strategy};
 use redis::Commands;
 
 fn sku(s: &str) -> Sku {
@@ -90,7 +90,7 @@ fn a_batch_decides_every_purchase_as_atomic_does_one_by_one() {
             .hset(format!("item:orders:{name}"), "hostile", "1e3")
             .unwrap();
         let buyer = Buyer::new(&target, &s, options(strategy));
-        let shown = |r: &lockctl::Result<stock::Purchase>| match r {
+        let shown = |r: &lockctl_core::Result<stock::Purchase>| match r {
             Ok(p) => format!("{:?} replayed {:?}", p.outcome, p.replayed),
             Err(e) => format!("error {}: {e}", e.kind()),
         };
@@ -270,7 +270,7 @@ fn hammer_batch_sells_exactly_the_stock_at_every_concurrency() {
 /// batch; each an outcome or an error kind.
 fn shown_answers(
     buyer: &Buyer,
-    conn: &mut lockctl::conn::Conn,
+    conn: &mut lockctl_core::conn::Conn,
     strategy: Strategy,
     n: usize,
 ) -> Vec<String> {
@@ -374,7 +374,7 @@ fn a_replay_of_an_order_on_a_damaged_stock_is_bad_stock_for_atomic_and_batch_ali
         let _: () = raw.hset(format!("item:stock:{name}"), "a", "1").unwrap();
         let got = buyer.buy(&mut conn, "o1", None);
         assert!(
-            matches!(&got, Err(lockctl::Error::BadStock { .. })),
+            matches!(&got, Err(lockctl_core::Error::BadStock { .. })),
             "{strategy}: {got:?}"
         );
     }

@@ -204,7 +204,7 @@ fn a_sku_whose_keys_span_slots_is_refused_with_the_fix() {
 #[test]
 fn buyers_follow_the_slot_when_it_moves_to_another_master_mid_run() {
     let cluster = Cluster::start();
-    let slot = lockctl::keys::key_slot("{sku_886}");
+    let slot = lockctl_core::keys::key_slot("{sku_886}");
     let from = cluster.owner(slot);
     let to = (from + 1) % 3;
     let hammer = spawn_lockctl_with(

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{RedisServer, eventually, lock_options, lockctl, spawn_lockctl, take};
-use lockctl::lock::{Acquire, Lock, Release, WAITER_LEASE};
+use lockctl_core::lock::{Acquire, Lock, Release, WAITER_LEASE};
 use redis::Commands;
 
 fn queue_len(server: &RedisServer, name: &str) -> u64 {
@@ -60,7 +60,7 @@ fn waiters_that_arrive_in_order_acquire_in_order() {
     assert_eq!(queue_len(&server, "fifo"), 0);
 }
 
-fn server_raw(target: &lockctl::conn::Target) -> redis::Connection {
+fn server_raw(target: &lockctl_core::conn::Target) -> redis::Connection {
     redis::Client::open(format!("redis://{}", target.addr()))
         .unwrap()
         .get_connection()

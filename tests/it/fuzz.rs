@@ -2,9 +2,9 @@
 //! valid SKU and order id going through every strategy's scripts on a real server.
 
 use crate::support::RedisServer;
-use lockctl::keys::{StockKeys, keys_of};
-use lockctl::sku::{MAX_SKU_BYTES, Sku};
-use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
+use lockctl_core::keys::{StockKeys, keys_of};
+use lockctl_core::sku::{MAX_SKU_BYTES, Sku};
+use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use redis::Commands;

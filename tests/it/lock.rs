@@ -6,8 +6,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{RedisServer, eventually, lock_options, take};
-use lockctl::conn::Conn;
-use lockctl::lock::{Acquire, Guard, Lock, LockOptions, Release};
+use lockctl_core::conn::Conn;
+use lockctl_core::lock::{Acquire, Guard, Lock, LockOptions, Release};
 use redis::Commands;
 
 /// Takes `name` with a 300 ms lease that the watchdog keeps alive; returns the guard and the

@@ -243,10 +243,10 @@ fn the_trim_keeps_every_entry_still_pending_or_undelivered() {
     let held = read(&mut raw, "slow", 3);
     let done2 = read(&mut raw, "w", 2);
     let _: u64 = raw.xack(key, "lockctl", &done2).unwrap();
-    let sku: lockctl::sku::Sku = "tr".parse().unwrap();
-    let floor = lockctl::orders::trim_acknowledged(
+    let sku: lockctl_core::sku::Sku = "tr".parse().unwrap();
+    let floor = lockctl_core::orders::trim_acknowledged(
         &mut server.conn(),
-        &lockctl::keys::StockKeys::new(&sku),
+        &lockctl_core::keys::StockKeys::new(&sku),
     )
     .unwrap();
     assert_eq!(floor.as_deref(), Some(held[0].as_str()));
@@ -260,8 +260,11 @@ fn the_trim_keeps_every_entry_still_pending_or_undelivered() {
     assert_eq!(&left[..3], &held[..]);
     let _: u64 = raw.xack(key, "lockctl", &held).unwrap();
     let _ = read(&mut raw, "w", 2);
-    lockctl::orders::trim_acknowledged(&mut server.conn(), &lockctl::keys::StockKeys::new(&sku))
-        .unwrap();
+    lockctl_core::orders::trim_acknowledged(
+        &mut server.conn(),
+        &lockctl_core::keys::StockKeys::new(&sku),
+    )
+    .unwrap();
     let pending_one: u64 = raw.xlen(key).unwrap();
     assert_eq!(
         pending_one, 2,

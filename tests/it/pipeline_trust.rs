@@ -421,10 +421,10 @@ fn a_second_deduction_under_one_order_id_is_a_conflict_not_a_redelivery() {
 #[test]
 fn the_queue_depth_is_what_the_stream_holds_after_xdel_and_xtrim() {
     let server = RedisServer::start();
-    let keys = lockctl::keys::StockKeys::new(&"depth".parse().unwrap());
+    let keys = lockctl_core::keys::StockKeys::new(&"depth".parse().unwrap());
     queue_orders(&server, "depth", "300");
     let mut conn = server.conn();
-    lockctl::orders::ensure_group(&mut conn, &keys).unwrap();
+    lockctl_core::orders::ensure_group(&mut conn, &keys).unwrap();
     let mut raw = server.raw();
     // A worker read 100 of them and acknowledged none.
     let _: redis::Value = redis::cmd("XREADGROUP")
@@ -443,7 +443,7 @@ fn the_queue_depth_is_what_the_stream_holds_after_xdel_and_xtrim() {
     // XDEL of an entry ahead of the group: Redis's lag becomes nil.
     let ids: redis::streams::StreamRangeReply = raw.xrange_all(&keys.events).unwrap();
     let _: u64 = raw.xdel(&keys.events, &[&ids.ids[250].id]).unwrap();
-    let q = lockctl::orders::queue_state(&mut conn, &keys).unwrap();
+    let q = lockctl_core::orders::queue_state(&mut conn, &keys).unwrap();
     assert_eq!((q.pending, q.undelivered), (100, 199), "{q:?}");
     // XTRIM of every undelivered entry: Redis's lag keeps counting them.
     let _: u64 = redis::cmd("XTRIM")
@@ -453,7 +453,7 @@ fn the_queue_depth_is_what_the_stream_holds_after_xdel_and_xtrim() {
         .query(&mut raw)
         .unwrap();
     let _: u64 = raw.xdel(&keys.events, &[&ids.ids[299].id]).unwrap();
-    let q = lockctl::orders::queue_state(&mut conn, &keys).unwrap();
+    let q = lockctl_core::orders::queue_state(&mut conn, &keys).unwrap();
     assert_eq!((q.pending, q.undelivered), (100, 0), "{q:?}");
 }
 

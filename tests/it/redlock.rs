@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use crate::support::{RedisServer, code, json, lockctl, stderr};
 
 use code as code_of;
-use lockctl::conn::Target;
-use lockctl::lock::{Acquire, Lock, LockOptions};
-use lockctl::redlock::{Quorum, Round};
+use lockctl_core::conn::Target;
+use lockctl_core::lock::{Acquire, Lock, LockOptions};
+use lockctl_core::redlock::{Quorum, Round};
 use redis::Commands;
 
 fn five() -> Vec<RedisServer> {

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lockctl::hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
 use lockctl::render::{self, Context};
-use lockctl::stock::{Buy, Strategy};
+use lockctl_core::stock::{Buy, Strategy};
+use lockctl_hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
 
 use crate::support::HAMMER_FIELDS;
 
@@ -50,7 +50,7 @@ fn failed(index: u64, indeterminate: bool) -> Sample {
     Sample {
         index,
         ended: Ended::Failed {
-            kind: lockctl::ErrorKind::TimedOut,
+            kind: lockctl_core::ErrorKind::TimedOut,
             indeterminate,
             message: "timed out after 2000 ms talking to 127.0.0.1:6379".into(),
         },
@@ -343,11 +343,11 @@ fn the_html_page_stands_alone_with_its_settings_every_column_and_the_distributio
 #[test]
 fn a_run_that_cannot_be_read_back_has_an_unknown_verdict() {
     let (samples, _) = clean_run(10, 20);
-    let e = lockctl::Error::Timeout {
+    let e = lockctl_core::Error::Timeout {
         addr: "127.0.0.1:6379".into(),
         after: Duration::from_millis(500),
     };
-    let r = lockctl::hammer::judge_unreadable(&facts(20, 10), &samples, &e);
+    let r = lockctl_hammer::judge_unreadable(&facts(20, 10), &samples, &e);
     assert_eq!(r.verdict, Verdict::Unknown);
     assert_eq!(r.final_stock, None);
     assert!(r.violations.is_empty());

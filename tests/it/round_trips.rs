@@ -9,10 +9,10 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::{RedisServer, eventually, lock_options, take};
-use lockctl::Error;
-use lockctl::lock::{Lock, LockOptions};
-use lockctl::sku::Sku;
-use lockctl::stock::{self, Buy, BuyOptions, Buyer, Strategy};
+use lockctl_core::Error;
+use lockctl_core::lock::{Lock, LockOptions};
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 use redis::Commands;
 
 /// The commands clients sent (not those scripts ran) while `work` ran, by name, with their

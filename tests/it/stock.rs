@@ -6,10 +6,10 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::RedisServer;
-use lockctl::Error;
-use lockctl::lock::LockOptions;
-use lockctl::sku::Sku;
-use lockctl::stock::{self, Buy, BuyOptions, Buyer, Purchase, Strategy};
+use lockctl_core::Error;
+use lockctl_core::lock::LockOptions;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Purchase, Strategy};
 use redis::Commands;
 
 fn sku(s: &str) -> Sku {

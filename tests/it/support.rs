@@ -26,8 +26,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lockctl::conn::{Conn, ConnectOptions, Target};
-use lockctl::lock::{Acquire, Guard, Lock, LockOptions};
+use lockctl_core::conn::{Conn, ConnectOptions, Target};
+use lockctl_core::lock::{Acquire, Guard, Lock, LockOptions};
 use redis::Commands;
 
 /// Names the `redis-server` binary the tests start.

@@ -1,0 +1,46 @@
+//! lockctl-core: flash-sale ("秒杀") stock deduction under a Redis distributed lock, as a
+//! library a service depends on.
+//!
+//! It grew from a tutorial whose PHP `DistributedLock` takes `SET dist_lock:<sku> <token> NX PX
+//! <ttl>`, reads `item:stock:<sku>`, decrements it if positive, and releases with a Lua
+//! compare-and-delete. lockctl keeps those keys and that protocol (a PHP client and lockctl
+//! exclude each other), and adds what the tutorial leaves as homework: lease-loss detection, a
+//! watchdog, fencing tokens, atomic and group-committed deductions, an idempotent ledger and an
+//! orders pipeline into PostgreSQL.
+//!
+//! It holds no process-wide state (metrics and the locks to give back on a quick exit travel
+//! with the caller's [`conn::Target`]), never prints and never exits: its errors carry the key,
+//! the bound or the server, and the caller words them.
+//!
+//! Layout:
+//! - [`conn`]: connections with bounded waits and errors that never show a password.
+//! - [`keys`]: every Redis key of a SKU or a lock, built in one place.
+//! - [`lock`]: the lock itself (acquire, release, renew, fencing tokens); knows nothing of stock.
+//! - [`redlock`]: the quorum of independent masters a lock can be taken by.
+//! - [`stock`]: seeding, the ledger, and one purchase under each strategy; uses `lock`.
+//! - [`orders`]: the pipeline: order events in a Redis stream, moved into PostgreSQL by workers.
+//! - [`check`]: is a server fit to hold locks?
+//! - [`status`]: one SKU's books and lock, reconciled.
+//! - [`metrics`]: the Prometheus metrics the lock, the stock and the worker record into.
+//! - [`wire`]: the JSON objects that cross a process boundary (a purchase, an error).
+//! - [`redact`]: one rule that hides every secret in what is shown.
+//! - [`sku`]: the names that become keys, checked at the boundary.
+//! - [`units`]: one rounding rule for every reported number.
+//! - [`error`]: the library's failures (expected outcomes are values, not errors).
+
+pub mod check;
+pub mod conn;
+pub mod error;
+pub mod keys;
+pub mod lock;
+pub mod metrics;
+pub mod orders;
+pub mod redact;
+pub mod redlock;
+pub mod sku;
+pub mod status;
+pub mod stock;
+pub mod units;
+pub mod wire;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,313 @@
+//! `status`: one SKU's books and lock, and whether the books reconcile.
+//!
+//! Three records of the same sales are kept in step by every deduction (they are written in
+//! one transaction or script): the stock, the sold counter, and the ledger of orders. After a
+//! seed of N, `stock + sold == N` and `sold == sum(ledger)` must hold whatever happened; a
+//! difference means something deducted outside lockctl (the tutorial's PHP code keeps no
+//! ledger) or the data was edited by hand. Status reads everything without taking the lock.
+
+use serde::Serialize;
+
+use crate::conn::{Conn, Target};
+use crate::error::{Error, Result};
+use crate::keys::StockKeys;
+use crate::lock::{Carried, Lock, LockOptions};
+use crate::sku::Sku;
+use crate::stock;
+
+/// Who holds the lock.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    pub token: String,
+    /// Remaining lease in milliseconds.
+    pub ttl_ms: u64,
+    /// The fencing token of this grant (when lockctl made it).
+    pub fence: Option<u64>,
+    /// How long this holder has held the lock, in milliseconds (when lockctl made the grant).
+    pub held_ms: Option<u64>,
+}
+
+/// What `status` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub sku: String,
+    /// The stock; `None` for a name with no stock (a `lockctl run` lock, an unseeded SKU).
+    pub stock: Option<i64>,
+    /// The count last given to `seed`; `None` when the stock was set some other way.
+    pub seeded: Option<i64>,
+    /// Units sold since the seed, by the sold counter.
+    pub sold: i64,
+    /// Orders in the ledger and their units.
+    pub ledger_orders: u64,
+    pub ledger_qty: i64,
+    /// `Some(true)` when every check holds, `Some(false)` when one fails, `None` when there is
+    /// no seed record to check against.
+    pub reconciled: Option<bool>,
+    /// Every check that failed, in words.
+    pub problems: Vec<String>,
+    /// The lock holder, if any.
+    pub lock: Option<Holder>,
+    /// The last fencing token handed out.
+    pub fence: u64,
+    /// Clients waiting for the lock now.
+    pub waiters: u64,
+    /// Queue entries lockctl did not write (0 for a healthy queue).
+    pub queue_damaged: u64,
+    /// With `--db`: the orders in PostgreSQL and in the stream, against the books.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orders: Option<crate::orders::PipelineBooks>,
+}
+
+/// Reads one SKU's state and checks its books. Damaged data (a counter that is not an
+/// integer, a key of the wrong type, queue entries lockctl did not write) is reported as a
+/// problem, not an error, so `status` can say what is wrong.
+pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
+    let keys = StockKeys::new(sku);
+    let mut problems = Vec::new();
+    // The ledger is scanned a page at a time (a large one must not stall a live sale), so
+    // purchases may land while it is read: the counters are read in one MULTI before and after
+    // the scan, and a ledger read in motion is held to the sold counter's two readings.
+    let sold_before = match snapshot(conn, &keys)? {
+        [_, _, Carried::Value(v)] => stock::parse_stock(&v),
+        _ => None,
+    };
+    let (mut ledger_orders, mut ledger_qty) = (0u64, 0i64);
+    let scanned = stock::scan_ledger(conn, sku, |_, units| {
+        ledger_orders += 1;
+        ledger_qty += units;
+    });
+    let ledger_ok = match scanned {
+        Ok(()) => true,
+        Err(Error::BadData { reason, .. }) => {
+            problems.push(reason);
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    let [stock_read, seeded_read, sold_read] = snapshot(conn, &keys)?;
+    let stock = stock::stock_value(sku, &keys.stock, stock_read)?;
+    let seeded = counter(&keys.seeded, seeded_read, &mut problems);
+    let sold = counter(&keys.sold, sold_read, &mut problems).unwrap_or(0);
+    // In motion, a ledger between the two readings of the sold counter is as it should be;
+    // the other checks then hold the after-reading to itself (stock + sold == seeded).
+    let ledger_units = match sold_before {
+        Some(before) if before != sold && (before..=sold).contains(&ledger_qty) => sold,
+        _ => ledger_qty,
+    };
+    let (holder, fence, queue) = lock_state(conn, target, sku, &mut problems)?;
+    let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
+    problems.extend(book_problems(stock, seeded, sold, ledger));
+    let reconciled = if !problems.is_empty() {
+        Some(false)
+    } else {
+        seeded.and(stock).map(|_| true)
+    };
+    Ok(Status {
+        sku: sku.to_string(),
+        stock,
+        seeded,
+        sold,
+        ledger_orders,
+        ledger_qty,
+        reconciled,
+        problems,
+        lock: holder.map(|h| Holder {
+            token: h.token,
+            ttl_ms: h.ttl.as_millis() as u64,
+            fence: h.fence,
+            held_ms: h.held_for.map(|d| d.as_millis() as u64),
+        }),
+        fence: fence.max(0) as u64,
+        waiters: queue.live,
+        queue_damaged: queue.damaged + u64::from(queue.wrong_type),
+        orders: None,
+    })
+}
+
+/// The lock's holder, fencing counter and queue; damage to them is added to `problems`.
+fn lock_state(
+    conn: &mut Conn,
+    target: &Target,
+    sku: &Sku,
+    problems: &mut Vec<String>,
+) -> Result<(
+    Option<crate::lock::HolderInfo>,
+    i64,
+    crate::lock::QueueHealth,
+)> {
+    let lock = Lock::new(target, sku.as_str(), LockOptions::default());
+    let holder = match lock.holder_info(conn) {
+        Ok(h) => h,
+        Err(e @ Error::DamagedLock { .. }) => {
+            problems.push(e.to_string());
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let fence = read_counter(conn, &lock.keys().fence, problems)?.unwrap_or(0);
+    let queue = lock.queue_health(conn)?;
+    if queue.wrong_type || queue.damaged > 0 {
+        problems.push(format!(
+            "the lock's queue is damaged ({}): lockctl unlock {sku} --force repairs it",
+            if queue.wrong_type {
+                "its keys are not sorted sets".to_string()
+            } else {
+                format!("{} entries lockctl did not write", queue.damaged)
+            }
+        ));
+    }
+    Ok((holder, fence, queue))
+}
+
+/// Adds the orders pipeline to a status: every ledger order persisted, queued or set aside
+/// with its units, nothing persisted that the ledger lacks, no conflicts. With the status's
+/// own check (stock + ledger == seeded) this is seeded == stock + persisted + queued, held
+/// order by order, so that it holds during a live sale too (see [`crate::orders::books`]).
+pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
+    let sku = &st.sku;
+    if books.lost > 0 {
+        let more = if books.lost > books.lost_orders.len() as u64 {
+            ", ..."
+        } else {
+            ""
+        };
+        st.problems.push(format!(
+            "{} lost: neither in PostgreSQL, queued for a worker, nor in the dead letters (acknowledged or trimmed without a row): {}{more}",
+            crate::units::count(books.lost, "ledger order is", "ledger orders are"),
+            books.lost_orders.join(", ")
+        ));
+    }
+    if books.dead_orders > 0 {
+        st.problems.push(format!(
+            "{} ({}) set aside in item:order_dead:{sku}: PostgreSQL refused their rows; fix what it refused, then put them back with: lockctl worker --requeue-dead --sku {sku}",
+            crate::units::count(books.dead_orders, "order is", "orders are"),
+            crate::units::count(books.dead_units, "unit", "units"),
+        ));
+    }
+    if books.doubled > 0 {
+        st.problems.push(format!(
+            "{} deducted more than once under one order id: PostgreSQL holds the first deduction, lockctl_order_conflicts the others",
+            crate::units::count(books.doubled, "ledger order was", "ledger orders were"),
+        ));
+    }
+    if books.overcounted > 0 {
+        st.problems.push(format!(
+            "{} more units in PostgreSQL, the queue and the dead letters than in the ledger (an order counted twice: a forged entry or row?)",
+            crate::units::count(books.overcounted, "ledger order has", "ledger orders have"),
+        ));
+    }
+    if books.unknown > 0 {
+        st.problems.push(format!(
+            "{} of the current sale in PostgreSQL or queued for a worker, not in the ledger",
+            crate::units::count(books.unknown, "order", "orders")
+        ));
+    }
+    if let Some(held) = &books.sale_unreadable {
+        let shown: String = held.chars().take(40).collect();
+        st.problems.push(format!(
+            "item:sale:{sku} holds '{}', not a stream id: every row of the SKU was held against this sale's ledger (seeding the SKU starts a sale again)",
+            shown.escape_debug()
+        ));
+    }
+    if books.conflicts > 0 && books.doubled == 0 {
+        st.problems.push(format!(
+            "{} recorded in lockctl_order_conflicts: an order id that arrived again with another SKU, quantity or user",
+            crate::units::count(books.conflicts, "conflict", "conflicts")
+        ));
+    }
+    if !st.problems.is_empty() {
+        st.reconciled = Some(false);
+    }
+    st.orders = Some(books);
+}
+
+/// The three records of the sales against each other: the stock never negative, the sold
+/// counter equal to the ledger, and stock + ledger equal to the seed. `ledger` is (orders,
+/// units), `None` when it could not be read.
+fn book_problems(
+    stock: Option<i64>,
+    seeded: Option<i64>,
+    sold: i64,
+    ledger: Option<(u64, i64)>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(stock) = stock
+        && stock < 0
+    {
+        problems.push(format!("the stock is negative: {stock} (oversold)"));
+    }
+    let Some((orders, units)) = ledger else {
+        return problems;
+    };
+    if sold != units {
+        problems.push(format!(
+            "the sold counter says {sold} but the ledger holds {} in {}",
+            crate::units::count(units, "unit", "units"),
+            crate::units::count(orders, "order", "orders")
+        ));
+    }
+    if let (Some(n), Some(stock)) = (seeded, stock)
+        && stock + units != n
+    {
+        problems.push(format!(
+            "stock {stock} + ledger {units} = {} but {n} was seeded: {} unaccounted for",
+            stock + units,
+            crate::units::count(n - stock - units, "unit", "units")
+        ));
+    }
+    problems
+}
+
+/// The stock, the seed record and the sold counter, read in one MULTI: one moment of the books,
+/// since every purchase changes the stock and the sold counter in one script.
+fn snapshot(conn: &mut Conn, keys: &StockKeys) -> Result<[Carried; 3]> {
+    let gets = [&keys.stock, &keys.seeded, &keys.sold].map(|k| redis::cmd("GET").arg(k).clone());
+    let (values, _): (Vec<redis::Value>, _) = conn.transaction(&gets, None)?;
+    let read = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::BulkString(b)) => Ok(Carried::Value(String::from_utf8_lossy(b).into())),
+        Some(redis::Value::Nil) => Ok(Carried::Missing),
+        Some(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => Ok(Carried::WrongType),
+        other => Err(conn.unexpected(format!("a GET in MULTI answered {other:?}"))),
+    };
+    Ok([
+        read(values.first())?,
+        read(values.get(1))?,
+        read(values.get(2))?,
+    ])
+}
+
+/// An integer kept in a string key (the seed record, the sold counter, the fencing counter):
+/// `None` when absent; a value that is not an integer, or a key of another type, is added to
+/// `problems` and read as absent.
+fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Result<Option<i64>> {
+    let read = match conn.query(redis::cmd("GET").arg(key)) {
+        Ok(Some(v)) => Carried::Value(v),
+        Ok(None) => Carried::Missing,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Carried::WrongType,
+        Err(e) => return Err(e),
+    };
+    Ok(counter(key, read, problems))
+}
+
+/// A counter's value as read (see [`read_counter`]).
+fn counter(key: &str, read: Carried, problems: &mut Vec<String>) -> Option<i64> {
+    let raw = match read {
+        Carried::Value(v) => Some(v),
+        Carried::Missing => None,
+        Carried::WrongType => {
+            problems.push(format!("{key} is not a string (wrong type)"));
+            return None;
+        }
+    };
+    raw.and_then(|v| {
+        let n = stock::parse_stock(&v);
+        if n.is_none() {
+            let shown: String = v.chars().take(40).collect();
+            problems.push(format!(
+                "{key} holds '{}', not a count (an integer no larger than 9007199254740991 either side of zero)",
+                shown.escape_debug()
+            ));
+        }
+        n
+    })
+}

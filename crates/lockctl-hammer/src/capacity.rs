@@ -1,0 +1,168 @@
+//! What a run needs of this machine and of Redis before it starts: open files, connections,
+//! and which driver a strategy goes through.
+
+use crate::options::{HammerOptions, Mode};
+use lockctl_core::conn::Target;
+use lockctl_core::error::{Error, Result};
+use lockctl_core::stock::Strategy;
+
+/// Open files a run holds besides its connections: standard streams, the runtime's epoll and
+/// wake-up descriptors, the read-back's and the exporter's connections, with room to spare.
+const OWN_FILES: u64 = 32;
+
+/// Makes sure this process may open the files a run of `opts` holds at once (its connections;
+/// a child process's pipes): raises the soft `ulimit -n` as far as the hard limit when it has
+/// to, and refuses the run, before anything is written, when even that is too few. Otherwise
+/// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
+/// look down.
+pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
+    let c = opts.concurrency.min(opts.requests.max(1)).max(1);
+    // Files per buyer, and all the run's buyers hold at once.
+    let (per_buyer, held) = match opts.mode {
+        // A connection to the endpoint each.
+        Mode::Http => (1, c),
+        // Starting a child holds its three pipes at both ends and the pipe that reports a
+        // failed exec, while other children start beside it; each then keeps three.
+        Mode::Procs => (8, 8 * c),
+        // Lockctl's own buyers: a connection each, and one per watchdog.
+        Mode::Threads => {
+            let conns = connections_needed(opts, target);
+            ((conns.saturating_sub(4) / c).max(1), conns)
+        }
+    };
+    // The orders pipeline's workers: each its PostgreSQL client (a socket and the runtime
+    // the client runs on) and its Redis connection; and the queue's sampler.
+    let held = held
+        + opts
+            .pipeline
+            .as_ref()
+            .map_or(0, |p| 6 * p.workers.max(1) + 2);
+    let needed = held + OWN_FILES;
+    let limit = match raise_file_limit(needed) {
+        Some(limit) => limit,
+        // Not known (getrlimit failed): the run goes on, and says so if a connect fails.
+        None => return Ok(()),
+    };
+    if needed <= limit {
+        return Ok(());
+    }
+    // What fits: the files not held per buyer (the hammer's own connections) come first.
+    let shared = held.saturating_sub(per_buyer * c);
+    let fits = limit.saturating_sub(OWN_FILES + shared) / per_buyer;
+    let advice = match fits {
+        0 => format!("raise the limit (ulimit -n {needed}) and try again"),
+        _ => format!("lower -c to at most {fits}, or raise the limit (ulimit -n {needed})"),
+    };
+    Err(Error::TooFewDescriptors {
+        concurrency: c,
+        needed,
+        limit,
+        advice,
+    })
+}
+
+/// The soft limit on open files, raised to the hard limit when it is below `wanted` (all the
+/// way: a run's estimate is not an exact count); `None` when it cannot be read.
+fn raise_file_limit(wanted: u64) -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given, a live local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur >= wanted {
+        return Some(lim.rlim_cur);
+    }
+    // The hard limit, or (where the kernel caps it lower, fs.nr_open) what the run wants.
+    for soft in [lim.rlim_max, wanted.min(lim.rlim_max)] {
+        let raised = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct it is given, a live local.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Some(soft);
+        }
+    }
+    Some(lim.rlim_cur)
+}
+
+/// The connections a run opens to the data node at once, at most: one per buyer (a
+/// multiplexed or threaded buyer holds one; a child process holds its own, its watchdog's
+/// and its expiry poker's), one per watchdog, and a few of the hammer's own.
+pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
+    let c = opts.concurrency.min(opts.requests.max(1));
+    let watchdogs = if opts.buy.lock.watchdog { c } else { 0 };
+    let own = 4;
+    match opts.mode {
+        Mode::Procs => c * 2 + watchdogs + own,
+        Mode::Http => own,
+        Mode::Threads if multiplexes(opts, target) => c + own,
+        // The batcher's committers, whatever the number of buyers.
+        Mode::Threads if batches(opts) => 2 + own,
+        Mode::Threads => c + watchdogs + own,
+    }
+}
+
+/// Refuses, before anything is written, a run that needs more connections than the server
+/// accepts (`maxclients` less those in use): past it Redis turns buyers away at connect time,
+/// and the run would measure the server's limit instead of the lock. Skipped where the
+/// server does not say (CONFIG not allowed, a cluster).
+pub(crate) fn check_capacity(
+    conn: &mut lockctl_core::conn::Conn,
+    target: &Target,
+    opts: &HammerOptions,
+) -> Result<()> {
+    if target.is_cluster() {
+        return Ok(());
+    }
+    let max: Option<Vec<String>> = conn
+        .query(redis::cmd("CONFIG").arg("GET").arg("maxclients"))
+        .ok();
+    let Some(maxclients) = max.and_then(|v| v.get(1).and_then(|n| n.parse::<u64>().ok())) else {
+        return Ok(());
+    };
+    let info: String = conn
+        .query(redis::cmd("INFO").arg("clients"))
+        .unwrap_or_default();
+    let in_use = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    let needed = connections_needed(opts, target);
+    if needed + in_use.saturating_sub(1) <= maxclients {
+        return Ok(());
+    }
+    let spare = maxclients.saturating_sub(in_use.saturating_sub(1));
+    let per_buyer = needed.saturating_sub(4) / opts.concurrency.max(1);
+    let fits = spare.saturating_sub(4) / per_buyer.max(1);
+    let advice = match fits {
+        0 => "not even -c 1 fits; close some of its clients or raise the server's maxclients"
+            .to_string(),
+        _ => format!("lower -c to at most {fits}, or raise the server's maxclients"),
+    };
+    Err(Error::TooManyClients {
+        addr: target.addr().to_string(),
+        needed,
+        maxclients,
+        in_use,
+        advice,
+    })
+}
+
+/// Whether the batch strategy's driver (one batcher, buyers that are not threads) runs this
+/// load.
+pub(crate) fn batches(opts: &HammerOptions) -> bool {
+    opts.mode == Mode::Threads && opts.buy.strategy == Strategy::Batch
+}
+
+/// Whether the atomic strategy's multiplexed driver runs this load.
+pub(crate) fn multiplexes(opts: &HammerOptions, target: &Target) -> bool {
+    opts.mode == Mode::Threads
+        && opts.buy.strategy == Strategy::Atomic
+        && opts.buy.work.is_zero()
+        && !target.is_cluster()
+}

@@ -1,0 +1,224 @@
+//! `hammer --url`: anyone's flash-sale endpoint put to the test, the way the tutorial's `ab`
+//! run meant to, with a verdict.
+//!
+//! The endpoint is a black box that answers each request in words; patterns say which words
+//! mean bought, sold out or busy ([`Classifier`]). The books are the answers and the stock
+//! counter the endpoint deducts in Redis, read before and after the run (`item:stock:<SKU>`,
+//! or `--stock-key`); [`super::judge_http`] holds one against the other. Without patterns no
+//! answer says what was sold: the run measures load and latency and has nothing to judge.
+//!
+//! Layout: `request` (the request templates and their placeholders), `classify` (what an
+//! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
+//! closed and open load models).
+
+mod classify;
+mod driver;
+mod request;
+mod socket;
+mod wire;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub use classify::{Classifier, TUTORIAL_PATH};
+pub use request::{RequestSpec, Vars};
+
+use crate::judge::percentiles;
+use crate::options::{HammerOptions, Mode};
+use crate::readback::{Incarnation, READ_BACK_PATIENCE};
+use crate::report::{HttpFacts, LoadModel, Report, RunFacts, Subject};
+use crate::run::{interrupted, mark_interrupted};
+use crate::{judge_http, usage, watch};
+use lockctl_core::conn::{Conn, Target};
+use lockctl_core::error::{Error, Result};
+use lockctl_core::keys::StockKeys;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock;
+use lockctl_core::units::millis;
+
+/// What to send and how to read the answers.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// The request, with its placeholders.
+    pub request: RequestSpec,
+    /// What the answers mean. No patterns: nothing is judged.
+    pub classifier: Classifier,
+    /// The Redis key of the stock the endpoint deducts. Default (`None`): `item:stock:<SKU>`.
+    pub stock_key: Option<String>,
+    /// Requests per second on a fixed schedule (the open model). Default (`None`): the closed
+    /// model, each connection sending its next request when the last is answered.
+    pub rate: Option<f64>,
+    /// The bound on each request, connecting included.
+    pub timeout: Duration,
+    /// The bound on opening a connection.
+    pub connect_timeout: Duration,
+}
+
+/// Fires `opts.requests` requests at the endpoint, `opts.concurrency` connections at a time,
+/// and judges the answers against the stock in Redis at `target` (read only when the answers
+/// can be classified). `opts.stock` sets the stock key first.
+pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<Report> {
+    crate::capacity::ensure_descriptors(opts, target)?;
+    let addr = http
+        .request
+        .resolve()
+        .map_err(|reason| Error::Endpoint { reason })?;
+    let judged = http.classifier.judges();
+    let key = http
+        .stock_key
+        .clone()
+        .unwrap_or_else(|| StockKeys::new(&opts.sku).stock);
+    let mut books = match judged {
+        true => Some(starting_stock(target, opts, &key)?),
+        false => None,
+    };
+    let incarnation = books
+        .as_mut()
+        .map(|(conn, _)| Incarnation::of(target, conn));
+    let watch = books
+        .as_ref()
+        .map(|(_, initial)| watch::start(target, &opts.sku, &key, *initial));
+    let plan = driver::Plan {
+        spec: http.request.clone(),
+        classifier: http.classifier.clone(),
+        addr,
+        run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
+        rate: http.rate,
+        timeout: http.timeout,
+        connect_timeout: http.connect_timeout,
+    };
+    let started = Instant::now();
+    let cpu_before = usage::cpu_time();
+    let driven = driver::drive(opts, &plan)?;
+    let elapsed = started.elapsed();
+    let client_cpu = usage::cpu_time()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let watched = watch.map(watch::StockWatch::finish);
+    let made = driven.tally.samples();
+    let stopped_early = interrupted(opts, made);
+    // With patterns: the stock at the end, whether the server restarted, and what was seen of
+    // the stock meanwhile.
+    let after = match (books.as_mut(), incarnation, watched) {
+        (Some((conn, _)), Some(incarnation), Some(watched)) => Some((
+            read_back(target, conn, &opts.sku, &key),
+            incarnation.restart(target),
+            watched,
+        )),
+        _ => None,
+    };
+    let facts = RunFacts {
+        run_id: plan.run_id.clone(),
+        requests: if stopped_early { made } else { opts.requests },
+        initial_stock: books.as_ref().map_or(0, |(_, n)| *n),
+        elapsed,
+        client_cpu,
+        ..RunFacts::of_endpoint(opts)
+    };
+    let t = &driven.tally;
+    let mut report = match &after {
+        None => judge_http::nothing_to_judge(&facts, t),
+        Some((Ok(f), restart, watched)) => {
+            let went_up = watch::went_up(restart, watched, *f);
+            judge_http::verdict(&facts, t, *f, went_up.as_deref())
+        }
+        Some((Err(e), ..)) => judge_http::unreadable(&facts, t, e),
+    };
+    let addr = target.addr().to_string();
+    report.notes.extend(
+        after.and_then(|(_, restart, _)| restart.note(&addr, report.verdict, facts.strategy)),
+    );
+    report.http = Some(http_facts(http, judged.then_some(key), &driven));
+    report.notes.extend(late_note(http, &driven));
+    if stopped_early {
+        mark_interrupted(&mut report, made, opts.requests);
+    }
+    Ok(report)
+}
+
+/// An open model's requests that left late, if any.
+fn late_note(http: &HttpOptions, driven: &driver::Driven) -> Option<String> {
+    if http.rate.is_none() || driven.late == 0 {
+        return None;
+    }
+    let (n, ms) = (driven.late, crate::report::LATE_AFTER_MS);
+    let requests = if n == 1 { "request" } else { "requests" };
+    Some(format!(
+        "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; raise -c or lower --rate"
+    ))
+}
+
+impl RunFacts {
+    /// The facts the options fix before an endpoint's run: no lock of lockctl's is involved.
+    fn of_endpoint(opts: &HammerOptions) -> RunFacts {
+        RunFacts {
+            strategy: Subject::Endpoint,
+            mode: Mode::Http,
+            ttl_ms: 0,
+            wait_ms: 0,
+            work_ms: 0,
+            watchdog: false,
+            redlock_nodes: None,
+            ..RunFacts::of(opts)
+        }
+    }
+}
+
+/// What the report says of the endpoint and the load model.
+fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &driver::Driven) -> HttpFacts {
+    let open = http.rate.is_some();
+    HttpFacts {
+        url: http.request.shown_url().to_string(),
+        method: http.request.method().to_string(),
+        stock_key,
+        load: if open {
+            LoadModel::Open
+        } else {
+            LoadModel::Closed
+        },
+        rate_rps: http.rate,
+        timeout_ms: http.timeout.as_millis() as u64,
+        service_ms: driven.service.as_ref().map(percentiles),
+        late: open.then_some(driven.late),
+        max_lag_ms: open.then(|| millis(driven.max_lag)),
+    }
+}
+
+/// A connection to Redis and the stock at `key` before the run: set to `opts.stock` when
+/// given, read otherwise (it must exist and hold an integer).
+fn starting_stock(target: &Target, opts: &HammerOptions, key: &str) -> Result<(Conn, i64)> {
+    let mut conn = target.connect()?;
+    let stock = match opts.stock {
+        Some(n) => {
+            conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
+            n as i64
+        }
+        None => stock::starting_stock_at(&mut conn, &opts.sku, key)?.ok_or_else(|| {
+            Error::NoStockKey {
+                key: key.to_string(),
+                addr: target.addr().to_string(),
+            }
+        })?,
+    };
+    Ok((conn, stock))
+}
+
+/// The stock at `key` after the run, on fresh connections and with pauses if the first try
+/// fails, for at most [`READ_BACK_PATIENCE`]. A key gone is an error too: the endpoint (or
+/// someone) deleted the stock the verdict rests on.
+fn read_back(target: &Target, conn: &mut Conn, sku: &Sku, key: &str) -> Result<i64> {
+    let read = |c: &mut Conn| {
+        stock::read_stock_at(c, sku, key)?.ok_or_else(|| Error::NoStockKey {
+            key: key.to_string(),
+            addr: target.addr().to_string(),
+        })
+    };
+    let deadline = Instant::now() + READ_BACK_PATIENCE;
+    let mut result = read(conn);
+    let worth_retrying = |r: &Result<i64>| matches!(r, Err(e) if !matches!(e, Error::NoStockKey { .. } | Error::BadStock { .. }));
+    while worth_retrying(&result) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(200));
+        result = target.connect().and_then(|mut c| read(&mut c));
+    }
+    result
+}

@@ -1,0 +1,203 @@
+//! The HTTP driver's sockets: a connect that sends its request in the same breath, and what
+//! the kernel can say of a connection (still open, bytes not yet acknowledged, connected to
+//! itself), each said as whose trouble it is: this machine's or the endpoint's.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::report::Ended;
+use lockctl_core::error::ErrorKind;
+
+/// An open connection.
+pub(super) struct Link {
+    pub(super) stream: TcpStream,
+    /// Whether it has carried an answer already (so the server may have closed it since).
+    pub(super) used: bool,
+}
+
+pub(super) fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> Ended {
+    Ended::Failed {
+        kind,
+        indeterminate,
+        message,
+    }
+}
+
+/// Bytes written on `stream` that its peer has not acknowledged yet (SIOCOUTQ); 0 when not
+/// known. Asked only of a request that timed out.
+pub(super) fn unacknowledged(stream: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int into a live local.
+    match unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) } {
+        0 => usize::try_from(n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Whether an idle connection is still open: nothing to read (a peek would block). An end of
+/// file, an error or bytes nobody asked for all mean it cannot carry a request. A real peek,
+/// one system call: tokio's own readiness may not have heard of a close that just arrived.
+pub(super) fn still_open(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut probe = 0u8;
+    // SAFETY: a one-byte read into a live local through the connection's own descriptor.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&raw mut probe).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}
+
+/// A fresh connection to the endpoint, and how much of `request` already went out on it.
+///
+/// On loopback a connect is done by the time the call returns: the handshake runs in the
+/// kernel within it. So the request is offered at once, before waiting to hear the connection
+/// is up, which saves a turn of the event loop (and two system calls) per connection, as
+/// every request costs against a server that closes after each answer (PHP's built-in server,
+/// plain `ab`). Only when the connection is not up yet (a send then takes nothing) does the
+/// wait come, and nothing has been sent. A failure after bytes went out is counted as a
+/// request that may have been acted on.
+pub(super) async fn connect(
+    addr: SocketAddr,
+    limit: Duration,
+    request: &[u8],
+) -> std::result::Result<(Link, usize), Ended> {
+    let socket = start_connect(addr).map_err(|e| connect_failed(addr, e))?;
+    // Offered before the socket is handed to the runtime: on loopback the request then
+    // reaches the endpoint a system call sooner, which measurably raises what a server that
+    // closes every connection serves.
+    let written = match socket.send_with_flags(request, libc::MSG_NOSIGNAL) {
+        Ok(n) => n,
+        // Not up yet: nothing went.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => 0,
+        // Up, then reset or closed before the request went: the endpoint is there.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
+            return Err(failure(
+                ErrorKind::Broken,
+                false,
+                format!(
+                    "the endpoint at {addr} closed the connection before the request went out: {e}"
+                ),
+            ));
+        }
+        Err(e) => return Err(connect_failed(addr, e)),
+    };
+    let stream = TcpStream::from_std(socket.into()).map_err(|e| {
+        // Whatever went out may be acted on.
+        failure(
+            ErrorKind::Internal,
+            written > 0,
+            format!(
+                "could not watch the connection to {addr} ({written} bytes of the request had gone out): {e}"
+            ),
+        )
+    })?;
+    if written == 0 {
+        // Up when writable, refused or reset when an error is pending.
+        let up = async {
+            stream.writable().await?;
+            match stream.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        };
+        match tokio::time::timeout(limit, up).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(connect_failed(addr, e)),
+            Err(_) => {
+                return Err(failure(
+                    ErrorKind::TimedOut,
+                    false,
+                    format!(
+                        "timed out after {} ms connecting to {addr} (see --connect-timeout-ms)",
+                        limit.as_millis()
+                    ),
+                ));
+            }
+        }
+    }
+    let link = Link {
+        stream,
+        used: false,
+    };
+    Ok((link, written))
+}
+
+/// A non-blocking connect to `addr` under way (or done).
+fn start_connect(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    // A request written in one go leaves nothing for Nagle's algorithm to hold back, except
+    // the tail of one longer than a segment.
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => Ok(socket),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(socket),
+        Err(e) => Err(e),
+    }
+}
+
+/// A connect that failed, said as this machine's trouble (no local port, no file descriptor
+/// left: the endpoint may be fine) or the endpoint's (refused, unreachable).
+pub(super) fn connect_failed(addr: SocketAddr, e: std::io::Error) -> Ended {
+    match e.raw_os_error() {
+        Some(libc::EADDRNOTAVAIL) => failure(
+            ErrorKind::Internal,
+            false,
+            format!(
+                "could not connect to {addr}: {e}: no local port is free (each closed connection holds one for a minute in TIME_WAIT); lower -n or -c, or widen net.ipv4.ip_local_port_range"
+            ),
+        ),
+        Some(code @ (libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+            let fix = match code {
+                libc::EMFILE => "lower -c, or raise this process's limit (ulimit -n)",
+                libc::ENFILE => "lower -c, or raise the system's limit (sysctl fs.file-max)",
+                _ => "lower -c, or free memory",
+            };
+            failure(
+                ErrorKind::Internal,
+                false,
+                format!(
+                    "could not open a connection to {addr}: {e}: this machine ran short, not the endpoint; {fix}"
+                ),
+            )
+        }
+        _ => failure(
+            ErrorKind::Refused,
+            false,
+            format!("could not connect to {addr}: {e} (is the endpoint running? see --url)"),
+        ),
+    }
+}
+
+/// Whether a connection came back to lockctl itself: with nothing listening on a port of the
+/// local range, a connect from that very port meets itself (TCP's simultaneous open), and what
+/// it "sends" it reads back as an answer, which is not HTTP. Asked only of such an answer, so
+/// that a sound run pays nothing for it.
+pub(super) fn is_self_connect(socket: socket2::SockRef<'_>, addr: SocketAddr) -> bool {
+    socket
+        .local_addr()
+        .is_ok_and(|local| local.as_socket() == Some(addr))
+}
+
+pub(super) fn nobody_there(addr: SocketAddr) -> Ended {
+    failure(
+        ErrorKind::Refused,
+        false,
+        format!(
+            "could not connect to {addr}: nothing is listening there (the connection came back to lockctl itself; is the endpoint running? see --url)"
+        ),
+    )
+}

@@ -1,0 +1,90 @@
+//! What a run is told: how many purchases, how many at once, how each is made, and by which
+//! driver.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use lockctl_core::redlock::Quorum;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::BuyOptions;
+
+/// How the purchases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Worker threads in this process, one connection each.
+    Threads,
+    /// Each purchase is a child `lockctl buy` process, like the seed's "several terminals".
+    Procs,
+    /// Each purchase is an HTTP request to someone's endpoint (`hammer --url`).
+    Http,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct HammerOptions {
+    /// Default: `sku_886`.
+    pub sku: Sku,
+    /// Purchases in all. Default: 100.
+    pub requests: u64,
+    /// Purchases in flight at once. Default: 10.
+    pub concurrency: u64,
+    /// Default: [`Mode::Threads`].
+    pub mode: Mode,
+    /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
+    pub stock: Option<u64>,
+    /// How each purchase is made. Default: [`BuyOptions::default`].
+    pub buy: BuyOptions,
+    /// Spread purchases over this many simulated users (`u0`, `u1`, ...), so a per-user
+    /// limit applies. Default: none (anonymous buyers).
+    pub users: Option<u64>,
+    /// The `lockctl` binary, for [`Mode::Procs`]. Default: this process's own executable.
+    pub exe: Option<PathBuf>,
+    /// Counts finished requests as they finish, for a progress display. Default: none.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
+    pub quorum: Option<Arc<Quorum>>,
+    /// Once set, no new request starts; those in flight finish. Default: none.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Workers beside the buyers persisting the orders into PostgreSQL (`--queue --db`), and
+    /// the whole path checked. Default: none.
+    pub pipeline: Option<PipelineOptions>,
+}
+
+impl Default for HammerOptions {
+    fn default() -> Self {
+        HammerOptions {
+            sku: "sku_886".parse().expect("a valid SKU"),
+            requests: 100,
+            concurrency: 10,
+            mode: Mode::Threads,
+            stock: None,
+            buy: BuyOptions::default(),
+            users: None,
+            exe: None,
+            progress: None,
+            quorum: None,
+            stop: None,
+            pipeline: None,
+        }
+    }
+}
+
+/// The most points a report's stock timeline keeps.
+pub const TIMELINE_POINTS: usize = 400;
+
+/// What to run beside the buyers.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// The PostgreSQL URL (`--db`).
+    pub db_url: String,
+    /// Workers beside the buyers. Default: 1.
+    pub workers: u64,
+    /// How long the queue may make no progress after the buyers finish before the hammer stops
+    /// waiting for it. Default: 30 s.
+    pub patience: Duration,
+}

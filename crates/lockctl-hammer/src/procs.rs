@@ -1,0 +1,288 @@
+//! `--mode procs`: each purchase is a child `lockctl buy --json`, as in the tutorial's
+//! "several terminals".
+//!
+//! The contract between parent and child is typed on both sides: [`ChildBuy::args`] writes the
+//! child's command line from the very option structs the parent runs with (each destructured,
+//! so a field added to them and not passed on does not compile), and the child's one JSON
+//! object is a [`BuyReply`], the type `buy --json` prints. Every child has a deadline derived
+//! from the run's own limits; one past it is killed and counted as an indeterminate error.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::fan_out::{fan_out, user_of};
+use crate::options::HammerOptions;
+use crate::report::{Ended, Sample};
+use crate::tally::Tally;
+use lockctl_core::conn::{ConnectOptions, Target, TlsFiles};
+use lockctl_core::error::{Error, ErrorKind, Result};
+use lockctl_core::lock::LockOptions;
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::BuyOptions;
+use lockctl_core::wire::BuyReply;
+
+/// One child purchase: everything its command line carries.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildBuy<'a> {
+    pub target: &'a Target,
+    pub sku: &'a Sku,
+    pub buy: &'a BuyOptions,
+    pub order_id: &'a str,
+    pub user: Option<&'a str>,
+}
+
+impl ChildBuy<'_> {
+    /// `[global flags] buy SKU [purchase flags]`, in the flags of lockctl's command line. URLs
+    /// are not among them: they travel in the environment (see [`ChildBuy::command`]), so no
+    /// password shows in `ps`.
+    pub fn args(&self) -> Vec<OsString> {
+        let ConnectOptions {
+            connect_timeout,
+            call_timeout,
+            tls: TlsFiles { ca, cert, key },
+        } = self.target.options();
+        let BuyOptions {
+            strategy,
+            qty,
+            work,
+            lock:
+                LockOptions {
+                    ttl,
+                    wait,
+                    watchdog,
+                },
+            limit,
+            queue,
+            batch,
+        } = self.buy;
+        let ms = |d: &Duration| d.as_millis().to_string();
+        let mut a: Vec<OsString> = vec!["--json".into()];
+        push(&mut a, "--timeout-ms", ms(call_timeout));
+        push(&mut a, "--connect-timeout-ms", ms(connect_timeout));
+        for (name, path) in [("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)] {
+            if let Some(p) = path {
+                push(&mut a, name, p);
+            }
+        }
+        if self.target.is_cluster() {
+            a.push("--cluster".into());
+        }
+        a.extend(["buy".into(), self.sku.as_str().into()]);
+        push(&mut a, "--strategy", strategy.name());
+        push(&mut a, "--qty", qty.to_string());
+        push(&mut a, "--ttl-ms", ms(ttl));
+        push(&mut a, "--wait-ms", ms(wait));
+        push(&mut a, "--work-ms", ms(work));
+        push(&mut a, "--order-id", self.order_id);
+        push(&mut a, "--batch-ms", ms(&batch.window));
+        push(&mut a, "--batch-max", batch.max.to_string());
+        if let Some(l) = limit {
+            push(&mut a, "--limit", l.to_string());
+            if let Some(u) = self.user {
+                push(&mut a, "--user", u);
+            }
+        }
+        if *watchdog {
+            a.push("--watchdog".into());
+        }
+        if *queue {
+            a.push("--queue".into());
+        }
+        a
+    }
+
+    /// The child process: [`ChildBuy::args`], the URLs in `REDIS_URL` and
+    /// `LOCKCTL_LOCK_NODES`, in its own process group (so a Ctrl-C at the terminal stops the
+    /// hammer from starting new buyers but lets the running ones finish and release their
+    /// locks), stdout and stderr piped.
+    pub fn command(&self, exe: &Path, lock_nodes: Option<&str>) -> Command {
+        let mut cmd = Command::new(exe);
+        cmd.process_group(0)
+            .args(self.args())
+            .env("REDIS_URL", self.target.secret_url())
+            .env_remove("LOCKCTL_LOCK_NODES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(nodes) = lock_nodes {
+            cmd.env("LOCKCTL_LOCK_NODES", nodes);
+        }
+        cmd
+    }
+}
+
+/// How long a child may take before it is killed: its own limits (connecting, waiting for
+/// the lock, working, the lease, a handful of calls) and two seconds to start and exit.
+pub fn child_deadline(target: &Target, buy: &BuyOptions) -> Duration {
+    let o = target.options();
+    Duration::from_secs(2)
+        + o.connect_timeout * 3
+        + o.call_timeout * 8
+        + buy.lock.wait
+        + buy.work
+        + buy.lock.ttl
+}
+
+pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+    let exe = match &opts.exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|e| {
+            Error::internal(format!(
+                "cannot find the lockctl binary for --mode procs: {e}"
+            ))
+        })?,
+    };
+    let lock_nodes = opts.quorum.as_ref().map(|q| q.secret_urls().join(","));
+    let deadline = child_deadline(target, &opts.buy);
+    let start = Instant::now();
+    let one_child = |i: u64| {
+        let t = Instant::now();
+        let order_id = format!("{run_id}-{i}");
+        let user = user_of(opts, i);
+        let child = ChildBuy {
+            target,
+            sku: &opts.sku,
+            buy: &opts.buy,
+            order_id: &order_id,
+            user: user.as_deref(),
+        };
+        let ended = run_child(child.command(&exe, lock_nodes.as_deref()), deadline);
+        let (ended, lock_wait, lock_hold) = match ended {
+            Ok(reply) => reply,
+            // A child that died without saying what happened may have deducted.
+            Err(message) => (
+                Ended::Failed {
+                    kind: ErrorKind::Child,
+                    indeterminate: true,
+                    message,
+                },
+                None,
+                None,
+            ),
+        };
+        Sample {
+            index: i,
+            ended,
+            latency: t.elapsed(),
+            lock_wait,
+            lock_hold,
+            sent: t.saturating_duration_since(start),
+            at: Duration::ZERO,
+        }
+    };
+    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    fan_out(
+        opts,
+        start,
+        workers,
+        1,
+        || (),
+        |_, batch| batch.iter().map(|&i| one_child(i)).collect(),
+        |_| Vec::new(),
+    )
+}
+
+fn push(args: &mut Vec<OsString>, flag: &str, value: impl Into<OsString>) {
+    args.push(flag.into());
+    args.push(value.into());
+}
+
+type ChildResult = (Ended, Option<Duration>, Option<Duration>);
+
+/// Runs one child `lockctl buy --json` and reads its one JSON object, killing the child if it
+/// has not finished within `deadline` (a stopped or hung child must not hang the run).
+fn run_child(mut cmd: Command, deadline: Duration) -> Result<ChildResult, String> {
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start lockctl: {e}"))?;
+    let (stdout, stderr) = match read_within(&mut child, deadline) {
+        Ok(Some(out)) => out,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("could not read lockctl's output: {e}"));
+        }
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "lockctl buy did not finish within {} ms and was killed",
+                deadline.as_millis()
+            ));
+        }
+    };
+    let status = child
+        .wait()
+        .map_err(|e| format!("lockctl did not finish: {e}"))?;
+    let reply: BuyReply = serde_json::from_str(stdout.trim()).map_err(|e| {
+        format!(
+            "lockctl buy exited with {status} and no JSON reply ({e}): {}",
+            stderr.trim()
+        )
+    })?;
+    let ms = |v: Option<f64>| v.map(|x| Duration::from_secs_f64(x.max(0.0) / 1000.0));
+    Ok(match reply {
+        BuyReply::Failed(e) => (
+            Ended::Failed {
+                kind: e.error_kind,
+                indeterminate: e.indeterminate,
+                message: e.error,
+            },
+            None,
+            None,
+        ),
+        BuyReply::Done(b) => (
+            Ended::Done {
+                outcome: b.buy(),
+                replayed: b.replayed,
+                overran_lease: b.lease_overrun,
+            },
+            ms(b.lock_wait_ms),
+            ms(b.lock_hold_ms),
+        ),
+    })
+}
+
+/// The child's whole stdout and stderr, or `None` if it has not closed them by the deadline
+/// (an error when the threads that read them could not be started).
+fn read_within(child: &mut Child, deadline: Duration) -> std::io::Result<Option<(String, String)>> {
+    let (tx, rx) = mpsc::channel();
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    for (n, pipe) in pipes.into_iter().enumerate() {
+        let tx = tx.clone();
+        thread::Builder::new()
+            .name("lockctl-child-pipe".into())
+            .spawn(move || {
+                let mut text = String::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_string(&mut text);
+                }
+                let _ = tx.send((n, text));
+            })?;
+    }
+    let end = Instant::now() + deadline;
+    let mut out = [String::new(), String::new()];
+    for _ in 0..2 {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok((n, text)) => out[n] = text,
+            Err(_) => return Ok(None),
+        }
+    }
+    let [stdout, stderr] = out;
+    Ok(Some((stdout, stderr)))
+}

@@ -1,0 +1,345 @@
+//! The buyers' side of the books, kept as the answers come in: counts, latency histograms, a
+//! bit per request for "told bought" and "may have bought", and a thinned stock timeline.
+//!
+//! Nothing here grows with the number of requests except two bitsets (an eighth of a byte per
+//! request each), so a hammer of ten million purchases holds the same few megabytes as one of
+//! a hundred thousand: samples are folded in as they arrive and never kept. The order of the
+//! answers in time is kept the same way, as two extremes ([`Precedence`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::options::TIMELINE_POINTS;
+use crate::report::{Ended, Sample};
+use lockctl_core::error::ErrorKind;
+use lockctl_core::stock::{Buy, Outcome};
+
+/// One bit per request.
+#[derive(Clone, Debug, Default)]
+pub struct Bits(Vec<u64>);
+
+impl Bits {
+    pub fn new(len: u64) -> Bits {
+        Bits(vec![0; len.div_ceil(64) as usize])
+    }
+
+    pub fn set(&mut self, i: u64) {
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w |= 1 << (i % 64);
+        }
+    }
+
+    /// How many bits.
+    pub fn len(&self) -> u64 {
+        self.0.len() as u64 * 64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, i: u64) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    /// The indices set here and not in `other`.
+    pub fn minus<'a>(&'a self, other: &'a Bits) -> impl Iterator<Item = u64> + 'a {
+        self.0.iter().enumerate().flat_map(move |(n, &w)| {
+            let rest = w & !other.0.get(n).copied().unwrap_or(0);
+            (0..64)
+                .filter(move |b| rest & (1 << b) != 0)
+                .map(move |b| n as u64 * 64 + b)
+        })
+    }
+}
+
+/// What the buyers were told, counted.
+#[derive(Debug)]
+pub struct Tally {
+    pub(super) qty: u64,
+    pub(super) latency: Histogram<u64>,
+    pub(super) wait: Histogram<u64>,
+    pub(super) hold: Histogram<u64>,
+    pub(super) samples: u64,
+    pub(super) bought: u64,
+    pub(super) replayed: u64,
+    pub(super) sold_out: u64,
+    pub(super) busy: u64,
+    pub(super) lease_lost: u64,
+    pub(super) limit_reached: u64,
+    pub(super) answered: u64,
+    pub(super) errors: u64,
+    pub(super) indeterminate: u64,
+    pub(super) lease_overrun: u64,
+    pub(super) errors_by_kind: BTreeMap<ErrorKind, u64>,
+    /// The message of the earliest failure, and when it ended.
+    pub(super) first_error: Option<(Duration, String)>,
+    /// Requests told they bought now (replays excluded).
+    pub(super) told_bought: Bits,
+    /// Requests whose failure may have deducted anyway.
+    pub(super) maybe_applied: Bits,
+    /// The first "sold out" answer and the last "bought" request sent.
+    pub(super) precedence: Precedence,
+    timeline: Timeline,
+}
+
+/// The earliest "sold out" answer and the latest request answered "bought", by the run's
+/// clock. Some "sold out" came before some sale was even asked for exactly when the first of
+/// those answers came before the last of those requests was sent, so these two extremes
+/// decide it, whatever the number of requests: a comparison a request, folded in with the
+/// rest of the tally.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Precedence {
+    /// When the first "sold out" answer had come (its `at`), and its request.
+    first_sold_out: Option<(Duration, u64)>,
+    /// When the last request answered "bought" was sent (its `sent`), and that request.
+    last_bought: Option<(Duration, u64)>,
+}
+
+impl Precedence {
+    /// Request `index` was answered "sold out" by `at`.
+    pub fn sold_out(&mut self, at: Duration, index: u64) {
+        if self.first_sold_out.is_none_or(|first| (at, index) < first) {
+            self.first_sold_out = Some((at, index));
+        }
+    }
+
+    /// Request `index`, sent at `sent`, was answered "bought".
+    pub fn bought(&mut self, sent: Duration, index: u64) {
+        if self.last_bought.is_none_or(|last| (sent, index) > last) {
+            self.last_bought = Some((sent, index));
+        }
+    }
+
+    /// A "sold out" answered strictly before a request later answered "bought" was sent:
+    /// `((answered at, request), (sent at, request))`. Answers that overlap in time say
+    /// nothing of their order, so they never count.
+    pub fn sold_out_before_a_sale(&self) -> Option<((Duration, u64), (Duration, u64))> {
+        let (sold_out, bought) = (self.first_sold_out?, self.last_bought?);
+        (sold_out.0 < bought.0).then_some((sold_out, bought))
+    }
+}
+
+pub(super) fn new_histogram() -> Histogram<u64> {
+    // Microseconds from 1 µs to one hour at three significant figures.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+pub(super) fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record((d.as_micros() as u64).max(1));
+}
+
+impl Tally {
+    /// An empty tally for `requests` purchases of `qty` units each.
+    pub fn new(requests: u64, qty: u64) -> Tally {
+        Tally {
+            qty,
+            latency: new_histogram(),
+            wait: new_histogram(),
+            hold: new_histogram(),
+            samples: 0,
+            bought: 0,
+            replayed: 0,
+            sold_out: 0,
+            busy: 0,
+            lease_lost: 0,
+            limit_reached: 0,
+            answered: 0,
+            errors: 0,
+            indeterminate: 0,
+            lease_overrun: 0,
+            errors_by_kind: BTreeMap::new(),
+            first_error: None,
+            told_bought: Bits::new(requests),
+            maybe_applied: Bits::new(requests),
+            precedence: Precedence::default(),
+            timeline: Timeline::default(),
+        }
+    }
+
+    /// Folds one request's record in.
+    pub fn add(&mut self, s: &Sample) {
+        self.samples += 1;
+        record(&mut self.latency, s.latency);
+        if let Some(w) = s.lock_wait {
+            record(&mut self.wait, w);
+        }
+        if let Some(h) = s.lock_hold {
+            record(&mut self.hold, h);
+        }
+        match &s.ended {
+            Ended::Done {
+                outcome,
+                replayed,
+                overran_lease,
+            } => match outcome {
+                Buy::Bought { remaining } => {
+                    self.bought += 1;
+                    // A replay deducted nothing now: it may come after the stock ran out.
+                    if *replayed {
+                        self.replayed += 1;
+                    } else {
+                        self.told_bought.set(s.index);
+                        self.timeline.add(s.at, *remaining);
+                        self.precedence.bought(s.sent, s.index);
+                    }
+                    self.lease_overrun += u64::from(*overran_lease);
+                }
+                Buy::SoldOut { .. } => {
+                    self.sold_out += 1;
+                    self.precedence.sold_out(s.at, s.index);
+                }
+                Buy::Busy => self.busy += 1,
+                Buy::LeaseLost => self.lease_lost += 1,
+                Buy::LimitReached { .. } => self.limit_reached += 1,
+            },
+            Ended::Answered { outcome, remaining } => match outcome {
+                None => self.answered += 1,
+                Some(Outcome::Bought) => {
+                    self.bought += 1;
+                    self.told_bought.set(s.index);
+                    self.precedence.bought(s.sent, s.index);
+                    if let Some(stock) = remaining {
+                        self.timeline.add(s.at, *stock);
+                    }
+                }
+                Some(Outcome::SoldOut) => {
+                    self.sold_out += 1;
+                    self.precedence.sold_out(s.at, s.index);
+                }
+                Some(Outcome::Busy) => self.busy += 1,
+                Some(Outcome::LeaseLost) => self.lease_lost += 1,
+                Some(Outcome::LimitReached) => self.limit_reached += 1,
+            },
+            Ended::Failed {
+                kind,
+                indeterminate,
+                message,
+            } => {
+                self.errors += 1;
+                *self.errors_by_kind.entry(*kind).or_insert(0) += 1;
+                if *indeterminate {
+                    self.indeterminate += 1;
+                    self.maybe_applied.set(s.index);
+                }
+                if self.first_error.as_ref().is_none_or(|(at, _)| s.at < *at) {
+                    self.first_error = Some((s.at, message.clone()));
+                }
+            }
+        }
+    }
+
+    /// Requests that ended as exactly one outcome.
+    pub fn accounted(&self) -> u64 {
+        self.bought
+            + self.sold_out
+            + self.busy
+            + self.lease_lost
+            + self.limit_reached
+            + self.answered
+            + self.errors
+    }
+
+    /// Requests recorded.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Units the buyers were told they bought now.
+    pub fn sold_qty(&self) -> u64 {
+        (self.bought - self.replayed) * self.qty
+    }
+
+    /// The stock the buyers were told, in time order, at most [`TIMELINE_POINTS`] - 2 points.
+    pub(super) fn timeline_points(&self) -> Vec<(Duration, i64)> {
+        let mut points = self.timeline.points.clone();
+        points.sort_by_key(|p| p.0);
+        let step = points.len().div_ceil(TIMELINE_POINTS - 2).max(1);
+        points.into_iter().step_by(step).collect()
+    }
+}
+
+/// Every `stride`-th bought answer, the stride doubling whenever the buffer fills, so it holds
+/// an even sample of the whole run in bounded space.
+#[derive(Debug, Default)]
+struct Timeline {
+    points: Vec<(Duration, i64)>,
+    seen: u64,
+    stride: u64,
+}
+
+impl Timeline {
+    fn add(&mut self, at: Duration, stock: i64) {
+        self.stride = self.stride.max(1);
+        if self.seen.is_multiple_of(self.stride) {
+            self.points.push((at, stock));
+            if self.points.len() >= 2 * TIMELINE_POINTS {
+                let mut keep = false;
+                self.points.retain(|_| {
+                    keep = !keep;
+                    keep
+                });
+                self.stride *= 2;
+            }
+        }
+        self.seen += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_remember_what_was_set_and_tell_the_difference() {
+        let mut a = Bits::new(200);
+        let mut b = Bits::new(200);
+        for i in [0, 63, 64, 199] {
+            a.set(i);
+        }
+        b.set(64);
+        a.set(500); // out of range: ignored, not a panic
+        assert!(a.get(63) && !a.get(62) && !a.get(500));
+        assert_eq!(a.minus(&b).collect::<Vec<_>>(), vec![0, 63, 199]);
+    }
+
+    #[test]
+    fn only_a_sold_out_answered_before_a_sale_was_sent_counts() {
+        let ms = Duration::from_millis;
+        let mut p = Precedence::default();
+        p.sold_out(ms(5), 1);
+        p.bought(ms(5), 2);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            None,
+            "the same moment is no order"
+        );
+        p.bought(ms(4), 3);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            None,
+            "sent before the answer came"
+        );
+        p.bought(Duration::from_micros(5001), 4);
+        p.sold_out(ms(9), 5);
+        assert_eq!(
+            p.sold_out_before_a_sale(),
+            Some(((ms(5), 1), (Duration::from_micros(5001), 4)))
+        );
+    }
+
+    #[test]
+    fn the_timeline_stays_small_and_spans_the_run() {
+        let mut t = Timeline::default();
+        for i in 0..100_000u64 {
+            t.add(Duration::from_micros(i), i as i64);
+        }
+        assert!(t.points.len() < 2 * TIMELINE_POINTS);
+        assert_eq!(t.points[0].1, 0);
+        assert!(t.points.last().unwrap().1 > 90_000);
+    }
+}

@@ -1,0 +1,62 @@
+//! One thread and one connection per buyer: every strategy, every kind of server.
+
+use std::time::Instant;
+
+use crate::fan_out::{Began, done, failed, fan_out, user_of};
+use crate::options::HammerOptions;
+use crate::report::Sample;
+use crate::tally::Tally;
+use lockctl_core::conn::{Conn, Target};
+use lockctl_core::error::Result;
+use lockctl_core::stock::Buyer;
+
+/// One purchase through `buyer` on `conn` (opened if needed; dropped after an error, since it
+/// may be in any state), begun at `began`, as a sample.
+pub(super) fn one_purchase(
+    target: &Target,
+    buyer: &Buyer,
+    conn: &mut Option<Conn>,
+    i: u64,
+    run_id: &str,
+    opts: &HammerOptions,
+    began: Began,
+) -> Sample {
+    let order_id = format!("{run_id}-{i}");
+    let user = user_of(opts, i);
+    let result = match conn {
+        Some(c) => Ok(c),
+        None => target.connect().map(|c| conn.insert(c)),
+    }
+    .and_then(|c| buyer.buy(c, &order_id, user.as_deref()));
+    match result {
+        Ok(p) => done(i, began, &p),
+        Err(e) => {
+            *conn = None;
+            failed(i, began, &e)
+        }
+    }
+}
+
+/// One thread and one connection per buyer: every strategy, every kind of server.
+pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+    let mut buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    if let Some(q) = &opts.quorum {
+        buyer = buyer.with_quorum(q.clone());
+    }
+    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    let start = Instant::now();
+    fan_out(
+        opts,
+        start,
+        workers,
+        1,
+        || None::<Conn>,
+        |conn, batch| {
+            batch
+                .iter()
+                .map(|&i| one_purchase(target, &buyer, conn, i, run_id, opts, Began::now(start)))
+                .collect()
+        },
+        |_| Vec::new(),
+    )
+}
