@@ -177,6 +177,10 @@ impl Worker<'_> {
         if matches!(classify(&e), Failure::Fatal) || (self.opts.once && failures >= ONCE_TRIES) {
             return Err(e);
         }
+        if self.opts.stopped() {
+            // Asked to stop (a signal may well have interrupted the call): nothing to wait out.
+            return Ok(());
+        }
         let backoff = self.backoff;
         self.wait_out(&e, "retrying", backoff);
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
