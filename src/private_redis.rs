@@ -192,10 +192,8 @@ enum Answer {
 
 /// The `process_id` of `INFO server`: the pid of the server that answered.
 fn process_id(c: &mut redis::Connection) -> Option<u32> {
-    let info: String = redis::cmd("INFO").arg("server").query(c).ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
+    let info: redis::InfoDict = redis::cmd("INFO").arg("server").query(c).ok()?;
+    info.get("process_id")
 }
 
 /// `LOCKCTL_PRIVATE_REDIS_PORTS`: ports to try first, in order (for lockctl's own tests: a port

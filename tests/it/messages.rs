@@ -382,11 +382,18 @@ fn a_lock_key_of_the_wrong_type_is_named_and_unlock_force_mends_it() {
 #[test]
 fn queue_with_naive_names_every_strategy_that_queues() {
     let server = RedisServer::start();
-    for cmd in [&["buy", "nq"][..], &["hammer", "--sku", "nq", "--stock", "5"][..]] {
+    for cmd in [
+        &["buy", "nq"][..],
+        &["hammer", "--sku", "nq", "--stock", "5"][..],
+    ] {
         let out = lockctl(
             &server.url(),
             &[cmd, &["--queue", "--strategy", "naive"][..]].concat(),
         );
-        assert_says(&out, 2, &["--queue works with lock, fenced, atomic and batch"]);
+        assert_says(
+            &out,
+            2,
+            &["--queue works with lock, fenced, atomic and batch"],
+        );
     }
 }

@@ -124,13 +124,10 @@ pub(crate) fn check_capacity(
     let Some(maxclients) = max.and_then(|v| v.get(1).and_then(|n| n.parse::<u64>().ok())) else {
         return Ok(());
     };
-    let info: String = conn
-        .query(redis::cmd("INFO").arg("clients"))
-        .unwrap_or_default();
-    let in_use = info
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse::<u64>().ok())
+    let in_use = conn
+        .info("clients")
+        .ok()
+        .and_then(|info| info.get::<u64>("connected_clients"))
         .unwrap_or(1);
     let needed = connections_needed(opts, target);
     if needed + in_use.saturating_sub(1) <= maxclients {

@@ -123,10 +123,7 @@ impl Restart {
 }
 
 fn run_id(conn: &mut Conn) -> Option<String> {
-    let info: String = conn.query(redis::cmd("INFO").arg("server")).ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .map(|id| id.trim().to_string())
+    conn.info("server").ok()?.get::<String>("run_id")
 }
 
 /// Whether the server saves anything to disk: RDB snapshots (`save` not empty) or an AOF
