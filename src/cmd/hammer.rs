@@ -104,6 +104,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             db_url,
             workers: args.workers,
             patience: Duration::from_secs(30),
+            events: super::worker::to_stderr(),
         }),
     }
 }

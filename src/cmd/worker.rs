@@ -7,6 +7,7 @@ use serde_json::json;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::orders::db::{Db, SCHEMA_VERSION};
 use lockctl_core::orders::dead;
+use lockctl_core::orders::events::Listener;
 use lockctl_core::orders::worker::{self, WorkerOptions};
 use lockctl_core::sku::Sku;
 use lockctl_core::units::count;
@@ -33,6 +34,7 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
     opts.claim_idle = Duration::from_millis(args.claim_idle_ms);
     opts.once = args.once;
     opts.stop = Some(stop.requested.clone());
+    opts.events = to_stderr();
     if !ctx.quiet && !ctx.json {
         eprintln!(
             "lockctl worker {}: persisting orders of {} (Ctrl-C to stop after the batch in hand)",
@@ -75,6 +77,11 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
         Some(code) => Exit::Signal(code),
         None => Exit::Ok,
     })
+}
+
+/// A worker's events, said on stderr as `lockctl worker: ...`.
+pub(super) fn to_stderr() -> Listener {
+    Listener::new(|event| eprintln!("lockctl worker: {event}"))
 }
 
 /// `--requeue-dead`: each SKU's dead letters that hold orders, back on its queue.

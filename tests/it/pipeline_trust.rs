@@ -477,10 +477,10 @@ fn a_trigger_that_fails_with_a_data_sqlstate_dead_letters_no_paid_order() {
                FOR EACH ROW EXECUTE FUNCTION audit();",
         )
         .unwrap();
-    let _worker = Running(spawn_lockctl_with(
+    let mut worker = Running(spawn_lockctl_with(
         &server.url(),
         &["worker", "--db", &db.url, "--sku", "trg", "--batch", "50"],
-        Streams::Discard,
+        Streams::Capture,
     ));
     queue_orders(&server, "trg", "200");
     std::thread::sleep(Duration::from_secs(2));
@@ -494,6 +494,15 @@ fn a_trigger_that_fails_with_a_data_sqlstate_dead_letters_no_paid_order() {
         rows(&db, "trg").0
     );
     assert_eq!(dead_letters(&server, "trg"), 0);
+    // The wait was said, as it went on and when it ended.
+    signal(worker.0.id(), "INT");
+    let out = worker.0.wait_with_output_ref();
+    let said = stderr(&out);
+    assert!(
+        said.contains("22012") && said.contains("batch kept"),
+        "{said}"
+    );
+    assert!(said.contains("going again after"), "{said}");
 }
 
 #[test]

@@ -87,4 +87,6 @@ pub struct PipelineOptions {
     /// How long the queue may make no progress after the buyers finish before the hammer stops
     /// waiting for it. Default: 30 s.
     pub patience: Duration,
+    /// Where the workers' events go (failures waited out, dead letters). Default: nowhere.
+    pub events: lockctl_core::orders::events::Listener,
 }

@@ -76,6 +76,7 @@ pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) 
         // the insert is idempotent.
         w.claim_idle = Duration::from_secs(1);
         w.stop = Some(stop.clone());
+        w.events = p.events.clone();
         let (target, url) = (target.clone(), p.db_url.clone());
         let spawned = thread::Builder::new()
             .name("lockctl-worker".into())

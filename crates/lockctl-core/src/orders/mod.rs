@@ -18,6 +18,8 @@ mod crash;
 #[cfg(feature = "postgres")]
 pub mod db;
 pub mod dead;
+#[cfg(feature = "postgres")]
+pub mod events;
 pub mod queue;
 #[cfg(feature = "postgres")]
 mod reconcile;

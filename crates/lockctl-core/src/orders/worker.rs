@@ -21,6 +21,7 @@ use redis::Value;
 
 use super::crash::crash_point;
 use super::db::Db;
+use super::events::{Listener, WorkerEvent};
 use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
@@ -44,6 +45,9 @@ pub struct WorkerOptions {
     pub consumer: String,
     /// Once set, the worker finishes the batch in hand and returns. Default: none.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Where what the worker has to say goes (waits, set-asides, dead letters). Default:
+    /// nowhere.
+    pub events: Listener,
 }
 
 impl WorkerOptions {
@@ -62,6 +66,7 @@ impl WorkerOptions {
                 hex::encode(rand::random::<[u8; 3]>())
             ),
             stop: None,
+            events: Listener::default(),
         }
     }
 
@@ -182,7 +187,7 @@ impl Worker<'_> {
             return Ok(());
         }
         let backoff = self.backoff;
-        self.wait_out(&e, "retrying", backoff);
+        self.wait_out(&e, backoff);
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.conn = None;
         self.db = None;
@@ -190,27 +195,26 @@ impl Worker<'_> {
     }
 
     /// Says what is being waited out (and for how long so far), counts it, and sleeps.
-    fn wait_out(&mut self, e: &Error, what: &str, backoff: Duration) {
+    fn wait_out(&mut self, e: &Error, backoff: Duration) {
         let since = *self.waiting_since.get_or_insert_with(Instant::now);
         self.stats.retries += 1;
         if let Some(m) = self.target.metrics() {
             m.worker_retry(since.elapsed());
         }
-        eprintln!(
-            "lockctl worker: {e}; {what} in {} ms (waiting for {:.1} s, batch kept)",
-            backoff.as_millis(),
-            since.elapsed().as_secs_f64()
-        );
+        self.opts.events.tell(WorkerEvent::Waiting {
+            error: e.to_string(),
+            backoff,
+            waiting: since.elapsed(),
+        });
         thread::sleep(backoff);
     }
 
     /// All is well again.
     fn recovered(&mut self) {
         if let Some(since) = self.waiting_since.take() {
-            eprintln!(
-                "lockctl worker: going again after {:.1} s of waiting",
-                since.elapsed().as_secs_f64()
-            );
+            self.opts.events.tell(WorkerEvent::Recovered {
+                after: since.elapsed(),
+            });
             if let Some(m) = self.target.metrics() {
                 m.worker_recovered();
             }
@@ -264,11 +268,10 @@ impl Worker<'_> {
                 }
                 Persisted::SetAside => {
                     self.stats.set_aside += 1;
-                    eprintln!(
-                        "lockctl worker: {} orders of {} have rows another session holds locked (a worker stopped mid-transaction?): left pending, taken up again after --claim-idle-ms",
-                        orders.len(),
-                        keys.events
-                    );
+                    self.opts.events.tell(WorkerEvent::SetAside {
+                        orders: orders.len(),
+                        stream: keys.events.clone(),
+                    });
                 }
             }
         }
@@ -394,7 +397,7 @@ impl Worker<'_> {
             if self.opts.stopped() || (self.opts.once && tries >= ONCE_TRIES) {
                 return Err(e);
             }
-            self.wait_out(&e, "retrying the batch", backoff);
+            self.wait_out(&e, backoff);
             self.db = None;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
@@ -431,9 +434,9 @@ impl Worker<'_> {
         self.stats.redelivered += redelivered;
         self.stats.conflicts += conflicts;
         if conflicts > 0 {
-            eprintln!(
-                "lockctl worker: {conflicts} order id(s) already persisted with another SKU, quantity or user: recorded in lockctl_order_conflicts"
-            );
+            self.opts
+                .events
+                .tell(WorkerEvent::Conflicts { count: conflicts });
         }
     }
 
@@ -452,10 +455,12 @@ impl Worker<'_> {
         if let Some(m) = self.target.metrics() {
             m.dead_letter();
         }
-        eprintln!(
-            "lockctl worker: entry {id} of {} set aside ({why}): moved to {} (lockctl worker --requeue-dead puts it back after a fix)",
-            keys.events, keys.dead_letters
-        );
+        self.opts.events.tell(WorkerEvent::DeadLettered {
+            id: id.to_string(),
+            stream: keys.events.clone(),
+            why: why.to_string(),
+            dead_letters: keys.dead_letters.clone(),
+        });
         Ok(())
     }
 }
