@@ -6,8 +6,10 @@
 //! Layout:
 //! - [`render`]: reports as text, JSON, Markdown or HTML.
 //! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
+//! - [`redis_server`]: starting a `redis-server` of one's own (the private server, the tests').
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
 
 pub mod endpoint;
+pub mod redis_server;
 pub mod render;
 pub mod scrape;

@@ -14,15 +14,14 @@
 //! that answer proves the child is the one listening. Until then nothing is written; another
 //! server on the port costs that port, and the next one is tried.
 
-use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use lockctl::redis_server::{self, Answer};
 
 /// How long the server may take to answer its first PING.
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -56,16 +55,7 @@ impl PrivateRedis {
                 Some(p) => p,
                 None => free_port()?,
             };
-            let spawned = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&dir)
-                .arg("--logfile")
-                .arg(dir.join("redis.log"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            let spawned = redis_server::command(&binary, port, &dir, &[])
                 .process_group(0)
                 .die_with_parent()
                 .spawn();
@@ -114,40 +104,12 @@ impl PrivateRedis {
         self.port
     }
 
-    /// Waits for the port to answer PING, then asks who answered: the child (its pid, and
-    /// still running), or another server that holds the port. Reads only: nothing is written
-    /// to a server before it is known to be the child.
     fn wait_ready(&mut self) -> Answer {
-        let deadline = Instant::now() + READY_WITHIN;
-        let Ok(client) = redis::Client::open(self.url()) else {
-            return Answer::Nobody;
-        };
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return Answer::Nobody;
-            }
-            if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200))
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
-            {
-                let pid = process_id(&mut c);
-                // Asked after the answer: a child that had exited could not have given it.
-                let running = matches!(self.child.try_wait(), Ok(None));
-                return match pid == Some(self.child.id()) && running {
-                    true => Answer::Ours,
-                    false => Answer::Someone(pid),
-                };
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Answer::Nobody
+        redis_server::wait_ready(&mut self.child, self.port, READY_WITHIN)
     }
 
     fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(self.dir.join("redis.log")) {
-            let _ = f.read_to_string(&mut text);
-        }
-        text
+        redis_server::log(&self.dir)
     }
 }
 
@@ -165,9 +127,9 @@ impl Drop for PrivateRedis {
 /// exit without unwinding (quitting on a second signal).
 pub fn stop_all() {
     for (pid, dir) in live().drain(..) {
-        // SAFETY: kill(2) on a pid this process started and has not reaped.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        // A pid this process started and has not reaped.
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -180,22 +142,6 @@ fn live() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
 /// How many ports are tried before giving up.
 const TRIES: usize = 5;
 
-/// Who answered on the private server's port.
-enum Answer {
-    /// The child: its pid is the server's `process_id`, and it is running.
-    Ours,
-    /// Nobody within [`READY_WITHIN`], or the child exited (the port was taken, say).
-    Nobody,
-    /// Another server, with the `process_id` it gave (if it gave one).
-    Someone(Option<u32>),
-}
-
-/// The `process_id` of `INFO server`: the pid of the server that answered.
-fn process_id(c: &mut redis::Connection) -> Option<u32> {
-    let info: redis::InfoDict = redis::cmd("INFO").arg("server").query(c).ok()?;
-    info.get("process_id")
-}
-
 /// `LOCKCTL_PRIVATE_REDIS_PORTS`: ports to try first, in order (for lockctl's own tests: a port
 /// another server already holds).
 fn forced_ports() -> Vec<u16> {
@@ -206,9 +152,9 @@ fn forced_ports() -> Vec<u16> {
         .collect()
 }
 
+/// A port nobody listens on at the moment of asking.
 fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("could not find a free port")?;
-    Ok(l.local_addr()?.port())
+    redis_server::free_port().context("could not find a free port")
 }
 
 /// Removes the directories of private servers whose lockctl died without cleaning up (a
@@ -266,10 +212,13 @@ trait DieWithParent {
 
 impl DieWithParent for Command {
     fn die_with_parent(&mut self) -> &mut Self {
-        // SAFETY: prctl is async-signal-safe and touches only the child being started.
+        // SAFETY: pre_exec runs between fork and exec: the closure makes one system call
+        // (prctl, directly: async-signal-safe), on the child being started.
         unsafe {
             self.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))?;
                 Ok(())
             })
         }

@@ -20,12 +20,12 @@
 //! `kill`): no test is ever skipped for want of one.
 
 use std::ffi::OsStr;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use lockctl::redis_server;
 use lockctl_core::conn::{Conn, ConnectOptions, Target};
 use lockctl_core::lock::{Acquire, Guard, Lock, LockOptions};
 use redis::Commands;
@@ -94,26 +94,10 @@ impl RedisServer {
         );
     }
 
+    /// Whether the server answers, and is the child started (not a server that took the port
+    /// first), within `limit`.
     fn wait_ready(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if let Ok(mut c) = self
-                .raw_client()
-                .get_connection_with_timeout(Duration::from_millis(200))
-            {
-                // A server started with requirepass answers NOAUTH: it is up all the same.
-                match redis::cmd("PING").query::<String>(&mut c) {
-                    Ok(_) => return true,
-                    Err(e) if e.code() == Some("NOAUTH") => return true,
-                    Err(_) => {}
-                }
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        false
+        redis_server::wait_ready(&mut self.child, self.port, limit) == redis_server::Answer::Ours
     }
 
     pub fn url(&self) -> String {
@@ -163,30 +147,20 @@ impl Drop for RedisServer {
     }
 }
 
+/// The binary's own launcher (`lockctl::redis_server`), as the private server starts it: the
+/// defaults first, `extra` overriding them.
 fn spawn_server(port: u16, dir: &Path, extra: &[String]) -> Child {
-    // The defaults first: later arguments (extra) override them.
-    spawn_tool(
-        Command::new(redis_server_program())
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    )
+    spawn_tool(&mut redis_server::command(
+        redis_server_program().as_os_str(),
+        port,
+        dir,
+        extra,
+    ))
 }
 
 /// A port nobody listens on at the moment of asking (bound, then let go).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    redis_server::free_port().expect("a free port")
 }
 
 /// The fields the contract requires in `hammer --json`.

@@ -64,29 +64,27 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
 /// The soft limit on open files, raised to the hard limit when it is below `wanted` (all the
 /// way: a run's estimate is not an exact count); `None` when it cannot be read.
 fn raise_file_limit(wanted: u64) -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit fills the struct it is given, a live local.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return None;
-    }
-    if lim.rlim_cur >= wanted {
-        return Some(lim.rlim_cur);
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // `None` is RLIM_INFINITY.
+    let lim = getrlimit(Resource::Nofile);
+    let (current, maximum) = (
+        lim.current.unwrap_or(u64::MAX),
+        lim.maximum.unwrap_or(u64::MAX),
+    );
+    if current >= wanted {
+        return Some(current);
     }
     // The hard limit, or (where the kernel caps it lower, fs.nr_open) what the run wants.
-    for soft in [lim.rlim_max, wanted.min(lim.rlim_max)] {
-        let raised = libc::rlimit {
-            rlim_cur: soft,
-            rlim_max: lim.rlim_max,
+    for soft in [maximum, wanted.min(maximum)] {
+        let raised = Rlimit {
+            current: (soft != u64::MAX).then_some(soft),
+            maximum: lim.maximum,
         };
-        // SAFETY: setrlimit reads the struct it is given, a live local.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        if setrlimit(Resource::Nofile, raised).is_ok() {
             return Some(soft);
         }
     }
-    Some(lim.rlim_cur)
+    Some(current)
 }
 
 /// The connections a run opens to the data node at once, at most: one per buyer (a

@@ -8,13 +8,8 @@ use std::time::Duration;
 pub fn cpu_time() -> Option<Duration> {
     // The scheduler's own count of this process's CPU time (all threads), in nanoseconds:
     // /proc/self/stat counts in 10 ms ticks, which reads as zero for a short run.
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only into `ts`, which lives for the call.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
-    ok.then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// The most resident memory this process has held (VmHWM), in MB.
