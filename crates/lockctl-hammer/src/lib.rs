@@ -1,22 +1,32 @@
 //! lockctl-hammer, the instrument: N purchases, C at a time (lockctl's own buyers, or HTTP
 //! requests at someone's endpoint), then proof from Redis that nothing was oversold.
 //!
-//! It trusts nothing the buyers say on their own. Workers only record what each request was
-//! told; afterwards the stock and the ledger are read back from Redis, and [`judge`], a pure
-//! function, holds the two accounts against each other: stock consumed, units the buyers were
-//! told they bought, and units in the ledger must agree (within what failed requests might have
-//! done), per order as well as in total, and the stock must never go below zero. The hammer
-//! measures and never prints; the binary's `render` turns its [`Report`] into text or JSON.
+//! It trusts nothing the buyers say on their own. A [`drive::Driver`] runs the requests and
+//! only records what each was told; afterwards the books are read back from Redis (and, with
+//! the orders pipeline, PostgreSQL), everything the run observed is gathered into one
+//! [`evidence::Evidence`], and [`evidence::conclude`], a pure function, turns it into the
+//! [`Report`] and its verdict: stock consumed, units the buyers were told they bought, and
+//! units in the ledger must agree (within what failed requests might have done), per order as
+//! well as in total, and the stock must never go below zero. The hammer measures and never
+//! prints; the binary's `render` turns a report into text or JSON.
 //!
-//! Layout: [`report`] holds the public report types; `fan_out` what every driver shares, and
-//! one file per way of driving load (`threads`, `multiplexed`, `procs`); `readback` reads the
-//! results back, and `watch` reads the stock during the run for signs of stock put back;
-//! [`judge`] turns samples and the read-back into a verdict. [`http`] puts an
-//! external endpoint to the test instead of lockctl's own buyers (`hammer --url`), judged by
-//! `judge_http` from the stock alone, since such an endpoint keeps no ledger lockctl can read.
+//! Layout, one line a module:
+//! - `options`, [`report`]: what a run is told; what it records and concludes.
+//! - `run`: one run of lockctl's own buyers; [`http`]: one run against someone's endpoint.
+//! - [`drive`]: the `Driver` trait; `fan_out` what lockctl's drivers share, and `threads`,
+//!   `multiplexed`, `batched`, `procs` one way each.
+//! - [`tally`]: the answers folded as they come.
+//! - `readback`, `ledger_check`, `watch`: the books read back, the ledger against the answers,
+//!   the stock watched during the run.
+//! - [`evidence`]: everything observed, and the one judgement; `judge`, `judge_http`: the
+//!   checks it applies to lockctl's buyers and to an endpoint (which keeps no ledger).
+//! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
+//! - `capacity`: open files and connections a run needs; [`usage`]: the hammer's own cost.
 
 mod batched;
 mod capacity;
+pub mod drive;
+pub mod evidence;
 mod fan_out;
 pub mod http;
 pub mod judge;
@@ -37,10 +47,11 @@ mod watch;
 pub use capacity::{connections_needed, ensure_descriptors};
 pub use fan_out::OUTAGE_LIMIT;
 pub use judge::{judge, judge_unreadable};
+pub use ledger_check::LedgerCheck;
 pub use options::PipelineOptions;
 pub use options::{HammerOptions, Mode, TIMELINE_POINTS};
 pub use procs::{ChildBuy, child_deadline};
-pub use readback::{READ_BACK_PATIENCE, Readback};
+pub use readback::{READ_BACK_PATIENCE, Readback, Restart};
 pub use report::PipelineReport;
 pub use report::{
     Bucket, Ended, HttpFacts, LATE_AFTER_MS, LoadModel, Percentiles, Report, RunFacts, Sample,

@@ -213,31 +213,6 @@ pub(super) fn finish(
     Ok((report, violations))
 }
 
-/// Adds the pipeline's findings to `report`: its violations, and stock consumed == units
-/// persisted once the queue has drained.
-pub(super) fn judge(
-    report: &mut crate::report::Report,
-    pipe: PipelineReport,
-    violations: Vec<String>,
-) {
-    report.violations.extend(violations);
-    if let Some(consumed) = report.consumed
-        && pipe.drained
-        && consumed != pipe.row_units
-    {
-        report.violations.push(format!(
-            "the stock fell by {consumed} but PostgreSQL holds {} units of this run",
-            pipe.row_units
-        ));
-    }
-    if !report.violations.is_empty() {
-        // A FAIL, even where the stock could not be read back: nothing about it is unknown.
-        report.verdict = crate::report::Verdict::Fail;
-        report.unknown_because = None;
-    }
-    report.pipeline = Some(pipe);
-}
-
 /// This run's rows against the answers: each order told "bought" persisted once with its
 /// quantity (the primary key makes "once"), and no row of the run that no buyer was told.
 fn check_rows(t: &Tally, run_id: &str, rows: &[(String, i64)]) -> Vec<String> {

@@ -59,7 +59,7 @@ impl Incarnation {
 
 /// Whether the Redis server restarted during the run, as far as can be told.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Restart {
+pub enum Restart {
     /// The same process before and after.
     No,
     /// Another process afterwards (its `run_id` changed). `keeps`: whether it saves anything

@@ -4,16 +4,16 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::capacity::{batches, check_capacity, ensure_descriptors, multiplexes};
-use crate::options::{HammerOptions, Mode};
+use crate::capacity::{check_capacity, ensure_descriptors};
+use crate::drive;
+use crate::evidence::{Books, Evidence, conclude};
+use crate::options::HammerOptions;
 use crate::report::{Report, RunFacts};
-use crate::tally::Tally;
-use crate::{batched, judge, multiplexed, pipeline, procs, readback, threads, usage, watch};
+use crate::{pipeline, readback, usage, watch};
 use lockctl_core::conn::{Conn, Target};
 use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::stock;
-use lockctl_core::units::count;
 
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
@@ -34,7 +34,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
     let watch = watch::start(target, &opts.sku, &keys.stock, initial_stock);
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
-    let tally = drive(target, opts, &run_id)?;
+    let tally = drive::own_buyers(target, opts)?.drive(opts, &run_id)?.tally;
     let elapsed = started.elapsed();
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
@@ -53,27 +53,33 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         client_cpu,
         ..RunFacts::of(opts)
     };
-    let mut report = match readback {
-        Ok((final_stock, ledger)) => {
-            let went_up = watch::went_up(&restart, &watched, final_stock);
-            judge::verdict(&facts, &tally, final_stock, ledger, went_up.as_deref())
-        }
-        Err(e) => judge::unreadable(&facts, &tally, &e),
+    let went_up = match &readback {
+        Ok((final_stock, _)) => watch::went_up(&restart, &watched, *final_stock),
+        Err(_) => None,
     };
-    if let (Some(running), Some(p)) = (running, &opts.pipeline) {
-        let (pipe, violations) =
-            pipeline::finish(running, target, opts, p, elapsed, &facts.run_id, &tally)?;
-        pipeline::judge(&mut report, pipe, violations);
-    }
-    // Said of the verdict as it ended, the pipeline's findings included.
-    let addr = target.addr().to_string();
-    report
-        .notes
-        .extend(restart.note(&addr, report.verdict, facts.strategy));
-    if stopped_early {
-        mark_interrupted(&mut report, made, opts.requests);
-    }
-    Ok(report)
+    let pipeline = match (running, &opts.pipeline) {
+        (Some(running), Some(p)) => Some(pipeline::finish(
+            running,
+            target,
+            opts,
+            p,
+            elapsed,
+            &facts.run_id,
+            &tally,
+        )?),
+        _ => None,
+    };
+    Ok(conclude(Evidence {
+        facts: &facts,
+        tally: &tally,
+        books: Books::Ledger(readback),
+        went_up,
+        pipeline,
+        restart: Some(restart),
+        server: target.addr().to_string(),
+        interrupted: stopped_early.then_some((made, opts.requests)),
+        notes: Vec::new(),
+    }))
 }
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.
@@ -89,24 +95,6 @@ fn starting_stock(conn: &mut Conn, opts: &HammerOptions, keys: &StockKeys) -> Re
             })
         }
     }
-}
-
-/// The load itself, by the way the options drive it; what every buyer was told.
-fn drive(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
-    Ok(match opts.mode {
-        // Simulated work needs a thread per buyer to sleep in.
-        Mode::Threads if multiplexes(opts, target) => {
-            multiplexed::run_multiplexed(target, opts, run_id)?
-        }
-        Mode::Threads if batches(opts) => batched::run_batched(target, opts, run_id)?,
-        Mode::Threads => threads::run_threads(target, opts, run_id)?,
-        Mode::Procs => procs::run_procs(target, opts, run_id)?,
-        Mode::Http => {
-            return Err(Error::internal(
-                "an HTTP run goes through hammer::http::run, with the endpoint's options",
-            ));
-        }
-    })
 }
 
 impl RunFacts {
@@ -140,16 +128,4 @@ pub(crate) fn interrupted(opts: &HammerOptions, made: u64) -> bool {
             .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))
-}
-
-/// Says so in a report judged on the `made` requests of the `requested`.
-pub(crate) fn mark_interrupted(report: &mut Report, made: u64, requested: u64) {
-    report.interrupted = true;
-    report.notes.insert(
-        0,
-        format!(
-            "interrupted: {made} of {} made; the report covers those",
-            count(requested, "request", "requests")
-        ),
-    );
 }

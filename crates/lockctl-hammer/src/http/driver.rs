@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::{self, Receiver, channel};
 
@@ -34,6 +33,7 @@ use super::socket::{
     Link, connect, failure, is_self_connect, nobody_there, still_open, unacknowledged,
 };
 use super::wire::{self, ReadError};
+use crate::drive::Driven;
 use crate::fan_out::{FOLD_EVERY, OUTAGE_LIMIT, abandoned};
 use crate::options::HammerOptions;
 use crate::report::{Ended, LATE_AFTER_MS, Sample};
@@ -52,17 +52,6 @@ pub(super) struct Plan {
     /// The bound on each request, connecting included.
     pub timeout: Duration,
     pub connect_timeout: Duration,
-}
-
-/// What the driver measured.
-pub(super) struct Driven {
-    pub tally: Tally,
-    /// Open model: time from sending to the answer.
-    pub service: Option<Histogram<u64>>,
-    /// Open model: requests sent more than [`LATE_AFTER_MS`] after their moment.
-    pub late: u64,
-    /// Open model: the longest wait past a moment.
-    pub max_lag: Duration,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.

@@ -23,12 +23,14 @@ use std::time::{Duration, Instant};
 pub use classify::{Classifier, TUTORIAL_PATH};
 pub use request::{RequestSpec, Vars};
 
+use crate::drive::{Driven, Driver};
+use crate::evidence::{Books, Evidence, conclude};
 use crate::judge::percentiles;
 use crate::options::{HammerOptions, Mode};
-use crate::readback::{Incarnation, READ_BACK_PATIENCE};
+use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
 use crate::report::{HttpFacts, LoadModel, Report, RunFacts, Subject};
-use crate::run::{interrupted, mark_interrupted};
-use crate::{judge_http, usage, watch};
+use crate::run::interrupted;
+use crate::{usage, watch};
 use lockctl_core::conn::{Conn, Target};
 use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
@@ -89,7 +91,7 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     };
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
-    let driven = driver::drive(opts, &plan)?;
+    let driven = Endpoint(&plan).drive(opts, &plan.run_id)?;
     let elapsed = started.elapsed();
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
@@ -115,29 +117,50 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         client_cpu,
         ..RunFacts::of_endpoint(opts)
     };
-    let t = &driven.tally;
-    let mut report = match &after {
-        None => judge_http::nothing_to_judge(&facts, t),
-        Some((Ok(f), restart, watched)) => {
-            let went_up = watch::went_up(restart, watched, *f);
-            judge_http::verdict(&facts, t, *f, went_up.as_deref())
-        }
-        Some((Err(e), ..)) => judge_http::unreadable(&facts, t, e),
-    };
-    let addr = target.addr().to_string();
-    report.notes.extend(
-        after.and_then(|(_, restart, _)| restart.note(&addr, report.verdict, facts.strategy)),
-    );
+    let (books, went_up, restart) = books_of(after);
+    let mut report = conclude(Evidence {
+        facts: &facts,
+        tally: &driven.tally,
+        books,
+        went_up,
+        pipeline: None,
+        restart,
+        server: target.addr().to_string(),
+        interrupted: stopped_early.then_some((made, opts.requests)),
+        notes: late_note(http, &driven).into_iter().collect(),
+    });
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
-    report.notes.extend(late_note(http, &driven));
-    if stopped_early {
-        mark_interrupted(&mut report, made, opts.requests);
-    }
     Ok(report)
 }
 
+/// What was read back after an endpoint's run, as evidence: the stock (or why not), signs
+/// of stock put back, and whether Redis restarted; unjudged without patterns.
+fn books_of(
+    after: Option<(Result<i64>, Restart, watch::Watched)>,
+) -> (Books, Option<String>, Option<Restart>) {
+    match after {
+        None => (Books::Unjudged, None, None),
+        Some((read, restart, watched)) => {
+            let went_up = match &read {
+                Ok(f) => watch::went_up(&restart, &watched, *f),
+                Err(_) => None,
+            };
+            (Books::Stock(read), went_up, Some(restart))
+        }
+    }
+}
+
+/// Someone's endpoint, driven as the plan says.
+struct Endpoint<'a>(&'a driver::Plan);
+
+impl Driver for Endpoint<'_> {
+    fn drive(&self, opts: &HammerOptions, _run_id: &str) -> Result<Driven> {
+        driver::drive(opts, self.0)
+    }
+}
+
 /// An open model's requests that left late, if any.
-fn late_note(http: &HttpOptions, driven: &driver::Driven) -> Option<String> {
+fn late_note(http: &HttpOptions, driven: &Driven) -> Option<String> {
     if http.rate.is_none() || driven.late == 0 {
         return None;
     }
@@ -165,7 +188,7 @@ impl RunFacts {
 }
 
 /// What the report says of the endpoint and the load model.
-fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &driver::Driven) -> HttpFacts {
+fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &Driven) -> HttpFacts {
     let open = http.rate.is_some();
     HttpFacts {
         url: http.request.shown_url().to_string(),

@@ -1,0 +1,99 @@
+//! The one way the hammer drives load: every way of sending requests (lockctl's own buyers on
+//! threads, multiplexed, batched or in child processes; HTTP requests at someone's endpoint)
+//! is a [`Driver`], which runs the requests of the options and hands back what each was told,
+//! folded into a [`Tally`], with whatever the driver itself measured. The measuring and the
+//! verdict ([`crate::evidence`]) never know which driver ran.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::capacity::{batches, multiplexes};
+use crate::options::{HammerOptions, Mode};
+use crate::tally::Tally;
+use crate::{batched, multiplexed, procs, threads};
+use lockctl_core::conn::Target;
+use lockctl_core::error::{Error, Result};
+
+/// A way of running a hammer's requests.
+pub trait Driver {
+    /// Runs every request of `opts` (their order ids under `run_id`), and returns what each
+    /// was told.
+    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven>;
+}
+
+/// What a driver hands back.
+pub struct Driven {
+    /// What every request was told.
+    pub tally: Tally,
+    /// Open model (`--rate`): time from sending to the answer.
+    pub service: Option<Histogram<u64>>,
+    /// Open model: requests sent more than [`crate::report::LATE_AFTER_MS`] after their moment.
+    pub late: u64,
+    /// Open model: the longest wait past a moment.
+    pub max_lag: Duration,
+}
+
+impl Driven {
+    /// A closed model's result: the answers alone.
+    pub(crate) fn of(tally: Tally) -> Driven {
+        Driven {
+            tally,
+            service: None,
+            late: 0,
+            max_lag: Duration::ZERO,
+        }
+    }
+}
+
+/// lockctl's own buyers, one connection and one thread each.
+struct Threads<'a>(&'a Target);
+/// The atomic strategy's buyers: a few threads, each with many purchases in flight.
+struct Multiplexed<'a>(&'a Target);
+/// The batch strategy's buyers: one group committer the buyers submit to.
+struct Batched<'a>(&'a Target);
+/// Each purchase a child `lockctl buy`, as the tutorial's several terminals.
+struct Procs<'a>(&'a Target);
+
+impl Driver for Threads<'_> {
+    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
+        threads::run_threads(self.0, opts, run_id).map(Driven::of)
+    }
+}
+
+impl Driver for Multiplexed<'_> {
+    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
+        multiplexed::run_multiplexed(self.0, opts, run_id).map(Driven::of)
+    }
+}
+
+impl Driver for Batched<'_> {
+    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
+        batched::run_batched(self.0, opts, run_id).map(Driven::of)
+    }
+}
+
+impl Driver for Procs<'_> {
+    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
+        procs::run_procs(self.0, opts, run_id).map(Driven::of)
+    }
+}
+
+/// The driver of lockctl's own buyers that `opts` call for.
+pub(crate) fn own_buyers<'a>(
+    target: &'a Target,
+    opts: &HammerOptions,
+) -> Result<Box<dyn Driver + 'a>> {
+    Ok(match opts.mode {
+        // Simulated work needs a thread per buyer to sleep in.
+        Mode::Threads if multiplexes(opts, target) => Box::new(Multiplexed(target)),
+        Mode::Threads if batches(opts) => Box::new(Batched(target)),
+        Mode::Threads => Box::new(Threads(target)),
+        Mode::Procs => Box::new(Procs(target)),
+        Mode::Http => {
+            return Err(Error::internal(
+                "an HTTP run is driven by the endpoint's driver, with the endpoint's options",
+            ));
+        }
+    })
+}
