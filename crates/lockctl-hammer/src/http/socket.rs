@@ -29,6 +29,7 @@ pub(super) fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> 
 /// known. Asked only of a request that timed out.
 pub(super) fn unacknowledged(stream: &TcpStream) -> usize {
     use std::os::fd::AsRawFd;
+    // No safe wrapper asks for SIOCOUTQ (rustix's ioctl helpers are unsafe too).
     let mut n: libc::c_int = 0;
     // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int into a live local.
     match unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) } {
@@ -41,18 +42,12 @@ pub(super) fn unacknowledged(stream: &TcpStream) -> usize {
 /// file, an error or bytes nobody asked for all mean it cannot carry a request. A real peek,
 /// one system call: tokio's own readiness may not have heard of a close that just arrived.
 pub(super) fn still_open(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut probe = 0u8;
-    // SAFETY: a one-byte read into a live local through the connection's own descriptor.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            (&raw mut probe).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+    use rustix::net::{RecvFlags, recv};
+    let mut probe = [0u8; 1];
+    matches!(
+        recv(stream, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Err(rustix::io::Errno::AGAIN)
+    )
 }
 
 /// A fresh connection to the endpoint, and how much of `request` already went out on it.
