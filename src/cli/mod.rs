@@ -6,6 +6,7 @@
 //! and `run`; `parse` the value parsers; `help` the examples and exit codes the help ends with.
 
 mod args;
+pub mod child;
 mod help;
 mod parse;
 
@@ -315,8 +316,9 @@ mod tests {
                 buy: &buy,
                 order_id: "h1-7",
                 user: Some("u3"),
+                lock_nodes: None,
             };
-            let args = std::iter::once("lockctl".into()).chain(child.args());
+            let args = std::iter::once("lockctl".into()).chain(child::args(&child));
             let cli = Cli::try_parse_from(args).expect("the child's arguments parse");
             assert!(cli.json, "the child must answer in JSON");
             assert_eq!(cli.connect_options(), connect);
@@ -327,7 +329,7 @@ mod tests {
             assert_eq!(b.sku, sku);
             assert_eq!(b.order_id.as_deref(), Some("h1-7"));
             assert_eq!(b.user.as_deref(), buy.limit.map(|_| "u3"));
-            let text = format!("{:?}", child.args());
+            let text = format!("{:?}", child::args(&child));
             assert!(
                 !text.contains("pw"),
                 "a password on the command line: {text}"

@@ -96,7 +96,9 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
         stock,
         buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
         users: args.users,
-        exe: None,
+        children: std::env::current_exe()
+            .ok()
+            .map(crate::cli::child::children),
         progress: None,
         quorum: ctx.quorum.clone(),
         stop: None,

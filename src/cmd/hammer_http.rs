@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             ..BuyOptions::default()
         },
         users: args.users,
-        exe: None,
+        children: None,
         progress: bar.as_ref().map(progress::Bar::counter),
         quorum: None,
         stop: Some(signals.requested.clone()),

@@ -50,7 +50,7 @@ pub use judge::{judge, judge_unreadable};
 pub use ledger_check::LedgerCheck;
 pub use options::PipelineOptions;
 pub use options::{HammerOptions, Mode, TIMELINE_POINTS};
-pub use procs::{ChildBuy, child_deadline};
+pub use procs::{ChildBuy, Children, child_deadline};
 pub use readback::{READ_BACK_PATIENCE, Readback, Restart};
 pub use report::PipelineReport;
 pub use report::{

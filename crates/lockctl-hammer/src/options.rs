@@ -1,13 +1,13 @@
 //! What a run is told: how many purchases, how many at once, how each is made, and by which
 //! driver.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::procs::Children;
 use lockctl_core::redlock::Quorum;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::BuyOptions;
@@ -42,8 +42,9 @@ pub struct HammerOptions {
     /// Spread purchases over this many simulated users (`u0`, `u1`, ...), so a per-user
     /// limit applies. Default: none (anonymous buyers).
     pub users: Option<u64>,
-    /// The `lockctl` binary, for [`Mode::Procs`]. Default: this process's own executable.
-    pub exe: Option<PathBuf>,
+    /// How each child purchase is started, for [`Mode::Procs`] (the binary starts `lockctl buy
+    /// --json`). Default: none, and a child-process run is refused.
+    pub children: Option<Children>,
     /// Counts finished requests as they finish, for a progress display. Default: none.
     pub progress: Option<Arc<AtomicU64>>,
     /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
@@ -65,7 +66,7 @@ impl Default for HammerOptions {
             stock: None,
             buy: BuyOptions::default(),
             users: None,
-            exe: None,
+            children: None,
             progress: None,
             quorum: None,
             stop: None,

@@ -1,18 +1,15 @@
 //! `--mode procs`: each purchase is a child `lockctl buy --json`, as in the tutorial's
 //! "several terminals".
 //!
-//! The contract between parent and child is typed on both sides: [`ChildBuy::args`] writes the
-//! child's command line from the very option structs the parent runs with (each destructured,
-//! so a field added to them and not passed on does not compile), and the child's one JSON
-//! object is a [`BuyReply`], the type `buy --json` prints. Every child has a deadline derived
+//! The contract between parent and child is typed on both sides: the caller's [`Children`]
+//! writes the child's command from a [`ChildBuy`], the very option structs the parent runs
+//! with (the binary writes `lockctl buy --json ...`), and the child's one JSON object is a
+//! [`BuyReply`], the type `buy --json` prints. Every child has a deadline derived
 //! from the run's own limits; one past it is killed and counted as an indeterminate error.
 
-use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,9 +17,8 @@ use crate::fan_out::{fan_out, user_of};
 use crate::options::HammerOptions;
 use crate::report::{Ended, Sample};
 use crate::tally::Tally;
-use lockctl_core::conn::{ConnectOptions, Target, TlsFiles};
+use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, ErrorKind, Result};
-use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::BuyOptions;
 use lockctl_core::wire::BuyReply;
@@ -35,85 +31,25 @@ pub struct ChildBuy<'a> {
     pub buy: &'a BuyOptions,
     pub order_id: &'a str,
     pub user: Option<&'a str>,
+    /// The Redlock masters' URLs (with their passwords), for the child's environment.
+    pub lock_nodes: Option<&'a str>,
 }
 
-impl ChildBuy<'_> {
-    /// `[global flags] buy SKU [purchase flags]`, in the flags of lockctl's command line. URLs
-    /// are not among them: they travel in the environment (see [`ChildBuy::command`]), so no
-    /// password shows in `ps`.
-    pub fn args(&self) -> Vec<OsString> {
-        let ConnectOptions {
-            connect_timeout,
-            call_timeout,
-            tls: TlsFiles { ca, cert, key },
-        } = self.target.options();
-        let BuyOptions {
-            strategy,
-            qty,
-            work,
-            lock:
-                LockOptions {
-                    ttl,
-                    wait,
-                    watchdog,
-                },
-            limit,
-            queue,
-            batch,
-        } = self.buy;
-        let ms = |d: &Duration| d.as_millis().to_string();
-        let mut a: Vec<OsString> = vec!["--json".into()];
-        push(&mut a, "--timeout-ms", ms(call_timeout));
-        push(&mut a, "--connect-timeout-ms", ms(connect_timeout));
-        for (name, path) in [("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)] {
-            if let Some(p) = path {
-                push(&mut a, name, p);
-            }
-        }
-        if self.target.is_cluster() {
-            a.push("--cluster".into());
-        }
-        a.extend(["buy".into(), self.sku.as_str().into()]);
-        push(&mut a, "--strategy", strategy.name());
-        push(&mut a, "--qty", qty.to_string());
-        push(&mut a, "--ttl-ms", ms(ttl));
-        push(&mut a, "--wait-ms", ms(wait));
-        push(&mut a, "--work-ms", ms(work));
-        push(&mut a, "--order-id", self.order_id);
-        push(&mut a, "--batch-ms", ms(&batch.window));
-        push(&mut a, "--batch-max", batch.max.to_string());
-        if let Some(l) = limit {
-            push(&mut a, "--limit", l.to_string());
-            if let Some(u) = self.user {
-                push(&mut a, "--user", u);
-            }
-        }
-        if *watchdog {
-            a.push("--watchdog".into());
-        }
-        if *queue {
-            a.push("--queue".into());
-        }
-        a
-    }
+/// How each child purchase is started: the caller writes its command (the binary: `lockctl buy
+/// --json ...`, with the URLs in the environment). The child must print one [`BuyReply`] on
+/// stdout. Cloning shares it.
+#[derive(Clone)]
+pub struct Children(Arc<dyn Fn(&ChildBuy<'_>) -> Command + Send + Sync>);
 
-    /// The child process: [`ChildBuy::args`], the URLs in `REDIS_URL` and
-    /// `LOCKCTL_LOCK_NODES`, in its own process group (so a Ctrl-C at the terminal stops the
-    /// hammer from starting new buyers but lets the running ones finish and release their
-    /// locks), stdout and stderr piped.
-    pub fn command(&self, exe: &Path, lock_nodes: Option<&str>) -> Command {
-        let mut cmd = Command::new(exe);
-        cmd.process_group(0)
-            .args(self.args())
-            .env("REDIS_URL", self.target.secret_url())
-            .env_remove("LOCKCTL_LOCK_NODES")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(nodes) = lock_nodes {
-            cmd.env("LOCKCTL_LOCK_NODES", nodes);
-        }
-        cmd
+impl Children {
+    pub fn new(command: impl Fn(&ChildBuy<'_>) -> Command + Send + Sync + 'static) -> Children {
+        Children(Arc::new(command))
+    }
+}
+
+impl std::fmt::Debug for Children {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Children")
     }
 }
 
@@ -130,13 +66,10 @@ pub fn child_deadline(target: &Target, buy: &BuyOptions) -> Duration {
 }
 
 pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
-    let exe = match &opts.exe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().map_err(|e| {
-            Error::internal(format!(
-                "cannot find the lockctl binary for --mode procs: {e}"
-            ))
-        })?,
+    let Some(children) = &opts.children else {
+        return Err(Error::internal(
+            "the child-process driver was given no command to start a purchase with (HammerOptions::children)",
+        ));
     };
     let lock_nodes = opts.quorum.as_ref().map(|q| q.secret_urls().join(","));
     let deadline = child_deadline(target, &opts.buy);
@@ -151,8 +84,9 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             buy: &opts.buy,
             order_id: &order_id,
             user: user.as_deref(),
+            lock_nodes: lock_nodes.as_deref(),
         };
-        let ended = run_child(child.command(&exe, lock_nodes.as_deref()), deadline);
+        let ended = run_child((children.0)(&child), deadline);
         let (ended, lock_wait, lock_hold) = match ended {
             Ok(reply) => reply,
             // A child that died without saying what happened may have deducted.
@@ -186,11 +120,6 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
         |_, batch| batch.iter().map(|&i| one_child(i)).collect(),
         |_| Vec::new(),
     )
-}
-
-fn push(args: &mut Vec<OsString>, flag: &str, value: impl Into<OsString>) {
-    args.push(flag.into());
-    args.push(value.into());
 }
 
 type ChildResult = (Ended, Option<Duration>, Option<Duration>);
