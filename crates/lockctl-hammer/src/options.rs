@@ -1,13 +1,14 @@
 //! What a run is told: how many purchases, how many at once, how each is made, and by which
 //! driver.
 
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::procs::Children;
+use lockctl_core::conn::Target;
 use lockctl_core::redlock::Quorum;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::BuyOptions;
@@ -90,4 +91,39 @@ pub struct PipelineOptions {
     pub patience: Duration,
     /// Where the workers' events go (failures waited out, dead letters). Default: nowhere.
     pub events: lockctl_core::orders::events::Listener,
+}
+
+/// One child purchase: everything its command line carries.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildBuy<'a> {
+    pub target: &'a Target,
+    pub sku: &'a Sku,
+    pub buy: &'a BuyOptions,
+    pub order_id: &'a str,
+    pub user: Option<&'a str>,
+    /// The Redlock masters' URLs (with their passwords), for the child's environment.
+    pub lock_nodes: Option<&'a str>,
+}
+
+/// How each child purchase is started: the caller writes its command (the binary: `lockctl buy
+/// --json ...`, with the URLs in the environment). The child must print one [`BuyReply`] on
+/// stdout. Cloning shares it.
+#[derive(Clone)]
+pub struct Children(Arc<dyn Fn(&ChildBuy<'_>) -> Command + Send + Sync>);
+
+impl Children {
+    pub fn new(command: impl Fn(&ChildBuy<'_>) -> Command + Send + Sync + 'static) -> Children {
+        Children(Arc::new(command))
+    }
+
+    /// The command that starts `child`.
+    pub fn command(&self, child: &ChildBuy<'_>) -> Command {
+        (self.0)(child)
+    }
+}
+
+impl std::fmt::Debug for Children {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Children")
+    }
 }

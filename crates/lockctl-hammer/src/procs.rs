@@ -1,7 +1,7 @@
 //! `--mode procs`: each purchase is a child `lockctl buy --json`, as in the tutorial's
 //! "several terminals".
 //!
-//! The contract between parent and child is typed on both sides: the caller's [`Children`]
+//! The contract between parent and child is typed on both sides: the caller's [`crate::options::Children`]
 //! writes the child's command from a [`ChildBuy`], the very option structs the parent runs
 //! with (the binary writes `lockctl buy --json ...`), and the child's one JSON object is a
 //! [`BuyReply`], the type `buy --json` prints. Every child has a deadline derived
@@ -9,49 +9,18 @@
 
 use std::io::Read;
 use std::process::{Child, Command};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::fan_out::{fan_out, user_of};
-use crate::options::HammerOptions;
+use crate::options::{ChildBuy, HammerOptions};
 use crate::report::{Ended, Sample};
 use crate::tally::Tally;
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, ErrorKind, Result};
-use lockctl_core::sku::Sku;
 use lockctl_core::stock::BuyOptions;
 use lockctl_core::wire::BuyReply;
-
-/// One child purchase: everything its command line carries.
-#[derive(Clone, Copy, Debug)]
-pub struct ChildBuy<'a> {
-    pub target: &'a Target,
-    pub sku: &'a Sku,
-    pub buy: &'a BuyOptions,
-    pub order_id: &'a str,
-    pub user: Option<&'a str>,
-    /// The Redlock masters' URLs (with their passwords), for the child's environment.
-    pub lock_nodes: Option<&'a str>,
-}
-
-/// How each child purchase is started: the caller writes its command (the binary: `lockctl buy
-/// --json ...`, with the URLs in the environment). The child must print one [`BuyReply`] on
-/// stdout. Cloning shares it.
-#[derive(Clone)]
-pub struct Children(Arc<dyn Fn(&ChildBuy<'_>) -> Command + Send + Sync>);
-
-impl Children {
-    pub fn new(command: impl Fn(&ChildBuy<'_>) -> Command + Send + Sync + 'static) -> Children {
-        Children(Arc::new(command))
-    }
-}
-
-impl std::fmt::Debug for Children {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Children")
-    }
-}
 
 /// How long a child may take before it is killed: its own limits (connecting, waiting for
 /// the lock, working, the lease, a handful of calls) and two seconds to start and exit.
@@ -86,7 +55,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             user: user.as_deref(),
             lock_nodes: lock_nodes.as_deref(),
         };
-        let ended = run_child((children.0)(&child), deadline);
+        let ended = run_child(children.command(&child), deadline);
         let (ended, lock_wait, lock_hold) = match ended {
             Ok(reply) => reply,
             // A child that died without saying what happened may have deducted.
