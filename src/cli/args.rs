@@ -10,7 +10,7 @@ use super::parse::{order_id, user_id, whole};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BatchOptions, BuyOptions, MAX_BATCH, MAX_STOCK, Strategy};
-use lockctl_hammer::Mode;
+use lockctl_hammer::Driving;
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -388,11 +388,11 @@ pub enum ModeArg {
     Procs,
 }
 
-impl From<ModeArg> for Mode {
-    fn from(m: ModeArg) -> Mode {
+impl From<ModeArg> for Driving {
+    fn from(m: ModeArg) -> Driving {
         match m {
-            ModeArg::Threads => Mode::Threads,
-            ModeArg::Procs => Mode::Procs,
+            ModeArg::Threads => Driving::Threads,
+            ModeArg::Procs => Driving::Procs,
         }
     }
 }

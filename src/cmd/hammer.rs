@@ -10,7 +10,7 @@ use lockctl_core::conn::Reconnecting;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::lock::{Lock, LockOptions};
 use lockctl_core::stock::{self, Strategy};
-use lockctl_hammer::{self as hammer, HammerOptions, PipelineOptions};
+use lockctl_hammer::{self as hammer, HammerOptions, LoadOptions, PipelineOptions};
 
 use super::reporting::{finish, run_context, serve_metrics};
 use super::{Ctx, Exit, UsageError};
@@ -67,11 +67,9 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             strategy.name(),
             strategies.len() > 1,
         );
-        let opts = HammerOptions {
-            progress: bar.as_ref().map(progress::Bar::counter),
-            stop: Some(stop.clone()),
-            ..options(ctx, &args, strategy, stock)
-        };
+        let mut opts = options(ctx, &args, strategy, stock);
+        opts.load.progress = bar.as_ref().map(progress::Bar::counter);
+        opts.load.stop = Some(stop.clone());
         let result = hammer::run(&ctx.target, &opts);
         drop(bar);
         match result {
@@ -89,19 +87,21 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
 /// The hammer's options for one strategy's run, without a progress bar or a stop flag.
 fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>) -> HammerOptions {
     HammerOptions {
-        sku: args.sku.clone(),
-        requests: args.requests,
-        concurrency: args.concurrency,
+        load: LoadOptions {
+            sku: args.sku.clone(),
+            requests: args.requests,
+            concurrency: args.concurrency,
+            stock,
+            users: args.users,
+            progress: None,
+            stop: None,
+        },
         mode: args.mode.into(),
-        stock,
         buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
-        users: args.users,
         children: std::env::current_exe()
             .ok()
             .map(crate::cli::child::children),
-        progress: None,
         quorum: ctx.quorum.clone(),
-        stop: None,
         pipeline: args.db.clone().map(|db_url| PipelineOptions {
             db_url,
             workers: args.workers,

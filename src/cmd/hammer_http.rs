@@ -2,9 +2,8 @@
 //! bad value a usage error naming it), one run, then the same reports and exports as the
 //! hammer of lockctl's own buyers.
 
-use lockctl_core::stock::BuyOptions;
+use lockctl_hammer::LoadOptions;
 use lockctl_hammer::http::{self, Classifier, HttpOptions, RequestSpec, TUTORIAL_PATH};
-use lockctl_hammer::{HammerOptions, Mode};
 
 use std::io::IsTerminal;
 
@@ -20,7 +19,7 @@ use crate::signals;
 const TUTORIAL_URL: &str = "http://127.0.0.1:8080";
 
 pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
-    let http = http_options(ctx, &args.http)?;
+    let http = http_options(ctx, &args.http, args.purchase.qty)?;
     if !http.classifier.judges() {
         for (given, flag) in [
             (args.stock.is_some(), "--stock"),
@@ -40,25 +39,16 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     let context = run_context(ctx);
     let show_bar = !ctx.quiet && ctx.color.enabled(std::io::stderr().is_terminal());
     let bar = progress::Bar::start(show_bar, args.requests, "http", false);
-    let opts = HammerOptions {
+    let load = LoadOptions {
         sku: args.sku.clone(),
         requests: args.requests,
         concurrency: args.concurrency,
-        mode: Mode::Http,
         stock: args.stock,
-        // Only the units each "bought" answer stands for: the endpoint buys its own way.
-        buy: BuyOptions {
-            qty: args.purchase.qty,
-            ..BuyOptions::default()
-        },
         users: args.users,
-        children: None,
         progress: bar.as_ref().map(progress::Bar::counter),
-        quorum: None,
         stop: Some(signals.requested.clone()),
-        pipeline: None,
     };
-    let result = http::run(&ctx.target, &opts, &http);
+    let result = http::run(&ctx.target, &load, &http);
     drop(bar);
     let report = match result {
         Ok(r) => r,
@@ -71,7 +61,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
 }
 
 /// The request, the classification and the load model, checked.
-fn http_options(ctx: &Ctx, a: &HttpArgs) -> anyhow::Result<HttpOptions> {
+fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<HttpOptions> {
     let tutorial = a.preset == Some(PresetArg::Tutorial);
     let url = match (&a.url, tutorial) {
         (Some(url), true) if names_only_a_server(url) => {
@@ -108,6 +98,8 @@ fn http_options(ctx: &Ctx, a: &HttpArgs) -> anyhow::Result<HttpOptions> {
         rate: a.rate,
         timeout: ctx.options.call_timeout,
         connect_timeout: ctx.options.connect_timeout,
+        // Only the units each "bought" answer stands for: the endpoint buys its own way.
+        qty,
     })
 }
 

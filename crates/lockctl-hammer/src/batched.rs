@@ -19,8 +19,8 @@ use lockctl_core::error::Result;
 use lockctl_core::stock::{Batcher, Purchase, Submitter};
 
 pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
-    let batcher = Batcher::start(target, &opts.sku, opts.buy.clone())?;
-    let concurrency = opts.concurrency.clamp(1, opts.requests.max(1));
+    let batcher = Batcher::start(target, &opts.load.sku, opts.buy.clone())?;
+    let concurrency = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
     let start = Instant::now();
     if !opts.buy.work.is_zero() {
         return fan_out(
@@ -55,7 +55,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
         last_up: AtomicU64::new(0),
         started: start,
         books: Mutex::new(Books {
-            tally: Tally::new(opts.requests, opts.buy.qty),
+            tally: Tally::new(opts.load.requests, opts.buy.qty),
             live: concurrency,
         }),
         ended: Condvar::new(),
@@ -101,11 +101,12 @@ impl Chains {
         loop {
             let stopped = self
                 .opts
+                .load
                 .stop
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed));
             let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if stopped || i >= self.opts.requests {
+            if stopped || i >= self.opts.load.requests {
                 let mut b = self.books.lock().unwrap_or_else(|e| e.into_inner());
                 b.live -= 1;
                 if b.live == 0 {
@@ -137,7 +138,7 @@ impl Chains {
     }
 
     fn record(&self, sample: Sample) {
-        if let Some(p) = &self.opts.progress {
+        if let Some(p) = &self.opts.load.progress {
             p.fetch_add(1, Ordering::Relaxed);
         }
         let sample = Sample {

@@ -1,7 +1,7 @@
 //! What a run needs of this machine and of Redis before it starts: open files, connections,
 //! and which driver a strategy goes through.
 
-use crate::options::{HammerOptions, Mode};
+use crate::options::{Driving, HammerOptions, LoadOptions};
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
@@ -16,16 +16,14 @@ const OWN_FILES: u64 = 32;
 /// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
 /// look down.
 pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
-    let c = opts.concurrency.min(opts.requests.max(1)).max(1);
+    let c = in_flight(&opts.load);
     // Files per buyer, and all the run's buyers hold at once.
     let (per_buyer, held) = match opts.mode {
-        // A connection to the endpoint each.
-        Mode::Http => (1, c),
         // Starting a child holds its three pipes at both ends and the pipe that reports a
         // failed exec, while other children start beside it; each then keeps three.
-        Mode::Procs => (8, 8 * c),
+        Driving::Procs => (8, 8 * c),
         // Lockctl's own buyers: a connection each, and one per watchdog.
-        Mode::Threads => {
+        Driving::Threads => {
             let conns = connections_needed(opts, target);
             ((conns.saturating_sub(4) / c).max(1), conns)
         }
@@ -37,6 +35,23 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
             .pipeline
             .as_ref()
             .map_or(0, |p| 6 * p.workers.max(1) + 2);
+    ensure_files(c, per_buyer, held)
+}
+
+/// [`ensure_descriptors`] for a run against someone's endpoint: a connection to it each.
+pub fn ensure_endpoint_descriptors(load: &LoadOptions) -> Result<()> {
+    let c = in_flight(load);
+    ensure_files(c, 1, c)
+}
+
+/// Requests in flight at once: at least one, at most the requests there are.
+fn in_flight(load: &LoadOptions) -> u64 {
+    load.concurrency.min(load.requests.max(1)).max(1)
+}
+
+/// Raises the file limit to what `held` files (`per_buyer` for each of `c` buyers) and the
+/// hammer's own need, or refuses the run saying what fits.
+fn ensure_files(c: u64, per_buyer: u64, held: u64) -> Result<()> {
     let needed = held + OWN_FILES;
     let limit = match raise_file_limit(needed) {
         Some(limit) => limit,
@@ -91,16 +106,15 @@ fn raise_file_limit(wanted: u64) -> Option<u64> {
 /// multiplexed or threaded buyer holds one; a child process holds its own, its watchdog's
 /// and its expiry poker's), one per watchdog, and a few of the hammer's own.
 pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
-    let c = opts.concurrency.min(opts.requests.max(1));
+    let c = opts.load.concurrency.min(opts.load.requests.max(1));
     let watchdogs = if opts.buy.lock.watchdog { c } else { 0 };
     let own = 4;
     match opts.mode {
-        Mode::Procs => c * 2 + watchdogs + own,
-        Mode::Http => own,
-        Mode::Threads if multiplexes(opts, target) => c + own,
+        Driving::Procs => c * 2 + watchdogs + own,
+        Driving::Threads if multiplexes(opts, target) => c + own,
         // The batcher's committers, whatever the number of buyers.
-        Mode::Threads if batches(opts) => 2 + own,
-        Mode::Threads => c + watchdogs + own,
+        Driving::Threads if batches(opts) => 2 + own,
+        Driving::Threads => c + watchdogs + own,
     }
 }
 
@@ -132,7 +146,7 @@ pub(crate) fn check_capacity(
         return Ok(());
     }
     let spare = maxclients.saturating_sub(in_use.saturating_sub(1));
-    let per_buyer = needed.saturating_sub(4) / opts.concurrency.max(1);
+    let per_buyer = needed.saturating_sub(4) / opts.load.concurrency.max(1);
     let fits = spare.saturating_sub(4) / per_buyer.max(1);
     let advice = match fits {
         0 => "not even -c 1 fits; close some of its clients or raise the server's maxclients"
@@ -151,12 +165,12 @@ pub(crate) fn check_capacity(
 /// Whether the batch strategy's driver (one batcher, buyers that are not threads) runs this
 /// load.
 pub(crate) fn batches(opts: &HammerOptions) -> bool {
-    opts.mode == Mode::Threads && opts.buy.strategy == Strategy::Batch
+    opts.mode == Driving::Threads && opts.buy.strategy == Strategy::Batch
 }
 
 /// Whether the atomic strategy's multiplexed driver runs this load.
 pub(crate) fn multiplexes(opts: &HammerOptions, target: &Target) -> bool {
-    opts.mode == Mode::Threads
+    opts.mode == Driving::Threads
         && opts.buy.strategy == Strategy::Atomic
         && opts.buy.work.is_zero()
         && !target.is_cluster()

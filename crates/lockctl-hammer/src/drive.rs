@@ -9,17 +9,16 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::capacity::{batches, multiplexes};
-use crate::options::{HammerOptions, Mode};
+use crate::options::{Driving, HammerOptions};
 use crate::tally::Tally;
 use crate::{batched, multiplexed, procs, threads};
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
+use lockctl_core::error::Result;
 
-/// A way of running a hammer's requests.
+/// A way of running a hammer's requests, holding the options it runs them with.
 pub trait Driver {
-    /// Runs every request of `opts` (their order ids under `run_id`), and returns what each
-    /// was told.
-    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven>;
+    /// Runs every request (their order ids under `run_id`), and returns what each was told.
+    fn drive(&self, run_id: &str) -> Result<Driven>;
 }
 
 /// What a driver hands back.
@@ -47,53 +46,45 @@ impl Driven {
 }
 
 /// lockctl's own buyers, one connection and one thread each.
-struct Threads<'a>(&'a Target);
+struct Threads<'a>(&'a Target, &'a HammerOptions);
 /// The atomic strategy's buyers: a few threads, each with many purchases in flight.
-struct Multiplexed<'a>(&'a Target);
+struct Multiplexed<'a>(&'a Target, &'a HammerOptions);
 /// The batch strategy's buyers: one group committer the buyers submit to.
-struct Batched<'a>(&'a Target);
-/// Each purchase a child `lockctl buy`, as the tutorial's several terminals.
-struct Procs<'a>(&'a Target);
+struct Batched<'a>(&'a Target, &'a HammerOptions);
+/// Each purchase a child process, started by the options' `children`.
+struct Procs<'a>(&'a Target, &'a HammerOptions);
 
 impl Driver for Threads<'_> {
-    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
-        threads::run_threads(self.0, opts, run_id).map(Driven::of)
+    fn drive(&self, run_id: &str) -> Result<Driven> {
+        threads::run_threads(self.0, self.1, run_id).map(Driven::of)
     }
 }
 
 impl Driver for Multiplexed<'_> {
-    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
-        multiplexed::run_multiplexed(self.0, opts, run_id).map(Driven::of)
+    fn drive(&self, run_id: &str) -> Result<Driven> {
+        multiplexed::run_multiplexed(self.0, self.1, run_id).map(Driven::of)
     }
 }
 
 impl Driver for Batched<'_> {
-    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
-        batched::run_batched(self.0, opts, run_id).map(Driven::of)
+    fn drive(&self, run_id: &str) -> Result<Driven> {
+        batched::run_batched(self.0, self.1, run_id).map(Driven::of)
     }
 }
 
 impl Driver for Procs<'_> {
-    fn drive(&self, opts: &HammerOptions, run_id: &str) -> Result<Driven> {
-        procs::run_procs(self.0, opts, run_id).map(Driven::of)
+    fn drive(&self, run_id: &str) -> Result<Driven> {
+        procs::run_procs(self.0, self.1, run_id).map(Driven::of)
     }
 }
 
 /// The driver of lockctl's own buyers that `opts` call for.
-pub(crate) fn own_buyers<'a>(
-    target: &'a Target,
-    opts: &HammerOptions,
-) -> Result<Box<dyn Driver + 'a>> {
-    Ok(match opts.mode {
+pub(crate) fn own_buyers<'a>(target: &'a Target, opts: &'a HammerOptions) -> Box<dyn Driver + 'a> {
+    match opts.mode {
         // Simulated work needs a thread per buyer to sleep in.
-        Mode::Threads if multiplexes(opts, target) => Box::new(Multiplexed(target)),
-        Mode::Threads if batches(opts) => Box::new(Batched(target)),
-        Mode::Threads => Box::new(Threads(target)),
-        Mode::Procs => Box::new(Procs(target)),
-        Mode::Http => {
-            return Err(Error::internal(
-                "an HTTP run is driven by the endpoint's driver, with the endpoint's options",
-            ));
-        }
-    })
+        Driving::Threads if multiplexes(opts, target) => Box::new(Multiplexed(target, opts)),
+        Driving::Threads if batches(opts) => Box::new(Batched(target, opts)),
+        Driving::Threads => Box::new(Threads(target, opts)),
+        Driving::Procs => Box::new(Procs(target, opts)),
+    }
 }

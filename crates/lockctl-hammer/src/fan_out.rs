@@ -13,7 +13,7 @@ use lockctl_core::error::{Error, ErrorKind, Result};
 use lockctl_core::stock::Purchase;
 
 pub(super) fn user_of(opts: &HammerOptions, index: u64) -> Option<String> {
-    opts.users.map(|k| format!("u{}", index % k.max(1)))
+    opts.load.users.map(|k| format!("u{}", index % k.max(1)))
 }
 
 /// Runs every request index through `round` on `workers` threads, each with its own state,
@@ -41,7 +41,7 @@ pub(super) fn fan_out<S>(
         next: AtomicU64::new(0),
         abandon: AtomicBool::new(false),
         started: start,
-        tally: Mutex::new(Tally::new(opts.requests, opts.buy.qty)),
+        tally: Mutex::new(Tally::new(opts.load.requests, opts.buy.qty)),
     };
     let started_workers = thread::scope(|s| {
         let mut n = 0;
@@ -81,6 +81,7 @@ pub(super) const FOLD_EVERY: usize = 32;
 impl Shared<'_> {
     fn stopped(&self) -> bool {
         self.opts
+            .load
             .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))
@@ -90,14 +91,14 @@ impl Shared<'_> {
     fn take(&self, n: u64) -> Vec<u64> {
         (0..n.max(1))
             .map(|_| self.next.fetch_add(1, Ordering::Relaxed))
-            .filter(|&i| i < self.opts.requests)
+            .filter(|&i| i < self.opts.load.requests)
             .collect()
     }
 
     /// Counts `samples` as finished now and keeps them in `pending`, folding `pending` into
     /// the tally once it holds enough (or when `all` is set).
     fn finished(&self, pending: &mut Vec<Sample>, samples: Vec<Sample>, all: bool) {
-        if let Some(p) = &self.opts.progress {
+        if let Some(p) = &self.opts.load.progress {
             p.fetch_add(samples.len() as u64, Ordering::Relaxed);
         }
         let at = self.started.elapsed();

@@ -25,55 +25,76 @@ pub enum Mode {
     Http,
 }
 
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct HammerOptions {
-    /// Default: `sku_886`.
-    pub sku: Sku,
-    /// Purchases in all. Default: 100.
-    pub requests: u64,
-    /// Purchases in flight at once. Default: 10.
-    pub concurrency: u64,
-    /// Default: [`Mode::Threads`].
-    pub mode: Mode,
-    /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
-    pub stock: Option<u64>,
-    /// How each purchase is made. Default: [`BuyOptions::default`].
-    pub buy: BuyOptions,
-    /// Spread purchases over this many simulated users (`u0`, `u1`, ...), so a per-user
-    /// limit applies. Default: none (anonymous buyers).
-    pub users: Option<u64>,
-    /// How each child purchase is started, for [`Mode::Procs`] (the binary starts `lockctl buy
-    /// --json`). Default: none, and a child-process run is refused.
-    pub children: Option<Children>,
-    /// Counts finished requests as they finish, for a progress display. Default: none.
-    pub progress: Option<Arc<AtomicU64>>,
-    /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
-    pub quorum: Option<Arc<Quorum>>,
-    /// Once set, no new request starts; those in flight finish. Default: none.
-    pub stop: Option<Arc<AtomicBool>>,
-    /// Workers beside the buyers persisting the orders into PostgreSQL (`--queue --db`), and
-    /// the whole path checked. Default: none.
-    pub pipeline: Option<PipelineOptions>,
+/// How lockctl's own buyers run (the report's [`Mode`] adds `http` for someone's endpoint,
+/// which is driven by [`crate::http::run`] and never by these options).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Driving {
+    /// Worker threads in this process, one connection each.
+    #[default]
+    Threads,
+    /// Each purchase is a child process (`lockctl buy`), like the seed's "several terminals".
+    Procs,
 }
 
-impl Default for HammerOptions {
+impl From<Driving> for Mode {
+    fn from(d: Driving) -> Mode {
+        match d {
+            Driving::Threads => Mode::Threads,
+            Driving::Procs => Mode::Procs,
+        }
+    }
+}
+
+/// The load, whatever receives it: how many requests, how many at once, on which SKU and
+/// stock, and the run's controls.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Default: `sku_886`.
+    pub sku: Sku,
+    /// Requests in all. Default: 100.
+    pub requests: u64,
+    /// Requests in flight at once. Default: 10.
+    pub concurrency: u64,
+    /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
+    pub stock: Option<u64>,
+    /// Spread requests over this many simulated users (`u0`, `u1`, ...). Default: none.
+    pub users: Option<u64>,
+    /// Counts finished requests as they finish, for a progress display. Default: none.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Once set, no new request starts; those in flight finish. Default: none.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl Default for LoadOptions {
     fn default() -> Self {
-        HammerOptions {
+        LoadOptions {
             sku: "sku_886".parse().expect("a valid SKU"),
             requests: 100,
             concurrency: 10,
-            mode: Mode::Threads,
             stock: None,
-            buy: BuyOptions::default(),
             users: None,
-            children: None,
             progress: None,
-            quorum: None,
             stop: None,
-            pipeline: None,
         }
     }
+}
+
+/// A run of lockctl's own buyers: the load, and how each purchase is made and driven.
+#[derive(Clone, Debug, Default)]
+pub struct HammerOptions {
+    pub load: LoadOptions,
+    /// Default: [`Driving::Threads`].
+    pub mode: Driving,
+    /// How each purchase is made. Default: [`BuyOptions::default`].
+    pub buy: BuyOptions,
+    /// How each child purchase is started, for [`Driving::Procs`] (the binary starts `lockctl
+    /// buy --json`). Default: none, and a child-process run is refused.
+    pub children: Option<Children>,
+    /// Take the lock by Redlock quorum on these masters. Default: none (the data node's lock).
+    pub quorum: Option<Arc<Quorum>>,
+    /// Workers beside the buyers persisting the orders into PostgreSQL (`--queue --db`), and
+    /// the whole path checked. Default: none.
+    pub pipeline: Option<PipelineOptions>,
 }
 
 /// The most points a report's stock timeline keeps.

@@ -64,12 +64,12 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
 
 /// Starts the workers and the sampler ([`check_db`] has asked the database first).
 pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
-    let keys = StockKeys::new(&opts.sku);
+    let keys = StockKeys::new(&opts.load.sku);
     ensure_group(&mut target.connect()?, &keys)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..p.workers.max(1) {
-        let mut w = WorkerOptions::new(vec![opts.sku.clone()]);
+        let mut w = WorkerOptions::new(vec![opts.load.sku.clone()]);
         w.block = Duration::from_millis(100);
         // Orders a dead worker left pending are taken over after a second, not the default
         // 30 s: a run should not wait that long. A slow but live worker loses nothing to this:
@@ -142,7 +142,7 @@ pub(super) fn finish(
     run_id: &str,
     t: &Tally,
 ) -> Result<(PipelineReport, Vec<String>)> {
-    let keys = StockKeys::new(&opts.sku);
+    let keys = StockKeys::new(&opts.load.sku);
     let drain_started = Instant::now();
     let mut conn = lockctl_core::conn::Reconnecting::new(target);
     let (mut last, mut since) = (u64::MAX, Instant::now());
@@ -178,7 +178,7 @@ pub(super) fn finish(
         let _ = s.join();
     }
     let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
-    let (rows, _) = db.orders(&p.db_url, opts.sku.as_str(), &format!("{run_id}-"))?;
+    let (rows, _) = db.orders(&p.db_url, opts.load.sku.as_str(), &format!("{run_id}-"))?;
     let mut violations = failures;
     violations.extend(check_rows(t, run_id, &rows));
     if !drained {

@@ -49,7 +49,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
         let user = user_of(opts, i);
         let child = ChildBuy {
             target,
-            sku: &opts.sku,
+            sku: &opts.load.sku,
             buy: &opts.buy,
             order_id: &order_id,
             user: user.as_deref(),
@@ -79,7 +79,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             at: Duration::ZERO,
         }
     };
-    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    let workers = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
     fan_out(
         opts,
         start,

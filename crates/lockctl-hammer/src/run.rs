@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
 use crate::evidence::{Books, Evidence, conclude};
-use crate::options::HammerOptions;
+use crate::options::{HammerOptions, LoadOptions};
 use crate::report::{Report, RunFacts};
 use crate::{pipeline, readback, usage, watch};
 use lockctl_core::conn::{Conn, Target};
@@ -17,7 +17,7 @@ use lockctl_core::stock;
 
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
-    let keys = StockKeys::new(&opts.sku);
+    let keys = StockKeys::new(&opts.load.sku);
     ensure_descriptors(opts, target)?;
     let mut conn = target.connect()?;
     check_capacity(&mut conn, target, opts)?;
@@ -31,23 +31,28 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         Some(p) => Some(pipeline::start(target, opts, p)?),
         None => None,
     };
-    let watch = watch::start(target, &opts.sku, &keys.stock, initial_stock);
+    let watch = watch::start(target, &opts.load.sku, &keys.stock, initial_stock);
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
-    let tally = drive::own_buyers(target, opts)?.drive(opts, &run_id)?.tally;
+    let tally = drive::own_buyers(target, opts).drive(&run_id)?.tally;
     let elapsed = started.elapsed();
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
     let watched = watch.finish();
     let made = tally.samples();
-    let readback = readback::read_back_patiently(target, &mut conn, &opts.sku, &run_id, &tally);
+    let readback =
+        readback::read_back_patiently(target, &mut conn, &opts.load.sku, &run_id, &tally);
     let restart = incarnation.restart(target);
-    let stopped_early = interrupted(opts, made);
+    let stopped_early = interrupted(&opts.load, made);
     let facts = RunFacts {
         run_id,
         // An interrupted run is judged on the requests it made.
-        requests: if stopped_early { made } else { opts.requests },
+        requests: if stopped_early {
+            made
+        } else {
+            opts.load.requests
+        },
         initial_stock,
         elapsed,
         client_cpu,
@@ -77,23 +82,23 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         pipeline,
         restart: Some(restart),
         server: target.addr().to_string(),
-        interrupted: stopped_early.then_some((made, opts.requests)),
+        interrupted: stopped_early.then_some((made, opts.load.requests)),
         notes: Vec::new(),
     }))
 }
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.
 fn starting_stock(conn: &mut Conn, opts: &HammerOptions, keys: &StockKeys) -> Result<i64> {
-    match opts.stock {
+    match opts.load.stock {
         Some(n) => {
-            stock::seed(conn, &opts.sku, n)?;
+            stock::seed(conn, &opts.load.sku, n)?;
             Ok(n as i64)
         }
-        None => {
-            stock::starting_stock_at(conn, &opts.sku, &keys.stock)?.ok_or_else(|| Error::Unseeded {
-                sku: opts.sku.to_string(),
-            })
-        }
+        None => stock::starting_stock_at(conn, &opts.load.sku, &keys.stock)?.ok_or_else(|| {
+            Error::Unseeded {
+                sku: opts.load.sku.to_string(),
+            }
+        }),
     }
 }
 
@@ -101,19 +106,19 @@ impl RunFacts {
     /// The facts the options fix before the run (the rest are zero until it has run).
     pub(crate) fn of(opts: &HammerOptions) -> RunFacts {
         RunFacts {
-            sku: opts.sku.to_string(),
+            sku: opts.load.sku.to_string(),
             run_id: String::new(),
-            requests: opts.requests,
-            concurrency: opts.concurrency,
+            requests: opts.load.requests,
+            concurrency: opts.load.concurrency,
             strategy: opts.buy.strategy.into(),
-            mode: opts.mode,
+            mode: opts.mode.into(),
             qty: opts.buy.qty,
             ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
             wait_ms: opts.buy.lock.wait.as_millis() as u64,
             work_ms: opts.buy.work.as_millis() as u64,
             watchdog: opts.buy.lock.watchdog,
             redlock_nodes: opts.quorum.as_ref().map(|q| q.addrs().len() as u64),
-            seeded: opts.stock.is_some(),
+            seeded: opts.load.stock.is_some(),
             initial_stock: 0,
             elapsed: std::time::Duration::ZERO,
             client_cpu: None,
@@ -122,9 +127,9 @@ impl RunFacts {
 }
 
 /// Whether Ctrl-C (or SIGTERM, SIGHUP) stopped the run after `made` requests, short of all.
-pub(crate) fn interrupted(opts: &HammerOptions, made: u64) -> bool {
-    made != opts.requests
-        && opts
+pub(crate) fn interrupted(load: &LoadOptions, made: u64) -> bool {
+    made != load.requests
+        && load
             .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))

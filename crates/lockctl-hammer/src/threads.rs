@@ -39,11 +39,11 @@ pub(super) fn one_purchase(
 
 /// One thread and one connection per buyer: every strategy, every kind of server.
 pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
-    let mut buyer = Buyer::new(target, &opts.sku, opts.buy.clone());
+    let mut buyer = Buyer::new(target, &opts.load.sku, opts.buy.clone());
     if let Some(q) = &opts.quorum {
         buyer = buyer.with_quorum(q.clone());
     }
-    let workers = opts.concurrency.clamp(1, opts.requests.max(1));
+    let workers = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
     let start = Instant::now();
     fan_out(
         opts,

@@ -35,7 +35,7 @@ use super::socket::{
 use super::wire::{self, ReadError};
 use crate::drive::Driven;
 use crate::fan_out::{FOLD_EVERY, OUTAGE_LIMIT, abandoned};
-use crate::options::HammerOptions;
+use crate::options::LoadOptions;
 use crate::report::{Ended, LATE_AFTER_MS, Sample};
 use crate::tally::{Tally, new_histogram, record};
 use lockctl_core::error::{Error, ErrorKind, Result};
@@ -55,7 +55,7 @@ pub(super) struct Plan {
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
-pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
+pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -65,25 +65,25 @@ pub(super) fn drive(opts: &HammerOptions, plan: &Plan) -> Result<Driven> {
     let shared = Arc::new(Shared {
         plan: plan.clone(),
         keep_body: plan.classifier.judges(),
-        sku: opts.sku.to_string(),
-        users: opts.users,
-        requests: opts.requests,
-        progress: opts.progress.clone(),
-        stop: opts.stop.clone(),
+        sku: load.sku.to_string(),
+        users: load.users,
+        requests: load.requests,
+        progress: load.progress.clone(),
+        stop: load.stop.clone(),
         next: AtomicU64::new(0),
         due: rx.map(tokio::sync::Mutex::new),
         abandon: AtomicBool::new(false),
         start: Instant::now(),
         books: Mutex::new(Driven {
-            tally: Tally::new(opts.requests, opts.buy.qty),
+            tally: Tally::new(load.requests, qty),
             service: plan.rate.map(|_| new_histogram()),
             late: 0,
             max_lag: Duration::ZERO,
         }),
     });
-    let connections = opts.concurrency.clamp(1, opts.requests.max(1));
+    let connections = load.concurrency.clamp(1, load.requests.max(1));
     let metronome = match (plan.rate, tx) {
-        (Some(rate), Some(tx)) => Some(metronome(rate, opts, shared.start, tx)?),
+        (Some(rate), Some(tx)) => Some(metronome(rate, load, shared.start, tx)?),
         _ => None,
     };
     runtime.block_on(async {
@@ -118,11 +118,11 @@ const BACKLOG: usize = 65_536;
 /// connection is free to take waits in the channel, and its latency keeps counting.
 fn metronome(
     rate: f64,
-    opts: &HammerOptions,
+    load: &LoadOptions,
     start: Instant,
     tx: mpsc::Sender<(u64, Instant)>,
 ) -> Result<thread::JoinHandle<()>> {
-    let (requests, stop) = (opts.requests, opts.stop.clone());
+    let (requests, stop) = (load.requests, load.stop.clone());
     let stopped = move || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
     thread::Builder::new()
         .name("lockctl-metronome".into())

@@ -26,7 +26,7 @@ pub use request::{RequestSpec, Vars};
 use crate::drive::{Driven, Driver};
 use crate::evidence::{Books, Evidence, conclude};
 use crate::judge::percentiles;
-use crate::options::{HammerOptions, Mode};
+use crate::options::{LoadOptions, Mode};
 use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
 use crate::report::{HttpFacts, LoadModel, Report, RunFacts, Subject};
 use crate::run::interrupted;
@@ -54,13 +54,15 @@ pub struct HttpOptions {
     pub timeout: Duration,
     /// The bound on opening a connection.
     pub connect_timeout: Duration,
+    /// Units each "bought" answer stands for (`--qty`). Default: 1.
+    pub qty: u64,
 }
 
-/// Fires `opts.requests` requests at the endpoint, `opts.concurrency` connections at a time,
+/// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
 /// and judges the answers against the stock in Redis at `target` (read only when the answers
-/// can be classified). `opts.stock` sets the stock key first.
-pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<Report> {
-    crate::capacity::ensure_descriptors(opts, target)?;
+/// can be classified). `load.stock` sets the stock key first.
+pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Report> {
+    crate::capacity::ensure_endpoint_descriptors(load)?;
     let addr = http
         .request
         .resolve()
@@ -69,9 +71,9 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     let key = http
         .stock_key
         .clone()
-        .unwrap_or_else(|| StockKeys::new(&opts.sku).stock);
+        .unwrap_or_else(|| StockKeys::new(&load.sku).stock);
     let mut books = match judged {
-        true => Some(starting_stock(target, opts, &key)?),
+        true => Some(starting_stock(target, load, &key)?),
         false => None,
     };
     let incarnation = books
@@ -79,7 +81,7 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         .map(|(conn, _)| Incarnation::of(target, conn));
     let watch = books
         .as_ref()
-        .map(|(_, initial)| watch::start(target, &opts.sku, &key, *initial));
+        .map(|(_, initial)| watch::start(target, &load.sku, &key, *initial));
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
@@ -91,19 +93,19 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     };
     let started = Instant::now();
     let cpu_before = usage::cpu_time();
-    let driven = Endpoint(&plan).drive(opts, &plan.run_id)?;
+    let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;
     let elapsed = started.elapsed();
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
     let watched = watch.map(watch::StockWatch::finish);
     let made = driven.tally.samples();
-    let stopped_early = interrupted(opts, made);
+    let stopped_early = interrupted(load, made);
     // With patterns: the stock at the end, whether the server restarted, and what was seen of
     // the stock meanwhile.
     let after = match (books.as_mut(), incarnation, watched) {
         (Some((conn, _)), Some(incarnation), Some(watched)) => Some((
-            read_back(target, conn, &opts.sku, &key),
+            read_back(target, conn, &load.sku, &key),
             incarnation.restart(target),
             watched,
         )),
@@ -111,11 +113,11 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
     };
     let facts = RunFacts {
         run_id: plan.run_id.clone(),
-        requests: if stopped_early { made } else { opts.requests },
+        requests: if stopped_early { made } else { load.requests },
         initial_stock: books.as_ref().map_or(0, |(_, n)| *n),
         elapsed,
         client_cpu,
-        ..RunFacts::of_endpoint(opts)
+        ..RunFacts::of_endpoint(load, http.qty)
     };
     let (books, went_up, restart) = books_of(after);
     let mut report = conclude(Evidence {
@@ -126,7 +128,7 @@ pub fn run(target: &Target, opts: &HammerOptions, http: &HttpOptions) -> Result<
         pipeline: None,
         restart,
         server: target.addr().to_string(),
-        interrupted: stopped_early.then_some((made, opts.requests)),
+        interrupted: stopped_early.then_some((made, load.requests)),
         notes: late_note(http, &driven).into_iter().collect(),
     });
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
@@ -151,11 +153,11 @@ fn books_of(
 }
 
 /// Someone's endpoint, driven as the plan says.
-struct Endpoint<'a>(&'a driver::Plan);
+struct Endpoint<'a>(&'a driver::Plan, &'a LoadOptions, u64);
 
 impl Driver for Endpoint<'_> {
-    fn drive(&self, opts: &HammerOptions, _run_id: &str) -> Result<Driven> {
-        driver::drive(opts, self.0)
+    fn drive(&self, _run_id: &str) -> Result<Driven> {
+        driver::drive(self.1, self.2, self.0)
     }
 }
 
@@ -173,16 +175,24 @@ fn late_note(http: &HttpOptions, driven: &Driven) -> Option<String> {
 
 impl RunFacts {
     /// The facts the options fix before an endpoint's run: no lock of lockctl's is involved.
-    fn of_endpoint(opts: &HammerOptions) -> RunFacts {
+    fn of_endpoint(load: &LoadOptions, qty: u64) -> RunFacts {
         RunFacts {
+            sku: load.sku.to_string(),
+            run_id: String::new(),
+            requests: load.requests,
+            concurrency: load.concurrency,
             strategy: Subject::Endpoint,
             mode: Mode::Http,
+            qty,
             ttl_ms: 0,
             wait_ms: 0,
             work_ms: 0,
             watchdog: false,
             redlock_nodes: None,
-            ..RunFacts::of(opts)
+            seeded: load.stock.is_some(),
+            initial_stock: 0,
+            elapsed: Duration::ZERO,
+            client_cpu: None,
         }
     }
 }
@@ -207,16 +217,16 @@ fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &Driven) ->
     }
 }
 
-/// A connection to Redis and the stock at `key` before the run: set to `opts.stock` when
+/// A connection to Redis and the stock at `key` before the run: set to `load.stock` when
 /// given, read otherwise (it must exist and hold an integer).
-fn starting_stock(target: &Target, opts: &HammerOptions, key: &str) -> Result<(Conn, i64)> {
+fn starting_stock(target: &Target, load: &LoadOptions, key: &str) -> Result<(Conn, i64)> {
     let mut conn = target.connect()?;
-    let stock = match opts.stock {
+    let stock = match load.stock {
         Some(n) => {
             conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
             n as i64
         }
-        None => stock::starting_stock_at(&mut conn, &opts.sku, key)?.ok_or_else(|| {
+        None => stock::starting_stock_at(&mut conn, &load.sku, key)?.ok_or_else(|| {
             Error::NoStockKey {
                 key: key.to_string(),
                 addr: target.addr().to_string(),
