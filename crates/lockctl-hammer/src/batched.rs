@@ -20,7 +20,7 @@ use lockctl_core::stock::{Batcher, Purchase, Submitter};
 
 pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
     let batcher = Batcher::start(target, &opts.load.sku, opts.buy.clone())?;
-    let concurrency = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
+    let concurrency = opts.load.in_flight();
     let start = Instant::now();
     if !opts.buy.work.is_zero() {
         return fan_out(

@@ -16,7 +16,7 @@ const OWN_FILES: u64 = 32;
 /// the connections past the limit would fail one by one (EMFILE), and an HTTP endpoint would
 /// look down.
 pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
-    let c = in_flight(&opts.load);
+    let c = opts.load.in_flight();
     // Files per buyer, and all the run's buyers hold at once.
     let (per_buyer, held) = match opts.mode {
         // Starting a child holds its three pipes at both ends and the pipe that reports a
@@ -40,13 +40,8 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
 
 /// [`ensure_descriptors`] for a run against someone's endpoint: a connection to it each.
 pub fn ensure_endpoint_descriptors(load: &LoadOptions) -> Result<()> {
-    let c = in_flight(load);
+    let c = load.in_flight();
     ensure_files(c, 1, c)
-}
-
-/// Requests in flight at once: at least one, at most the requests there are.
-fn in_flight(load: &LoadOptions) -> u64 {
-    load.concurrency.min(load.requests.max(1)).max(1)
 }
 
 /// Raises the file limit to what `held` files (`per_buyer` for each of `c` buyers) and the

@@ -28,7 +28,7 @@ pub(super) fn run_multiplexed(
     let buyer = Buyer::new(target, &opts.load.sku, opts.buy.clone());
     buyer.load_scripts(&mut target.connect()?)?;
     let cores = thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let concurrency = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
+    let concurrency = opts.load.in_flight();
     let workers = cores.saturating_sub(1).clamp(1, concurrency);
     let per_round = concurrency.div_ceil(workers);
     let start = Instant::now();

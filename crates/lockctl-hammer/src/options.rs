@@ -65,6 +65,13 @@ pub struct LoadOptions {
     pub stop: Option<Arc<AtomicBool>>,
 }
 
+impl LoadOptions {
+    /// Requests in flight at once: the concurrency, at least one and at most the requests.
+    pub fn in_flight(&self) -> u64 {
+        self.concurrency.clamp(1, self.requests.max(1))
+    }
+}
+
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {

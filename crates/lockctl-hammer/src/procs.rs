@@ -79,7 +79,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             at: Duration::ZERO,
         }
     };
-    let workers = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
+    let workers = opts.load.in_flight();
     fan_out(
         opts,
         start,

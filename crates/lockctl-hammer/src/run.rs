@@ -7,8 +7,9 @@ use std::time::Instant;
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
 use crate::evidence::{Books, Evidence, conclude};
+use crate::options::Mode;
 use crate::options::{HammerOptions, LoadOptions};
-use crate::report::{Report, RunFacts};
+use crate::report::{Report, RunFacts, Subject};
 use crate::{pipeline, readback, usage, watch};
 use lockctl_core::conn::{Conn, Target};
 use lockctl_core::error::{Error, Result};
@@ -104,21 +105,37 @@ fn starting_stock(conn: &mut Conn, opts: &HammerOptions, keys: &StockKeys) -> Re
 
 impl RunFacts {
     /// The facts the options fix before the run (the rest are zero until it has run).
-    pub(crate) fn of(opts: &HammerOptions) -> RunFacts {
+    fn of(opts: &HammerOptions) -> RunFacts {
         RunFacts {
-            sku: opts.load.sku.to_string(),
-            run_id: String::new(),
-            requests: opts.load.requests,
-            concurrency: opts.load.concurrency,
             strategy: opts.buy.strategy.into(),
             mode: opts.mode.into(),
-            qty: opts.buy.qty,
             ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
             wait_ms: opts.buy.lock.wait.as_millis() as u64,
             work_ms: opts.buy.work.as_millis() as u64,
             watchdog: opts.buy.lock.watchdog,
             redlock_nodes: opts.quorum.as_ref().map(|q| q.addrs().len() as u64),
-            seeded: opts.load.stock.is_some(),
+            ..RunFacts::of_load(&opts.load, opts.buy.qty)
+        }
+    }
+
+    /// The facts of a load of `qty` units a request, before it has run, with no lock of
+    /// lockctl's involved: an endpoint's run, which [`RunFacts::of`] fills in for lockctl's
+    /// own buyers.
+    pub(crate) fn of_load(load: &LoadOptions, qty: u64) -> RunFacts {
+        RunFacts {
+            sku: load.sku.to_string(),
+            run_id: String::new(),
+            requests: load.requests,
+            concurrency: load.concurrency,
+            strategy: Subject::Endpoint,
+            mode: Mode::Http,
+            qty,
+            ttl_ms: 0,
+            wait_ms: 0,
+            work_ms: 0,
+            watchdog: false,
+            redlock_nodes: None,
+            seeded: load.stock.is_some(),
             initial_stock: 0,
             elapsed: std::time::Duration::ZERO,
             client_cpu: None,

@@ -43,7 +43,7 @@ pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -
     if let Some(q) = &opts.quorum {
         buyer = buyer.with_quorum(q.clone());
     }
-    let workers = opts.load.concurrency.clamp(1, opts.load.requests.max(1));
+    let workers = opts.load.in_flight();
     let start = Instant::now();
     fan_out(
         opts,

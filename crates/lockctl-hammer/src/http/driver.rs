@@ -81,7 +81,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
             max_lag: Duration::ZERO,
         }),
     });
-    let connections = load.concurrency.clamp(1, load.requests.max(1));
+    let connections = load.in_flight();
     let metronome = match (plan.rate, tx) {
         (Some(rate), Some(tx)) => Some(metronome(rate, load, shared.start, tx)?),
         _ => None,

@@ -26,9 +26,9 @@ pub use request::{RequestSpec, Vars};
 use crate::drive::{Driven, Driver};
 use crate::evidence::{Books, Evidence, conclude};
 use crate::judge::percentiles;
-use crate::options::{LoadOptions, Mode};
+use crate::options::LoadOptions;
 use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
-use crate::report::{HttpFacts, LoadModel, Report, RunFacts, Subject};
+use crate::report::{HttpFacts, LoadModel, Report, RunFacts};
 use crate::run::interrupted;
 use crate::{usage, watch};
 use lockctl_core::conn::{Conn, Target};
@@ -117,7 +117,7 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         initial_stock: books.as_ref().map_or(0, |(_, n)| *n),
         elapsed,
         client_cpu,
-        ..RunFacts::of_endpoint(load, http.qty)
+        ..RunFacts::of_load(load, http.qty)
     };
     let (books, went_up, restart) = books_of(after);
     let mut report = conclude(Evidence {
@@ -171,30 +171,6 @@ fn late_note(http: &HttpOptions, driven: &Driven) -> Option<String> {
     Some(format!(
         "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; raise -c or lower --rate"
     ))
-}
-
-impl RunFacts {
-    /// The facts the options fix before an endpoint's run: no lock of lockctl's is involved.
-    fn of_endpoint(load: &LoadOptions, qty: u64) -> RunFacts {
-        RunFacts {
-            sku: load.sku.to_string(),
-            run_id: String::new(),
-            requests: load.requests,
-            concurrency: load.concurrency,
-            strategy: Subject::Endpoint,
-            mode: Mode::Http,
-            qty,
-            ttl_ms: 0,
-            wait_ms: 0,
-            work_ms: 0,
-            watchdog: false,
-            redlock_nodes: None,
-            seeded: load.stock.is_some(),
-            initial_stock: 0,
-            elapsed: Duration::ZERO,
-            client_cpu: None,
-        }
-    }
 }
 
 /// What the report says of the endpoint and the load model.
