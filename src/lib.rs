@@ -4,11 +4,13 @@
 //! line, the commands, exports, signals, the private Redis, progress) are the binary itself.
 //!
 //! Layout:
+//! - [`advice`]: the command line's words for what would fix a failure (the library's hints).
 //! - [`render`]: reports as text, JSON, Markdown or HTML.
 //! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
 //! - [`redis_server`]: starting a `redis-server` of one's own (the private server, the tests').
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
 
+pub mod advice;
 pub mod endpoint;
 pub mod redis_server;
 pub mod render;

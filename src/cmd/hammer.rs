@@ -160,7 +160,7 @@ fn unseeded_hint(e: Error) -> anyhow::Error {
     match e {
         Error::Unseeded { sku } => anyhow::anyhow!(
             "'{sku}' has no stock in Redis: pass --stock N to seed it first, or run: {}",
-            lockctl_core::error::seed_command(&sku)
+            lockctl::advice::seed_command(&sku)
         ),
         e => e.into(),
     }

@@ -288,7 +288,12 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
     }
-    eprintln!("lockctl: error: {err:#}");
+    // The library names the fix as data; the command line words it.
+    let message = match err.downcast_ref::<Error>() {
+        Some(lib) => lockctl::advice::with_hint(&format!("{err:#}"), lib.hint().as_ref()),
+        None => format!("{err:#}"),
+    };
+    eprintln!("lockctl: error: {message}");
     // A URL that does not parse is a bad argument like any other.
     let usage = err.is::<UsageError>()
         || err.downcast_ref::<Error>().is_some_and(|e| {
@@ -301,7 +306,6 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
             )
         });
     if json {
-        let message = format!("{err:#}");
         let reply = match (err.is::<UsageError>(), err.downcast_ref::<Error>()) {
             (true, _) => ErrorJson::new(message, ErrorKind::Usage, false),
             (false, Some(lib)) => ErrorJson::from_error(message, lib),

@@ -51,8 +51,8 @@ fn facts_rows(s: &mut String, r: &Report) {
     for n in &r.notes {
         row(s, "note", n.clone());
     }
-    if let Some(e) = &r.first_error {
-        row(s, "first error", e.clone());
+    if let Some(e) = first_error(r) {
+        row(s, "first error", e);
     }
 }
 
@@ -257,7 +257,11 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
 
 /// `hammer --json`: the whole report.
 pub fn hammer_json(r: &Report) -> Value {
-    super::to_json(r)
+    let mut v = super::to_json(r);
+    if let Some(e) = first_error(r) {
+        v["first_error"] = e.into();
+    }
+    v
 }
 
 /// Where and when a hammer ran, beyond the run's own facts: what a report needs to stand
@@ -490,6 +494,12 @@ fn pct_text(p: &Percentiles) -> String {
         "p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
         p.p50, p.p90, p.p99, p.max
     )
+}
+
+/// The run's first error with its fix in the command line's words.
+fn first_error(r: &Report) -> Option<String> {
+    let e = r.first_error.as_ref()?;
+    Some(crate::advice::with_hint(e, r.first_error_hint.as_ref()))
 }
 
 #[cfg(test)]

@@ -15,9 +15,12 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
+use crate::advice;
+
 pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
 
+use lockctl_core::Finding;
 use lockctl_core::check::CheckReport;
 use lockctl_core::status::Status;
 use lockctl_core::stock::{Buy, Purchase, Strategy};
@@ -39,7 +42,7 @@ pub fn check_text(r: &CheckReport) -> String {
                     s,
                     "lock node {}: DOWN ({})",
                     n.addr,
-                    e.as_deref().unwrap_or("no answer")
+                    e.as_ref().map_or("no answer".into(), advice::finding)
                 );
             }
         }
@@ -52,10 +55,10 @@ pub fn check_text(r: &CheckReport) -> String {
         );
     }
     for p in &r.problems {
-        let _ = writeln!(s, "problem: {p}");
+        let _ = writeln!(s, "problem: {}", advice::finding(p));
     }
     for w in &r.warnings {
-        let _ = writeln!(s, "warning: {w}");
+        let _ = writeln!(s, "warning: {}", advice::finding(w));
     }
     s.push_str(if r.ok {
         "ok: fit for locking\n"
@@ -67,7 +70,15 @@ pub fn check_text(r: &CheckReport) -> String {
 
 /// `check --json`.
 pub fn check_json(r: &CheckReport) -> Value {
-    to_json(r)
+    let mut v = to_json(r);
+    v["problems"] = worded(&r.problems);
+    v["warnings"] = worded(&r.warnings);
+    for (i, n) in r.nodes.iter().enumerate() {
+        if let Some(e) = &n.error {
+            v["nodes"][i]["error"] = advice::finding(e).into();
+        }
+    }
+    v
 }
 
 /// `status` for a person.
@@ -93,7 +104,7 @@ pub fn status_text(st: &Status) -> String {
         (Some(false), _) => {
             s.push_str("books: DO NOT RECONCILE\n");
             for p in &st.problems {
-                let _ = writeln!(s, "  - {p}");
+                let _ = writeln!(s, "  - {}", advice::finding(p));
             }
         }
         (None, Some(_)) => s.push_str(
@@ -142,7 +153,9 @@ pub fn status_text(st: &Status) -> String {
 
 /// `status --json`.
 pub fn status_json(st: &Status) -> Value {
-    to_json(st)
+    let mut v = to_json(st);
+    v["problems"] = worded(&st.problems);
+    v
 }
 
 /// `buy` for a person, after the tutorial's three messages. `wait` is how long the buyer was
@@ -196,4 +209,13 @@ pub fn buy_json(sku: &str, strategy: Strategy, p: &Purchase) -> Value {
 /// Any report as a JSON value; a report that cannot be serialised says so instead.
 fn to_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+}
+
+/// Findings as JSON strings, each with its fix in the command line's words.
+fn worded(findings: &[Finding]) -> Value {
+    findings
+        .iter()
+        .map(advice::finding)
+        .collect::<Vec<_>>()
+        .into()
 }

@@ -435,7 +435,7 @@ fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
         let err = stderr(&out);
         assert_eq!(code(&out), 2, "{args:?}: {err}");
         assert!(
-            err.contains("-c 2000 needs about")
+            err.contains("2000 concurrent requests need about")
                 && err.contains("may open 100")
                 && err.contains("lower -c to at most"),
             "{args:?}: {err}"

@@ -53,6 +53,7 @@ fn failed(index: u64, indeterminate: bool) -> Sample {
             kind: lockctl_core::ErrorKind::TimedOut,
             indeterminate,
             message: "timed out after 2000 ms talking to 127.0.0.1:6379".into(),
+            hint: Some(lockctl_core::Hint::CallTimeout),
         },
         latency: Duration::from_secs(2),
         lock_wait: None,
@@ -225,6 +226,11 @@ fn an_indeterminate_error_may_have_deducted_but_a_refused_one_may_not() {
     let r = judge(&facts(10, 10), &samples, &rb);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
     assert_eq!((r.errors, r.indeterminate, r.bought), (1, 1, 9));
+    // The first error carries the library's hint; the command line words it, in text and JSON.
+    let said = "timed out after 2000 ms talking to 127.0.0.1:6379 (see --timeout-ms)";
+    assert!(render::hammer_text(&r, false).contains(said));
+    let doc = render::hammer_document(std::slice::from_ref(&r), &Context::default());
+    assert_eq!(doc["first_error"], said);
 
     // The same, but the error is one that cannot have been applied: the books do not add up.
     samples[9] = failed(9, false);

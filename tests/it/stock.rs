@@ -138,7 +138,14 @@ fn unseeded_stock_is_an_error_for_every_strategy_and_leaves_nothing_behind() {
             .buy(&mut conn, "o", None)
             .unwrap_err();
         assert!(matches!(err, Error::Unseeded { .. }), "{strategy}: {err}");
-        assert!(err.to_string().contains("lockctl seed ghost"), "{err}");
+        // The library names the fix as data, for the caller to word.
+        assert_eq!(
+            err.hint(),
+            Some(lockctl_core::Hint::Seed {
+                sku: "ghost".into()
+            }),
+            "{err}"
+        );
     }
     let keys: Vec<String> = server.raw().keys("*").unwrap();
     // Only the fencing counter and the last grant's record may exist: no stock, no ledger,
@@ -168,7 +175,10 @@ fn a_non_integer_or_wrong_type_stock_is_an_error_that_changes_nothing() {
                 matches!(err, Error::BadStock { .. }),
                 "{name}/{strategy}: {err}"
             );
-            assert!(err.to_string().contains("lockctl seed"), "{err}");
+            assert!(
+                matches!(err.hint(), Some(lockctl_core::Hint::Reseed { .. })),
+                "{err}"
+            );
         }
         let ledger: bool = raw.exists(format!("item:orders:{name}")).unwrap();
         let lock: bool = raw.exists(format!("dist_lock:{name}")).unwrap();

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::conn::Conn;
 use crate::error::Result;
+use crate::hint::{Finding, Hint};
 use crate::redlock::Quorum;
 use crate::units::round3;
 
@@ -36,9 +37,9 @@ pub struct CheckReport {
     /// Slowest PING seen, in milliseconds.
     pub rtt_max_ms: f64,
     /// What makes the server unfit for locking.
-    pub problems: Vec<String>,
+    pub problems: Vec<Finding>,
     /// Settings that can silently break a lock.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Finding>,
     /// Redlock's nodes (`--lock-node`), each reachable or not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeCheck>,
@@ -53,7 +54,8 @@ pub struct NodeCheck {
     pub addr: String,
     pub ok: bool,
     pub rtt_ms: Option<f64>,
-    pub error: Option<String>,
+    /// Why it did not answer, with its fix as data.
+    pub error: Option<Finding>,
 }
 
 /// Adds each Redlock node's answer to `report`, and a problem when no majority answers.
@@ -73,18 +75,21 @@ pub fn check_quorum(report: &mut CheckReport, q: &Quorum) {
                 addr,
                 ok: false,
                 rtt_ms: None,
-                error: Some(e.to_string()),
+                error: Some(Finding::from(&e)),
             },
         })
         .collect();
     let quorum = up >= q.majority();
     report.quorum = Some(quorum);
     if !quorum {
-        report.problems.push(format!(
-            "only {up} of {} lock nodes answered; Redlock needs {}",
-            report.nodes.len(),
-            q.majority()
-        ));
+        report.problems.push(
+            Finding::from(format!(
+                "only {up} of {} lock nodes answered; Redlock needs {}",
+                report.nodes.len(),
+                q.majority()
+            ))
+            .with_hint(Hint::LockNodes),
+        );
         report.ok = false;
     }
 }
@@ -108,37 +113,42 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
 
     match parse_version(&version) {
         Some(v) if v >= MIN_VERSION => {}
-        _ => problems.push(format!(
+        _ => problems.push(Finding::from(format!(
             "Redis {version} is older than {}.{}, the oldest this lock is built for",
             MIN_VERSION.0, MIN_VERSION.1
-        )),
+        ))),
     }
     match conn.query::<i64>(redis::cmd("EVAL").arg("return 7").arg(0)) {
         Ok(7) => {}
-        Ok(n) => problems.push(format!("EVAL 'return 7' answered {n}: scripting is broken")),
-        Err(e) => problems.push(format!(
+        Ok(n) => problems.push(Finding::from(format!(
+            "EVAL 'return 7' answered {n}: scripting is broken"
+        ))),
+        Err(e) => problems.push(Finding::from(format!(
             "scripts do not run (EVAL failed: {e}); release and renewal need them"
-        )),
+        ))),
     }
     if field("cluster_enabled").as_deref() == Some("1") && !cluster {
         problems.push(
-            "this server is a node of a Redis Cluster: add --cluster (and write SKUs with a hash tag, {sku_886}, so each SKU's keys share a slot)"
-                .into(),
+            Finding::from("this server is a node of a Redis Cluster, reached as a single server")
+                .with_hint(Hint::ClusterNode),
         );
     }
     if role == "slave" {
-        problems
-            .push("this server is a replica: writes fail here; point --redis at the master".into());
+        problems.push(
+            Finding::from("this server is a replica: writes fail here").with_hint(Hint::Replica),
+        );
     } else {
         let replicas: u64 = field("connected_slaves")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         if replicas > 0 {
-            warnings.push(format!(
-                "this master has {replicas} replica(s), copied asynchronously: a failover can \
-                 promote one that never saw a held lock (use the fenced or atomic strategy, or \
-                 Redlock with --lock-node)"
-            ));
+            warnings.push(
+                Finding::from(format!(
+                    "this master has {replicas} replica(s), copied asynchronously: a failover \
+                     can promote one that never saw a held lock"
+                ))
+                .with_hint(Hint::AsyncReplicas),
+            );
         }
     }
     warnings.extend(durability_warnings(conn));
@@ -159,28 +169,27 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
 
 /// Settings under which Redis itself may drop lock keys or stock: an eviction policy that
 /// evicts keys with a TTL, and no persistence at all.
-fn durability_warnings(conn: &mut Conn) -> Vec<String> {
+fn durability_warnings(conn: &mut Conn) -> Vec<Finding> {
     let mut warnings = Vec::new();
     match config(conn, "maxmemory-policy") {
         Some(p) if p == "noeviction" => {}
         Some(p) if p.starts_with("allkeys-") || p.starts_with("volatile-") => {
-            warnings.push(format!(
+            warnings.push(Finding::from(format!(
                 "maxmemory-policy is '{p}': under memory pressure Redis may evict lock keys (they \
              carry a TTL) and stock; set it to 'noeviction'"
-            ))
+            )))
         }
         Some(_) => {}
-        None => warnings.push(
-            "could not read maxmemory-policy (CONFIG is not allowed): eviction not checked".into(),
-        ),
+        None => warnings.push(Finding::from(
+            "could not read maxmemory-policy (CONFIG is not allowed): eviction not checked",
+        )),
     }
     let save = config(conn, "save");
     let aof = config(conn, "appendonly");
     if save.as_deref() == Some("") && aof.as_deref() == Some("no") {
-        warnings.push(
-            "no persistence (save \"\" and appendonly no): stock and locks vanish on restart"
-                .into(),
-        );
+        warnings.push(Finding::from(
+            "no persistence (save \"\" and appendonly no): stock and locks vanish on restart",
+        ));
     }
 
     warnings
@@ -197,14 +206,14 @@ pub fn check_cluster(report: &mut CheckReport, seed: &mut Conn) {
                 .unwrap_or("cluster_state:unknown")
                 .trim()
                 .to_string();
-            report
-                .problems
-                .push(format!("the cluster is not serving all slots ({state})"));
+            report.problems.push(Finding::from(format!(
+                "the cluster is not serving all slots ({state})"
+            )));
         }
-        Err(e) => report.problems.push(format!(
-            "--cluster was given but '{}' is not a cluster node ({e})",
+        Err(e) => report.problems.push(Finding::from(format!(
+            "a cluster was asked for, but '{}' is not a cluster node ({e})",
             report.addr
-        )),
+        ))),
     }
     report.ok = report.problems.is_empty();
 }

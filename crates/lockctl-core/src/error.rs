@@ -1,69 +1,66 @@
 //! The library's error type: real failures only.
 //!
 //! Expected outcomes (busy, sold out, lease lost) are values of the lock and stock modules, never
-//! errors. Every variant here names the value at fault and, where a flag or command fixes it, says
-//! which. None of them ever carries a password: addresses are `host:port` as the connection
-//! module renders them, and URLs pass through [`crate::redact`] first.
+//! errors. Every variant here names the value at fault (which key, which bound, which server);
+//! what would fix it is data too, [`Error::hint`], which a program words in its own terms (the
+//! `lockctl` binary names its flags and commands). None of them ever carries a password:
+//! addresses are `host:port` as the connection module renders them, and URLs pass through
+//! [`crate::redact`] first.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::hint::{Finding, Hint};
+
 /// What went wrong talking to Redis or reading what it holds.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
-    /// A Redis URL (of `--redis`, or of the flag named) could not be parsed.
-    #[error("invalid Redis URL '{url}': {reason} (see {flag})")]
+    /// A Redis URL could not be parsed.
+    #[error("invalid Redis URL '{url}': {reason}")]
     BadUrl {
         url: String,
         reason: String,
-        /// The flag the URL came from.
-        flag: &'static str,
+        /// The setting the URL came from, when the caller said ([`Error::of_flag`]).
+        flag: Option<&'static str>,
     },
 
     /// No connection could be opened.
-    #[error(
-        "could not connect to Redis at '{addr}': {reason} (is redis-server running? see --redis)"
-    )]
+    #[error("could not connect to Redis at '{addr}': {reason}")]
     Connect { addr: String, reason: String },
 
     /// Something answered that does not speak Redis's protocol (an HTTP server, say).
-    #[error(
-        "what answers at '{addr}' is not a Redis server (protocol error): check the host and port in --redis"
-    )]
+    #[error("what answers at '{addr}' is not a Redis server (protocol error)")]
     NotRedis { addr: String },
 
     /// The server answered the handshake with a refusal other than the credentials (a
     /// database index out of range, say).
-    #[error("Redis at '{addr}' refused the connection: {reason} (see --redis)")]
+    #[error("Redis at '{addr}' refused the connection: {reason}")]
     Refused { addr: String, reason: String },
 
-    /// TLS settings that cannot work (a file that cannot be read, a flag without rediss://).
+    /// TLS settings that cannot work (a file that cannot be read, files without rediss://), or
+    /// a handshake that failed.
     #[error("TLS: {reason}")]
     Tls { reason: String },
 
     /// Opening a connection took longer than its limit. Nothing was sent.
-    #[error("timed out after {} ms connecting to {addr} (see --connect-timeout-ms)", .after.as_millis())]
+    #[error("timed out after {} ms connecting to {addr}", .after.as_millis())]
     ConnectTimeout { addr: String, after: Duration },
 
     /// A call took longer than the per-call limit.
-    #[error("timed out after {} ms talking to {addr} (see --timeout-ms)", .after.as_millis())]
+    #[error("timed out after {} ms talking to {addr}", .after.as_millis())]
     Timeout { addr: String, after: Duration },
 
     /// The server refused the credentials.
-    #[error(
-        "Redis at '{addr}' refused the credentials: {reason} (check the user and password in --redis)"
-    )]
+    #[error("Redis at '{addr}' refused the credentials: {reason}")]
     Auth { addr: String, reason: String },
 
     /// The SKU's stock key does not exist.
-    #[error("'{sku}' has no stock in Redis (seed it first: {})", seed_command(sku))]
+    #[error("'{sku}' has no stock in Redis")]
     Unseeded { sku: String },
 
-    /// `hammer --url`: the stock key the verdict reads does not exist.
-    #[error(
-        "'{key}' does not exist in Redis at '{addr}': pass --stock N to set it before the run, or name the key your endpoint deducts with --stock-key (and its Redis with --redis)"
-    )]
+    /// An endpoint's stock key (the one the verdict reads) does not exist.
+    #[error("'{key}' does not exist in Redis at '{addr}'")]
     NoStockKey { key: String, addr: String },
 
     /// `hammer --url`: the endpoint cannot be reached at all (its name does not resolve).
@@ -72,8 +69,7 @@ pub enum Error {
 
     /// The SKU's stock key holds something that is not a count lockctl can use.
     #[error(
-        "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed (reset it with: {})",
-        seed_command(sku)
+        "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed"
     )]
     BadStock {
         sku: String,
@@ -84,8 +80,7 @@ pub enum Error {
     /// A run was to start from a stock below zero: whatever it did, the books would show an
     /// oversale that was there before it.
     #[error(
-        "the stock of '{sku}' ('{key}') is {value}, below zero (oversold before this run?); a run starts from a stock of 0 or more: nothing was changed (reset it with: {})",
-        seed_command(sku)
+        "the stock of '{sku}' ('{key}') is {value}, below zero (oversold before this run?); a run starts from a stock of 0 or more: nothing was changed"
     )]
     NegativeStock {
         sku: String,
@@ -95,13 +90,11 @@ pub enum Error {
 
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
     /// never writes there. Nothing was changed.
-    #[error("{}", damaged_books(sku, reason))]
+    #[error("the books of '{sku}' are damaged: {reason}; nothing was changed")]
     BadData { sku: String, reason: String },
 
     /// A key of a lock holds a type lockctl never writes there.
-    #[error(
-        "the lock '{name}' is damaged: '{key}' holds a {found}, not a {expected} (repair it with: lockctl unlock {name} --force)"
-    )]
+    #[error("the lock '{name}' is damaged: '{key}' holds a {found}, not a {expected}")]
     DamagedLock {
         name: String,
         key: String,
@@ -109,8 +102,8 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// The `--db` URL could not be parsed; `url` has no password.
-    #[error("invalid PostgreSQL URL '{url}': {reason} (see --db or DATABASE_URL)")]
+    /// A PostgreSQL URL could not be parsed; `url` has no password.
+    #[error("invalid PostgreSQL URL '{url}': {reason}")]
     BadDbUrl { url: String, reason: String },
 
     /// PostgreSQL failed or refused (the orders pipeline); `url` has no password.
@@ -125,6 +118,8 @@ pub enum Error {
         /// or about a table that is not lockctl's: then it says nothing of lockctl's rows,
         /// whatever its SQLSTATE.
         server_code: bool,
+        /// What would fix it, when lockctl knows (the schema missing, the server unreachable).
+        hint: Option<Hint>,
     },
 
     /// A key of the orders pipeline holds a type lockctl never writes there, so the worker
@@ -138,10 +133,8 @@ pub enum Error {
         what: String,
     },
 
-    /// Too few `--lock-node` masters answered for a Redlock majority.
-    #[error(
-        "no quorum: {answered} of {total} lock nodes answered, and Redlock needs {needed} (lockctl check --lock-node ... shows which are down)"
-    )]
+    /// Too few Redlock masters answered for a majority.
+    #[error("no quorum: {answered} of {total} lock nodes answered, and Redlock needs {needed}")]
     NoQuorum {
         answered: usize,
         total: usize,
@@ -163,7 +156,7 @@ pub enum Error {
 
     /// The run would need more open files (connections, pipes) than this process may hold.
     #[error(
-        "-c {concurrency} needs about {needed} open files (its connections, pipes to child processes, the orders workers' clients), but this process may open {limit} (ulimit -n; the hard limit allows no more): {advice}"
+        "{concurrency} concurrent requests need about {needed} open files (their connections, pipes to child processes, the orders workers' clients), but this process may open {limit} (its open-file limit, ulimit -n; the hard limit allows no more): {advice}"
     )]
     TooFewDescriptors {
         concurrency: u64,
@@ -188,6 +181,8 @@ pub enum Error {
         /// Whether the failure happened after the command may have reached the server, so that
         /// its effect is unknown (Jepsen's "indeterminate").
         indeterminate: bool,
+        /// What would fix it, when lockctl knows (a cluster node reached as a single server).
+        hint: Option<Hint>,
     },
 }
 
@@ -339,12 +334,53 @@ impl Error {
         }
     }
 
-    /// The same failure, said of a URL given to `flag` rather than `--redis`.
+    /// The same failure, said of a URL given to the setting `flag`.
     pub fn of_flag(self, flag: &'static str) -> Error {
         match self {
-            Error::BadUrl { url, reason, .. } => Error::BadUrl { url, reason, flag },
+            Error::BadUrl { url, reason, .. } => Error::BadUrl {
+                url,
+                reason,
+                flag: Some(flag),
+            },
             other => other,
         }
+    }
+
+    /// What would fix this failure, when lockctl knows: data for the caller to word.
+    pub fn hint(&self) -> Option<Hint> {
+        Some(match self {
+            Error::BadUrl { flag, .. } => Hint::RedisUrl { flag: *flag },
+            Error::Connect { .. } => Hint::StartRedis,
+            Error::NotRedis { .. } => Hint::RedisAddress,
+            Error::Refused { .. } => Hint::RedisHandshake,
+            Error::Tls { .. } => Hint::TlsFiles,
+            Error::ConnectTimeout { .. } => Hint::ConnectTimeout,
+            Error::Timeout { .. } => Hint::CallTimeout,
+            Error::Auth { .. } => Hint::Credentials,
+            Error::Unseeded { sku } => Hint::Seed { sku: sku.clone() },
+            Error::NoStockKey { .. } => Hint::StockKey,
+            Error::BadStock { sku, .. } | Error::NegativeStock { sku, .. } => {
+                Hint::Reseed { sku: sku.clone() }
+            }
+            // A seed resets the ledger and the counters; the order stream it does not (it may
+            // hold orders not yet in PostgreSQL): a stream key of another type is for the
+            // operator to look at and delete.
+            Error::BadData { sku, reason } => match reason.split_once(" is a ") {
+                Some((key, _)) if reason.ends_with("not a stream") => {
+                    Hint::DeleteKey { key: key.into() }
+                }
+                _ => Hint::Reseed { sku: sku.clone() },
+            },
+            Error::DamagedLock { name, .. } => Hint::ForceUnlock { name: name.clone() },
+            Error::BadDbUrl { .. } => Hint::DbUrl,
+            Error::NoQuorum { .. } => Hint::LockNodes,
+            Error::Database { hint, .. } | Error::Redis { hint, .. } => return hint.clone(),
+            Error::Endpoint { .. }
+            | Error::WrongTypeKey { .. }
+            | Error::TooManyClients { .. }
+            | Error::TooFewDescriptors { .. }
+            | Error::Internal { .. } => return None,
+        })
     }
 
     /// An [`Error::Internal`] with this reason.
@@ -358,11 +394,16 @@ impl Error {
     pub fn into_indeterminate(self) -> Error {
         match self {
             Error::Redis {
-                addr, reason, code, ..
+                addr,
+                reason,
+                code,
+                hint,
+                ..
             } => Error::Redis {
                 addr,
                 reason,
                 code,
+                hint,
                 indeterminate: true,
             },
             e => e,
@@ -386,28 +427,14 @@ impl Error {
     }
 }
 
-/// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
-/// it, or it would be read as a flag.
-/// [`Error::BadData`]'s words: the ledger and counters are reset by a seed; the order stream
-/// is not (it may hold orders not yet in PostgreSQL), so a stream key of another type is for
-/// the operator to look at and delete.
-fn damaged_books(sku: &str, reason: &str) -> String {
-    match reason.split_once(" is a ") {
-        Some((key, _)) if reason.ends_with("not a stream") => format!(
-            "the books of '{sku}' are damaged: {reason}; nothing was changed (lockctl writes only a stream there: look at what it holds, then remove it with: redis-cli DEL {key})"
-        ),
-        _ => format!(
-            "the books of '{sku}' are damaged: {reason}; nothing was changed (reset them with: {})",
-            seed_command(sku)
-        ),
-    }
-}
-
-pub fn seed_command(sku: &str) -> String {
-    if sku.starts_with('-') {
-        format!("lockctl seed -- {sku} <COUNT>")
-    } else {
-        format!("lockctl seed {sku} <COUNT>")
+/// A failure met while looking (a damaged lock during `status`, a node that did not answer
+/// `check`) becomes one of the findings, its fix kept as data.
+impl From<&Error> for Finding {
+    fn from(e: &Error) -> Finding {
+        Finding {
+            text: e.to_string(),
+            hint: e.hint(),
+        }
     }
 }
 

@@ -27,10 +27,12 @@
 //! - [`sku`]: the names that become keys, checked at the boundary.
 //! - [`units`]: one rounding rule for every reported number.
 //! - [`error`]: the library's failures (expected outcomes are values, not errors).
+//! - [`hint`]: what would fix a failure or a finding, as data for the caller to word.
 
 pub mod check;
 pub mod conn;
 pub mod error;
+pub mod hint;
 pub mod keys;
 pub mod lock;
 pub mod metrics;
@@ -44,3 +46,4 @@ pub mod units;
 pub mod wire;
 
 pub use error::{Error, ErrorKind, Result};
+pub use hint::{Finding, Hint};

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
+use crate::hint::{Finding, Hint};
 use crate::keys::StockKeys;
 use crate::lock::{Carried, Lock, LockOptions};
 use crate::sku::Sku;
@@ -44,7 +45,7 @@ pub struct Status {
     /// no seed record to check against.
     pub reconciled: Option<bool>,
     /// Every check that failed, in words.
-    pub problems: Vec<String>,
+    pub problems: Vec<Finding>,
     /// The lock holder, if any.
     pub lock: Option<Holder>,
     /// The last fencing token handed out.
@@ -79,7 +80,7 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     let ledger_ok = match scanned {
         Ok(()) => true,
         Err(Error::BadData { reason, .. }) => {
-            problems.push(reason);
+            problems.push(Finding::from(reason));
             false
         }
         Err(e) => return Err(e),
@@ -129,7 +130,7 @@ fn lock_state(
     conn: &mut Conn,
     target: &Target,
     sku: &Sku,
-    problems: &mut Vec<String>,
+    problems: &mut Vec<Finding>,
 ) -> Result<(
     Option<crate::lock::HolderInfo>,
     i64,
@@ -139,7 +140,7 @@ fn lock_state(
     let holder = match lock.holder_info(conn) {
         Ok(h) => h,
         Err(e @ Error::DamagedLock { .. }) => {
-            problems.push(e.to_string());
+            problems.push(Finding::from(&e));
             None
         }
         Err(e) => return Err(e),
@@ -147,14 +148,19 @@ fn lock_state(
     let fence = read_counter(conn, &lock.keys().fence, problems)?.unwrap_or(0);
     let queue = lock.queue_health(conn)?;
     if queue.wrong_type || queue.damaged > 0 {
-        problems.push(format!(
-            "the lock's queue is damaged ({}): lockctl unlock {sku} --force repairs it",
-            if queue.wrong_type {
-                "its keys are not sorted sets".to_string()
-            } else {
-                format!("{} entries lockctl did not write", queue.damaged)
-            }
-        ));
+        problems.push(
+            Finding::from(format!(
+                "the lock's queue is damaged ({})",
+                if queue.wrong_type {
+                    "its keys are not sorted sets".to_string()
+                } else {
+                    format!("{} entries lockctl did not write", queue.damaged)
+                }
+            ))
+            .with_hint(Hint::ForceUnlock {
+                name: sku.to_string(),
+            }),
+        );
     }
     Ok((holder, fence, queue))
 }
@@ -171,49 +177,52 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
         } else {
             ""
         };
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "{} lost: neither in PostgreSQL, queued for a worker, nor in the dead letters (acknowledged or trimmed without a row): {}{more}",
             crate::units::count(books.lost, "ledger order is", "ledger orders are"),
             books.lost_orders.join(", ")
-        ));
+        )));
     }
     if books.dead_orders > 0 {
-        st.problems.push(format!(
-            "{} ({}) set aside in item:order_dead:{sku}: PostgreSQL refused their rows; fix what it refused, then put them back with: lockctl worker --requeue-dead --sku {sku}",
-            crate::units::count(books.dead_orders, "order is", "orders are"),
-            crate::units::count(books.dead_units, "unit", "units"),
-        ));
+        st.problems.push(
+            Finding::from(format!(
+                "{} ({}) set aside in item:order_dead:{sku}: PostgreSQL refused their rows",
+                crate::units::count(books.dead_orders, "order is", "orders are"),
+                crate::units::count(books.dead_units, "unit", "units"),
+            ))
+            .with_hint(Hint::RequeueDead { sku: sku.clone() }),
+        );
     }
     if books.doubled > 0 {
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "{} deducted more than once under one order id: PostgreSQL holds the first deduction, lockctl_order_conflicts the others",
             crate::units::count(books.doubled, "ledger order was", "ledger orders were"),
-        ));
+        )));
     }
     if books.overcounted > 0 {
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "{} more units in PostgreSQL, the queue and the dead letters than in the ledger (an order counted twice: a forged entry or row?)",
             crate::units::count(books.overcounted, "ledger order has", "ledger orders have"),
-        ));
+        )));
     }
     if books.unknown > 0 {
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "{} of the current sale in PostgreSQL or queued for a worker, not in the ledger",
             crate::units::count(books.unknown, "order", "orders")
-        ));
+        )));
     }
     if let Some(held) = &books.sale_unreadable {
         let shown: String = held.chars().take(40).collect();
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "item:sale:{sku} holds '{}', not a stream id: every row of the SKU was held against this sale's ledger (seeding the SKU starts a sale again)",
             shown.escape_debug()
-        ));
+        )));
     }
     if books.conflicts > 0 && books.doubled == 0 {
-        st.problems.push(format!(
+        st.problems.push(Finding::from(format!(
             "{} recorded in lockctl_order_conflicts: an order id that arrived again with another SKU, quantity or user",
             crate::units::count(books.conflicts, "conflict", "conflicts")
-        ));
+        )));
     }
     if !st.problems.is_empty() {
         st.reconciled = Some(false);
@@ -229,31 +238,33 @@ fn book_problems(
     seeded: Option<i64>,
     sold: i64,
     ledger: Option<(u64, i64)>,
-) -> Vec<String> {
+) -> Vec<Finding> {
     let mut problems = Vec::new();
     if let Some(stock) = stock
         && stock < 0
     {
-        problems.push(format!("the stock is negative: {stock} (oversold)"));
+        problems.push(Finding::from(format!(
+            "the stock is negative: {stock} (oversold)"
+        )));
     }
     let Some((orders, units)) = ledger else {
         return problems;
     };
     if sold != units {
-        problems.push(format!(
+        problems.push(Finding::from(format!(
             "the sold counter says {sold} but the ledger holds {} in {}",
             crate::units::count(units, "unit", "units"),
             crate::units::count(orders, "order", "orders")
-        ));
+        )));
     }
     if let (Some(n), Some(stock)) = (seeded, stock)
         && stock + units != n
     {
-        problems.push(format!(
+        problems.push(Finding::from(format!(
             "stock {stock} + ledger {units} = {} but {n} was seeded: {} unaccounted for",
             stock + units,
             crate::units::count(n - stock - units, "unit", "units")
-        ));
+        )));
     }
     problems
 }
@@ -279,7 +290,7 @@ fn snapshot(conn: &mut Conn, keys: &StockKeys) -> Result<[Carried; 3]> {
 /// An integer kept in a string key (the seed record, the sold counter, the fencing counter):
 /// `None` when absent; a value that is not an integer, or a key of another type, is added to
 /// `problems` and read as absent.
-fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Result<Option<i64>> {
+fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<Finding>) -> Result<Option<i64>> {
     let read = match conn.query(redis::cmd("GET").arg(key)) {
         Ok(Some(v)) => Carried::Value(v),
         Ok(None) => Carried::Missing,
@@ -290,12 +301,12 @@ fn read_counter(conn: &mut Conn, key: &str, problems: &mut Vec<String>) -> Resul
 }
 
 /// A counter's value as read (see [`read_counter`]).
-fn counter(key: &str, read: Carried, problems: &mut Vec<String>) -> Option<i64> {
+fn counter(key: &str, read: Carried, problems: &mut Vec<Finding>) -> Option<i64> {
     let raw = match read {
         Carried::Value(v) => Some(v),
         Carried::Missing => None,
         Carried::WrongType => {
-            problems.push(format!("{key} is not a string (wrong type)"));
+            problems.push(Finding::from(format!("{key} is not a string (wrong type)")));
             return None;
         }
     };
@@ -303,10 +314,10 @@ fn counter(key: &str, read: Carried, problems: &mut Vec<String>) -> Option<i64> 
         let n = stock::parse_stock(&v);
         if n.is_none() {
             let shown: String = v.chars().take(40).collect();
-            problems.push(format!(
+            problems.push(Finding::from(format!(
                 "{key} holds '{}', not a count (an integer no larger than 9007199254740991 either side of zero)",
                 shown.escape_debug()
-            ));
+            )));
         }
         n
     })

@@ -211,6 +211,7 @@ pub(super) fn abandoned(index: u64, server: &str) -> Sample {
                 "not sent: {server} was unreachable for {} s",
                 OUTAGE_LIMIT.as_secs()
             ),
+            hint: None,
         },
         latency: Duration::ZERO,
         lock_wait: None,
@@ -228,6 +229,7 @@ pub(super) fn failed(index: u64, b: Began, e: &Error) -> Sample {
             kind: e.kind(),
             indeterminate: e.is_indeterminate(),
             message: e.to_string(),
+            hint: e.hint(),
         },
         latency: b.latency(),
         lock_wait: None,

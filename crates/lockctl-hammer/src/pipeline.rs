@@ -53,11 +53,12 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
         Err(_) => Err(Error::Database {
             url: lockctl_core::redact::redact(&p.db_url),
             reason: format!(
-                "no answer within {} ms (it accepted the connection but said nothing: is it PostgreSQL, and is it up? see --db, --connect-timeout-ms, --timeout-ms)",
+                "no answer within {} ms (it accepted the connection but said nothing: is it PostgreSQL, and is it up?)",
                 limit.as_millis()
             ),
             sqlstate: None,
             server_code: false,
+            hint: Some(lockctl_core::Hint::StartDatabase),
         }),
     }
 }

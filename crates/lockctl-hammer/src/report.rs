@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::options::Mode;
+use lockctl_core::Hint;
 use lockctl_core::error::ErrorKind;
 use lockctl_core::stock::{Buy, Outcome, Strategy};
 
@@ -30,6 +31,8 @@ pub enum Ended {
         kind: ErrorKind,
         indeterminate: bool,
         message: String,
+        /// What would fix it, when the library named it; the program words it.
+        hint: Option<Hint>,
     },
 }
 
@@ -204,6 +207,10 @@ pub struct Report {
     pub notes: Vec<String>,
     /// The first error message seen, if any.
     pub first_error: Option<String>,
+    /// What would fix the first error, when the library named it: data for the program to
+    /// word (the binary adds it to `first_error` when it shows the report).
+    #[serde(skip)]
+    pub first_error_hint: Option<Hint>,
     /// What `hammer --url` adds: the endpoint, the load model, and for the open model the time
     /// from sending to the answer and the requests sent late. Absent for lockctl's own buyers.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 
 use crate::options::TIMELINE_POINTS;
 use crate::report::{Ended, Sample};
+use lockctl_core::Hint;
 use lockctl_core::error::ErrorKind;
 use lockctl_core::stock::{Buy, Outcome};
 
@@ -77,7 +78,7 @@ pub struct Tally {
     pub(super) lease_overrun: u64,
     pub(super) errors_by_kind: BTreeMap<ErrorKind, u64>,
     /// The message of the earliest failure, and when it ended.
-    pub(super) first_error: Option<(Duration, String)>,
+    pub(super) first_error: Option<(Duration, String, Option<Hint>)>,
     /// Requests told they bought now (replays excluded).
     pub(super) told_bought: Bits,
     /// Requests whose failure may have deducted anyway.
@@ -219,6 +220,7 @@ impl Tally {
                 kind,
                 indeterminate,
                 message,
+                hint,
             } => {
                 self.errors += 1;
                 *self.errors_by_kind.entry(*kind).or_insert(0) += 1;
@@ -226,8 +228,8 @@ impl Tally {
                     self.indeterminate += 1;
                     self.maybe_applied.set(s.index);
                 }
-                if self.first_error.as_ref().is_none_or(|(at, _)| s.at < *at) {
-                    self.first_error = Some((s.at, message.clone()));
+                if self.first_error.as_ref().is_none_or(|(at, ..)| s.at < *at) {
+                    self.first_error = Some((s.at, message.clone(), hint.clone()));
                 }
             }
         }

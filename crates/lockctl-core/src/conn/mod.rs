@@ -260,6 +260,7 @@ impl Conn {
             reason,
             code: None,
             indeterminate: false,
+            hint: None,
         }
     }
 
@@ -273,6 +274,7 @@ impl Conn {
                 reason: "the call was interrupted (the process was stopped and continued)".into(),
                 code: Some(crate::error::INTERRUPTED.into()),
                 indeterminate: true,
+                hint: None,
             }
         } else if e.is_timeout() {
             Error::Timeout {
@@ -300,18 +302,20 @@ impl Conn {
             let cross_slot = code.as_deref() == Some("CROSSSLOT")
                 || e.to_string().to_ascii_uppercase().starts_with("CROSSSLOT");
             let redirected = matches!(code.as_deref(), Some("MOVED" | "ASK"));
+            let mut hint = None;
             match code.as_deref() {
                 _ if cross_slot && self.cluster.is_some() => reason.push_str(
                     " (a SKU's keys must share a slot on a Redis Cluster: write the SKU with a hash tag, {sku})",
                 ),
-                _ if (cross_slot || redirected) && self.cluster.is_none() => reason.push_str(
-                    " (this server is a node of a Redis Cluster: add --cluster, and write the SKU with a hash tag, {sku})",
-                ),
+                _ if (cross_slot || redirected) && self.cluster.is_none() => {
+                    reason.push_str(" (this server is a node of a Redis Cluster)");
+                    hint = Some(crate::Hint::ClusterNode);
+                }
                 Some("CLUSTERDOWN") => {
                     reason = "the cluster is down (CLUSTERDOWN): not every slot is served by a \
-                              master, so the cluster refuses commands until it is repaired \
-                              (see lockctl --cluster check)"
-                        .into()
+                              master, so the cluster refuses commands until it is repaired"
+                        .into();
+                    hint = Some(crate::Hint::ClusterDown);
                 }
                 _ => {}
             }
@@ -320,6 +324,7 @@ impl Conn {
                 reason,
                 code,
                 indeterminate,
+                hint,
             }
         }
     }

@@ -49,26 +49,30 @@ impl TlsFiles {
         self.ca.is_some() || self.cert.is_some() || self.key.is_some()
     }
 
-    /// Reads the files, naming the flag and the path of any that cannot be read.
+    /// Reads the files, naming which file and the path of any that cannot be read.
     pub(super) fn load(&self) -> Result<redis::TlsCertificates> {
-        let read = |flag: &str, p: &PathBuf| {
+        let read = |what: &str, p: &PathBuf| {
             std::fs::read(p).map_err(|e| Error::Tls {
-                reason: format!("cannot read {flag} '{}': {e}", p.display()),
+                reason: format!("cannot read {what} '{}': {e}", p.display()),
             })
         };
         let client_tls = match (&self.cert, &self.key) {
             (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
-                client_cert: read("--tls-cert", c)?,
-                client_key: read("--tls-key", k)?,
+                client_cert: read("the client certificate", c)?,
+                client_key: read("the client key", k)?,
             }),
             (None, None) => None,
             _ => {
                 return Err(Error::Tls {
-                    reason: "--tls-cert and --tls-key go together".into(),
+                    reason: "a client certificate needs its key, and a key its certificate".into(),
                 });
             }
         };
-        let root_cert = self.ca.as_ref().map(|p| read("--tls-ca", p)).transpose()?;
+        let root_cert = self
+            .ca
+            .as_ref()
+            .map(|p| read("the CA certificate", p))
+            .transpose()?;
         Ok(redis::TlsCertificates {
             client_tls,
             root_cert,

@@ -63,7 +63,7 @@ fn refuse_port_zero(url: &str, addr: &redis::ConnectionAddr) -> Result<()> {
     };
     match port {
         0 => Err(Error::BadUrl {
-            flag: "--redis",
+            flag: None,
             url: redact(url),
             reason: "port 0 is not a port a server listens on; give Redis's port, 1 to 65535 (6379 when left out)".into(),
         }),
@@ -76,7 +76,7 @@ impl Target {
     /// processes through the environment; it is never displayed.
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
-            flag: "--redis",
+            flag: None,
             url: redact(url),
             reason: url_problem(url),
         };
@@ -86,7 +86,7 @@ impl Target {
         } else if options.tls.any() {
             return Err(Error::Tls {
                 reason: format!(
-                    "--tls-ca/--tls-cert/--tls-key need a rediss:// URL, not '{}'",
+                    "certificate files need a rediss:// URL, not '{}'",
                     redact(url)
                 ),
             });
@@ -112,14 +112,15 @@ impl Target {
     /// redirections to the node that owns each key's slot.
     pub fn open_cluster(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
-            flag: "--redis",
+            flag: None,
             url: redact(url),
             reason: url_problem(url),
         };
         if url.starts_with("rediss://") || options.tls.any() {
             return Err(Error::Tls {
-                reason: "TLS to a Redis Cluster is not supported yet; use redis:// with --cluster"
-                    .into(),
+                reason:
+                    "TLS to a Redis Cluster is not supported yet; use a redis:// URL for a cluster"
+                        .into(),
             });
         }
         let seed = redis::Client::open(url).map_err(bad)?;
@@ -227,11 +228,10 @@ impl Target {
             // Up and answering, but full: not an outage to wait out.
             Error::Redis {
                 addr,
-                reason: "the server has reached its maxclients: it refuses new connections \
-                         (lower -c, or raise maxclients)"
-                    .into(),
+                reason: "the server has reached its maxclients: it refuses new connections".into(),
                 code: Some("MAXCLIENTS".into()),
                 indeterminate: false,
+                hint: Some(crate::Hint::MaxClients),
             }
         } else if e.is_connection_refusal() {
             Error::Connect {
@@ -241,7 +241,7 @@ impl Target {
         } else if is_tls_error(&e) {
             Error::Tls {
                 reason: format!(
-                    "could not connect to '{addr}': {} (check --tls-ca, --tls-cert, --tls-key)",
+                    "could not connect to '{addr}': {}",
                     shorten(scrub(&text, &self.url))
                 ),
             }

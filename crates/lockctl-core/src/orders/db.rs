@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::OrderEvent;
 use crate::error::{Error, Result};
+use crate::hint::Hint;
 
 /// The schema's migrations, in order; `lockctl db init` applies the ones not yet applied.
 /// Each creates only what is missing, so that `db init` can run them again to repair a
@@ -75,7 +76,7 @@ pub struct Db {
     client: Client,
 }
 
-/// The `--db` value with its passwords hidden, for messages.
+/// The database URL with its passwords hidden, for messages.
 fn shown(url: &str) -> String {
     crate::redact::redact(url)
 }
@@ -91,17 +92,22 @@ fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
     let server_code = e.as_db_error().is_some_and(|db| {
         db.where_().is_some() || db.table().is_some_and(|t| !TABLES.contains(&t))
     });
-    if sqlstate.as_deref() == Some("42P01") && !server_code {
+    let hint = match sqlstate.as_deref() {
         // A table of the schema was dropped: waiting will not bring it back.
-        reason
-            .push_str(" (a table of the orders schema is missing: run: lockctl db init --db URL)");
-    }
+        Some("42P01") if !server_code => {
+            reason.push_str(" (a table of the orders schema is missing)");
+            Some(Hint::InitSchema)
+        }
+        Some("3D000") => Some(Hint::CreateDatabase),
+        _ => None,
+    };
     // A driver message never quotes the URL, but a password must not show even if one did.
     Error::Database {
         url: shown(url),
         reason: crate::redact::scrub(&format!("{what}: {reason}"), url),
         sqlstate,
         server_code,
+        hint,
     }
 }
 
@@ -127,11 +133,22 @@ impl Db {
             .keepalives_interval(Duration::from_secs(2))
             .keepalives_retries(3);
         let client = config.connect(NoTls).map_err(|e| {
-            db_error(
-                url,
-                "could not connect to PostgreSQL (is it running? see --db)",
-                e,
-            )
+            match db_error(url, "could not connect to PostgreSQL", e) {
+                Error::Database {
+                    url,
+                    reason,
+                    sqlstate,
+                    server_code,
+                    hint: None,
+                } => Error::Database {
+                    url,
+                    reason,
+                    sqlstate,
+                    server_code,
+                    hint: Some(Hint::StartDatabase),
+                },
+                other => other,
+            }
         })?;
         Ok(Db { client })
     }
@@ -212,10 +229,11 @@ impl Db {
             reason,
             sqlstate: None,
             server_code: false,
+            hint: Some(Hint::InitSchema),
         };
         if version < SCHEMA_VERSION {
             return Err(fail(format!(
-                "the orders schema is at version {version}, this lockctl needs {SCHEMA_VERSION}: run lockctl db init --db URL first"
+                "the orders schema is at version {version}, this lockctl needs {SCHEMA_VERSION}"
             )));
         }
         for table in TABLES {
@@ -225,7 +243,7 @@ impl Db {
                 .map_err(|e| db_error(url, "could not read the schema", e))?;
             if !row.get::<_, bool>(0) {
                 return Err(fail(format!(
-                    "the table {table} of the orders schema is missing: run: lockctl db init --db URL"
+                    "the table {table} of the orders schema is missing"
                 )));
             }
         }

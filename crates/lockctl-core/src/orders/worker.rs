@@ -515,7 +515,10 @@ fn classify(e: &Error) -> Failure {
             c if refused_for_its_data(c) => Failure::BadRows,
             _ => Failure::Retry,
         },
-        Error::Database { reason, .. } if reason.contains("db init") => Failure::Fatal,
+        Error::Database {
+            hint: Some(crate::Hint::InitSchema),
+            ..
+        } => Failure::Fatal,
         _ => Failure::Retry,
     }
 }

@@ -133,6 +133,7 @@ impl Classifier {
             kind,
             indeterminate: true,
             message,
+            hint: None,
         }
     }
 }
@@ -193,6 +194,7 @@ mod tests {
             kind,
             indeterminate,
             message,
+            ..
         } = c.classify(500, b"Fatal error\n in x.php")
         else {
             panic!()

@@ -22,6 +22,7 @@ pub(super) fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> 
         kind,
         indeterminate,
         message,
+        hint: None,
     }
 }
 

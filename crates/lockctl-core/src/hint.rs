@@ -1,0 +1,154 @@
+//! What would fix a failure or a finding, as data.
+//!
+//! The library says what is wrong and which value is at fault; what a user should do about it
+//! depends on the program they run (a flag, a command, a config key), so the library names the
+//! fix and the program words it. The `lockctl` binary's words are in its `advice` module.
+
+/// A fix the library knows for an [`crate::Error`] or a finding of `check` or `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hint {
+    /// Correct the Redis URL (of the setting named, when the caller said which).
+    RedisUrl { flag: Option<&'static str> },
+    /// Nothing listens at the Redis address: start a server or point at one that runs.
+    StartRedis,
+    /// What answers is not Redis: check the host and port.
+    RedisAddress,
+    /// The server refused the handshake: check the URL's database and options.
+    RedisHandshake,
+    /// The server refused the credentials: check the user and password.
+    Credentials,
+    /// A connection took longer than its limit: raise it, or check the network.
+    ConnectTimeout,
+    /// A call took longer than its limit: raise it, or check the server.
+    CallTimeout,
+    /// The server accepts no more clients: use fewer connections, or raise its maxclients.
+    MaxClients,
+    /// TLS: check the certificate files and the `rediss://` URL.
+    TlsFiles,
+    /// The SKU has no stock yet: seed it.
+    Seed { sku: String },
+    /// The SKU's stock or books hold garbage: a seed resets them.
+    Reseed { sku: String },
+    /// A key lockctl writes only as a stream holds another type: look at it, then delete it.
+    DeleteKey { key: String },
+    /// An endpoint's stock key does not exist: set it before the run or name the right one.
+    StockKey,
+    /// A lock's keys are damaged: a forced unlock repairs them.
+    ForceUnlock { name: String },
+    /// Too few Redlock nodes answered: check which are down.
+    LockNodes,
+    /// A node of a Redis Cluster was reached as a single server: connect in cluster mode and
+    /// put a hash tag in the SKU.
+    ClusterNode,
+    /// The cluster does not serve every slot: check it.
+    ClusterDown,
+    /// A replica was reached where writes are needed: point at the master.
+    Replica,
+    /// A master with asynchronous replicas: a failover can lose a held lock; prefer a fenced
+    /// or atomic strategy, or Redlock.
+    AsyncReplicas,
+    /// Correct the PostgreSQL URL.
+    DbUrl,
+    /// PostgreSQL could not be reached: start it or correct the URL.
+    StartDatabase,
+    /// The database named in the URL does not exist: create it.
+    CreateDatabase,
+    /// The orders schema is missing or older than this build: create or upgrade it.
+    InitSchema,
+    /// Orders are set aside in the SKU's dead letters: fix what the database refused, then
+    /// put them back.
+    RequeueDead { sku: String },
+}
+
+/// One thing `check` or `status` found: what it is, in words, and its fix as data.
+///
+/// It serializes and displays as its words alone; a program that words hints adds its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// What was found.
+    pub text: String,
+    /// What would fix it, when lockctl knows.
+    pub hint: Option<Hint>,
+}
+
+impl Finding {
+    /// The same finding with the fix named.
+    pub fn with_hint(self, hint: Hint) -> Finding {
+        Finding {
+            hint: Some(hint),
+            ..self
+        }
+    }
+}
+
+impl From<String> for Finding {
+    fn from(text: String) -> Finding {
+        Finding { text, hint: None }
+    }
+}
+
+impl From<&str> for Finding {
+    fn from(text: &str) -> Finding {
+        text.to_string().into()
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The library's words name no program's flags or commands: fixes are [`super::Hint`]s.
+    /// Reads every source file and fails on a line of code (not a comment) whose text names a
+    /// long flag or a `lockctl` command. The redactor's tests feed it command lines, so they
+    /// are left out.
+    #[test]
+    fn no_message_of_the_library_names_a_flag_or_a_command() {
+        let mut found = Vec::new();
+        let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if path.ends_with("redact/tests.rs") || path.ends_with("hint.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.trim_start();
+                    if code.starts_with("//") {
+                        continue;
+                    }
+                    let flag = code.match_indices("--").any(|(i, _)| {
+                        code[i + 2..]
+                            .chars()
+                            .next()
+                            .is_some_and(|c| c.is_ascii_lowercase())
+                    });
+                    let command = ["seed", "unlock", "worker", "db init", "check", "hammer"]
+                        .iter()
+                        .any(|c| code.contains(&format!("lockctl {c}")));
+                    if flag || command {
+                        found.push(format!("{}:{}: {code}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "{}", found.join("\n"));
+    }
+}
