@@ -4,7 +4,8 @@
 //! whole, so a run that ends without a report leaves it as it was (same inode, owner, mode
 //! and links); a file the run created is removed. A device, a pipe or a stream path
 //! (`/dev/null`, `>(jq .)`, `/dev/stdout`) is appended to, never truncated or removed. `-`
-//! means stdout, which then carries only that export.
+//! means stdout, which then carries only that export. `--history` is one of them: the run's
+//! every request as JSON Lines.
 
 use std::fs::File;
 use std::io::Write;
@@ -24,6 +25,7 @@ enum Kind {
     Markdown,
     Html,
     Metrics,
+    History,
 }
 
 struct Export {
@@ -181,6 +183,7 @@ impl Exports {
             (Kind::Markdown, "--export-markdown", &args.export_markdown),
             (Kind::Html, "--export-html", &args.export_html),
             (Kind::Metrics, "--metrics-file", &args.metrics_file),
+            (Kind::History, "--history", &args.history),
         ];
         let mut out = Exports(Vec::new());
         let mut to_stdout = Vec::new();
@@ -249,6 +252,7 @@ impl Exports {
                 Kind::Markdown => render::hammer_markdown(reports, context),
                 Kind::Html => render::hammer_html(reports, context),
                 Kind::Metrics => metrics.encode(),
+                Kind::History => history_text(reports)?,
             };
             match &e.target {
                 Some(t) => {
@@ -276,4 +280,14 @@ impl Exports {
             }
         }
     }
+}
+
+/// The one run's history as JSON Lines.
+fn history_text(reports: &[Report]) -> anyhow::Result<String> {
+    let Some(history) = reports.iter().find_map(|r| r.history.as_deref()) else {
+        anyhow::bail!("the run kept no history to write");
+    };
+    let mut out = Vec::new();
+    lockctl_hammer::history::write(history, &mut out)?;
+    Ok(String::from_utf8(out)?)
 }

@@ -205,6 +205,12 @@ pub struct HammerArgs {
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub export_json: Option<PathBuf>,
 
+    /// Write every request as JSON Lines in Jepsen's history shape (invoke, then ok, fail or
+    /// info), with the facts first and what was read back last, to FILE; `lockctl judge FILE`
+    /// gives the same verdict from it. - for stdout. One strategy a run.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub history: Option<PathBuf>,
+
     /// Write the summary table as Markdown to FILE; - for stdout.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub export_markdown: Option<PathBuf>,

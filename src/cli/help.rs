@@ -49,7 +49,14 @@ Examples:
   lockctl hammer -n 100 -c 10 --stock 10                       # the tutorial's ab test, judged
   lockctl hammer -n 40 -c 8 --stock 10 --ttl-ms 100 --work-ms 150   # the homework: oversells
   lockctl hammer -n 20000 -c 50 --stock 5000 --strategy lock,fenced,atomic,batch
-  lockctl hammer --redis auto --export-html report.html        # on a private redis-server";
+  lockctl hammer --redis auto --export-html report.html        # on a private redis-server
+  lockctl hammer -n 1000 -c 20 --stock 100 --history run.jsonl # every request, for lockctl judge";
+
+pub const JUDGE: &str = "\
+Examples:
+  lockctl hammer -n 1000 -c 20 --stock 100 --history run.jsonl
+  lockctl judge run.jsonl                 # the same verdict, offline; exit 0, 3 or 1
+  lockctl --json judge run.jsonl | jq .violations";
 
 pub const STATUS: &str = "\
 Examples:

@@ -165,12 +165,14 @@ impl Command {
             Command::Seed { sku, .. }
             | Command::Status { sku, .. }
             | Command::Unlock { sku, .. }
-            | Command::Buy(BuyArgs { sku, .. })
-            | Command::Hammer(HammerArgs { sku, .. }) => vec![sku],
+            | Command::Buy(BuyArgs { sku, .. }) => vec![sku],
+            Command::Hammer(h) => vec![&h.sku],
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
             Command::Worker(w) => w.sku.iter().collect(),
-            Command::Completions { .. } | Command::Man | Command::Db(_) => vec![],
+            Command::Completions { .. } | Command::Man | Command::Db(_) | Command::Judge { .. } => {
+                vec![]
+            }
         }
     }
 }
@@ -215,7 +217,7 @@ pub enum Command {
     Buy(BuyArgs),
     /// N purchases, C at a time, then verify from Redis that nothing was oversold.
     #[command(after_help = help::HAMMER)]
-    Hammer(HammerArgs),
+    Hammer(Box<HammerArgs>),
     /// Stock, sold, ledger, lock holder and TTL, waiters; checks that the books reconcile.
     #[command(after_help = help::STATUS)]
     Status {
@@ -255,6 +257,13 @@ pub enum Command {
     /// Persist queued orders (the streams of --queue) into PostgreSQL.
     #[command(after_help = help::WORKER)]
     Worker(WorkerArgs),
+    /// Judge a recorded history (hammer --history) again, offline: the same verdict and exit
+    /// codes as the run that wrote it.
+    #[command(after_help = help::JUDGE)]
+    Judge {
+        /// The history, JSON Lines as --history writes it; - for stdin.
+        file: PathBuf,
+    },
     /// The orders database: `db init` creates (or migrates) its schema.
     #[command(subcommand)]
     Db(DbCommand),

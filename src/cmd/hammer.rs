@@ -95,6 +95,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             users: args.users,
             progress: None,
             stop: None,
+            history: args.history.is_some(),
         },
         mode: args.mode.into(),
         buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
@@ -123,6 +124,15 @@ fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
         return Err(UsageError(
             "--limit needs --users: a per-user limit is enforced over simulated users (e.g. --users 20 --limit 2)".into(),
         )
+        .into());
+    }
+    let mut strategies = args.strategies();
+    strategies.dedup();
+    if args.history.is_some() && strategies.len() > 1 {
+        return Err(UsageError(format!(
+            "--history records one run, and --strategy names {}; give one strategy (run the hammer once per strategy for a history of each)",
+            strategies.len()
+        ))
         .into());
     }
     if args.purchase.queue && args.strategies().contains(&Strategy::Naive) {

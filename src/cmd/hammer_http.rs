@@ -47,6 +47,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         users: args.users,
         progress: bar.as_ref().map(progress::Bar::counter),
         stop: Some(signals.requested.clone()),
+        history: args.history.is_some(),
     };
     let result = http::run(&ctx.target, &load, &http);
     drop(bar);

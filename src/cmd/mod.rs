@@ -8,6 +8,7 @@ mod docs;
 mod exporter;
 mod hammer;
 mod hammer_http;
+mod judge;
 mod reporting;
 mod run;
 pub mod run_guard;
@@ -128,6 +129,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match &cli.command {
         Command::Completions { shell } => return docs::completions(*shell),
         Command::Man => return docs::man(),
+        // A recorded history is judged offline: no server is opened.
+        Command::Judge { file } => return judge::run(&cli, file),
         _ => {}
     }
     let options = cli.connect_options();
@@ -176,14 +179,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Check => check::run(&ctx, cli.cluster),
         Command::Seed { sku, count } => seed::run(&ctx, &sku, count),
         Command::Buy(args) => buy::run(&ctx, args),
-        Command::Hammer(args) => hammer::run(&ctx, args),
+        Command::Hammer(args) => hammer::run(&ctx, *args),
         Command::Status { sku, db } => status::run(&ctx, &sku, db),
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),
         Command::Run(args) => run::run(&ctx, args),
         Command::Worker(args) => worker::run(&ctx, args),
         Command::Db(DbCommand::Init { db }) => worker::db_init(&ctx, &db),
-        Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
+        Command::Completions { .. } | Command::Man | Command::Judge { .. } => Ok(Exit::Ok),
     }
 }
 

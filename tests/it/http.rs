@@ -16,18 +16,18 @@ use crate::support::{
     spawn_lockctl_with, spawn_tool, stderr, stdout,
 };
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php");
 
 /// `php -S` serving the fixtures with 8 workers, its scripts pointed at `redis` (REDIS_PORT),
 /// in a process group of its own so that Drop kills the workers with it.
-struct Php {
+pub(crate) struct Php {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Php {
-    fn start(redis: &RedisServer) -> Php {
+    pub(crate) fn start(redis: &RedisServer) -> Php {
         require_php_with_redis();
         let mut last_log = String::new();
         for _ in 0..5 {
@@ -72,7 +72,7 @@ impl Php {
         false
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/{path}", self.port)
     }
 }

@@ -14,6 +14,7 @@ mod faults;
 mod fifo;
 mod fresh;
 mod fuzz;
+mod history;
 mod http;
 mod http_wire;
 mod lease;

@@ -55,7 +55,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
         last_up: AtomicU64::new(0),
         started: start,
         books: Mutex::new(Books {
-            tally: Tally::new(opts.load.requests, opts.buy.qty),
+            tally: Tally::new(opts.load.requests, opts.buy.qty).keeping(opts.load.history),
             live: concurrency,
         }),
         ended: Condvar::new(),

@@ -41,7 +41,7 @@ pub(super) fn fan_out<S>(
         next: AtomicU64::new(0),
         abandon: AtomicBool::new(false),
         started: start,
-        tally: Mutex::new(Tally::new(opts.load.requests, opts.buy.qty)),
+        tally: Mutex::new(Tally::new(opts.load.requests, opts.buy.qty).keeping(opts.load.history)),
     };
     let started_workers = thread::scope(|s| {
         let mut n = 0;

@@ -18,6 +18,8 @@ pub struct LedgerCheck {
     pub units: i64,
     mismatches: Vec<String>,
     more: u64,
+    /// Every entry read (request, units), when the tally keeps a history.
+    rows: Option<Vec<(u64, i64)>>,
 }
 
 /// How many order mismatches a report lists in words.
@@ -33,6 +35,7 @@ impl LedgerCheck {
             units: 0,
             mismatches: Vec::new(),
             more: 0,
+            rows: t.kept().map(|_| Vec::new()),
         }
     }
 
@@ -48,6 +51,9 @@ impl LedgerCheck {
     pub fn entry(&mut self, t: &Tally, index: u64, units: i64) {
         self.orders += 1;
         self.units += units;
+        if let Some(rows) = &mut self.rows {
+            rows.push((index, units));
+        }
         self.seen.set(index);
         let (run, q) = (self.run_id.clone(), t.qty as i64);
         if t.told_bought.get(index) {
@@ -66,6 +72,11 @@ impl LedgerCheck {
                 "order {run}-{index} is in the ledger ({units} units) but its buyer was not told it bought"
             ));
         }
+    }
+
+    /// Every entry read (request, units), when the tally keeps a history.
+    pub fn rows(&self) -> Option<&[(u64, i64)]> {
+        self.rows.as_deref()
     }
 
     /// The mismatches, sorted, with those told "bought" that the ledger lacks.

@@ -18,6 +18,8 @@
 //! - [`tally`]: the answers folded as they come.
 //! - `readback`, `ledger_check`, `watch`: the books read back, the ledger against the answers,
 //!   the stock watched during the run.
+//! - [`history`]: every request as Jepsen's operations, written as JSON Lines and judged
+//!   again from them.
 //! - [`evidence`]: everything observed, and the one judgement; `judge`, `judge_http`: the
 //!   checks it applies to lockctl's buyers and to an endpoint (which keeps no ledger).
 //! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
@@ -28,6 +30,7 @@ mod capacity;
 pub mod drive;
 pub mod evidence;
 mod fan_out;
+pub mod history;
 pub mod http;
 pub mod judge;
 mod judge_http;

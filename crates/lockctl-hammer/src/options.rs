@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use lockctl_core::conn::Target;
 use lockctl_core::redlock::Quorum;
@@ -14,7 +14,7 @@ use lockctl_core::sku::Sku;
 use lockctl_core::stock::BuyOptions;
 
 /// How the purchases run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Worker threads in this process, one connection each.
@@ -63,6 +63,9 @@ pub struct LoadOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Once set, no new request starts; those in flight finish. Default: none.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Keep every request's record, for the run's history ([`crate::history`]). Default: off
+    /// (the answers are only folded into counts and histograms).
+    pub history: bool,
 }
 
 impl LoadOptions {
@@ -82,6 +85,7 @@ impl Default for LoadOptions {
             users: None,
             progress: None,
             stop: None,
+            history: false,
         }
     }
 }

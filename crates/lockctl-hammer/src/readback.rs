@@ -58,7 +58,8 @@ impl Incarnation {
 }
 
 /// Whether the Redis server restarted during the run, as far as can be told.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Restart {
     /// The same process before and after.
     No,

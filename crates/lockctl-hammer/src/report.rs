@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::options::Mode;
 use lockctl_core::Hint;
@@ -55,7 +55,7 @@ pub struct Sample {
 
 /// What was run: everything [`judge`] needs besides the samples and the readback, and the
 /// first fields of the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunFacts {
     pub sku: String,
     pub run_id: String,
@@ -75,10 +75,10 @@ pub struct RunFacts {
     pub seeded: bool,
     pub initial_stock: i64,
     /// Wall time of the purchases (the report carries it as `elapsed_s`).
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub elapsed: Duration,
     /// The hammer's CPU time during the purchases, when it can be read.
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub client_cpu: Option<Duration>,
 }
 
@@ -123,8 +123,22 @@ impl Serialize for Subject {
     }
 }
 
+impl<'de> Deserialize<'de> for Subject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        if name == "endpoint" {
+            return Ok(Subject::Endpoint);
+        }
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .map(Subject::Strategy)
+            .ok_or_else(|| serde::de::Error::custom(format!("no strategy is called '{name}'")))
+    }
+}
+
 /// Latency percentiles in milliseconds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,
@@ -211,6 +225,10 @@ pub struct Report {
     /// word (the binary adds it to `first_error` when it shows the report).
     #[serde(skip)]
     pub first_error_hint: Option<Hint>,
+    /// Every request and what was read back, when the load kept them
+    /// ([`crate::LoadOptions::history`]): for `--history`, and for judging again.
+    #[serde(skip)]
+    pub history: Option<Box<crate::history::History>>,
     /// What `hammer --url` adds: the endpoint, the load model, and for the open model the time
     /// from sending to the answer and the requests sent late. Absent for lockctl's own buyers.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -236,7 +254,7 @@ pub struct Bucket {
 }
 
 /// How `hammer --url` offered its load.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LoadModel {
     /// `-c` connections, each sending its next request when the last one is answered.
@@ -247,7 +265,7 @@ pub enum LoadModel {
 }
 
 /// The facts of an HTTP run (`hammer --url`), beside the common ones.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HttpFacts {
     /// The URL template as given, any password in it replaced by `***`.
     pub url: String,
@@ -287,7 +305,7 @@ pub fn overall_verdict(reports: &[Report]) -> Verdict {
 }
 
 /// The pipeline's part of the report.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PipelineReport {
     pub workers: u64,
     /// Orders the workers inserted (and saw again, and found in conflict, and dead-lettered).

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
 use crate::evidence::{Books, Evidence, conclude};
+use crate::history::History;
 use crate::options::Mode;
 use crate::options::{HammerOptions, LoadOptions};
 use crate::report::{Report, RunFacts, Subject};
@@ -75,7 +76,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         )?),
         _ => None,
     };
-    Ok(conclude(Evidence {
+    let evidence = Evidence {
         facts: &facts,
         tally: &tally,
         books: Books::Ledger(readback),
@@ -85,7 +86,11 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         server: target.addr().to_string(),
         interrupted: stopped_early.then_some((made, opts.load.requests)),
         notes: Vec::new(),
-    }))
+    };
+    let history = History::of(&evidence, opts.load.users);
+    let mut report = conclude(evidence);
+    report.history = history.map(Box::new);
+    Ok(report)
 }
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.

@@ -86,6 +86,8 @@ pub struct Tally {
     /// The first "sold out" answer and the last "bought" request sent.
     pub(super) precedence: Precedence,
     timeline: Timeline,
+    /// Every record as it came, when a history is kept ([`Tally::keeping`]).
+    kept: Option<Vec<Sample>>,
 }
 
 /// The earliest "sold out" answer and the latest request answered "bought", by the run's
@@ -159,12 +161,30 @@ impl Tally {
             maybe_applied: Bits::new(requests),
             precedence: Precedence::default(),
             timeline: Timeline::default(),
+            kept: None,
         }
+    }
+
+    /// The same tally, keeping every record as well when `history` is set (for the run's
+    /// history: about a hundred bytes a request).
+    pub fn keeping(mut self, history: bool) -> Tally {
+        if history {
+            self.kept = Some(Vec::new());
+        }
+        self
+    }
+
+    /// Every record folded in, in the order they came, when this tally keeps them.
+    pub fn kept(&self) -> Option<&[Sample]> {
+        self.kept.as_deref()
     }
 
     /// Folds one request's record in.
     pub fn add(&mut self, s: &Sample) {
         self.samples += 1;
+        if let Some(kept) = &mut self.kept {
+            kept.push(s.clone());
+        }
         record(&mut self.latency, s.latency);
         if let Some(w) = s.lock_wait {
             record(&mut self.wait, w);

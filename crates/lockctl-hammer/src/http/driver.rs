@@ -75,7 +75,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         abandon: AtomicBool::new(false),
         start: Instant::now(),
         books: Mutex::new(Driven {
-            tally: Tally::new(load.requests, qty),
+            tally: Tally::new(load.requests, qty).keeping(load.history),
             service: plan.rate.map(|_| new_histogram()),
             late: 0,
             max_lag: Duration::ZERO,

@@ -25,6 +25,7 @@ pub use request::{RequestSpec, Vars};
 
 use crate::drive::{Driven, Driver};
 use crate::evidence::{Books, Evidence, conclude};
+use crate::history::History;
 use crate::judge::percentiles;
 use crate::options::LoadOptions;
 use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
@@ -120,7 +121,7 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         ..RunFacts::of_load(load, http.qty)
     };
     let (books, went_up, restart) = books_of(after);
-    let mut report = conclude(Evidence {
+    let evidence = Evidence {
         facts: &facts,
         tally: &driven.tally,
         books,
@@ -130,8 +131,14 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         server: target.addr().to_string(),
         interrupted: stopped_early.then_some((made, load.requests)),
         notes: late_note(http, &driven).into_iter().collect(),
-    });
+    };
+    let history = History::of(&evidence, load.users);
+    let mut report = conclude(evidence);
     report.http = Some(http_facts(http, judged.then_some(key), &driven));
+    report.history = history.map(|mut h| {
+        h.http = report.http.clone();
+        Box::new(h)
+    });
     Ok(report)
 }
 

@@ -1,0 +1,448 @@
+//! A history as JSON Lines, written and read back.
+//!
+//! Every line is one operation in Jepsen's shape: `type` (`invoke`, `ok`, `fail`, `info`),
+//! `f`, `process`, `time` (nanoseconds from the run's start), `index` (the line's place) and
+//! `value`. A purchase's `value` names the request, SKU, units, order id and user; its
+//! completion adds the answer. `ok` is a sale; `fail` is an answer that sold nothing, or a
+//! failure that cannot have deducted; `info` is a failure whose effect is unknown (it may have
+//! deducted). The first line (`f: "facts"`) and the last (`f: "read"`) are lockctl's own.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{self, BufRead, Write};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Fault, History, ReadBack};
+use crate::options::Mode;
+use crate::readback::Restart;
+use crate::report::{Ended, HttpFacts, PipelineReport, RunFacts, Sample};
+use lockctl_core::error::ErrorKind;
+use lockctl_core::stock::{Buy, Outcome};
+
+/// The version of the history's shape, in its first line.
+const VERSION: u64 = 1;
+
+/// A history that cannot be read: the line, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct HistoryError {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// One line.
+#[derive(Serialize, Deserialize)]
+struct Op {
+    #[serde(rename = "type")]
+    kind: String,
+    f: String,
+    process: Value,
+    time: u64,
+    index: u64,
+    value: Value,
+}
+
+/// The first line's value.
+#[derive(Serialize, Deserialize)]
+struct FactsValue {
+    version: u64,
+    facts: RunFacts,
+    stock_before: i64,
+    elapsed_ns: u64,
+    client_cpu_ns: Option<u64>,
+    users: Option<u64>,
+    server: String,
+    client_max_rss_mb: Option<f64>,
+}
+
+/// The last line's value.
+#[derive(Serialize, Deserialize)]
+struct ReadValue {
+    #[serde(flatten)]
+    read_back: ReadBack,
+    went_up: Option<String>,
+    restart: Option<Restart>,
+    interrupted: Option<(u64, u64)>,
+    notes: Vec<String>,
+    pipeline: Option<(PipelineReport, Vec<String>)>,
+    http: Option<HttpFacts>,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+/// Writes `h` as JSON Lines.
+pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
+    let f = &h.facts;
+    let mut lines: Vec<(u64, u8, String, Value, Value)> = Vec::new();
+    let lanes = lanes(&h.samples);
+    for (s, lane) in h.samples.iter().zip(lanes) {
+        let value = request_value(h, s.index);
+        lines.push((ns(s.sent), 1, "invoke".into(), lane.into(), value.clone()));
+        let (kind, value) = completion(s, value);
+        lines.push((ns(s.at), 0, kind.into(), lane.into(), value));
+    }
+    for fault in &h.faults {
+        let value = json!({ "fault": fault.fault, "detail": fault.detail });
+        lines.push((
+            ns(fault.start),
+            2,
+            "start".into(),
+            "nemesis".into(),
+            value.clone(),
+        ));
+        if let Some(stop) = fault.stop {
+            lines.push((ns(stop), 2, "stop".into(), "nemesis".into(), value));
+        }
+    }
+    // By time; at one moment, what ended before what began, so a lane is free again.
+    lines.sort_by_key(|l| (l.0, l.1));
+    let facts = FactsValue {
+        version: VERSION,
+        facts: f.clone(),
+        stock_before: f.initial_stock,
+        elapsed_ns: ns(f.elapsed),
+        client_cpu_ns: f.client_cpu.map(ns),
+        users: h.users,
+        server: h.server.clone(),
+        client_max_rss_mb: h.client_max_rss_mb,
+    };
+    let mut index = 0;
+    let mut line = |out: &mut dyn Write, kind: &str, f: &str, process: Value, time, value| {
+        let op = Op {
+            kind: kind.into(),
+            f: f.into(),
+            process,
+            time,
+            index,
+            value,
+        };
+        index += 1;
+        serde_json::to_writer(&mut *out, &op)?;
+        out.write_all(b"\n")
+    };
+    let lockctl = Value::from("lockctl");
+    line(out, "info", "facts", lockctl.clone(), 0, to_value(&facts)?)?;
+    for (time, _, kind, process, value) in lines {
+        let (kind, f) = match process.as_str() {
+            Some("nemesis") => ("info".to_string(), kind),
+            _ => (kind, "buy".to_string()),
+        };
+        line(out, &kind, &f, process, time, value)?;
+    }
+    let read = ReadValue {
+        read_back: h.read_back.clone(),
+        went_up: h.went_up.clone(),
+        restart: h.restart.clone(),
+        interrupted: h.interrupted,
+        notes: h.notes.clone(),
+        pipeline: h.pipeline.clone(),
+        http: h.http.clone(),
+    };
+    let end = h.samples.iter().map(|s| ns(s.at)).max().unwrap_or(0);
+    line(out, "info", "read", lockctl, end, to_value(&read)?)?;
+    out.flush()
+}
+
+fn to_value(v: &impl Serialize) -> io::Result<Value> {
+    serde_json::to_value(v).map_err(io::Error::other)
+}
+
+/// A lane for each request, in Jepsen's sense of a process: requests in one lane never
+/// overlap in time. The fewest lanes, each request the lowest lane free when it was sent.
+fn lanes(samples: &[Sample]) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    order.sort_by_key(|&i| (samples[i].sent, samples[i].index));
+    let mut busy: BinaryHeap<Reverse<(Duration, u64)>> = BinaryHeap::new();
+    let mut free: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    let mut next = 0;
+    let mut lane = vec![0; samples.len()];
+    for i in order {
+        let s = &samples[i];
+        while let Some(Reverse((end, l))) = busy.peek().copied() {
+            if end > s.sent {
+                break;
+            }
+            busy.pop();
+            free.push(Reverse(l));
+        }
+        let l = free.pop().map(|Reverse(l)| l).unwrap_or_else(|| {
+            next += 1;
+            next - 1
+        });
+        lane[i] = l;
+        busy.push(Reverse((s.at.max(s.sent), l)));
+    }
+    lane
+}
+
+/// What an operation on request `index` was asked: the same in its invoke and completion.
+fn request_value(h: &History, index: u64) -> Value {
+    let f = &h.facts;
+    json!({
+        "request": index,
+        "sku": f.sku,
+        "qty": f.qty,
+        "order": format!("{}-{index}", f.run_id),
+        "user": h.user_of(index),
+    })
+}
+
+/// The completion's type and value: the answer added to what was asked.
+fn completion(s: &Sample, mut value: Value) -> (&'static str, Value) {
+    let v = &mut value;
+    v["latency_ns"] = ns(s.latency).into();
+    if let Some(w) = s.lock_wait {
+        v["lock_wait_ns"] = ns(w).into();
+    }
+    if let Some(h) = s.lock_hold {
+        v["lock_hold_ns"] = ns(h).into();
+    }
+    let kind = match &s.ended {
+        Ended::Done {
+            outcome,
+            replayed,
+            overran_lease,
+        } => {
+            v["answer"] = json!(outcome.outcome());
+            match *outcome {
+                Buy::Bought { remaining } | Buy::SoldOut { remaining } => {
+                    v["remaining"] = remaining.into()
+                }
+                Buy::LimitReached { bought, limit } => {
+                    v["bought"] = bought.into();
+                    v["limit"] = limit.into();
+                }
+                Buy::Busy | Buy::LeaseLost => {}
+            }
+            v["replayed"] = (*replayed).into();
+            v["overran_lease"] = (*overran_lease).into();
+            sold(outcome.outcome())
+        }
+        Ended::Answered { outcome, remaining } => {
+            v["answer"] = outcome.map_or(json!("answered"), |o| json!(o));
+            v["remaining"] = json!(remaining);
+            outcome.map_or("info", sold)
+        }
+        Ended::Failed {
+            kind,
+            indeterminate,
+            message,
+            ..
+        } => {
+            v["answer"] = "error".into();
+            v["error"] = json!({
+                "kind": kind,
+                "message": message,
+                "indeterminate": indeterminate,
+            });
+            if *indeterminate { "info" } else { "fail" }
+        }
+    };
+    (kind, value)
+}
+
+fn sold(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Bought => "ok",
+        _ => "fail",
+    }
+}
+
+/// Reads a history written by [`write`] (or by anything that writes the same shape).
+pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
+    let mut facts: Option<FactsValue> = None;
+    let mut last: Option<(usize, ReadValue)> = None;
+    let mut sent: HashMap<u64, u64> = HashMap::new();
+    let mut samples = Vec::new();
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut lines_read = 0;
+    for (n, text) in input.lines().enumerate() {
+        let line = n + 1;
+        lines_read = line;
+        let fail = |reason: String| HistoryError { line, reason };
+        let text = text.map_err(|e| fail(format!("cannot be read: {e}")))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        if last.is_some() {
+            return Err(fail(
+                "an operation after the last line (f: \"read\")".into(),
+            ));
+        }
+        let op: Op =
+            serde_json::from_str(&text).map_err(|e| fail(format!("not an operation: {e}")))?;
+        let Some(fv) = &facts else {
+            facts = Some(first_line(&op).map_err(fail)?);
+            continue;
+        };
+        match (op.f.as_str(), op.process.as_str()) {
+            ("read", Some("lockctl")) => {
+                let v = serde_json::from_value(op.value)
+                    .map_err(|e| fail(format!("the read-back line: {e}")))?;
+                last = Some((line, v));
+            }
+            (_, Some("nemesis")) => nemesis(&mut faults, &op).map_err(fail)?,
+            ("buy", _) if op.kind == "invoke" => {
+                sent.insert(request_of(&op.value).map_err(fail)?, op.time);
+            }
+            ("buy", _) => {
+                let mode = fv.facts.mode;
+                samples.push(sample(&op, mode, &sent).map_err(fail)?);
+            }
+            (f, _) => return Err(fail(format!("an operation lockctl does not know: f '{f}'"))),
+        }
+    }
+    let Some(fv) = facts else {
+        return Err(HistoryError {
+            line: 1,
+            reason: "empty: a history starts with its facts (f: \"facts\")".into(),
+        });
+    };
+    let Some((_, rv)) = last else {
+        return Err(HistoryError {
+            line: lines_read + 1,
+            reason: "no last line (f: \"read\"): the history was cut short, so nothing was read back to judge against".into(),
+        });
+    };
+    let mut facts = fv.facts;
+    facts.initial_stock = fv.stock_before;
+    facts.elapsed = Duration::from_nanos(fv.elapsed_ns);
+    facts.client_cpu = fv.client_cpu_ns.map(Duration::from_nanos);
+    Ok(History {
+        facts,
+        users: fv.users,
+        samples,
+        faults,
+        read_back: rv.read_back,
+        went_up: rv.went_up,
+        restart: rv.restart,
+        server: fv.server,
+        interrupted: rv.interrupted,
+        notes: rv.notes,
+        pipeline: rv.pipeline,
+        http: rv.http,
+        client_max_rss_mb: fv.client_max_rss_mb,
+    })
+}
+
+fn first_line(op: &Op) -> Result<FactsValue, String> {
+    if op.f != "facts" {
+        return Err(format!(
+            "a history starts with its facts (f: \"facts\"), not f '{}'",
+            op.f
+        ));
+    }
+    let fv: FactsValue =
+        serde_json::from_value(op.value.clone()).map_err(|e| format!("the facts line: {e}"))?;
+    if fv.version != VERSION {
+        return Err(format!(
+            "a history of version {}, and this lockctl reads version {VERSION}",
+            fv.version
+        ));
+    }
+    Ok(fv)
+}
+
+fn request_of(v: &Value) -> Result<u64, String> {
+    v["request"]
+        .as_u64()
+        .ok_or_else(|| format!("no request number in {v}"))
+}
+
+fn nemesis(faults: &mut Vec<Fault>, op: &Op) -> Result<(), String> {
+    let at = Duration::from_nanos(op.time);
+    let name = op.value["fault"].as_str().unwrap_or_default().to_string();
+    match op.f.as_str() {
+        "start" => faults.push(Fault {
+            fault: name,
+            start: at,
+            stop: None,
+            detail: op.value["detail"].as_str().unwrap_or_default().into(),
+        }),
+        "stop" => {
+            if let Some(f) = faults
+                .iter_mut()
+                .rev()
+                .find(|f| f.fault == name && f.stop.is_none())
+            {
+                f.stop = Some(at);
+            }
+        }
+        other => {
+            return Err(format!(
+                "a nemesis operation lockctl does not know: '{other}'"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A completion read back into the record it was written from.
+fn sample(op: &Op, mode: Mode, sent: &HashMap<u64, u64>) -> Result<Sample, String> {
+    let v = &op.value;
+    let index = request_of(v)?;
+    let dur = |k: &str| v[k].as_u64().map(Duration::from_nanos);
+    let answer = v["answer"]
+        .as_str()
+        .ok_or("a completion without an answer")?;
+    let ended = match answer {
+        "error" => Ended::Failed {
+            kind: ErrorKind::from_name(v["error"]["kind"].as_str().unwrap_or("unknown")),
+            indeterminate: v["error"]["indeterminate"].as_bool().unwrap_or(true),
+            message: v["error"]["message"].as_str().unwrap_or_default().into(),
+            hint: None,
+        },
+        _ if mode == Mode::Http => Ended::Answered {
+            outcome: outcome(answer)?,
+            remaining: v["remaining"].as_i64(),
+        },
+        _ => Ended::Done {
+            outcome: buy(answer, v)?,
+            replayed: v["replayed"].as_bool().unwrap_or(false),
+            overran_lease: v["overran_lease"].as_bool().unwrap_or(false),
+        },
+    };
+    Ok(Sample {
+        index,
+        ended,
+        latency: dur("latency_ns").unwrap_or_default(),
+        lock_wait: dur("lock_wait_ns"),
+        lock_hold: dur("lock_hold_ns"),
+        sent: Duration::from_nanos(sent.get(&index).copied().unwrap_or(0)),
+        at: Duration::from_nanos(op.time),
+    })
+}
+
+fn outcome(answer: &str) -> Result<Option<Outcome>, String> {
+    if answer == "answered" {
+        return Ok(None);
+    }
+    serde_json::from_value(Value::from(answer))
+        .map(Some)
+        .map_err(|_| format!("an answer lockctl does not know: '{answer}'"))
+}
+
+fn buy(answer: &str, v: &Value) -> Result<Buy, String> {
+    let remaining = || v["remaining"].as_i64().unwrap_or(0);
+    Ok(
+        match outcome(answer)?.ok_or("'answered' from lockctl's own buyer")? {
+            Outcome::Bought => Buy::Bought {
+                remaining: remaining(),
+            },
+            Outcome::SoldOut => Buy::SoldOut {
+                remaining: remaining(),
+            },
+            Outcome::Busy => Buy::Busy,
+            Outcome::LeaseLost => Buy::LeaseLost,
+            Outcome::LimitReached => Buy::LimitReached {
+                bought: v["bought"].as_u64().unwrap_or(0),
+                limit: v["limit"].as_u64().unwrap_or(0),
+            },
+        },
+    )
+}

@@ -1,0 +1,167 @@
+//! A run's history: every request as an operation in Jepsen's shape, the faults done to the
+//! system meanwhile, and what was read back, so that the one judgement
+//! ([`crate::evidence::conclude`]) can be made again from the history alone, offline, and
+//! other checkers can read it.
+//!
+//! A history is JSON Lines (`jsonl`): a first line with the run's facts and the stock before,
+//! one line per operation (`invoke` when a request was sent; `ok`, `fail` or `info` when it
+//! ended), faults as operations of `process: "nemesis"`, and a last line with what was read
+//! back (the stock after, the ledger's rows). `process` is a lane: a request never shares its
+//! lane with another in flight, as Jepsen's processes never do.
+
+mod jsonl;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::{Books, Evidence, conclude};
+use crate::ledger_check::LedgerCheck;
+use crate::readback::Restart;
+use crate::report::{HttpFacts, PipelineReport, Report, RunFacts, Sample};
+use crate::tally::Tally;
+use lockctl_core::error::Error;
+
+pub use jsonl::{HistoryError, read, write};
+
+/// One fault done to the system during a run (by the hunt's nemesis), healed by `stop`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// Its name (`client-kill`, `redis-pause`, `kill-worker`, ...).
+    pub fault: String,
+    /// When it was done, from the start of the run.
+    #[serde(skip)]
+    pub start: Duration,
+    /// When it was undone (`None`: a fault with nothing to undo, a kill).
+    #[serde(skip)]
+    pub stop: Option<Duration>,
+    /// What was done, in words (which process, for how long).
+    pub detail: String,
+}
+
+/// What was read back after the run, as the judgement needs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadBack {
+    /// The stock after the run; `None` when it was not read (`error` says why, or nothing was
+    /// judged).
+    pub stock_after: Option<i64>,
+    /// Why the books could not be read.
+    pub error: Option<String>,
+    /// lockctl's own buyers: this run's ledger entries (request, units).
+    pub ledger: Option<Vec<(u64, i64)>>,
+}
+
+/// Everything a run observed that its verdict rests on, with every request's record.
+#[derive(Clone, Debug)]
+pub struct History {
+    pub facts: RunFacts,
+    /// Requests were spread over this many users (`u0`, `u1`, ...).
+    pub users: Option<u64>,
+    pub samples: Vec<Sample>,
+    pub faults: Vec<Fault>,
+    pub read_back: ReadBack,
+    pub went_up: Option<String>,
+    pub restart: Option<Restart>,
+    pub server: String,
+    pub interrupted: Option<(u64, u64)>,
+    pub notes: Vec<String>,
+    pub pipeline: Option<(PipelineReport, Vec<String>)>,
+    pub http: Option<HttpFacts>,
+    /// The peak memory of the process that ran the load, in MB (the judge's own is not the
+    /// run's).
+    pub client_max_rss_mb: Option<f64>,
+}
+
+impl History {
+    /// The history of the run `ev` is the evidence of, when its tally kept every record
+    /// ([`crate::LoadOptions::history`]); `users` as the load had them.
+    pub fn of(ev: &Evidence<'_>, users: Option<u64>) -> Option<History> {
+        let samples = ev.tally.kept()?.to_vec();
+        let read_back = match &ev.books {
+            Books::Ledger(Ok((stock, check))) => ReadBack {
+                stock_after: Some(*stock),
+                error: None,
+                ledger: Some(check.rows().map(<[_]>::to_vec).unwrap_or_default()),
+            },
+            Books::Stock(Ok(stock)) => ReadBack {
+                stock_after: Some(*stock),
+                error: None,
+                ledger: None,
+            },
+            Books::Ledger(Err(e)) | Books::Stock(Err(e)) => ReadBack {
+                stock_after: None,
+                error: Some(e.to_string()),
+                ledger: None,
+            },
+            Books::Unjudged => ReadBack {
+                stock_after: None,
+                error: None,
+                ledger: None,
+            },
+        };
+        Some(History {
+            facts: ev.facts.clone(),
+            users,
+            samples,
+            faults: Vec::new(),
+            read_back,
+            went_up: ev.went_up.clone(),
+            restart: ev.restart.clone(),
+            server: ev.server.clone(),
+            interrupted: ev.interrupted,
+            notes: ev.notes.clone(),
+            pipeline: ev.pipeline.clone(),
+            http: None,
+            client_max_rss_mb: crate::usage::max_rss_mb().map(|m| (m * 10.0).round() / 10.0),
+        })
+    }
+
+    /// The verdict again, from this history alone: the same pure judgement a live run makes.
+    pub fn judge(&self) -> Report {
+        let f = &self.facts;
+        let mut tally = Tally::new(f.requests, f.qty);
+        for s in &self.samples {
+            tally.add(s);
+        }
+        let books = self.books(&tally);
+        let mut report = conclude(Evidence {
+            facts: f,
+            tally: &tally,
+            books,
+            went_up: self.went_up.clone(),
+            pipeline: self.pipeline.clone(),
+            restart: self.restart.clone(),
+            server: self.server.clone(),
+            interrupted: self.interrupted,
+            notes: self.notes.clone(),
+        });
+        report.http = self.http.clone();
+        report.client_max_rss_mb = self.client_max_rss_mb;
+        report
+    }
+
+    /// What was read back, as evidence: a ledger is checked against `t` row by row, as the
+    /// live read-back does.
+    fn books(&self, t: &Tally) -> Books {
+        let rb = &self.read_back;
+        let failed = || Error::internal(rb.error.clone().unwrap_or_default());
+        match (self.facts.mode, rb.stock_after, &rb.ledger) {
+            (_, Some(stock), Some(rows)) => {
+                let mut check = LedgerCheck::new(t, &self.facts.run_id);
+                for &(index, units) in rows {
+                    check.entry(t, index, units);
+                }
+                Books::Ledger(Ok((stock, check)))
+            }
+            (crate::options::Mode::Http, Some(stock), None) => Books::Stock(Ok(stock)),
+            (crate::options::Mode::Http, None, _) if rb.error.is_none() => Books::Unjudged,
+            (crate::options::Mode::Http, None, _) => Books::Stock(Err(failed())),
+            _ => Books::Ledger(Err(failed())),
+        }
+    }
+
+    /// The user of request `index`, as the load named it.
+    pub fn user_of(&self, index: u64) -> Option<String> {
+        self.users.map(|k| format!("u{}", index % k.max(1)))
+    }
+}
