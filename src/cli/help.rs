@@ -52,6 +52,18 @@ Examples:
   lockctl hammer --redis auto --export-html report.html        # on a private redis-server
   lockctl hammer -n 1000 -c 20 --stock 100 --history run.jsonl # every request, for lockctl judge";
 
+pub const HUNT: &str = "\
+Examples:
+  lockctl hunt --url 'http://127.0.0.1:8080/run_demo.php?sku={sku}' --preset tutorial --budget 30s
+  lockctl hunt --url 'http://127.0.0.1:8080/buy.php?sku={sku}&user={user}' --preset tutorial \\
+      --users 4 --limit 1 --serve 'php -S 127.0.0.1:8080' --seed 7
+  lockctl hunt --url 'http://127.0.0.1:8080/pg.php?sku={sku}' --preset tutorial \\
+      --stock-sql postgres://postgres@127.0.0.1/shop \\
+      --stock-query 'select qty from stock where sku = $1' \\
+      --stock-seed 'insert into stock values ($1, $2) on conflict (sku) do update set qty = $2'
+Exit: 0 nothing broke within the budget, 3 a violation (replay it with the printed --seed),
+1 nothing could be judged, 2 bad arguments.";
+
 pub const JUDGE: &str = "\
 Examples:
   lockctl hammer -n 1000 -c 20 --stock 100 --history run.jsonl

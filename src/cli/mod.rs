@@ -8,12 +8,14 @@
 mod args;
 pub mod child;
 mod help;
+mod hunt;
 mod parse;
 
 pub use args::{
     BuyArgs, DbCommand, HammerArgs, HttpArgs, PresetArg, RunArgs, StrategyArg, WorkerArgs,
 };
 pub use help::VERSION;
+pub use hunt::HuntArgs;
 use parse::{token, whole};
 
 use std::path::PathBuf;
@@ -167,6 +169,7 @@ impl Command {
             | Command::Unlock { sku, .. }
             | Command::Buy(BuyArgs { sku, .. }) => vec![sku],
             Command::Hammer(h) => vec![&h.sku],
+            Command::Hunt(h) => vec![&h.sku],
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
             Command::Worker(w) => w.sku.iter().collect(),
@@ -257,6 +260,10 @@ pub enum Command {
     /// Persist queued orders (the streams of --queue) into PostgreSQL.
     #[command(after_help = help::WORKER)]
     Worker(WorkerArgs),
+    /// Search for the run that breaks someone's flash sale: rounds of load on fresh SKUs with
+    /// faults, within a budget; the first violation ends it (exit 3).
+    #[command(after_help = help::HUNT)]
+    Hunt(Box<HuntArgs>),
     /// Judge a recorded history (hammer --history) again, offline: the same verdict and exit
     /// codes as the run that wrote it.
     #[command(after_help = help::JUDGE)]

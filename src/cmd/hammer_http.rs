@@ -45,9 +45,11 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         concurrency: args.concurrency,
         stock: args.stock,
         users: args.users,
+        users_from: 0,
         progress: bar.as_ref().map(progress::Bar::counter),
         stop: Some(signals.requested.clone()),
         history: args.history.is_some(),
+        before_read_back: None,
     };
     let result = http::run(&ctx.target, &load, &http);
     drop(bar);
@@ -62,7 +64,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
 }
 
 /// The request, the classification and the load model, checked.
-fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<HttpOptions> {
+pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<HttpOptions> {
     let tutorial = a.preset == Some(PresetArg::Tutorial);
     let url = match (&a.url, tutorial) {
         (Some(url), true) if names_only_a_server(url) => {
@@ -96,6 +98,7 @@ fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<HttpOptions
         request,
         classifier,
         stock_key: a.stock_key.clone(),
+        store: None,
         rate: a.rate,
         timeout: ctx.options.call_timeout,
         connect_timeout: ctx.options.connect_timeout,

@@ -8,6 +8,7 @@ mod docs;
 mod exporter;
 mod hammer;
 mod hammer_http;
+mod hunt;
 mod judge;
 mod reporting;
 mod run;
@@ -180,6 +181,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Seed { sku, count } => seed::run(&ctx, &sku, count),
         Command::Buy(args) => buy::run(&ctx, args),
         Command::Hammer(args) => hammer::run(&ctx, *args),
+        Command::Hunt(args) => hunt::run(&ctx, *args),
         Command::Status { sku, db } => status::run(&ctx, &sku, db),
         Command::Unlock { sku, force, token } => unlock::run(&ctx, &sku, force, token),
         Command::Exporter { sku, listen } => exporter::run(&ctx, sku, &listen),

@@ -46,6 +46,9 @@ pub struct Evidence<'a> {
     pub interrupted: Option<(u64, u64)>,
     /// Notes of the driver's own (an open model's late requests).
     pub notes: Vec<String>,
+    /// Promises found broken by checks beyond the books (the hunt's per-user limit, order
+    /// rows, a system that stopped selling): each a violation, so the verdict is FAIL.
+    pub findings: Vec<String>,
 }
 
 /// The report of a run: the one judgement of every kind of run.
@@ -63,6 +66,11 @@ pub fn conclude(ev: Evidence<'_>) -> Report {
     };
     if let Some((pipe, violations)) = ev.pipeline {
         with_pipeline(&mut report, pipe, violations);
+    }
+    if !ev.findings.is_empty() {
+        report.violations.extend(ev.findings);
+        report.verdict = Verdict::Fail;
+        report.unknown_because = None;
     }
     // Said of the verdict as it now stands, the pipeline's findings included.
     report.notes.extend(
@@ -179,6 +187,7 @@ mod tests {
             server: "127.0.0.1:6379".into(),
             interrupted: None,
             notes: Vec::new(),
+            findings: Vec::new(),
         }
     }
 

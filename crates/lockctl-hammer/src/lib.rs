@@ -18,6 +18,7 @@
 //! - [`tally`]: the answers folded as they come.
 //! - `readback`, `ledger_check`, `watch`: the books read back, the ledger against the answers,
 //!   the stock watched during the run.
+//! - [`hunt`]: the search for a run that breaks someone's flash sale, under load and faults.
 //! - [`history`]: every request as Jepsen's operations, written as JSON Lines and judged
 //!   again from them.
 //! - [`evidence`]: everything observed, and the one judgement; `judge`, `judge_http`: the
@@ -32,6 +33,7 @@ pub mod evidence;
 mod fan_out;
 pub mod history;
 pub mod http;
+pub mod hunt;
 pub mod judge;
 mod judge_http;
 mod ledger_check;
@@ -53,7 +55,7 @@ pub use judge::{judge, judge_unreadable};
 pub use ledger_check::LedgerCheck;
 pub use options::PipelineOptions;
 pub use options::{ChildBuy, Children};
-pub use options::{Driving, HammerOptions, LoadOptions, Mode, TIMELINE_POINTS};
+pub use options::{Driving, HammerOptions, Hook, LoadOptions, Mode, TIMELINE_POINTS};
 pub use procs::child_deadline;
 pub use readback::{READ_BACK_PATIENCE, Readback, Restart};
 pub use report::PipelineReport;

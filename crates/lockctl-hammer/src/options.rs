@@ -59,6 +59,9 @@ pub struct LoadOptions {
     pub stock: Option<u64>,
     /// Spread requests over this many simulated users (`u0`, `u1`, ...). Default: none.
     pub users: Option<u64>,
+    /// The first user's number (`u<users_from>`, ...), for requests that must come from users
+    /// nobody used before (the hunt's liveness probe). Default: 0.
+    pub users_from: u64,
     /// Counts finished requests as they finish, for a progress display. Default: none.
     pub progress: Option<Arc<AtomicU64>>,
     /// Once set, no new request starts; those in flight finish. Default: none.
@@ -66,6 +69,25 @@ pub struct LoadOptions {
     /// Keep every request's record, for the run's history ([`crate::history`]). Default: off
     /// (the answers are only folded into counts and histograms).
     pub history: bool,
+    /// Called once every request has ended, before the books are read back: what must be
+    /// quiet or undone first (the hunt heals its faults here). Default: none.
+    pub before_read_back: Option<Hook>,
+}
+
+/// A function a run calls at a fixed point, shared.
+#[derive(Clone)]
+pub struct Hook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl Hook {
+    pub fn call(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 impl LoadOptions {
@@ -83,9 +105,11 @@ impl Default for LoadOptions {
             concurrency: 10,
             stock: None,
             users: None,
+            users_from: 0,
             progress: None,
             stop: None,
             history: false,
+            before_read_back: None,
         }
     }
 }

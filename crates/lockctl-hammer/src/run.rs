@@ -86,6 +86,7 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         server: target.addr().to_string(),
         interrupted: stopped_early.then_some((made, opts.load.requests)),
         notes: Vec::new(),
+        findings: Vec::new(),
     };
     let history = History::of(&evidence, opts.load.users);
     let mut report = conclude(evidence);

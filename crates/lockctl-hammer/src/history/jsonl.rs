@@ -67,6 +67,8 @@ struct ReadValue {
     restart: Option<Restart>,
     interrupted: Option<(u64, u64)>,
     notes: Vec<String>,
+    #[serde(default)]
+    findings: Vec<String>,
     pipeline: Option<(PipelineReport, Vec<String>)>,
     http: Option<HttpFacts>,
 }
@@ -140,6 +142,7 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
         restart: h.restart.clone(),
         interrupted: h.interrupted,
         notes: h.notes.clone(),
+        findings: h.findings.clone(),
         pipeline: h.pipeline.clone(),
         http: h.http.clone(),
     };
@@ -324,6 +327,7 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
         server: fv.server,
         interrupted: rv.interrupted,
         notes: rv.notes,
+        findings: rv.findings,
         pipeline: rv.pipeline,
         http: rv.http,
         client_max_rss_mb: fv.client_max_rss_mb,

@@ -65,6 +65,8 @@ pub struct History {
     pub server: String,
     pub interrupted: Option<(u64, u64)>,
     pub notes: Vec<String>,
+    /// Promises found broken beyond the books ([`Evidence::findings`]).
+    pub findings: Vec<String>,
     pub pipeline: Option<(PipelineReport, Vec<String>)>,
     pub http: Option<HttpFacts>,
     /// The peak memory of the process that ran the load, in MB (the judge's own is not the
@@ -110,6 +112,7 @@ impl History {
             server: ev.server.clone(),
             interrupted: ev.interrupted,
             notes: ev.notes.clone(),
+            findings: ev.findings.clone(),
             pipeline: ev.pipeline.clone(),
             http: None,
             client_max_rss_mb: crate::usage::max_rss_mb().map(|m| (m * 10.0).round() / 10.0),
@@ -134,6 +137,7 @@ impl History {
             server: self.server.clone(),
             interrupted: self.interrupted,
             notes: self.notes.clone(),
+            findings: self.findings.clone(),
         });
         report.http = self.http.clone();
         report.client_max_rss_mb = self.client_max_rss_mb;

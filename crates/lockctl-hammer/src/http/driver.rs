@@ -67,6 +67,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         keep_body: plan.classifier.judges(),
         sku: load.sku.to_string(),
         users: load.users,
+        users_from: load.users_from,
         requests: load.requests,
         progress: load.progress.clone(),
         stop: load.stop.clone(),
@@ -155,6 +156,8 @@ struct Shared {
     keep_body: bool,
     sku: String,
     users: Option<u64>,
+    /// The first user's number.
+    users_from: u64,
     requests: u64,
     progress: Option<Arc<AtomicU64>>,
     stop: Option<Arc<AtomicBool>>,
@@ -309,8 +312,8 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
     };
     let user = match (ids, sh.users) {
         (false, _) => String::new(),
-        (true, Some(k)) => format!("u{}", i % k.max(1)),
-        (true, None) => format!("u{i}"),
+        (true, Some(k)) => format!("u{}", sh.users_from + i % k.max(1)),
+        (true, None) => format!("u{}", sh.users_from + i),
     };
     let vars = Vars {
         sku: &sh.sku,

@@ -11,15 +11,16 @@
 //! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
 //! closed and open load models).
 
+mod books;
 mod classify;
 mod driver;
 mod request;
 mod socket;
 mod wire;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
+pub use books::{StockStore, Store};
 pub use classify::{Classifier, TUTORIAL_PATH};
 pub use request::{RequestSpec, Vars};
 
@@ -28,15 +29,12 @@ use crate::evidence::{Books, Evidence, conclude};
 use crate::history::History;
 use crate::judge::percentiles;
 use crate::options::LoadOptions;
-use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
 use crate::report::{HttpFacts, LoadModel, Report, RunFacts};
 use crate::run::interrupted;
-use crate::{usage, watch};
-use lockctl_core::conn::{Conn, Target};
+use crate::usage;
+use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
-use lockctl_core::sku::Sku;
-use lockctl_core::stock;
 use lockctl_core::units::millis;
 
 /// What to send and how to read the answers.
@@ -48,6 +46,9 @@ pub struct HttpOptions {
     pub classifier: Classifier,
     /// The Redis key of the stock the endpoint deducts. Default (`None`): `item:stock:<SKU>`.
     pub stock_key: Option<String>,
+    /// The stock kept somewhere else than Redis (a SQL table): set and read through it
+    /// instead of `stock_key`. Default: none.
+    pub store: Option<Store>,
     /// Requests per second on a fixed schedule (the open model). Default (`None`): the closed
     /// model, each connection sending its next request when the last is answered.
     pub rate: Option<f64>,
@@ -73,16 +74,10 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         .stock_key
         .clone()
         .unwrap_or_else(|| StockKeys::new(&load.sku).stock);
-    let mut books = match judged {
-        true => Some(starting_stock(target, load, &key)?),
+    let books = match judged {
+        true => Some(books::open(target, load, http, &key)?),
         false => None,
     };
-    let incarnation = books
-        .as_mut()
-        .map(|(conn, _)| Incarnation::of(target, conn));
-    let watch = books
-        .as_ref()
-        .map(|(_, initial)| watch::start(target, &load.sku, &key, *initial));
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
@@ -99,28 +94,24 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
-    let watched = watch.map(watch::StockWatch::finish);
     let made = driven.tally.samples();
     let stopped_early = interrupted(load, made);
-    // With patterns: the stock at the end, whether the server restarted, and what was seen of
-    // the stock meanwhile.
-    let after = match (books.as_mut(), incarnation, watched) {
-        (Some((conn, _)), Some(incarnation), Some(watched)) => Some((
-            read_back(target, conn, &load.sku, &key),
-            incarnation.restart(target),
-            watched,
-        )),
-        _ => None,
-    };
+    if let Some(quiet) = &load.before_read_back {
+        quiet.call();
+    }
+    let initial_stock = books.as_ref().map_or(0, books::Opened::initial);
     let facts = RunFacts {
         run_id: plan.run_id.clone(),
         requests: if stopped_early { made } else { load.requests },
-        initial_stock: books.as_ref().map_or(0, |(_, n)| *n),
+        initial_stock,
         elapsed,
         client_cpu,
         ..RunFacts::of_load(load, http.qty)
     };
-    let (books, went_up, restart) = books_of(after);
+    let (books, went_up, restart) = match books {
+        Some(opened) => opened.close(target, &load.sku),
+        None => (Books::Unjudged, None, None),
+    };
     let evidence = Evidence {
         facts: &facts,
         tally: &driven.tally,
@@ -131,32 +122,20 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         server: target.addr().to_string(),
         interrupted: stopped_early.then_some((made, load.requests)),
         notes: late_note(http, &driven).into_iter().collect(),
+        findings: Vec::new(),
     };
     let history = History::of(&evidence, load.users);
     let mut report = conclude(evidence);
-    report.http = Some(http_facts(http, judged.then_some(key), &driven));
+    let stock_at = match &http.store {
+        Some(store) => store.0.shown(),
+        None => key,
+    };
+    report.http = Some(http_facts(http, judged.then_some(stock_at), &driven));
     report.history = history.map(|mut h| {
         h.http = report.http.clone();
         Box::new(h)
     });
     Ok(report)
-}
-
-/// What was read back after an endpoint's run, as evidence: the stock (or why not), signs
-/// of stock put back, and whether Redis restarted; unjudged without patterns.
-fn books_of(
-    after: Option<(Result<i64>, Restart, watch::Watched)>,
-) -> (Books, Option<String>, Option<Restart>) {
-    match after {
-        None => (Books::Unjudged, None, None),
-        Some((read, restart, watched)) => {
-            let went_up = match &read {
-                Ok(f) => watch::went_up(&restart, &watched, *f),
-                Err(_) => None,
-            };
-            (Books::Stock(read), went_up, Some(restart))
-        }
-    }
 }
 
 /// Someone's endpoint, driven as the plan says.
@@ -198,43 +177,4 @@ fn http_facts(http: &HttpOptions, stock_key: Option<String>, driven: &Driven) ->
         late: open.then_some(driven.late),
         max_lag_ms: open.then(|| millis(driven.max_lag)),
     }
-}
-
-/// A connection to Redis and the stock at `key` before the run: set to `load.stock` when
-/// given, read otherwise (it must exist and hold an integer).
-fn starting_stock(target: &Target, load: &LoadOptions, key: &str) -> Result<(Conn, i64)> {
-    let mut conn = target.connect()?;
-    let stock = match load.stock {
-        Some(n) => {
-            conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
-            n as i64
-        }
-        None => stock::starting_stock_at(&mut conn, &load.sku, key)?.ok_or_else(|| {
-            Error::NoStockKey {
-                key: key.to_string(),
-                addr: target.addr().to_string(),
-            }
-        })?,
-    };
-    Ok((conn, stock))
-}
-
-/// The stock at `key` after the run, on fresh connections and with pauses if the first try
-/// fails, for at most [`READ_BACK_PATIENCE`]. A key gone is an error too: the endpoint (or
-/// someone) deleted the stock the verdict rests on.
-fn read_back(target: &Target, conn: &mut Conn, sku: &Sku, key: &str) -> Result<i64> {
-    let read = |c: &mut Conn| {
-        stock::read_stock_at(c, sku, key)?.ok_or_else(|| Error::NoStockKey {
-            key: key.to_string(),
-            addr: target.addr().to_string(),
-        })
-    };
-    let deadline = Instant::now() + READ_BACK_PATIENCE;
-    let mut result = read(conn);
-    let worth_retrying = |r: &Result<i64>| matches!(r, Err(e) if !matches!(e, Error::NoStockKey { .. } | Error::BadStock { .. }));
-    while worth_retrying(&result) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(200));
-        result = target.connect().and_then(|mut c| read(&mut c));
-    }
-    result
 }

@@ -1,0 +1,171 @@
+//! An endpoint's books: its stock, set or read before the run and read again after it, in
+//! Redis (a key, watched during the run, with the server's restarts noticed) or in a store of
+//! the caller's ([`StockStore`]: a SQL table, say), read when the run is quiet.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::HttpOptions;
+use crate::evidence::Books;
+use crate::options::LoadOptions;
+use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
+use crate::watch;
+use lockctl_core::conn::{Conn, Target};
+use lockctl_core::error::{Error, Result};
+use lockctl_core::sku::Sku;
+use lockctl_core::stock;
+
+/// Where an endpoint keeps its stock when it is not a Redis key: set before the run and read
+/// after it. Errors are words naming what failed.
+pub trait StockStore: Send + Sync {
+    /// Sets the SKU's stock to `n`.
+    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String>;
+    /// The SKU's stock now.
+    fn read(&self, sku: &Sku) -> std::result::Result<i64, String>;
+    /// Where the stock is, for the report (a URL without its password, and the query).
+    fn shown(&self) -> String;
+}
+
+/// A caller's stock store, shared.
+#[derive(Clone)]
+pub struct Store(pub Arc<dyn StockStore>);
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.0.shown())
+    }
+}
+
+/// The books as they were before the run, and what reads them again after it.
+pub(super) enum Opened {
+    Redis {
+        conn: Box<Conn>,
+        key: String,
+        initial: i64,
+        incarnation: Incarnation,
+        watch: watch::StockWatch,
+    },
+    Store {
+        store: Store,
+        initial: i64,
+    },
+}
+
+/// The stock before the run: set to `load.stock` when given, read otherwise.
+pub(super) fn open(
+    target: &Target,
+    load: &LoadOptions,
+    http: &HttpOptions,
+    key: &str,
+) -> Result<Opened> {
+    if let Some(store) = &http.store {
+        let failed = |e: String| Error::Endpoint {
+            reason: format!("the stock in {}: {e}", store.0.shown()),
+        };
+        if let Some(n) = load.stock {
+            store.0.set(&load.sku, n).map_err(failed)?;
+        }
+        let initial = store.0.read(&load.sku).map_err(failed)?;
+        return Ok(Opened::Store {
+            store: store.clone(),
+            initial,
+        });
+    }
+    let mut conn = target.connect()?;
+    let initial = match load.stock {
+        Some(n) => {
+            conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
+            n as i64
+        }
+        None => stock::starting_stock_at(&mut conn, &load.sku, key)?.ok_or_else(|| {
+            Error::NoStockKey {
+                key: key.to_string(),
+                addr: target.addr().to_string(),
+            }
+        })?,
+    };
+    let incarnation = Incarnation::of(target, &mut conn);
+    let watch = watch::start(target, &load.sku, key, initial);
+    Ok(Opened::Redis {
+        conn: Box::new(conn),
+        key: key.to_string(),
+        initial,
+        incarnation,
+        watch,
+    })
+}
+
+impl Opened {
+    pub(super) fn initial(&self) -> i64 {
+        match self {
+            Opened::Redis { initial, .. } | Opened::Store { initial, .. } => *initial,
+        }
+    }
+
+    /// The books after the run, as evidence: the stock (or why it could not be read), signs
+    /// of stock put back, and whether Redis restarted.
+    pub(super) fn close(
+        self,
+        target: &Target,
+        sku: &Sku,
+    ) -> (Books, Option<String>, Option<Restart>) {
+        match self {
+            Opened::Redis {
+                mut conn,
+                key,
+                incarnation,
+                watch,
+                ..
+            } => {
+                let watched = watch.finish();
+                let read = read_back(target, &mut conn, sku, &key);
+                let restart = incarnation.restart(target);
+                let went_up = match &read {
+                    Ok(f) => watch::went_up(&restart, &watched, *f),
+                    Err(_) => None,
+                };
+                (Books::Stock(read), went_up, Some(restart))
+            }
+            Opened::Store { store, .. } => {
+                let read = patiently(|| store.0.read(sku)).map_err(|e| Error::Endpoint {
+                    reason: format!("the stock in {}: {e}", store.0.shown()),
+                });
+                (Books::Stock(read), None, None)
+            }
+        }
+    }
+}
+
+/// `read`, tried again with pauses while it fails, for at most [`READ_BACK_PATIENCE`].
+fn patiently<T>(
+    mut read: impl FnMut() -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    let deadline = Instant::now() + READ_BACK_PATIENCE;
+    loop {
+        match read() {
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+            done => return done,
+        }
+    }
+}
+
+/// The stock at `key` after the run, on fresh connections and with pauses if the first try
+/// fails, for at most [`READ_BACK_PATIENCE`]. A key gone is an error too: the endpoint (or
+/// someone) deleted the stock the verdict rests on.
+fn read_back(target: &Target, conn: &mut Conn, sku: &Sku, key: &str) -> Result<i64> {
+    let read = |c: &mut Conn| {
+        stock::read_stock_at(c, sku, key)?.ok_or_else(|| Error::NoStockKey {
+            key: key.to_string(),
+            addr: target.addr().to_string(),
+        })
+    };
+    let deadline = Instant::now() + READ_BACK_PATIENCE;
+    let mut result = read(conn);
+    let worth_retrying = |r: &Result<i64>| matches!(r, Err(e) if !matches!(e, Error::NoStockKey { .. } | Error::BadStock { .. }));
+    while worth_retrying(&result) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(200));
+        result = target.connect().and_then(|mut c| read(&mut c));
+    }
+    result
+}

@@ -1,0 +1,447 @@
+//! `lockctl hunt`: told the facts of someone's flash sale (its answers, where its stock and
+//! orders live, its promises), search for the run that breaks it, within a budget.
+//!
+//! Rounds follow one another on fresh SKUs (so one round's books never mix with another's),
+//! each with a small stock, a load shape and perhaps a fault, drawn from one seeded schedule
+//! ([`plan`]). A round is an endpoint run ([`crate::http::run`]) with the faults done while it
+//! runs ([`nemesis`]) and undone before its books are read; its verdict is the one judgement of
+//! its history, with the promises checked beyond the books ([`checks`]) and the liveness
+//! probe's finding added. The first FAIL ends the hunt.
+//!
+//! Layout: `plan` (the schedule), `nemesis` (faults and their undoing), `serve` (the system's
+//! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
+//! rows).
+
+pub mod checks;
+pub mod nemesis;
+pub mod plan;
+pub mod serve;
+pub mod sql;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::history::{Fault, History};
+use crate::http::{self, HttpOptions, StockStore};
+use crate::options::{Hook, LoadOptions};
+use crate::report::{Report, Verdict};
+use lockctl_core::conn::Target;
+use lockctl_core::error::{Error, Result};
+use lockctl_core::keys::StockKeys;
+use lockctl_core::sku::Sku;
+use nemesis::{FaultKind, Nemesis};
+use plan::{Planner, Round, Shape};
+use sql::SqlDb;
+
+/// Where the system's orders land, and the query that reads a SKU's.
+#[derive(Clone)]
+pub struct OrdersSql {
+    pub db: Arc<SqlDb>,
+    pub query: String,
+}
+
+/// The stock kept in SQL: the query that reads it and the statement that sets it.
+pub struct SqlStock {
+    pub db: Arc<SqlDb>,
+    pub query: String,
+    pub seed: String,
+}
+
+impl StockStore for SqlStock {
+    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String> {
+        self.db.execute(&self.seed, sku.as_str(), n as i64)
+    }
+
+    fn read(&self, sku: &Sku) -> std::result::Result<i64, String> {
+        self.db.integer(&self.query, sku.as_str())
+    }
+
+    fn shown(&self) -> String {
+        format!("{} ({})", self.db.shown(), self.query)
+    }
+}
+
+/// What the hunt is told.
+pub struct HuntOptions {
+    /// The request, its answers, and where its stock is (`store`, or a Redis key).
+    pub http: HttpOptions,
+    /// The rounds' SKUs start with this.
+    pub sku: String,
+    /// The most requests in flight a round uses.
+    pub concurrency: u64,
+    /// The system's users (`u0`, `u1`, ...) and its per-user limit.
+    pub users: Option<u64>,
+    pub limit: Option<u64>,
+    pub orders: Option<OrdersSql>,
+    pub budget: Duration,
+    pub seed: u64,
+    pub faults: Vec<FaultKind>,
+    /// After the faults are undone, with stock left, a sale must come within this.
+    pub heal: Duration,
+    pub nemesis: Nemesis,
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// The first round that broke a promise.
+pub struct Failure {
+    pub round: Round,
+    pub sku: String,
+    pub report: Report,
+    pub faults: Vec<Fault>,
+}
+
+/// What the hunt did and found.
+pub struct HuntReport {
+    pub verdict: Verdict,
+    pub seed: u64,
+    pub rounds: u64,
+    /// Rounds whose books could be judged.
+    pub judged: u64,
+    pub requests: u64,
+    pub shapes: BTreeMap<&'static str, u64>,
+    pub faults: BTreeMap<String, u64>,
+    pub elapsed: Duration,
+    pub interrupted: bool,
+    pub failure: Option<Box<Failure>>,
+    /// The last round judged (its history is written when nothing failed).
+    pub last: Option<Box<Report>>,
+}
+
+/// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
+/// before this returns, whatever happens.
+pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
+    let started = Instant::now();
+    let mut planner = Planner::new(opts.seed, opts.concurrency, opts.users, &opts.faults);
+    let tag = hex::encode(rand::random::<[u8; 3]>());
+    let mut hunt = HuntReport {
+        verdict: Verdict::Unknown,
+        seed: opts.seed,
+        rounds: 0,
+        judged: 0,
+        requests: 0,
+        shapes: BTreeMap::new(),
+        faults: BTreeMap::new(),
+        elapsed: Duration::ZERO,
+        interrupted: false,
+        failure: None,
+        last: None,
+    };
+    let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+    while started.elapsed() < opts.budget {
+        if stopped() {
+            hunt.interrupted = true;
+            break;
+        }
+        let plan = planner.next_round();
+        let outcome = round(target, opts, &tag, &plan, &mut planner);
+        // Whatever the round came to, nothing stays broken.
+        let healed = opts.nemesis.heal(Duration::ZERO);
+        let (report, faults, sku) = outcome?;
+        healed.map_err(|e| Error::internal(format!("could not undo a fault: {e}")))?;
+        hunt.rounds += 1;
+        hunt.requests += report.run.requests;
+        *hunt.shapes.entry(plan.shape.name()).or_default() += 1;
+        for f in &faults {
+            *hunt.faults.entry(f.fault.clone()).or_default() += 1;
+        }
+        match report.verdict {
+            Verdict::Fail => {
+                hunt.judged += 1;
+                hunt.verdict = Verdict::Fail;
+                hunt.failure = Some(Box::new(Failure {
+                    round: plan,
+                    sku,
+                    report,
+                    faults,
+                }));
+                break;
+            }
+            Verdict::Pass => {
+                hunt.judged += 1;
+                hunt.last = Some(Box::new(report));
+            }
+            Verdict::Unknown => {
+                if hunt.last.is_none() {
+                    hunt.last = Some(Box::new(report));
+                }
+            }
+        }
+    }
+    if hunt.verdict != Verdict::Fail && hunt.judged > 0 {
+        hunt.verdict = Verdict::Pass;
+    }
+    hunt.elapsed = started.elapsed();
+    Ok(hunt)
+}
+
+/// The SKU of round `n` of the hunt `run` (a random tag of this hunt's own, so that a replay
+/// of the same seed on the same servers meets none of the earlier hunt's keys or rows).
+fn sku_of(opts: &HuntOptions, run: &str, n: u64) -> Result<Sku> {
+    let name = format!("{}-{run}-{n}", opts.sku);
+    name.parse()
+        .map_err(|e| Error::internal(format!("the round's SKU '{name}': {e}")))
+}
+
+/// One round: the load with its faults, healed before the books are read, then the checks
+/// beyond the books and the liveness probe, all judged as one history.
+fn round(
+    target: &Target,
+    opts: &HuntOptions,
+    run: &str,
+    plan: &Round,
+    planner: &mut Planner,
+) -> Result<(Report, Vec<Fault>, String)> {
+    let sku = sku_of(opts, run, plan.number)?;
+    let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let faults: Arc<Mutex<Vec<Fault>>> = Arc::default();
+    let healed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let hook = {
+        let (done, faults, healed_at, nemesis) = (
+            done.clone(),
+            faults.clone(),
+            healed_at.clone(),
+            opts.nemesis.clone(),
+        );
+        let quiet = quiet_reader(target, opts, &sku);
+        Hook(Arc::new(move || {
+            done.store(true, Ordering::SeqCst);
+            if let Ok(f) = nemesis.heal(start.elapsed())
+                && let Ok(mut all) = faults.lock()
+            {
+                all.extend(f);
+            }
+            if let Ok(mut at) = healed_at.lock() {
+                *at = Some(Instant::now());
+            }
+            quiet();
+        }))
+    };
+    let load = LoadOptions {
+        sku: sku.clone(),
+        requests: plan.requests,
+        concurrency: plan.shape.concurrency(),
+        stock: Some(plan.stock),
+        users: match plan.shape {
+            Shape::DoubleClick { users } => Some(users),
+            _ => opts.users,
+        },
+        users_from: 0,
+        progress: None,
+        stop: opts.stop.clone(),
+        history: true,
+        before_read_back: Some(hook),
+    };
+    let mut http = opts.http.clone();
+    http.stock_key = opts
+        .http
+        .stock_key
+        .as_ref()
+        .map(|k| k.replace("{sku}", sku.as_str()));
+    http.rate = match plan.shape {
+        Shape::Rate { rate, .. } => Some(rate),
+        _ => None,
+    };
+    let striker = strike(opts, plan, start, done.clone(), planner);
+    let result = http::run(target, &load, &http);
+    done.store(true, Ordering::SeqCst);
+    let _ = striker.join();
+    let mut report = result?;
+    let mut faults = std::mem::take(&mut *faults.lock().map_err(|_| Error::internal("poisoned"))?);
+    faults.extend(opts.nemesis.heal(start.elapsed()).unwrap_or_default());
+    let healed = healed_at
+        .lock()
+        .ok()
+        .and_then(|a| *a)
+        .unwrap_or_else(Instant::now);
+    let Some(mut history) = report.history.take() else {
+        return Ok((report, faults, sku.to_string()));
+    };
+    history.findings = findings(target, opts, &load, &http, &history, &report, healed);
+    history.faults = faults.clone();
+    let mut again = history.judge();
+    again.history = Some(history);
+    Ok((again, faults, sku.to_string()))
+}
+
+/// The faults of the round, done on a thread of their own at their moments, each lifted as
+/// its hold ends or when the load is done.
+fn strike(
+    opts: &HuntOptions,
+    plan: &Round,
+    start: Instant,
+    done: Arc<AtomicBool>,
+    planner: &mut Planner,
+) -> thread::JoinHandle<()> {
+    use rand::SeedableRng;
+    let nemesis = opts.nemesis.clone();
+    let faults = plan.faults.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::RngExt::random(planner.rng()));
+    thread::spawn(move || {
+        let wait_until = |at: Instant| {
+            while Instant::now() < at && !done.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(5).min(at - Instant::now()));
+            }
+        };
+        for f in faults {
+            wait_until(start + f.after);
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            nemesis.strike(f.kind, f.hold, start.elapsed(), &mut rng);
+            wait_until(Instant::now() + f.hold);
+            nemesis.lift(f.kind, start.elapsed());
+        }
+    })
+}
+
+/// Waits until the round's stock stops moving (two reads 150 ms apart agree, at most 2 s):
+/// a system whose paused worker was continued may still be finishing a request.
+fn quiet_reader(
+    target: &Target,
+    opts: &HuntOptions,
+    sku: &Sku,
+) -> impl Fn() + Send + Sync + 'static {
+    let read = stock_reader(target, opts, sku);
+    move || {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut last = read();
+        while Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(150));
+            let now = read();
+            if now.is_some() && now == last {
+                return;
+            }
+            last = now;
+        }
+    }
+}
+
+/// Reads the round's stock where the system keeps it (`None` when it cannot be read).
+fn stock_reader(
+    target: &Target,
+    opts: &HuntOptions,
+    sku: &Sku,
+) -> Arc<dyn Fn() -> Option<i64> + Send + Sync> {
+    let sku = sku.clone();
+    match &opts.http.store {
+        Some(store) => {
+            let store = store.clone();
+            Arc::new(move || store.0.read(&sku).ok())
+        }
+        None => {
+            let key = opts.http.stock_key.as_ref().map_or_else(
+                || StockKeys::new(&sku).stock,
+                |k| k.replace("{sku}", sku.as_str()),
+            );
+            let target = target.clone();
+            Arc::new(move || {
+                let mut c = target.connect().ok()?;
+                lockctl_core::stock::read_stock_at(&mut c, &sku, &key)
+                    .ok()
+                    .flatten()
+            })
+        }
+    }
+}
+
+/// The promises checked beyond the books: the per-user limit, the order rows, and that the
+/// system sells again after the faults are undone.
+fn findings(
+    target: &Target,
+    opts: &HuntOptions,
+    load: &LoadOptions,
+    http: &HttpOptions,
+    history: &History,
+    report: &Report,
+    healed: Instant,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let qty = http.qty;
+    if let (Some(users), Some(limit)) = (load.users, opts.limit) {
+        v.extend(checks::user_limit(&history.samples, users, limit, qty));
+    }
+    if let Some(orders) = &opts.orders {
+        match orders.db.orders(&orders.query, load.sku.as_str()) {
+            Ok(rows) => v.extend(checks::order_rows(
+                &history.samples,
+                &report.run.run_id,
+                &rows,
+                qty,
+            )),
+            Err(e) => v.push(format!("the order rows could not be read ({e})")),
+        }
+    }
+    if report.verdict != Verdict::Unknown
+        && let Some(stalled) = stalled(target, opts, load, http, healed)
+    {
+        v.push(stalled);
+    }
+    v
+}
+
+/// With stock left after the round, single requests until one buys, for at most `heal` from
+/// when the faults were undone: a system that only answers busy or fails meanwhile has
+/// stalled (a lock that outlived its holder, say). `None` when it sold, or nothing was left.
+fn stalled(
+    target: &Target,
+    opts: &HuntOptions,
+    load: &LoadOptions,
+    http: &HttpOptions,
+    healed: Instant,
+) -> Option<String> {
+    let read = stock_reader(target, opts, &load.sku);
+    let left = read()?;
+    if left < http.qty as i64 {
+        return None;
+    }
+    let probe = LoadOptions {
+        requests: 1,
+        concurrency: 1,
+        stock: None,
+        users: None,
+        history: false,
+        before_read_back: None,
+        ..load.clone()
+    };
+    let mut probe_http = http.clone();
+    probe_http.rate = None;
+    let deadline = healed + opts.heal;
+    let mut tries = 0;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        tries += 1;
+        // Each probe a user nobody used: a per-user limit turns no probe away.
+        let probe = LoadOptions {
+            users_from: 1_000_000 + tries,
+            ..probe.clone()
+        };
+        match http::run(target, &probe, &probe_http) {
+            Ok(r) if r.bought > 0 => return None,
+            Ok(r) if r.sold_out > 0 => {
+                return Some(format!(
+                    "under-sold after the faults were undone: answered sold out with {left} units left"
+                ));
+            }
+            Ok(r) => last = probe_answer(&r),
+            Err(e) => last = e.to_string(),
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    Some(format!(
+        "stalled: {left} units were left, and for {} ms after the faults were undone none of {tries} requests bought (the last: {last})",
+        opts.heal.as_millis()
+    ))
+}
+
+fn probe_answer(r: &Report) -> String {
+    if r.busy > 0 {
+        return "busy".into();
+    }
+    r.first_error
+        .clone()
+        .unwrap_or_else(|| "unclassified".into())
+}

@@ -1,0 +1,329 @@
+//! The faults the hunt does to a system while a round runs, and their undoing.
+//!
+//! Every fault done is recorded with how to undo it; [`Nemesis::heal`] undoes them all, and is
+//! called before a round is judged, at the end of the hunt, on errors (through `Drop`) and by
+//! the caller's quit handler (a second Ctrl-C): no Redis is left paused and no process
+//! stopped. Process faults touch only the `--serve` tree; `client-kill` spares lockctl's own
+//! connections (found by their local ports, from `/proc/self`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::RngExt;
+use rustix::process::Signal;
+
+use super::serve::Served;
+use crate::history::Fault;
+use lockctl_core::conn::Target;
+
+/// A kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// Kill the system's connections to its Redis.
+    ClientKill,
+    /// Pause the system's Redis writes (`CLIENT PAUSE ... WRITE`) for longer than common client
+    /// timeouts.
+    RedisPause,
+    /// SIGSTOP a random process of the `--serve` tree, SIGCONT when healed.
+    PauseWorker,
+    /// SIGKILL a random process of the `--serve` tree; healed by restarting the system.
+    KillWorker,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::ClientKill,
+        FaultKind::RedisPause,
+        FaultKind::PauseWorker,
+        FaultKind::KillWorker,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::ClientKill => "client-kill",
+            FaultKind::RedisPause => "redis-pause",
+            FaultKind::PauseWorker => "pause-worker",
+            FaultKind::KillWorker => "kill-worker",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it needs the system's processes (`--serve`).
+    pub fn needs_serve(self) -> bool {
+        matches!(self, FaultKind::PauseWorker | FaultKind::KillWorker)
+    }
+}
+
+/// What is still to undo.
+#[derive(Default)]
+struct Undo {
+    /// Redis writes are paused.
+    paused_redis: bool,
+    /// Processes of the tree stopped.
+    stopped: Vec<i32>,
+    /// A process was killed: the system is restarted.
+    killed: bool,
+    /// The faults done this round, for the history.
+    done: Vec<Fault>,
+}
+
+/// The faults of a hunt, shared between the round that does them, the heal and the quit
+/// handler.
+#[derive(Clone)]
+pub struct Nemesis {
+    redis: Target,
+    serve: Option<Arc<Mutex<Served>>>,
+    undo: Arc<Mutex<Undo>>,
+}
+
+impl Nemesis {
+    pub fn new(redis: Target, serve: Option<Arc<Mutex<Served>>>) -> Nemesis {
+        Nemesis {
+            redis,
+            serve,
+            undo: Arc::new(Mutex::new(Undo::default())),
+        }
+    }
+
+    /// Does `kind` for about `hold`, `at` from the round's start (for the history). A fault that
+    /// cannot be done (nothing to kill) is recorded as such, not an error.
+    pub fn strike(&self, kind: FaultKind, hold: Duration, at: Duration, rng: &mut impl rand::Rng) {
+        let detail = match kind {
+            FaultKind::ClientKill => self.client_kill(),
+            FaultKind::RedisPause => self.redis_pause(hold),
+            FaultKind::PauseWorker => self.pause_worker(rng),
+            FaultKind::KillWorker => self.kill_worker(rng),
+        };
+        if let Ok(mut u) = self.undo.lock() {
+            u.done.push(Fault {
+                fault: kind.name().into(),
+                start: at,
+                stop: None,
+                detail,
+            });
+        }
+    }
+
+    /// Undoes what `kind` did, early (at `at` from the round's start), as its hold ends.
+    pub fn lift(&self, kind: FaultKind, at: Duration) {
+        match kind {
+            FaultKind::RedisPause => self.unpause_redis(),
+            FaultKind::PauseWorker => self.continue_stopped(),
+            FaultKind::ClientKill | FaultKind::KillWorker => {}
+        }
+        if let Ok(mut u) = self.undo.lock()
+            && let Some(f) = u
+                .done
+                .iter_mut()
+                .rev()
+                .find(|f| f.fault == kind.name() && f.stop.is_none())
+        {
+            f.stop = Some(at);
+        }
+    }
+
+    /// Undoes every fault still in force (at `at` from the round's start), and returns the
+    /// round's faults. The system is restarted if a process of it was killed.
+    pub fn heal(&self, at: Duration) -> Result<Vec<Fault>, String> {
+        self.unpause_redis();
+        self.continue_stopped();
+        let killed = self
+            .undo
+            .lock()
+            .map(|mut u| std::mem::take(&mut u.killed))
+            .unwrap_or(false);
+        let mut restarted = Ok(());
+        if killed && let Some(serve) = &self.serve {
+            restarted = serve.lock().map_err(|_| "poisoned".to_string())?.restart();
+        }
+        let mut done = self
+            .undo
+            .lock()
+            .map(|mut u| std::mem::take(&mut u.done))
+            .unwrap_or_default();
+        for f in &mut done {
+            f.stop.get_or_insert(at);
+        }
+        restarted.map(|()| done)
+    }
+
+    /// Undoes what can be undone at once, for a process that is quitting now.
+    pub fn heal_now(&self) {
+        self.unpause_redis();
+        self.continue_stopped();
+    }
+
+    fn unpause_redis(&self) {
+        let paused = self
+            .undo
+            .lock()
+            .map(|mut u| std::mem::take(&mut u.paused_redis));
+        if paused.unwrap_or(true) {
+            // Asked even when not known to be paused: a quit handler cannot know.
+            let _ = self
+                .redis
+                .connect()
+                .and_then(|mut c| c.query::<()>(redis::cmd("CLIENT").arg("UNPAUSE")));
+        }
+    }
+
+    fn continue_stopped(&self) {
+        let stopped = self
+            .undo
+            .lock()
+            .map(|mut u| std::mem::take(&mut u.stopped))
+            .unwrap_or_default();
+        if let Some(serve) = &self.serve
+            && let Ok(s) = serve.lock()
+        {
+            for pid in stopped {
+                s.signal(pid, Signal::CONT);
+            }
+            s.continue_all();
+        }
+    }
+
+    fn redis_pause(&self, hold: Duration) -> String {
+        // Redis lifts the pause by itself after `hold` too, should lockctl die first.
+        let ms = hold.as_millis().max(1) as u64;
+        let paused = self.redis.connect().and_then(|mut c| {
+            c.query::<()>(redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("WRITE"))
+        });
+        match paused {
+            Ok(()) => {
+                if let Ok(mut u) = self.undo.lock() {
+                    u.paused_redis = true;
+                }
+                format!(
+                    "writes to Redis at {} paused for {ms} ms",
+                    self.redis.addr()
+                )
+            }
+            Err(e) => format!("could not pause Redis: {e}"),
+        }
+    }
+
+    fn client_kill(&self) -> String {
+        let own = own_ports();
+        let killed = self.redis.connect().and_then(|mut c| {
+            let list: String = c.query(redis::cmd("CLIENT").arg("LIST"))?;
+            let mut n = 0;
+            for line in list.lines() {
+                let field = |k: &str| {
+                    line.split(' ')
+                        .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+                };
+                let port = field("addr").and_then(|a| a.rsplit(':').next()?.parse::<u16>().ok());
+                let (Some(id), Some(port)) = (field("id"), port) else {
+                    continue;
+                };
+                if own.contains(&port) || field("flags").is_some_and(|f| f.contains('S')) {
+                    continue;
+                }
+                // A client gone meanwhile is no error: it is killed all the same.
+                n += c
+                    .query::<i64>(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id))
+                    .unwrap_or(0);
+            }
+            Ok(n)
+        });
+        match killed {
+            Ok(n) => format!("killed {n} connection(s) of the system to Redis"),
+            Err(e) => format!("could not kill connections: {e}"),
+        }
+    }
+
+    fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
+        let serve = self.serve.as_ref()?.lock().ok()?;
+        let tree = serve.processes();
+        // A worker rather than the shell or the server's first process, when there is one.
+        let workers: Vec<i32> = tree.iter().skip(2).copied().collect();
+        let from = if workers.is_empty() { &tree } else { &workers };
+        from.get(rng.random_range(0..from.len().max(1))).copied()
+    }
+
+    fn pause_worker(&self, rng: &mut impl rand::Rng) -> String {
+        let Some(pid) = self.pick(rng) else {
+            return "no process to pause".into();
+        };
+        let stopped = self
+            .serve
+            .as_ref()
+            .and_then(|s| s.lock().ok())
+            .is_some_and(|s| s.signal(pid, Signal::STOP));
+        if stopped && let Ok(mut u) = self.undo.lock() {
+            u.stopped.push(pid);
+        }
+        format!("process {pid} of --serve stopped (SIGSTOP)")
+    }
+
+    fn kill_worker(&self, rng: &mut impl rand::Rng) -> String {
+        let Some(pid) = self.pick(rng) else {
+            return "no process to kill".into();
+        };
+        let killed = self
+            .serve
+            .as_ref()
+            .and_then(|s| s.lock().ok())
+            .is_some_and(|s| s.signal(pid, Signal::KILL));
+        if killed && let Ok(mut u) = self.undo.lock() {
+            u.killed = true;
+        }
+        format!("process {pid} of --serve killed (SIGKILL)")
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        // The last holder going away: nothing may stay stopped (the Redis pause ends by
+        // itself).
+        if !self.stopped.is_empty() {
+            for pid in &self.stopped {
+                if let Some(p) = rustix::process::Pid::from_raw(*pid) {
+                    let _ = rustix::process::kill_process(p, Signal::CONT);
+                }
+            }
+        }
+    }
+}
+
+/// The local ports of this process's TCP sockets: lockctl's own connections, which
+/// `client-kill` spares.
+fn own_ports() -> HashSet<u16> {
+    let mut inodes = HashSet::new();
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        for fd in fds.flatten() {
+            if let Ok(link) = std::fs::read_link(fd.path())
+                && let Some(n) = link
+                    .to_str()
+                    .and_then(|l| l.strip_prefix("socket:["))
+                    .and_then(|l| l.strip_suffix(']'))
+            {
+                inodes.insert(n.to_string());
+            }
+        }
+    }
+    let mut ports = HashSet::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9
+                && inodes.contains(f[9])
+                && let Some(port) = f[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                ports.insert(port);
+            }
+        }
+    }
+    ports
+}

@@ -1,0 +1,167 @@
+//! The hunt's schedule: each round's stock, load shape and faults, drawn from one seeded
+//! generator, so that `--seed N` replays the same rounds in the same order.
+//!
+//! The shapes are the ones flash-sale bugs show under: small stocks (a race needs contention
+//! on the last units), demand a few times the supply, closed bursts at several concurrencies,
+//! open rates, and, when the system has users, bursts of one user's requests arriving
+//! together (a double click).
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::nemesis::FaultKind;
+
+/// How a round's requests arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shape {
+    /// `concurrency` connections, each sending its next request when the last is answered.
+    Burst { concurrency: u64 },
+    /// Requests on a schedule, `rate` a second, on up to `concurrency` connections.
+    Rate { rate: f64, concurrency: u64 },
+    /// `users` users, each with two requests in flight at once (a double click).
+    DoubleClick { users: u64 },
+}
+
+impl Shape {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Shape::Burst { .. } => "burst",
+            Shape::Rate { .. } => "rate",
+            Shape::DoubleClick { .. } => "double-click",
+        }
+    }
+
+    pub fn concurrency(&self) -> u64 {
+        match *self {
+            Shape::Burst { concurrency } | Shape::Rate { concurrency, .. } => concurrency,
+            Shape::DoubleClick { users } => users * 2,
+        }
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shape::Burst { concurrency } => write!(f, "a burst {concurrency} at a time"),
+            Shape::Rate { rate, concurrency } => {
+                write!(f, "{rate} requests/s on up to {concurrency} connections")
+            }
+            Shape::DoubleClick { users } => {
+                write!(f, "{users} users clicking twice at once")
+            }
+        }
+    }
+}
+
+/// One planned fault: what, when from the round's start, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlannedFault {
+    pub kind: FaultKind,
+    pub after: Duration,
+    pub hold: Duration,
+}
+
+/// One round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Round {
+    pub number: u64,
+    pub stock: u64,
+    pub requests: u64,
+    pub shape: Shape,
+    pub faults: Vec<PlannedFault>,
+}
+
+/// The generator of rounds.
+pub struct Planner {
+    rng: StdRng,
+    max_concurrency: u64,
+    users: Option<u64>,
+    faults: Vec<FaultKind>,
+    number: u64,
+}
+
+impl Planner {
+    /// Rounds for `seed`, at most `max_concurrency` at a time; double clicks only when the
+    /// system has users; faults drawn from `faults`.
+    pub fn new(
+        seed: u64,
+        max_concurrency: u64,
+        users: Option<u64>,
+        faults: &[FaultKind],
+    ) -> Planner {
+        Planner {
+            rng: StdRng::seed_from_u64(seed),
+            max_concurrency: max_concurrency.max(2),
+            users,
+            faults: faults.to_vec(),
+            number: 0,
+        }
+    }
+
+    /// The generator, for the faults' own choices (which process).
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+
+    /// The next round.
+    pub fn next_round(&mut self) -> Round {
+        use rand::RngExt;
+        self.number += 1;
+        let r = &mut self.rng;
+        let stock = r.random_range(2..=12u64);
+        let requests = stock * r.random_range(2..=4u64) + r.random_range(0..=stock);
+        let concurrencies: Vec<u64> = [2, 4, 8, 16, 32]
+            .into_iter()
+            .filter(|c| *c <= self.max_concurrency)
+            .collect();
+        let concurrency = concurrencies[r.random_range(0..concurrencies.len())];
+        let shape = match (r.random_range(0..10u32), self.users) {
+            (0..=2, Some(_)) => Shape::DoubleClick {
+                users: (concurrency / 2).max(1),
+            },
+            (3..=4, _) => Shape::Rate {
+                rate: [100.0, 300.0, 1000.0][r.random_range(0..3)],
+                concurrency,
+            },
+            _ => Shape::Burst { concurrency },
+        };
+        // Most rounds have a fault, some none: a bug that needs no fault is found sooner.
+        let faults = match (self.faults.is_empty(), r.random_range(0..4u32)) {
+            (true, _) | (false, 0) => Vec::new(),
+            _ => vec![PlannedFault {
+                kind: self.faults[r.random_range(0..self.faults.len())],
+                after: Duration::from_millis(r.random_range(0..15)),
+                hold: Duration::from_millis(r.random_range(300..1500)),
+            }],
+        };
+        Round {
+            number: self.number,
+            stock,
+            requests,
+            shape,
+            faults,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_seed_replays_the_same_rounds_and_another_does_not() {
+        let kinds = [FaultKind::ClientKill, FaultKind::RedisPause];
+        let rounds = |seed| {
+            let mut p = Planner::new(seed, 16, Some(4), &kinds);
+            (0..20).map(|_| p.next_round()).collect::<Vec<_>>()
+        };
+        assert_eq!(rounds(7), rounds(7));
+        assert_ne!(rounds(7), rounds(8));
+        for r in rounds(9) {
+            assert!(r.shape.concurrency() <= 16, "{r:?}");
+            assert!(r.requests >= r.stock * 2, "demand exceeds supply: {r:?}");
+        }
+    }
+}

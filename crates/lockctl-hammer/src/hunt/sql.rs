@@ -1,0 +1,244 @@
+//! The SQL databases shops keep stock and orders in, asked the user's own queries: PostgreSQL
+//! (`postgres://`, through the `postgres` crate lockctl-core already uses) and MySQL or
+//! MariaDB (`mysql://`, through the `mysql` crate, pure Rust, no TLS: these are local test
+//! databases). The SKU is each query's first parameter (`$1` for PostgreSQL, `?` for MySQL), the
+//! count the seed's second.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lockctl_core::redact::{redact, scrub};
+
+/// A connection to the database behind one of the hunt's SQL flags.
+pub struct SqlDb {
+    /// The URL with its password hidden, for messages.
+    shown: String,
+    conn: Mutex<Conn>,
+}
+
+enum Conn {
+    Pg(Box<postgres::Client>),
+    My(Box<mysql::Conn>),
+}
+
+/// One order row: its id, units and, when the query returns a third column, its user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderRow {
+    pub order: String,
+    pub qty: i64,
+    pub user: Option<String>,
+}
+
+impl SqlDb {
+    /// Connects to `url` within `timeout`; a scheme other than PostgreSQL's or MySQL's is an
+    /// error that names the URL.
+    pub fn connect(url: &str, timeout: Duration) -> Result<SqlDb, String> {
+        let shown = redact(url);
+        let fail = |e: &dyn std::fmt::Display| {
+            format!(
+                "could not connect to '{shown}': {}",
+                scrub(&e.to_string(), url)
+            )
+        };
+        let conn = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let mut config: postgres::Config = url.parse().map_err(|e| fail(&e))?;
+            if config.get_connect_timeout().is_none() {
+                config.connect_timeout(timeout);
+            }
+            Conn::Pg(Box::new(
+                config.connect(postgres::NoTls).map_err(|e| fail(&e))?,
+            ))
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            let opts = mysql::Opts::from_url(&url).map_err(|e| fail(&e))?;
+            let opts = mysql::OptsBuilder::from_opts(opts)
+                .tcp_connect_timeout(Some(timeout))
+                .read_timeout(Some(timeout * 5))
+                .write_timeout(Some(timeout * 5));
+            Conn::My(Box::new(mysql::Conn::new(opts).map_err(|e| fail(&e))?))
+        } else {
+            return Err(format!(
+                "'{shown}' is neither a PostgreSQL URL (postgres://user@host/db) nor a MySQL or MariaDB one (mysql://user@host/db)"
+            ));
+        };
+        Ok(SqlDb {
+            shown,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The URL, password hidden.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// `query` with the SKU as its one parameter: one row of one integer, or an error saying
+    /// what came back instead.
+    pub fn integer(&self, query: &str, sku: &str) -> Result<i64, String> {
+        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
+        match &mut *conn {
+            Conn::Pg(c) => {
+                let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
+                match rows.as_slice() {
+                    [row] if row.len() == 1 => pg_integer(row, 0),
+                    rows => Err(shape(rows.len(), rows.first().map_or(0, |r| r.len()))),
+                }
+            }
+            Conn::My(c) => {
+                use mysql::prelude::Queryable;
+                let rows: Vec<mysql::Row> = c.exec(query, (sku,)).map_err(|e| e.to_string())?;
+                match rows.as_slice() {
+                    [row] if row.len() == 1 => my_integer(row, 0),
+                    rows => Err(shape(rows.len(), rows.first().map_or(0, |r| r.len()))),
+                }
+            }
+        }
+    }
+
+    /// `statement` with the SKU and `count` as its two parameters (the seed).
+    pub fn execute(&self, statement: &str, sku: &str, count: i64) -> Result<(), String> {
+        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
+        match &mut *conn {
+            Conn::Pg(c) => {
+                let stmt = c.prepare(statement).map_err(|e| pg_error(&e))?;
+                // The count's type is the one the statement infers for its parameter.
+                let small = i32::try_from(count).ok();
+                let result = match stmt.params().get(1) {
+                    Some(t) if *t == postgres::types::Type::INT4 => {
+                        c.execute(&stmt, &[&sku, &small.ok_or("a count beyond int4")?])
+                    }
+                    Some(t) if *t == postgres::types::Type::TEXT => {
+                        c.execute(&stmt, &[&sku, &count.to_string()])
+                    }
+                    _ => c.execute(&stmt, &[&sku, &count]),
+                };
+                result.map(|_| ()).map_err(|e| pg_error(&e))
+            }
+            Conn::My(c) => {
+                use mysql::prelude::Queryable;
+                c.exec_drop(statement, (sku, count))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// `query` with the SKU as its one parameter: rows of (order id, units[, user]).
+    pub fn orders(&self, query: &str, sku: &str) -> Result<Vec<OrderRow>, String> {
+        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
+        match &mut *conn {
+            Conn::Pg(c) => {
+                let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
+                rows.iter()
+                    .map(|r| {
+                        if r.len() < 2 {
+                            return Err(columns(r.len()));
+                        }
+                        Ok(OrderRow {
+                            order: pg_text(r, 0)?,
+                            qty: pg_integer(r, 1)?,
+                            user: (r.len() > 2).then(|| pg_text(r, 2)).transpose()?,
+                        })
+                    })
+                    .collect()
+            }
+            Conn::My(c) => {
+                use mysql::prelude::Queryable;
+                let rows: Vec<mysql::Row> = c.exec(query, (sku,)).map_err(|e| e.to_string())?;
+                rows.iter()
+                    .map(|r| {
+                        if r.len() < 2 {
+                            return Err(columns(r.len()));
+                        }
+                        Ok(OrderRow {
+                            order: my_text(r, 0)?,
+                            qty: my_integer(r, 1)?,
+                            user: (r.len() > 2).then(|| my_text(r, 2)).transpose()?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+fn shape(rows: usize, columns: usize) -> String {
+    format!(
+        "it must return one row of one integer, and returned {rows} row(s){}",
+        if rows > 0 {
+            format!(" of {columns} column(s)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn columns(n: usize) -> String {
+    format!("it must return order_id, qty and optionally user; a row had {n} column(s)")
+}
+
+fn pg_error(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+fn pg_integer(row: &postgres::Row, i: usize) -> Result<i64, String> {
+    use postgres::types::Type;
+    let t = row.columns()[i].type_().clone();
+    let read = match t {
+        Type::INT8 => row.try_get::<_, Option<i64>>(i),
+        Type::INT4 => row.try_get::<_, Option<i32>>(i).map(|v| v.map(i64::from)),
+        Type::INT2 => row.try_get::<_, Option<i16>>(i).map(|v| v.map(i64::from)),
+        Type::TEXT | Type::VARCHAR => {
+            return row
+                .try_get::<_, Option<String>>(i)
+                .map_err(|e| e.to_string())?
+                .ok_or("a NULL, not an integer")?
+                .trim()
+                .parse()
+                .map_err(|_| "a text that is not an integer".into());
+        }
+        other => {
+            return Err(format!(
+                "a column of type {other}, not an integer (cast it: ::bigint)"
+            ));
+        }
+    };
+    read.map_err(|e| e.to_string())?
+        .ok_or_else(|| "a NULL, not an integer".into())
+}
+
+fn pg_text(row: &postgres::Row, i: usize) -> Result<String, String> {
+    use postgres::types::Type;
+    match row.columns()[i].type_().clone() {
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+            row.try_get::<_, String>(i).map_err(|e| e.to_string())
+        }
+        _ => pg_integer(row, i).map(|n| n.to_string()),
+    }
+}
+
+fn my_integer(row: &mysql::Row, i: usize) -> Result<i64, String> {
+    match row.as_ref(i) {
+        Some(mysql::Value::Int(n)) => Ok(*n),
+        Some(mysql::Value::UInt(n)) => {
+            i64::try_from(*n).map_err(|_| "an integer beyond i64".into())
+        }
+        Some(mysql::Value::Bytes(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| "a value that is not an integer".into()),
+        Some(mysql::Value::NULL) | None => Err("a NULL, not an integer".into()),
+        Some(other) => Err(format!("{other:?}, not an integer")),
+    }
+}
+
+fn my_text(row: &mysql::Row, i: usize) -> Result<String, String> {
+    match row.as_ref(i) {
+        Some(mysql::Value::Bytes(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Some(mysql::Value::Int(n)) => Ok(n.to_string()),
+        Some(mysql::Value::UInt(n)) => Ok(n.to_string()),
+        _ => Err("an order id that is neither text nor a number".into()),
+    }
+}

@@ -1,0 +1,185 @@
+//! `lockctl hunt`'s arguments: the facts of someone's flash sale (its answers, where its stock
+//! and orders live, its promises) and the search's budget and faults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::args::{HttpArgs, PresetArg};
+use super::parse::whole;
+
+/// `lockctl hunt`.
+#[derive(Debug, Args)]
+pub struct HuntArgs {
+    /// The endpoint: one purchase per request. Placeholders {sku} (each round its own),
+    /// {user}, {order} (a fresh order id per request) and {n}.
+    #[arg(
+        long,
+        value_name = "URL",
+        required_unless_present = "preset",
+        help_heading = "The system"
+    )]
+    pub url: Option<String>,
+
+    /// The answers of a known endpoint: tutorial (run_demo.php's words).
+    #[arg(long, value_enum, help_heading = "The system")]
+    pub preset: Option<PresetArg>,
+
+    /// HTTP method.
+    #[arg(long, default_value = "GET", help_heading = "The system")]
+    pub method: String,
+
+    /// A request header, 'Name: value' (repeat for several).
+    #[arg(
+        long = "header",
+        value_name = "'NAME: VALUE'",
+        help_heading = "The system"
+    )]
+    pub headers: Vec<String>,
+
+    /// The request body.
+    #[arg(long, value_name = "TEXT", help_heading = "The system")]
+    pub body: Option<String>,
+
+    /// An answer that matches this regex sold the request's units.
+    #[arg(long, value_name = "REGEX", help_heading = "The system")]
+    pub bought_if: Option<String>,
+
+    /// An answer that matches this regex says the stock ran out.
+    #[arg(long, value_name = "REGEX", help_heading = "The system")]
+    pub sold_out_if: Option<String>,
+
+    /// An answer that matches this regex turned the buyer away (try again).
+    #[arg(long, value_name = "REGEX", help_heading = "The system")]
+    pub busy_if: Option<String>,
+
+    /// The Redis key of the stock the system deducts, {sku} standing for the round's SKU
+    /// [default: item:stock:{sku}].
+    #[arg(
+        long,
+        value_name = "KEY",
+        conflicts_with = "stock_sql",
+        help_heading = "The system"
+    )]
+    pub stock_key: Option<String>,
+
+    /// The stock is in this database instead: postgres://... or mysql://... (MySQL, MariaDB).
+    #[arg(long, value_name = "URL", requires_all = ["stock_query", "stock_seed"], help_heading = "The system")]
+    pub stock_sql: Option<String>,
+
+    /// Reads the stock: one integer, the SKU its one parameter ($1 for PostgreSQL, ? for MySQL).
+    #[arg(
+        long,
+        value_name = "SQL",
+        requires = "stock_sql",
+        help_heading = "The system"
+    )]
+    pub stock_query: Option<String>,
+
+    /// Sets the stock: the SKU and the count its two parameters.
+    #[arg(
+        long,
+        value_name = "SQL",
+        requires = "stock_sql",
+        help_heading = "The system"
+    )]
+    pub stock_seed: Option<String>,
+
+    /// The orders land in this database: postgres://... or mysql://...
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "orders_query",
+        help_heading = "The system"
+    )]
+    pub orders_sql: Option<String>,
+
+    /// Reads a SKU's orders: rows of order_id, qty and optionally user; the SKU its one parameter.
+    #[arg(
+        long,
+        value_name = "SQL",
+        requires = "orders_sql",
+        help_heading = "The system"
+    )]
+    pub orders_query: Option<String>,
+
+    /// Units each "bought" answer stands for.
+    #[arg(long, default_value_t = 1, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, help_heading = "The system")]
+    pub qty: u64,
+
+    /// The system's users (u0, u1, ...), for {user} and --limit; also enables double clicks.
+    #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, help_heading = "The system")]
+    pub users: Option<u64>,
+
+    /// The system promises no user more than this many units.
+    #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, requires = "users", help_heading = "The system")]
+    pub limit: Option<u64>,
+
+    /// Start the system under test with this shell command (stopped at the end, with everything
+    /// it started); its processes become targets of pause-worker and kill-worker.
+    #[arg(long, value_name = "CMD", help_heading = "The system")]
+    pub serve: Option<String>,
+
+    /// How long to search: 60s, 2m, 90s.
+    #[arg(long, default_value = "60s", value_parser = budget, help_heading = "The search")]
+    pub budget: Duration,
+
+    /// Replay the same schedule of rounds, shapes and faults [default: a random seed, printed].
+    #[arg(long, help_heading = "The search")]
+    pub seed: Option<u64>,
+
+    /// Faults: client-kill, redis-pause, pause-worker, kill-worker (comma-separated), auto
+    /// (every fault the facts allow) or none.
+    #[arg(
+        long,
+        default_value = "auto",
+        value_name = "LIST|auto|none",
+        help_heading = "The search"
+    )]
+    pub nemesis: String,
+
+    /// After the faults are undone, with stock left, a sale must come within this many ms.
+    #[arg(long, default_value_t = 10_000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The search")]
+    pub heal_ms: u64,
+
+    /// The most requests a round has in flight.
+    #[arg(short = 'c', long = "concurrency", default_value_t = 16, value_parser = whole(2, 1000), allow_negative_numbers = true, help_heading = "The search")]
+    pub concurrency: u64,
+
+    /// The rounds' SKUs start with this.
+    #[arg(long, default_value = "hunt", help_heading = "The search")]
+    pub sku: lockctl_core::sku::Sku,
+
+    /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub history: Option<PathBuf>,
+}
+
+impl HuntArgs {
+    /// The HTTP flags as `hammer --url` takes them.
+    pub fn http_args(&self) -> HttpArgs {
+        HttpArgs {
+            url: self.url.clone(),
+            preset: self.preset,
+            method: self.method.clone(),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            bought_if: self.bought_if.clone(),
+            sold_out_if: self.sold_out_if.clone(),
+            busy_if: self.busy_if.clone(),
+            stock_key: None,
+            rate: None,
+        }
+    }
+}
+
+/// `--budget`: a duration of at least one second.
+fn budget(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(7 * 24 * 3600) => Ok(d),
+        _ => Err(format!(
+            "'{s}' is not a budget: give a duration from 1s to 7d (e.g. 60s, 2m, 1h)"
+        )),
+    }
+}

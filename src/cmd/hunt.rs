@@ -1,0 +1,237 @@
+//! `lockctl hunt`: the facts checked before any request is sent (a bad query, a fault the
+//! facts do not allow, an address the system never answers on), the system started, the hunt
+//! run with every fault undone on every way out, then the report.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Ctx, Exit, UsageError, emit, emit_json};
+use crate::cli::HuntArgs;
+use crate::signals;
+use lockctl::render;
+use lockctl_hammer::http::Store;
+use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
+use lockctl_hammer::hunt::serve::Served;
+use lockctl_hammer::hunt::sql::SqlDb;
+use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
+
+pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
+    let faults = faults(&args)?;
+    let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
+    if !http.classifier.judges() {
+        return Err(UsageError(
+            "a hunt judges the system's answers: say what they mean with --bought-if, --sold-out-if, --busy-if or --preset tutorial".into(),
+        )
+        .into());
+    }
+    http.stock_key = args.stock_key.clone();
+    let probe = format!("{}-probe", args.sku);
+    if let Some(url) = &args.stock_sql {
+        http.store = Some(stock_store(ctx, &args, url, &probe)?);
+    }
+    let orders = match (&args.orders_sql, &args.orders_query) {
+        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
+        _ => None,
+    };
+    let serve = match &args.serve {
+        Some(cmd) => {
+            let addr = address_of(http.request.shown_url())?;
+            let served = Served::start(cmd, addr).map_err(anyhow::Error::msg)?;
+            Some(Arc::new(Mutex::new(served)))
+        }
+        None => None,
+    };
+    let nemesis = Nemesis::new(ctx.target.clone(), serve.clone());
+    // A second Ctrl-C quits at once: nothing paused or stopped stays so, the system is stopped.
+    {
+        let (nemesis, serve) = (nemesis.clone(), serve.clone());
+        signals::on_quit(move || {
+            nemesis.heal_now();
+            if let Some(s) = &serve
+                && let Ok(mut s) = s.lock()
+            {
+                s.stop();
+            }
+            Some("undid the hunt's faults and stopped --serve".into())
+        });
+    }
+    let signals = signals::listen(signals::First::Finish);
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let opts = HuntOptions {
+        http,
+        sku: args.sku.to_string(),
+        concurrency: args.concurrency,
+        users: args.users,
+        limit: args.limit,
+        orders,
+        budget: args.budget,
+        seed,
+        faults,
+        heal: Duration::from_millis(args.heal_ms),
+        nemesis: nemesis.clone(),
+        stop: Some(signals.requested.clone()),
+    };
+    let result = hunt::run(&ctx.target, &opts);
+    nemesis.heal_now();
+    if let Some(s) = &serve
+        && let Ok(mut s) = s.lock()
+    {
+        s.stop();
+    }
+    let report = result?;
+    if let Some(path) = &args.history {
+        let round = report
+            .failure
+            .as_ref()
+            .map(|f| &f.report)
+            .or(report.last.as_deref());
+        if let Some(h) = round.and_then(|r| r.history.as_deref()) {
+            let mut out = Vec::new();
+            lockctl_hammer::history::write(h, &mut out)?;
+            std::fs::write(path, out).map_err(|e| {
+                anyhow::anyhow!("could not write the history to '{}': {e}", path.display())
+            })?;
+        }
+    }
+    let replay = replay_command(seed);
+    if ctx.json {
+        emit_json(&render::hunt_json(&report, &replay))?;
+    } else {
+        let color = ctx
+            .color
+            .enabled(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        emit(&render::hunt_text(&report, &replay, color, ctx.quiet))?;
+    }
+    Ok(match signals.exit_code() {
+        Some(code) if report.failure.is_none() => Exit::Signal(code),
+        _ => Exit::of_verdict(report.verdict),
+    })
+}
+
+/// The faults `--nemesis` names, checked against the facts.
+fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
+    let serve = args.serve.is_some();
+    let list = match args.nemesis.as_str() {
+        "none" => return Ok(Vec::new()),
+        "auto" => FaultKind::ALL
+            .into_iter()
+            .filter(|k| serve || !k.needs_serve())
+            .collect(),
+        list => {
+            let mut kinds = Vec::new();
+            for name in list.split(',').map(str::trim) {
+                let kind = FaultKind::from_name(name).ok_or_else(|| {
+                    UsageError(format!(
+                        "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, pause-worker, kill-worker (comma-separated), auto or none"
+                    ))
+                })?;
+                if kind.needs_serve() && !serve {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} signals the system's processes, and no --serve says which they are: add --serve 'CMD' (the command that starts the system), or drop {name}"
+                    ))
+                    .into());
+                }
+                kinds.push(kind);
+            }
+            kinds
+        }
+    };
+    Ok(list)
+}
+
+/// The SQL stock, checked before any request: the seed and the query must work on a probe SKU
+/// and read back what was set.
+fn stock_store(ctx: &Ctx, args: &HuntArgs, url: &str, probe: &str) -> anyhow::Result<Store> {
+    let db = SqlDb::connect(url, ctx.options.connect_timeout)
+        .map_err(|e| UsageError(format!("--stock-sql: {e}")))?;
+    let (query, seed) = (
+        args.stock_query.clone().unwrap_or_default(),
+        args.stock_seed.clone().unwrap_or_default(),
+    );
+    db.execute(&seed, probe, 7).map_err(|e| {
+        UsageError(format!(
+            "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}"
+        ))
+    })?;
+    match db.integer(&query, probe) {
+        Ok(7) => {}
+        Ok(n) => {
+            return Err(UsageError(format!(
+                "--stock-query '{query}' read {n} for the probe SKU '{probe}' that --stock-seed had just set to 7: the two do not name the same stock"
+            ))
+            .into());
+        }
+        Err(e) => {
+            return Err(UsageError(format!("--stock-query '{query}': {e}")).into());
+        }
+    }
+    Ok(Store(Arc::new(SqlStock {
+        db: Arc::new(db),
+        query,
+        seed,
+    })))
+}
+
+/// The orders database, its query tried on the probe SKU before any request.
+fn orders_sql(ctx: &Ctx, url: &str, query: &str, probe: &str) -> anyhow::Result<OrdersSql> {
+    let db = SqlDb::connect(url, ctx.options.connect_timeout)
+        .map_err(|e| UsageError(format!("--orders-sql: {e}")))?;
+    db.orders(query, probe)
+        .map_err(|e| UsageError(format!("--orders-query '{query}': {e}")))?;
+    Ok(OrdersSql {
+        db: Arc::new(db),
+        query: query.to_string(),
+    })
+}
+
+/// The address `--serve` must answer on: the URL's host and port.
+fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_port = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let with_port = if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:80")
+    };
+    with_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--serve: the URL's address '{host_port}' does not resolve, so the system's readiness cannot be awaited"
+            ))
+            .into()
+        })
+}
+
+/// This command line with `--seed` set to `seed`, passwords hidden.
+fn replay_command(seed: u64) -> String {
+    let mut args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--seed") {
+        args.drain(i..(i + 2).min(args.len()));
+    }
+    args.retain(|a| !a.starts_with("--seed="));
+    args.push("--seed".into());
+    args.push(seed.to_string());
+    if let Some(first) = args.first_mut() {
+        *first = "lockctl".into();
+    }
+    lockctl_core::redact::redact_command_line(args)
+        .iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(a: &str) -> String {
+    if !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+    {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}

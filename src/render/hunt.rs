@@ -1,0 +1,125 @@
+//! `lockctl hunt`'s report: what was tried, and the first violation with its round's shape,
+//! faults and the command that replays it.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::hammer::{hammer_json, hammer_text};
+use lockctl_hammer::Verdict;
+use lockctl_hammer::hunt::HuntReport;
+
+fn counts<K: std::fmt::Display>(m: &std::collections::BTreeMap<K, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The hunt for a person: what was tried, the verdict, and on a FAIL the round's report.
+pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> String {
+    let mut s = String::new();
+    let verdict = match h.verdict {
+        Verdict::Pass => "PASS",
+        Verdict::Fail => "FAIL",
+        Verdict::Unknown => "UNKNOWN",
+    };
+    let paint = |text: &str| match (color, h.verdict) {
+        (true, Verdict::Pass) => format!("\x1b[1;32m{text}\x1b[0m"),
+        (true, Verdict::Fail) => format!("\x1b[1;31m{text}\x1b[0m"),
+        (true, Verdict::Unknown) => format!("\x1b[1;33m{text}\x1b[0m"),
+        (false, _) => text.to_string(),
+    };
+    if !quiet {
+        let _ = writeln!(
+            s,
+            "hunt: seed {}, {} rounds ({} judged), {} requests in {:.1} s{}",
+            h.seed,
+            h.rounds,
+            h.judged,
+            h.requests,
+            h.elapsed.as_secs_f64(),
+            if h.interrupted { ", interrupted" } else { "" }
+        );
+        let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
+        let _ = writeln!(s, "  faults    {}", counts(&h.faults));
+    }
+    match &h.failure {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "  verdict   {}: round {} broke a promise (SKU {}: stock {}, {} requests, {})",
+                paint(verdict),
+                f.round.number,
+                f.sku,
+                f.round.stock,
+                f.round.requests,
+                f.round.shape
+            );
+            for v in &f.report.violations {
+                let _ = writeln!(s, "              - {v}");
+            }
+            for fault in &f.faults {
+                let _ = writeln!(
+                    s,
+                    "  fault     {} at {:.0} ms: {}",
+                    fault.fault,
+                    fault.start.as_secs_f64() * 1000.0,
+                    fault.detail
+                );
+            }
+            let _ = writeln!(s, "  replay    {replay}");
+            if !quiet {
+                s.push_str("\nthe failing round:\n");
+                s.push_str(&hammer_text(&f.report, color));
+            }
+        }
+        None => {
+            let why = match h.verdict {
+                Verdict::Pass => "nothing broke within the budget".to_string(),
+                _ if h.interrupted && h.rounds == 0 => "interrupted before a round ended".into(),
+                _ => "no round's books could be judged".into(),
+            };
+            let _ = writeln!(s, "  verdict   {}: {why}", paint(verdict));
+            let _ = writeln!(s, "  replay    {replay}");
+        }
+    }
+    s
+}
+
+/// `hunt --json`.
+pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
+    let failure = h.failure.as_ref().map(|f| {
+        json!({
+            "round": f.round.number,
+            "sku": f.sku,
+            "stock": f.round.stock,
+            "requests": f.round.requests,
+            "shape": f.round.shape.to_string(),
+            "faults": f.faults.iter().map(|x| json!({
+                "fault": x.fault,
+                "detail": x.detail,
+                "start_ms": x.start.as_secs_f64() * 1000.0,
+                "stop_ms": x.stop.map(|d| d.as_secs_f64() * 1000.0),
+            })).collect::<Vec<_>>(),
+            "violations": f.report.violations,
+            "report": hammer_json(&f.report),
+        })
+    });
+    json!({
+        "verdict": h.verdict,
+        "seed": h.seed,
+        "replay": replay,
+        "rounds": h.rounds,
+        "judged": h.judged,
+        "requests": h.requests,
+        "elapsed_s": h.elapsed.as_secs_f64(),
+        "shapes": h.shapes,
+        "faults": h.faults,
+        "interrupted": h.interrupted,
+        "failure": failure,
+    })
+}
