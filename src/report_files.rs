@@ -18,6 +18,7 @@ use crate::cli::HammerArgs;
 use crate::usage::UsageError;
 use lockctl::render::{self, Context};
 use lockctl_hammer::Report;
+use lockctl_hammer::history::History;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -238,21 +239,15 @@ impl Exports {
     }
 
     /// Writes every export; returns whether one of them took stdout.
-    pub fn write(
-        &self,
-        reports: &[Report],
-        document: &Value,
-        context: &Context,
-        metrics: &lockctl_core::metrics::Metrics,
-    ) -> anyhow::Result<bool> {
+    pub fn write(&self, w: &Written<'_>) -> anyhow::Result<bool> {
         let mut stdout_taken = false;
         for e in &self.0 {
             let text = match e.kind {
-                Kind::Json => format!("{document:#}\n"),
-                Kind::Markdown => render::hammer_markdown(reports, context),
-                Kind::Html => render::hammer_html(reports, context),
-                Kind::Metrics => metrics.encode(),
-                Kind::History => history_text(reports)?,
+                Kind::Json => format!("{:#}\n", w.document),
+                Kind::Markdown => render::hammer_markdown(w.reports, w.context),
+                Kind::Html => render::hammer_html(w.reports, w.context),
+                Kind::Metrics => w.metrics.encode(),
+                Kind::History => history_text(w.history)?,
             };
             match &e.target {
                 Some(t) => {
@@ -282,9 +277,18 @@ impl Exports {
     }
 }
 
+/// What the exports are made of.
+pub struct Written<'a> {
+    pub reports: &'a [Report],
+    pub document: &'a Value,
+    pub context: &'a Context,
+    pub metrics: &'a lockctl_core::metrics::Metrics,
+    pub history: Option<&'a History>,
+}
+
 /// The one run's history as JSON Lines.
-fn history_text(reports: &[Report]) -> anyhow::Result<String> {
-    let Some(history) = reports.iter().find_map(|r| r.history.as_deref()) else {
+fn history_text(history: Option<&History>) -> anyhow::Result<String> {
+    let Some(history) = history else {
         anyhow::bail!("the run kept no history to write");
     };
     let mut out = Vec::new();

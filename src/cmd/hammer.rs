@@ -56,6 +56,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     let stop = signals.requested.clone();
     let context = run_context(ctx);
     let mut reports = Vec::new();
+    let mut history = None;
     for &strategy in &strategies {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -70,10 +71,13 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         let mut opts = options(ctx, &args, strategy, stock);
         opts.load.progress = bar.as_ref().map(progress::Bar::counter);
         opts.load.stop = Some(stop.clone());
-        let result = hammer::run(&ctx.target, &opts);
+        let result = hammer::run_recorded(&ctx.target, &opts);
         drop(bar);
         match result {
-            Ok(r) => reports.push(r),
+            Ok(r) => {
+                reports.push(r.report);
+                history = history.or(r.history);
+            }
             Err(e) => {
                 exports.discard();
                 return Err(unseeded_hint(e));
@@ -81,7 +85,14 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         }
     }
     read_waiters();
-    finish(ctx, &exports, &reports, &context, &signals)
+    finish(
+        ctx,
+        &exports,
+        &reports,
+        history.as_deref(),
+        &context,
+        &signals,
+    )
 }
 
 /// The hammer's options for one strategy's run, without a progress bar or a stop flag.

@@ -51,16 +51,24 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         history: args.history.is_some(),
         before_read_back: None,
     };
-    let result = http::run(&ctx.target, &load, &http);
+    let result = http::run_recorded(&ctx.target, &load, &http);
     drop(bar);
-    let report = match result {
+    let recorded = match result {
         Ok(r) => r,
         Err(e) => {
             exports.discard();
             return Err(e.into());
         }
     };
-    finish(ctx, &exports, &[report], &context, &signals)
+    let history = recorded.history.as_deref();
+    finish(
+        ctx,
+        &exports,
+        &[recorded.report],
+        history,
+        &context,
+        &signals,
+    )
 }
 
 /// The request, the classification and the load model, checked.

@@ -43,19 +43,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     let nemesis = Nemesis::new(ctx.target.clone(), serve.clone());
-    // A second Ctrl-C quits at once: nothing paused or stopped stays so, the system is stopped.
-    {
-        let (nemesis, serve) = (nemesis.clone(), serve.clone());
-        signals::on_quit(move || {
-            nemesis.heal_now();
-            if let Some(s) = &serve
-                && let Ok(mut s) = s.lock()
-            {
-                s.stop();
-            }
-            Some("undid the hunt's faults and stopped --serve".into())
-        });
-    }
+    undo_on_quit(&nemesis, &serve);
     let signals = signals::listen(signals::First::Finish);
     let seed = args.seed.unwrap_or_else(rand::random);
     let opts = HuntOptions {
@@ -81,18 +69,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     }
     let report = result?;
     if let Some(path) = &args.history {
-        let round = report
-            .failure
-            .as_ref()
-            .map(|f| &f.report)
-            .or(report.last.as_deref());
-        if let Some(h) = round.and_then(|r| r.history.as_deref()) {
-            let mut out = Vec::new();
-            lockctl_hammer::history::write(h, &mut out)?;
-            std::fs::write(path, out).map_err(|e| {
-                anyhow::anyhow!("could not write the history to '{}': {e}", path.display())
-            })?;
-        }
+        write_history(&report, path)?;
     }
     let replay = replay_command(seed);
     if ctx.json {
@@ -107,6 +84,38 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
     })
+}
+
+/// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
+/// stopped.
+fn undo_on_quit(nemesis: &Nemesis, serve: &Option<Arc<Mutex<Served>>>) {
+    let (nemesis, serve) = (nemesis.clone(), serve.clone());
+    signals::on_quit(move || {
+        nemesis.heal_now();
+        if let Some(s) = &serve
+            && let Ok(mut s) = s.lock()
+        {
+            s.stop();
+        }
+        Some("undid the hunt's faults and stopped --serve".into())
+    });
+}
+
+/// The failing round's history (or the last round's) as JSON Lines at `path`.
+fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::Result<()> {
+    let history = match (&report.failure, &report.last) {
+        (Some(f), _) => f.history.as_deref(),
+        (None, Some(last)) => last.1.as_deref(),
+        (None, None) => None,
+    };
+    if let Some(h) = history {
+        let mut out = Vec::new();
+        lockctl_hammer::history::write(h, &mut out)?;
+        std::fs::write(path, out).map_err(|e| {
+            anyhow::anyhow!("could not write the history to '{}': {e}", path.display())
+        })?;
+    }
+    Ok(())
 }
 
 /// The faults `--nemesis` names, checked against the facts.

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use lockctl::endpoint::{self, EndpointOptions};
 use lockctl::render::{self, Context};
 use lockctl_core::redact::redact_command_line;
+use lockctl_hammer::history::History;
 use lockctl_hammer::{Report, overall_verdict};
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
-use crate::report_files::Exports;
+use crate::report_files::{Exports, Written};
 use crate::signals;
 
 /// Prints and exports the reports; the exit code of their verdict, or of the signal that
@@ -21,11 +22,19 @@ pub(super) fn finish(
     ctx: &Ctx,
     exports: &Exports,
     reports: &[Report],
+    history: Option<&History>,
     context: &Context,
     signals: &signals::Stop,
 ) -> anyhow::Result<Exit> {
     let document = render::hammer_document(reports, context);
-    let stdout_taken = exports.write(reports, &document, context, &ctx.metrics)?;
+    let written = Written {
+        reports,
+        document: &document,
+        context,
+        metrics: &ctx.metrics,
+        history,
+    };
+    let stdout_taken = exports.write(&written)?;
     if !stdout_taken {
         if ctx.json {
             emit_json(&document)?;

@@ -46,6 +46,9 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
         );
         let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
         let _ = writeln!(s, "  faults    {}", counts(&h.faults));
+        for u in &h.unknown {
+            let _ = writeln!(s, "  unjudged  {u}");
+        }
     }
     match &h.failure {
         Some(f) => {
@@ -120,6 +123,7 @@ pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
         "shapes": h.shapes,
         "faults": h.faults,
         "interrupted": h.interrupted,
+        "unjudged": h.unknown,
         "failure": failure,
     })
 }

@@ -17,6 +17,7 @@ mod fuzz;
 mod history;
 mod http;
 mod http_wire;
+mod hunt;
 mod lease;
 mod lock;
 mod messages;

@@ -600,3 +600,48 @@ impl Drop for PrivatePostgres {
             .output();
     }
 }
+
+/// A MariaDB (or MySQL) database of its own for one test, on the local server
+/// (`LOCKCTL_TEST_MYSQL`, default 127.0.0.1:3306 as root with no password), dropped on `Drop`.
+pub struct TestMyDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestMyDb {
+    pub fn create() -> TestMyDb {
+        let name = format!("lockctl_test_{}", hex::encode(rand::random::<[u8; 6]>()));
+        mysql_cli(&format!("CREATE DATABASE {name}"));
+        TestMyDb {
+            url: format!("mysql://root@127.0.0.1:3306/{name}"),
+            name,
+        }
+    }
+
+    /// Runs `sql` in this database.
+    pub fn exec(&self, sql: &str) {
+        mysql_cli(&format!("USE {}; {sql}", self.name));
+    }
+}
+
+impl Drop for TestMyDb {
+    fn drop(&mut self) {
+        let _ = Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-u", "root", "-e"])
+            .arg(format!("DROP DATABASE IF EXISTS {}", self.name))
+            .output();
+    }
+}
+
+fn mysql_cli(sql: &str) {
+    let out = run_ok(
+        Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-u", "root", "-e"])
+            .arg(sql),
+    );
+    assert!(
+        out.status.success(),
+        "MariaDB at 127.0.0.1:3306 refused '{sql}': {} (install and start it: apt-get install -y mariadb-server mariadb-client; service mariadb start)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

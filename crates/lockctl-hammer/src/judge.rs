@@ -331,7 +331,6 @@ pub(super) fn measured(facts: &RunFacts, t: &Tally, final_stock: Option<i64>) ->
         errors_by_kind: t.errors_by_kind.clone(),
         first_error: t.first_error.as_ref().map(|(_, m, _)| m.clone()),
         first_error_hint: t.first_error.as_ref().and_then(|(.., h)| h.clone()),
-        history: None,
     }
 }
 

@@ -63,4 +63,4 @@ pub use report::{
     Bucket, Ended, HttpFacts, LATE_AFTER_MS, LoadModel, Percentiles, Report, RunFacts, Sample,
     Subject, Verdict, overall_verdict,
 };
-pub use run::run;
+pub use run::{run, run_recorded};

@@ -225,10 +225,6 @@ pub struct Report {
     /// word (the binary adds it to `first_error` when it shows the report).
     #[serde(skip)]
     pub first_error_hint: Option<Hint>,
-    /// Every request and what was read back, when the load kept them
-    /// ([`crate::LoadOptions::history`]): for `--history`, and for judging again.
-    #[serde(skip)]
-    pub history: Option<Box<crate::history::History>>,
     /// What `hammer --url` adds: the endpoint, the load model, and for the open model the time
     /// from sending to the answer and the requests sent late. Absent for lockctl's own buyers.
     #[serde(skip_serializing_if = "Option::is_none")]

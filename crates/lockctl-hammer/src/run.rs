@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
 use crate::evidence::{Books, Evidence, conclude};
-use crate::history::History;
+use crate::history::{History, Recorded};
 use crate::options::Mode;
 use crate::options::{HammerOptions, LoadOptions};
 use crate::report::{Report, RunFacts, Subject};
@@ -19,6 +19,11 @@ use lockctl_core::stock;
 
 /// Runs the hammer against `target` and judges the result.
 pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
+    run_recorded(target, opts).map(|r| r.report)
+}
+
+/// [`run`], with the run's history when `opts.load.history` asks for one.
+pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     let keys = StockKeys::new(&opts.load.sku);
     ensure_descriptors(opts, target)?;
     let mut conn = target.connect()?;
@@ -88,10 +93,11 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
         notes: Vec::new(),
         findings: Vec::new(),
     };
-    let history = History::of(&evidence, opts.load.users);
-    let mut report = conclude(evidence);
-    report.history = history.map(Box::new);
-    Ok(report)
+    let history = History::of(&evidence, opts.load.users).map(Box::new);
+    Ok(Recorded {
+        report: conclude(evidence),
+        history,
+    })
 }
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.

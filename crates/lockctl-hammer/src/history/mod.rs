@@ -51,6 +51,12 @@ pub struct ReadBack {
     pub ledger: Option<Vec<(u64, i64)>>,
 }
 
+/// A run's report, with its history when the load kept one ([`crate::LoadOptions::history`]).
+pub struct Recorded {
+    pub report: Report,
+    pub history: Option<Box<History>>,
+}
+
 /// Everything a run observed that its verdict rests on, with every request's record.
 #[derive(Clone, Debug)]
 pub struct History {

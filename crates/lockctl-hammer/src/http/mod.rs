@@ -26,7 +26,7 @@ pub use request::{RequestSpec, Vars};
 
 use crate::drive::{Driven, Driver};
 use crate::evidence::{Books, Evidence, conclude};
-use crate::history::History;
+use crate::history::{History, Recorded};
 use crate::judge::percentiles;
 use crate::options::LoadOptions;
 use crate::report::{HttpFacts, LoadModel, Report, RunFacts};
@@ -64,6 +64,11 @@ pub struct HttpOptions {
 /// and judges the answers against the stock in Redis at `target` (read only when the answers
 /// can be classified). `load.stock` sets the stock key first.
 pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Report> {
+    run_recorded(target, load, http).map(|r| r.report)
+}
+
+/// [`run`], with the run's history when `load.history` asks for one.
+pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Recorded> {
     crate::capacity::ensure_endpoint_descriptors(load)?;
     let addr = http
         .request
@@ -131,11 +136,11 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
         None => key,
     };
     report.http = Some(http_facts(http, judged.then_some(stock_at), &driven));
-    report.history = history.map(|mut h| {
+    let history = history.map(|mut h| {
         h.http = report.http.clone();
         Box::new(h)
     });
-    Ok(report)
+    Ok(Recorded { report, history })
 }
 
 /// Someone's endpoint, driven as the plan says.

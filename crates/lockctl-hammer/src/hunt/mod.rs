@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::history::{Fault, History};
+use crate::history::{Fault, History, Recorded};
 use crate::http::{self, HttpOptions, StockStore};
 use crate::options::{Hook, LoadOptions};
 use crate::report::{Report, Verdict};
@@ -90,6 +90,7 @@ pub struct Failure {
     pub round: Round,
     pub sku: String,
     pub report: Report,
+    pub history: Option<Box<History>>,
     pub faults: Vec<Fault>,
 }
 
@@ -107,7 +108,9 @@ pub struct HuntReport {
     pub interrupted: bool,
     pub failure: Option<Box<Failure>>,
     /// The last round judged (its history is written when nothing failed).
-    pub last: Option<Box<Report>>,
+    pub last: Option<Box<(Report, Option<Box<History>>)>>,
+    /// Why the first rounds that could not be judged could not (at most five).
+    pub unknown: Vec<String>,
 }
 
 /// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
@@ -128,6 +131,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         interrupted: false,
         failure: None,
         last: None,
+        unknown: Vec::new(),
     };
     let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     while started.elapsed() < opts.budget {
@@ -139,7 +143,12 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         let outcome = round(target, opts, &tag, &plan, &mut planner);
         // Whatever the round came to, nothing stays broken.
         let healed = opts.nemesis.heal(Duration::ZERO);
-        let (report, faults, sku) = outcome?;
+        let Ran {
+            report,
+            history,
+            faults,
+            sku,
+        } = outcome?;
         healed.map_err(|e| Error::internal(format!("could not undo a fault: {e}")))?;
         hunt.rounds += 1;
         hunt.requests += report.run.requests;
@@ -155,17 +164,24 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
                     round: plan,
                     sku,
                     report,
+                    history,
                     faults,
                 }));
                 break;
             }
             Verdict::Pass => {
                 hunt.judged += 1;
-                hunt.last = Some(Box::new(report));
+                hunt.last = Some(Box::new((report, history)));
             }
             Verdict::Unknown => {
+                if hunt.unknown.len() < 5 {
+                    let why = report.unknown_because.clone().unwrap_or_default();
+                    let first = report.first_error.clone().unwrap_or_default();
+                    hunt.unknown
+                        .push(format!("round {}: {why} ({first})", plan.number));
+                }
                 if hunt.last.is_none() {
-                    hunt.last = Some(Box::new(report));
+                    hunt.last = Some(Box::new((report, history)));
                 }
             }
         }
@@ -175,6 +191,14 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     }
     hunt.elapsed = started.elapsed();
     Ok(hunt)
+}
+
+/// What one round came to.
+struct Ran {
+    report: Report,
+    history: Option<Box<History>>,
+    faults: Vec<Fault>,
+    sku: String,
 }
 
 /// The SKU of round `n` of the hunt `run` (a random tag of this hunt's own, so that a replay
@@ -193,7 +217,7 @@ fn round(
     run: &str,
     plan: &Round,
     planner: &mut Planner,
-) -> Result<(Report, Vec<Fault>, String)> {
+) -> Result<Ran> {
     let sku = sku_of(opts, run, plan.number)?;
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
@@ -246,10 +270,10 @@ fn round(
         _ => None,
     };
     let striker = strike(opts, plan, start, done.clone(), planner);
-    let result = http::run(target, &load, &http);
+    let result = http::run_recorded(target, &load, &http);
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
-    let mut report = result?;
+    let Recorded { report, history } = result?;
     let mut faults = std::mem::take(&mut *faults.lock().map_err(|_| Error::internal("poisoned"))?);
     faults.extend(opts.nemesis.heal(start.elapsed()).unwrap_or_default());
     let healed = healed_at
@@ -257,14 +281,22 @@ fn round(
         .ok()
         .and_then(|a| *a)
         .unwrap_or_else(Instant::now);
-    let Some(mut history) = report.history.take() else {
-        return Ok((report, faults, sku.to_string()));
+    let Some(mut history) = history else {
+        return Ok(Ran {
+            report,
+            history: None,
+            faults,
+            sku: sku.to_string(),
+        });
     };
     history.findings = findings(target, opts, &load, &http, &history, &report, healed);
     history.faults = faults.clone();
-    let mut again = history.judge();
-    again.history = Some(history);
-    Ok((again, faults, sku.to_string()))
+    Ok(Ran {
+        report: history.judge(),
+        history: Some(history),
+        faults,
+        sku: sku.to_string(),
+    })
 }
 
 /// The faults of the round, done on a thread of their own at their moments, each lifted as

@@ -48,9 +48,11 @@ impl std::fmt::Display for Shape {
             Shape::Rate { rate, concurrency } => {
                 write!(f, "{rate} requests/s on up to {concurrency} connections")
             }
-            Shape::DoubleClick { users } => {
-                write!(f, "{users} users clicking twice at once")
-            }
+            Shape::DoubleClick { users } => write!(
+                f,
+                "{} clicking twice at once",
+                lockctl_core::units::count(*users, "user", "users")
+            ),
         }
     }
 }

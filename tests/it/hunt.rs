@@ -1,0 +1,406 @@
+//! `lockctl hunt` against small flash sales in the tutorial's style (`tests/fixtures/hunt/`),
+//! each bug class with a correct twin: the hunt must find every bug within its budget and pass
+//! every twin. The system is started by the hunt itself (`--serve 'php -S ...'`), talking to a
+//! private redis-server and, for the SQL classes, a PostgreSQL or MariaDB database of the
+//! test's own.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{
+    RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl, stderr,
+    stdout,
+};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// The databases a system may need, named in its environment.
+#[derive(Default)]
+struct Env {
+    pg_dsn: Option<String>,
+    mysql_db: Option<String>,
+}
+
+/// `lockctl --json hunt` at `script` (under tests/fixtures), served by `php -S` on a free port
+/// with 8 workers; `extra` are more hunt flags.
+fn hunt(redis: &RedisServer, script: &str, env: &Env, extra: &[&str]) -> (i32, Value, String) {
+    require_php_extensions();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/{script}?sku={{sku}}&user={{user}}&order={{order}}");
+    let mut serve = format!(
+        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
+        redis.port
+    );
+    if let Some(dsn) = &env.pg_dsn {
+        serve = format!("PG_DSN='{dsn}' {serve}");
+    }
+    if let Some(db) = &env.mysql_db {
+        serve = format!("MYSQL_DB={db} {serve}");
+    }
+    let mut args = vec![
+        "--json", "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve,
+    ];
+    args.extend_from_slice(extra);
+    let out = lockctl(&redis.url(), &args);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    let v = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+    (code(&out), v, said)
+}
+
+fn require_php_extensions() {
+    let modules = stdout(&run_ok(Command::new("php").arg("-m"))).to_lowercase();
+    for m in ["redis", "pdo_pgsql", "pdo_mysql"] {
+        assert!(
+            modules.lines().any(|l| l.trim() == m),
+            "php has no {m} extension: install it (apt-get install -y php-redis php-pgsql php-mysql)"
+        );
+    }
+}
+
+fn violations(v: &Value) -> String {
+    v["failure"]["violations"].to_string()
+}
+
+/// The bug is found (exit 3) and named; the replay command carries the seed.
+fn assert_found(found: (i32, Value, String), needle: &str) {
+    let (exit, v, said) = found;
+    assert_eq!(exit, 3, "{said}");
+    assert_eq!(v["verdict"], "fail", "{said}");
+    assert!(
+        violations(&v).contains(needle),
+        "no '{needle}' in {}",
+        violations(&v)
+    );
+    let seed = v["seed"].as_u64().unwrap();
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("--seed {seed}")),
+        "{}",
+        v["replay"]
+    );
+}
+
+/// The twin passes (exit 0), having tried several rounds with faults.
+fn assert_passed(passed: (i32, Value, String)) {
+    let (exit, v, said) = passed;
+    assert_eq!(exit, 0, "{said}");
+    assert_eq!(v["verdict"], "pass", "{said}");
+    assert!(v["judged"].as_u64().unwrap() >= 3, "{said}");
+}
+
+const FIND: [&str; 2] = ["--budget", "40s"];
+const PASS: [&str; 2] = ["--budget", "8s"];
+
+#[test]
+fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
+    let redis = RedisServer::start();
+    let env = Env::default();
+    assert_found(hunt(&redis, "php/nolock.php", &env, &FIND), "oversold");
+    assert_passed(hunt(&redis, "php/run_demo.php", &env, &PASS));
+}
+
+#[test]
+fn a_lock_without_expiry_stalls_after_a_fault_and_its_twin_sells_again() {
+    let redis = RedisServer::start();
+    let env = Env::default();
+    let heal = ["--heal-ms", "3000"];
+    let find = [&FIND[..], &heal].concat();
+    assert_found(hunt(&redis, "hunt/frozen_lock.php", &env, &find), "stalled");
+    let pass = [&PASS[..], &heal].concat();
+    assert_passed(hunt(&redis, "hunt/expiring_lock.php", &env, &pass));
+}
+
+#[test]
+fn a_swallowed_redis_error_is_a_phantom_sale_and_its_twin_passes() {
+    let redis = RedisServer::start();
+    let env = Env::default();
+    // Only the faults that make Redis calls fail.
+    let faults = ["--nemesis", "redis-pause,client-kill"];
+    let find = [&FIND[..], &faults].concat();
+    assert_found(
+        hunt(&redis, "hunt/swallow.php", &env, &find),
+        "phantom sales",
+    );
+    let pass = [&PASS[..], &faults].concat();
+    assert_passed(hunt(&redis, "hunt/swallow_twin.php", &env, &pass));
+}
+
+#[test]
+fn one_per_user_checked_then_acted_on_is_broken_by_a_double_click() {
+    let redis = RedisServer::start();
+    let env = Env::default();
+    let users = ["--users", "4", "--limit", "1", "--heal-ms", "3000"];
+    let find = [&FIND[..], &users].concat();
+    assert_found(
+        hunt(&redis, "hunt/user_check_then_act.php", &env, &find),
+        "the per-user limit of 1 was broken",
+    );
+    let pass = [&PASS[..], &users].concat();
+    assert_passed(hunt(&redis, "hunt/user_claim_first.php", &env, &pass));
+}
+
+#[test]
+fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_passes() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let env = Env {
+        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+        ..Env::default()
+    };
+    let sql = [
+        "--stock-sql",
+        &db.url,
+        "--stock-query",
+        "SELECT qty FROM stock WHERE sku = $1",
+        "--stock-seed",
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+        "--heal-ms",
+        "3000",
+    ];
+    let find = [&FIND[..], &sql].concat();
+    assert_found(
+        hunt(&redis, "hunt/pg_read_then_write.php", &env, &find),
+        "phantom sales",
+    );
+    let pass = [&PASS[..], &sql].concat();
+    assert_passed(hunt(&redis, "hunt/pg_guarded.php", &env, &pass));
+}
+
+#[test]
+fn stock_in_mariadb_decremented_without_a_guard_goes_negative_and_a_guard_passes() {
+    let redis = RedisServer::start();
+    let db = TestMyDb::create();
+    db.exec("CREATE TABLE stock (sku VARCHAR(200) PRIMARY KEY, qty INT NOT NULL)");
+    let env = Env {
+        mysql_db: Some(db.name.clone()),
+        ..Env::default()
+    };
+    let sql = [
+        "--stock-sql",
+        &db.url,
+        "--stock-query",
+        "SELECT qty FROM stock WHERE sku = ?",
+        "--stock-seed",
+        "REPLACE INTO stock VALUES (?, ?)",
+        "--heal-ms",
+        "3000",
+    ];
+    let find = [&FIND[..], &sql].concat();
+    assert_found(
+        hunt(&redis, "hunt/my_unguarded.php", &env, &find),
+        "oversold",
+    );
+    let pass = [&PASS[..], &sql].concat();
+    assert_passed(hunt(&redis, "hunt/my_guarded.php", &env, &pass));
+}
+
+#[test]
+fn orders_dropped_on_their_way_to_the_database_are_lost_orders() {
+    let redis = RedisServer::start();
+    let (buggy, twin) = (TestDb::create(), TestDb::create());
+    let table = "CREATE TABLE orders (order_id text PRIMARY KEY, sku text NOT NULL, qty int NOT NULL, user_id text NOT NULL)";
+    buggy
+        .client()
+        .batch_execute(&format!(
+            "{table}; ALTER TABLE orders ADD UNIQUE (sku, user_id)"
+        ))
+        .unwrap();
+    twin.client().batch_execute(table).unwrap();
+    for (db, script, found) in [
+        (&buggy, "hunt/orders_keyed_by_user.php", true),
+        (&twin, "hunt/orders_keyed_by_order.php", false),
+    ] {
+        let env = Env {
+            pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+            ..Env::default()
+        };
+        let args = [
+            if found { FIND[1] } else { PASS[1] },
+            "--orders-sql",
+            &db.url,
+            "--orders-query",
+            "SELECT order_id, qty, user_id FROM orders WHERE sku = $1",
+            "--users",
+            "3",
+            "--heal-ms",
+            "3000",
+        ];
+        let args = [&["--budget"][..], &args].concat();
+        let result = hunt(&redis, script, &env, &args);
+        match found {
+            true => assert_found(result, "lost orders"),
+            false => assert_passed(result),
+        }
+    }
+}
+
+#[test]
+fn a_failing_rounds_history_is_judged_again_the_same() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("round.jsonl");
+    let f = file.to_str().unwrap();
+    let (exit, v, said) = hunt(
+        &redis,
+        "php/nolock.php",
+        &Env::default(),
+        &["--budget", "40s", "--history", f],
+    );
+    assert_eq!(exit, 3, "{said}");
+    let again = lockctl("redis://127.0.0.1:1", &["--json", "judge", f]);
+    assert_eq!(code(&again), 3, "{}", stderr(&again));
+    assert_eq!(json(&again)["violations"], v["failure"]["violations"]);
+}
+
+#[test]
+fn facts_that_cannot_work_are_refused_before_any_request() {
+    let redis = RedisServer::start();
+    let url = "http://127.0.0.1:1/x.php?sku={sku}";
+    let refuse = |args: &[&str], needle: &str| {
+        let mut all = vec!["hunt", "--url", url, "--preset", "tutorial"];
+        all.extend_from_slice(args);
+        let out: Output = lockctl(&redis.url(), &all);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    };
+    refuse(&["--nemesis", "kill-worker"], "--serve");
+    refuse(&["--nemesis", "earthquake"], "'earthquake' is not a fault");
+    refuse(&["--budget", "soon"], "'soon' is not a budget");
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let seed =
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty";
+    refuse(
+        &[
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT nope FROM stock WHERE sku = $1",
+            "--stock-seed",
+            seed,
+        ],
+        "--stock-query 'SELECT nope FROM stock WHERE sku = $1'",
+    );
+    refuse(
+        &[
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty, 1 FROM stock WHERE sku = $1",
+            "--stock-seed",
+            seed,
+        ],
+        "one row of one integer",
+    );
+    refuse(
+        &[
+            "--stock-sql",
+            "redis://127.0.0.1:1",
+            "--stock-query",
+            "x",
+            "--stock-seed",
+            "y",
+        ],
+        "neither a PostgreSQL URL",
+    );
+    // A system that exits at once: exit 1 with the tail of what it said.
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            "echo broken-start >&2; exit 7",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("broken-start"), "{}", stderr(&out));
+}
+
+/// Ctrl-C while Redis is paused by the hunt and a process of the system may be stopped: the
+/// hunt stops, Redis takes writes at once, and nothing of the system is left running or
+/// stopped.
+#[test]
+fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/hunt/expiring_lock.php?sku={{sku}}");
+    let serve = format!(
+        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=4 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
+        redis.port
+    );
+    let child = spawn_lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "redis-pause,pause-worker",
+            "--budget",
+            "60s",
+        ],
+    );
+    // Wait for a pause: a write that does not come back within 100 ms.
+    let paused = crate::support::eventually(Duration::from_secs(30), || {
+        let mut c = redis.raw();
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        redis::cmd("SET")
+            .arg("probe")
+            .arg(1)
+            .query::<()>(&mut c)
+            .is_err()
+    });
+    assert!(paused, "the hunt never paused Redis");
+    let pid = child.id();
+    crate::support::signal(pid, "INT");
+    let started = Instant::now();
+    let out =
+        crate::support::finish_within(child, Duration::from_secs(30), "the hunt after Ctrl-C");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        [0, 1, 3, 130].contains(&code(&out)),
+        "exit {}: {}",
+        code(&out),
+        stderr(&out)
+    );
+    // Redis takes writes at once.
+    let mut c = redis.raw();
+    c.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    redis::cmd("SET")
+        .arg("after")
+        .arg(1)
+        .query::<()>(&mut c)
+        .expect("Redis still paused after the hunt ended");
+    // Nothing of the system is left: no php -S on that port, stopped or running.
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("php -S 127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "processes of --serve left behind: {}",
+        stdout(&left)
+    );
+    let _ = Path::new(FIXTURES);
+}
