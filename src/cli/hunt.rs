@@ -112,6 +112,11 @@ pub struct HuntArgs {
     #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, help_heading = "The system")]
     pub users: Option<u64>,
 
+    /// The system promises one deduction per {order}: the hunt resends some requests with the
+    /// same order id, as a client retries after a timeout.
+    #[arg(long, help_heading = "The system")]
+    pub idempotent: bool,
+
     /// The system promises no user more than this many units.
     #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, requires = "users", help_heading = "The system")]
     pub limit: Option<u64>,

@@ -107,6 +107,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             users_from: 0,
             progress: None,
             stop: None,
+            retries: None,
             history: args.history.is_some(),
             before_read_back: None,
         },

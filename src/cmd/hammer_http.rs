@@ -48,6 +48,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         users_from: 0,
         progress: bar.as_ref().map(progress::Bar::counter),
         stop: Some(signals.requested.clone()),
+        retries: None,
         history: args.history.is_some(),
         before_read_back: None,
     };

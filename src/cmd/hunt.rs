@@ -18,6 +18,9 @@ use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args)?;
+    if let Some(path) = &args.history {
+        writable(path)?;
+    }
     let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
     if !http.classifier.judges() {
         return Err(UsageError(
@@ -52,6 +55,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         concurrency: args.concurrency,
         users: args.users,
         limit: args.limit,
+        idempotent: args.idempotent,
         orders,
         budget: args.budget,
         seed,
@@ -99,6 +103,27 @@ fn undo_on_quit(nemesis: &Nemesis, serve: &Option<Arc<Mutex<Served>>>) {
         }
         Some("undid the hunt's faults and stopped --serve".into())
     });
+}
+
+/// A `--history` path that cannot be written is refused before the hunt, not after it. A
+/// file this creates to find out is removed again.
+fn writable(path: &std::path::Path) -> anyhow::Result<()> {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path);
+    if !existed && opened.is_ok() {
+        let _ = std::fs::remove_file(path);
+    }
+    opened.map(|_| ()).map_err(|e| {
+        UsageError(format!(
+            "cannot write --history '{}': {e} (give a writable path)",
+            path.display()
+        ))
+        .into()
+    })
 }
 
 /// The failing round's history (or the last round's) as JSON Lines at `path`.

@@ -145,6 +145,23 @@ fn one_per_user_checked_then_acted_on_is_broken_by_a_double_click() {
 }
 
 #[test]
+fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
+    let redis = RedisServer::start();
+    let env = Env::default();
+    let retries = ["--idempotent", "--heal-ms", "3000"];
+    let find = [&FIND[..], &retries].concat();
+    let (exit, v, said) = hunt(&redis, "hunt/retry_deducts_again.php", &env, &find);
+    let named = violations(&v);
+    assert!(
+        named.contains("not idempotent") || named.contains("ghost deductions"),
+        "{named}"
+    );
+    assert_found((exit, v, said), "");
+    let pass = [&PASS[..], &retries].concat();
+    assert_passed(hunt(&redis, "hunt/retry_replays.php", &env, &pass));
+}
+
+#[test]
 fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_passes() {
     let redis = RedisServer::start();
     let db = TestDb::create();
@@ -274,6 +291,10 @@ fn facts_that_cannot_work_are_refused_before_any_request() {
     refuse(&["--nemesis", "kill-worker"], "--serve");
     refuse(&["--nemesis", "earthquake"], "'earthquake' is not a fault");
     refuse(&["--budget", "soon"], "'soon' is not a budget");
+    refuse(
+        &["--history", "/no/such/dir/h.jsonl"],
+        "cannot write --history '/no/such/dir/h.jsonl'",
+    );
     let db = TestDb::create();
     db.client()
         .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")

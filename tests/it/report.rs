@@ -23,6 +23,7 @@ fn facts(requests: u64, initial_stock: i64) -> RunFacts {
         work_ms: 0,
         watchdog: false,
         seeded: true,
+        retry_every: None,
         initial_stock,
         elapsed: Duration::from_millis(100),
         client_cpu: None,

@@ -136,6 +136,7 @@ mod tests {
             watchdog: false,
             redlock_nodes: None,
             seeded: true,
+            retry_every: None,
             initial_stock,
             elapsed: Duration::from_millis(10),
             client_cpu: None,

@@ -66,6 +66,9 @@ pub struct LoadOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Once set, no new request starts; those in flight finish. Default: none.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Every k-th request retries the one before it: the same order id and user, as a client
+    /// resends after a timeout (the hunt's `--idempotent`). Default: none.
+    pub retries: Option<u64>,
     /// Keep every request's record, for the run's history ([`crate::history`]). Default: off
     /// (the answers are only folded into counts and histograms).
     pub history: bool,
@@ -91,6 +94,12 @@ impl std::fmt::Debug for Hook {
 }
 
 impl LoadOptions {
+    /// The request whose order id and user request `i` carries: the one before it when `i` is
+    /// a retry ([`LoadOptions::retries`]), else itself.
+    pub fn original_of(&self, i: u64) -> u64 {
+        original_of(self.retries, i)
+    }
+
     /// Requests in flight at once: the concurrency, at least one and at most the requests.
     pub fn in_flight(&self) -> u64 {
         self.concurrency.clamp(1, self.requests.max(1))
@@ -108,6 +117,7 @@ impl Default for LoadOptions {
             users_from: 0,
             progress: None,
             stop: None,
+            retries: None,
             history: false,
             before_read_back: None,
         }
@@ -181,5 +191,14 @@ impl Children {
 impl std::fmt::Debug for Children {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Children")
+    }
+}
+
+/// The request whose order id and user request `i` carries when every `every`-th request
+/// retries the one before it.
+pub fn original_of(every: Option<u64>, i: u64) -> u64 {
+    match every {
+        Some(k) if k >= 2 && i % k == k - 1 => i - 1,
+        _ => i,
     }
 }

@@ -73,6 +73,10 @@ pub struct RunFacts {
     pub redlock_nodes: Option<u64>,
     /// Whether the hammer seeded the stock itself (`--stock`).
     pub seeded: bool,
+    /// Every k-th request retried the one before it (the same order id): the hunt's
+    /// `--idempotent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_every: Option<u64>,
     pub initial_stock: i64,
     /// Wall time of the purchases (the report carries it as `elapsed_s`).
     #[serde(skip, default)]

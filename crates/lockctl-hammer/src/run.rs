@@ -148,6 +148,7 @@ impl RunFacts {
             watchdog: false,
             redlock_nodes: None,
             seeded: load.stock.is_some(),
+            retry_every: load.retries,
             initial_stock: 0,
             elapsed: std::time::Duration::ZERO,
             client_cpu: None,

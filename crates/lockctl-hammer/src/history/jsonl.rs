@@ -190,7 +190,7 @@ fn request_value(h: &History, index: u64) -> Value {
         "request": index,
         "sku": f.sku,
         "qty": f.qty,
-        "order": format!("{}-{index}", f.run_id),
+        "order": format!("{}-{}", f.run_id, h.original_of(index)),
         "user": h.user_of(index),
     })
 }
@@ -400,6 +400,12 @@ fn sample(op: &Op, mode: Mode, sent: &HashMap<u64, u64>) -> Result<Sample, Strin
             indeterminate: v["error"]["indeterminate"].as_bool().unwrap_or(true),
             message: v["error"]["message"].as_str().unwrap_or_default().into(),
             hint: None,
+        },
+        // A retry told "bought" for an order that had bought: nothing deducted now.
+        "bought" if mode == Mode::Http && v["replayed"] == true => Ended::Done {
+            outcome: buy(answer, v)?,
+            replayed: true,
+            overran_lease: false,
         },
         _ if mode == Mode::Http => Ended::Answered {
             outcome: outcome(answer)?,

@@ -172,6 +172,12 @@ impl History {
 
     /// The user of request `index`, as the load named it.
     pub fn user_of(&self, index: u64) -> Option<String> {
-        self.users.map(|k| format!("u{}", index % k.max(1)))
+        let base = self.original_of(index);
+        self.users.map(|k| format!("u{}", base % k.max(1)))
+    }
+
+    /// The request whose order id request `index` carries (itself, or the one it retried).
+    pub fn original_of(&self, index: u64) -> u64 {
+        crate::options::original_of(self.facts.retry_every, index)
     }
 }

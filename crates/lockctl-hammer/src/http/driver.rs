@@ -68,6 +68,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         sku: load.sku.to_string(),
         users: load.users,
         users_from: load.users_from,
+        retries: load.retries,
         requests: load.requests,
         progress: load.progress.clone(),
         stop: load.stop.clone(),
@@ -158,6 +159,8 @@ struct Shared {
     users: Option<u64>,
     /// The first user's number.
     users_from: u64,
+    /// Every k-th request retries the one before it.
+    retries: Option<u64>,
     requests: u64,
     progress: Option<Arc<AtomicU64>>,
     stop: Option<Arc<AtomicBool>>,
@@ -306,14 +309,16 @@ enum Stage {
 /// Request `i`: built, sent within the request timeout, its answer classified.
 async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
     let ids = sh.plan.spec.uses_ids();
+    // A retry carries the order id and the user of the request it retries.
+    let base = crate::options::original_of(sh.retries, i);
     let order = match ids {
         false => String::new(),
-        true => format!("{}-{i}", sh.plan.run_id),
+        true => format!("{}-{base}", sh.plan.run_id),
     };
     let user = match (ids, sh.users) {
         (false, _) => String::new(),
-        (true, Some(k)) => format!("u{}", sh.users_from + i % k.max(1)),
-        (true, None) => format!("u{}", sh.users_from + i),
+        (true, Some(k)) => format!("u{}", sh.users_from + base % k.max(1)),
+        (true, None) => format!("u{}", sh.users_from + base),
     };
     let vars = Vars {
         sku: &sh.sku,

@@ -37,11 +37,19 @@ fn maybe_applied(s: &Sample) -> bool {
     )
 }
 
-/// No user was told it bought more than `limit` units (`qty` a request; users `u{i % users}`).
-pub fn user_limit(samples: &[Sample], users: u64, limit: u64, qty: u64) -> Vec<String> {
+/// No user was told it bought more than `limit` units (`qty` a request; users `u{i % users}`,
+/// a retry's user its first request's, `every` as in [`retries`]).
+pub fn user_limit(
+    samples: &[Sample],
+    every: Option<u64>,
+    users: u64,
+    limit: u64,
+    qty: u64,
+) -> Vec<String> {
     let mut bought: BTreeMap<u64, u64> = BTreeMap::new();
     for s in samples.iter().filter(|s| told_bought(s)) {
-        *bought.entry(s.index % users.max(1)).or_default() += qty;
+        let base = crate::options::original_of(every, s.index);
+        *bought.entry(base % users.max(1)).or_default() += qty;
     }
     let over: Vec<String> = bought
         .iter()
@@ -59,8 +67,15 @@ pub fn user_limit(samples: &[Sample], users: u64, limit: u64, qty: u64) -> Vec<S
 }
 
 /// Every "bought" answer has exactly one order row with its units, and no row is without a
-/// "bought" answer (or a request whose outcome is unknown). `run_id` makes the order ids.
-pub fn order_rows(samples: &[Sample], run_id: &str, rows: &[OrderRow], qty: u64) -> Vec<String> {
+/// "bought" answer (or a request whose outcome is unknown). `run_id` makes the order ids; a
+/// retry carries its first request's (`every` as in [`retries`]).
+pub fn order_rows(
+    samples: &[Sample],
+    every: Option<u64>,
+    run_id: &str,
+    rows: &[OrderRow],
+    qty: u64,
+) -> Vec<String> {
     let mut by_order: HashMap<&str, Vec<&OrderRow>> = HashMap::new();
     for r in rows {
         by_order.entry(r.order.as_str()).or_default().push(r);
@@ -68,7 +83,7 @@ pub fn order_rows(samples: &[Sample], run_id: &str, rows: &[OrderRow], qty: u64)
     let (mut missing, mut doubled, mut wrong, mut orphans) = (vec![], vec![], vec![], vec![]);
     let mut known = std::collections::HashSet::new();
     for s in samples {
-        let order = format!("{run_id}-{}", s.index);
+        let order = format!("{run_id}-{}", crate::options::original_of(every, s.index));
         let found = by_order
             .get(order.as_str())
             .map_or(&[][..], |v| v.as_slice());
@@ -112,6 +127,72 @@ pub fn order_rows(samples: &[Sample], run_id: &str, rows: &[OrderRow], qty: u64)
         ));
     }
     v
+}
+
+/// Requests that retried an order (every `every`-th, the one before it): a retry told
+/// "bought" for an order whose first request was told "bought" too is a replay, which deducts
+/// nothing (so the books count the order once); a retry whose answer contradicts the first
+/// one's (one "bought", the other "sold out") breaks the promise. Busy answers and failures
+/// say nothing of the outcome and are not held against it.
+pub fn retries(samples: &mut [Sample], every: u64) -> Vec<String> {
+    let by_index: HashMap<u64, usize> = samples
+        .iter()
+        .enumerate()
+        .map(|(at, s)| (s.index, at))
+        .collect();
+    let mut contradicted = Vec::new();
+    for j in 0..samples.len() {
+        let index = samples[j].index;
+        let first = crate::options::original_of(Some(every), index);
+        let Some(&i) = by_index.get(&first).filter(|_| first != index) else {
+            continue;
+        };
+        let (a, b) = (answer(&samples[i]), answer(&samples[j]));
+        match (a, b) {
+            (Some(Outcome::Bought), Some(Outcome::Bought)) => {
+                let remaining = match samples[j].ended {
+                    Ended::Answered { remaining, .. } => remaining.unwrap_or(0),
+                    _ => 0,
+                };
+                samples[j].ended = Ended::Done {
+                    outcome: Buy::Bought { remaining },
+                    replayed: true,
+                    overran_lease: false,
+                };
+            }
+            (Some(Outcome::Bought), Some(Outcome::SoldOut))
+            | (Some(Outcome::SoldOut), Some(Outcome::Bought)) => contradicted.push(format!(
+                "request {index} (a retry of {first}) was answered {} but the first {}",
+                name(b),
+                name(a)
+            )),
+            _ => {}
+        }
+    }
+    if contradicted.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "not idempotent: {} answered otherwise than the first request of the same order: {}",
+        count(contradicted.len() as u64, "retry was", "retries were"),
+        list(&contradicted)
+    )]
+}
+
+fn answer(s: &Sample) -> Option<Outcome> {
+    match &s.ended {
+        Ended::Answered { outcome, .. } => *outcome,
+        Ended::Done { outcome, .. } => Some(outcome.outcome()),
+        Ended::Failed { .. } => None,
+    }
+}
+
+fn name(o: Option<Outcome>) -> &'static str {
+    match o {
+        Some(Outcome::Bought) => "\"bought\"",
+        Some(Outcome::SoldOut) => "\"sold out\"",
+        _ => "something else",
+    }
 }
 
 fn list(items: &[String]) -> String {
@@ -160,14 +241,14 @@ mod tests {
             answered(2, Outcome::Bought),
             answered(3, Outcome::SoldOut),
         ];
-        let v = user_limit(&samples, 2, 1, 1);
+        let v = user_limit(&samples, None, 2, 1, 1);
         assert!(v[0].contains("u0 was sold 2"), "{v:?}");
-        assert!(user_limit(&samples, 4, 1, 1).is_empty());
+        assert!(user_limit(&samples, None, 4, 1, 1).is_empty());
 
         let good = [row("r-0", 1), row("r-1", 1), row("r-2", 1)];
-        assert!(order_rows(&samples, "r", &good, 1).is_empty());
+        assert!(order_rows(&samples, None, "r", &good, 1).is_empty());
         let bad = [row("r-0", 1), row("r-0", 1), row("r-2", 2), row("r-3", 1)];
-        let v = order_rows(&samples, "r", &bad, 1).join("\n");
+        let v = order_rows(&samples, None, "r", &bad, 1).join("\n");
         assert!(
             v.contains("lost orders: 1 request was answered \"bought\" but has no row: r-1"),
             "{v}"

@@ -75,6 +75,9 @@ pub struct HuntOptions {
     /// The system's users (`u0`, `u1`, ...) and its per-user limit.
     pub users: Option<u64>,
     pub limit: Option<u64>,
+    /// The system promises one deduction per order id: some requests are resent with the
+    /// same `{order}`.
+    pub idempotent: bool,
     pub orders: Option<OrdersSql>,
     pub budget: Duration,
     pub seed: u64,
@@ -118,6 +121,9 @@ pub struct HuntReport {
 pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     let started = Instant::now();
     let mut planner = Planner::new(opts.seed, opts.concurrency, opts.users, &opts.faults);
+    if opts.idempotent {
+        planner = planner.with_retries();
+    }
     let tag = hex::encode(rand::random::<[u8; 3]>());
     let mut hunt = HuntReport {
         verdict: Verdict::Unknown,
@@ -256,6 +262,7 @@ fn round(
         users_from: 0,
         progress: None,
         stop: opts.stop.clone(),
+        retries: plan.retry_every,
         history: true,
         before_read_back: Some(hook),
     };
@@ -289,7 +296,14 @@ fn round(
             sku: sku.to_string(),
         });
     };
-    history.findings = findings(target, opts, &load, &http, &history, &report, healed);
+    let mut found = Vec::new();
+    if let Some(k) = plan.retry_every {
+        found.extend(checks::retries(&mut history.samples, k));
+    }
+    found.extend(findings(
+        target, opts, &load, &http, &history, &report, healed,
+    ));
+    history.findings = found;
     history.faults = faults.clone();
     Ok(Ran {
         report: history.judge(),
@@ -394,12 +408,19 @@ fn findings(
     let mut v = Vec::new();
     let qty = http.qty;
     if let (Some(users), Some(limit)) = (load.users, opts.limit) {
-        v.extend(checks::user_limit(&history.samples, users, limit, qty));
+        v.extend(checks::user_limit(
+            &history.samples,
+            load.retries,
+            users,
+            limit,
+            qty,
+        ));
     }
     if let Some(orders) = &opts.orders {
         match orders.db.orders(&orders.query, load.sku.as_str()) {
             Ok(rows) => v.extend(checks::order_rows(
                 &history.samples,
+                load.retries,
                 &report.run.run_id,
                 &rows,
                 qty,
@@ -435,6 +456,7 @@ fn stalled(
         concurrency: 1,
         stock: None,
         users: None,
+        retries: None,
         history: false,
         before_read_back: None,
         ..load.clone()

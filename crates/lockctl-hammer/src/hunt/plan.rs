@@ -73,6 +73,8 @@ pub struct Round {
     pub requests: u64,
     pub shape: Shape,
     pub faults: Vec<PlannedFault>,
+    /// Every k-th request retries the one before it (`--idempotent`).
+    pub retry_every: Option<u64>,
 }
 
 /// The generator of rounds.
@@ -82,6 +84,7 @@ pub struct Planner {
     users: Option<u64>,
     faults: Vec<FaultKind>,
     number: u64,
+    idempotent: bool,
 }
 
 impl Planner {
@@ -99,7 +102,14 @@ impl Planner {
             users,
             faults: faults.to_vec(),
             number: 0,
+            idempotent: false,
         }
+    }
+
+    /// Rounds that resend some requests with the same order id, as clients retry.
+    pub fn with_retries(mut self) -> Planner {
+        self.idempotent = true;
+        self
     }
 
     /// The generator, for the faults' own choices (which process).
@@ -138,12 +148,14 @@ impl Planner {
                 hold: Duration::from_millis(r.random_range(300..1500)),
             }],
         };
+        let retry_every = self.idempotent.then(|| r.random_range(2..=4u64));
         Round {
             number: self.number,
             stock,
             requests,
             shape,
             faults,
+            retry_every,
         }
     }
 }
