@@ -306,20 +306,23 @@ enum Stage {
     Answering(u16),
 }
 
+/// Request `i`'s order id and user (empty when the request names neither). A retry carries
+/// the order id and the user of the request it retries.
+fn ids(sh: &Shared, i: u64) -> (String, String) {
+    if !sh.plan.spec.uses_ids() {
+        return (String::new(), String::new());
+    }
+    let base = crate::options::original_of(sh.retries, i);
+    let user = match sh.users {
+        Some(k) => format!("u{}", sh.users_from + base % k.max(1)),
+        None => format!("u{}", sh.users_from + base),
+    };
+    (format!("{}-{base}", sh.plan.run_id), user)
+}
+
 /// Request `i`: built, sent within the request timeout, its answer classified.
 async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
-    let ids = sh.plan.spec.uses_ids();
-    // A retry carries the order id and the user of the request it retries.
-    let base = crate::options::original_of(sh.retries, i);
-    let order = match ids {
-        false => String::new(),
-        true => format!("{}-{base}", sh.plan.run_id),
-    };
-    let user = match (ids, sh.users) {
-        (false, _) => String::new(),
-        (true, Some(k)) => format!("u{}", sh.users_from + base % k.max(1)),
-        (true, None) => format!("u{}", sh.users_from + base),
-    };
+    let (order, user) = ids(sh, i);
     let vars = Vars {
         sku: &sh.sku,
         user: &user,

@@ -227,29 +227,8 @@ fn round(
     let sku = sku_of(opts, run, plan.number)?;
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
-    let faults: Arc<Mutex<Vec<Fault>>> = Arc::default();
-    let healed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let hook = {
-        let (done, faults, healed_at, nemesis) = (
-            done.clone(),
-            faults.clone(),
-            healed_at.clone(),
-            opts.nemesis.clone(),
-        );
-        let quiet = quiet_reader(target, opts, &sku);
-        Hook(Arc::new(move || {
-            done.store(true, Ordering::SeqCst);
-            if let Ok(f) = nemesis.heal(start.elapsed())
-                && let Ok(mut all) = faults.lock()
-            {
-                all.extend(f);
-            }
-            if let Ok(mut at) = healed_at.lock() {
-                *at = Some(Instant::now());
-            }
-            quiet();
-        }))
-    };
+    let healing = Healing::default();
+    let hook = healing.hook(target, opts, &sku, start, done.clone());
     let load = LoadOptions {
         sku: sku.clone(),
         requests: plan.requests,
@@ -281,13 +260,8 @@ fn round(
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
     let Recorded { report, history } = result?;
-    let mut faults = std::mem::take(&mut *faults.lock().map_err(|_| Error::internal("poisoned"))?);
+    let (mut faults, healed) = healing.take();
     faults.extend(opts.nemesis.heal(start.elapsed()).unwrap_or_default());
-    let healed = healed_at
-        .lock()
-        .ok()
-        .and_then(|a| *a)
-        .unwrap_or_else(Instant::now);
     let Some(mut history) = history else {
         return Ok(Ran {
             report,
@@ -311,6 +285,52 @@ fn round(
         faults,
         sku: sku.to_string(),
     })
+}
+
+/// What the round's heal did: the faults it undid, and when.
+#[derive(Clone, Default)]
+struct Healing {
+    faults: Arc<Mutex<Vec<Fault>>>,
+    at: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Healing {
+    /// The hook the load calls when every request has ended: the load is done, the faults are
+    /// undone, and the stock settles before the books are read.
+    fn hook(
+        &self,
+        target: &Target,
+        opts: &HuntOptions,
+        sku: &Sku,
+        start: Instant,
+        done: Arc<AtomicBool>,
+    ) -> Hook {
+        let (me, nemesis) = (self.clone(), opts.nemesis.clone());
+        let quiet = quiet_reader(target, opts, sku);
+        Hook(Arc::new(move || {
+            done.store(true, Ordering::SeqCst);
+            if let Ok(f) = nemesis.heal(start.elapsed())
+                && let Ok(mut all) = me.faults.lock()
+            {
+                all.extend(f);
+            }
+            if let Ok(mut at) = me.at.lock() {
+                *at = Some(Instant::now());
+            }
+            quiet();
+        }))
+    }
+
+    /// The faults undone, and when (now, if the hook never ran).
+    fn take(&self) -> (Vec<Fault>, Instant) {
+        let faults = self
+            .faults
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        let at = self.at.lock().ok().and_then(|a| *a);
+        (faults, at.unwrap_or_else(Instant::now))
+    }
 }
 
 /// The faults of the round, done on a thread of their own at their moments, each lifted as
