@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::args::{HttpArgs, PresetArg};
+use super::args::{HttpArgs, PresetArg, StrategyArg};
 use super::parse::whole;
 
 /// `lockctl hunt`.
@@ -17,7 +17,7 @@ pub struct HuntArgs {
     #[arg(
         long,
         value_name = "URL",
-        required_unless_present = "preset",
+        required_unless_present_any = ["preset", "strategy"],
         help_heading = "The system"
     )]
     pub url: Option<String>,
@@ -155,6 +155,27 @@ pub struct HuntArgs {
     /// The rounds' SKUs start with this.
     #[arg(long, default_value = "hunt", help_heading = "The search")]
     pub sku: lockctl_core::sku::Sku,
+
+    /// Hunt lockctl's own strategies instead of an endpoint (comma-separated: lock, fenced,
+    /// atomic, batch, naive): each under each fault, a strategy x fault matrix.
+    #[arg(long, value_enum, value_delimiter = ',', conflicts_with_all = ["url", "preset", "serve", "stock_sql", "orders_sql", "idempotent"], help_heading = "lockctl's own strategies")]
+    pub strategy: Vec<StrategyArg>,
+
+    /// The lock's lease in ms, for --strategy.
+    #[arg(long, default_value_t = 5000, value_parser = whole(1, 86_400_000), allow_negative_numbers = true, help_heading = "lockctl's own strategies")]
+    pub ttl_ms: u64,
+
+    /// How long a buyer waits for a held lock, in ms, for --strategy.
+    #[arg(long, default_value_t = 5000, value_parser = whole(0, 86_400_000), allow_negative_numbers = true, help_heading = "lockctl's own strategies")]
+    pub wait_ms: u64,
+
+    /// Business time inside the critical section, in ms, for --strategy.
+    #[arg(long, default_value_t = 0, value_parser = whole(0, 3_600_000), allow_negative_numbers = true, help_heading = "lockctl's own strategies")]
+    pub work_ms: u64,
+
+    /// Renew the lease while a buyer holds the lock, for --strategy.
+    #[arg(long, help_heading = "lockctl's own strategies")]
+    pub watchdog: bool,
 
     /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]

@@ -10,14 +10,21 @@ use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HuntArgs;
 use crate::signals;
 use lockctl::render;
+use lockctl_core::lock::LockOptions;
+use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::Store;
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
+use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::serve::Served;
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
+use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args)?;
+    if !args.strategy.is_empty() {
+        return run_own(ctx, &args, faults);
+    }
     if let Some(path) = &args.history {
         writable(path)?;
     }
@@ -143,14 +150,73 @@ fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::R
     Ok(())
 }
 
+/// `hunt --strategy`: lockctl's own strategies, each under each fault; the matrix.
+fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result<Exit> {
+    let nemesis = Nemesis::of_own_buyers(ctx.target.clone());
+    undo_on_quit(&nemesis, &None);
+    let signals = signals::listen(signals::First::Finish);
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let mut strategies: Vec<Strategy> = args.strategy.iter().map(|s| (*s).into()).collect();
+    strategies.dedup();
+    let base = HammerOptions {
+        load: LoadOptions::default(),
+        mode: Driving::Threads,
+        buy: BuyOptions {
+            qty: args.qty,
+            work: Duration::from_millis(args.work_ms),
+            lock: LockOptions {
+                ttl: Duration::from_millis(args.ttl_ms),
+                wait: Duration::from_millis(args.wait_ms),
+                watchdog: args.watchdog,
+            },
+            ..BuyOptions::default()
+        },
+        children: std::env::current_exe()
+            .ok()
+            .map(crate::cli::child::children),
+        quorum: ctx.quorum.clone(),
+        pipeline: None,
+    };
+    let opts = OwnOptions {
+        strategies,
+        base,
+        faults,
+        budget: args.budget,
+        seed,
+        concurrency: args.concurrency,
+        nemesis: nemesis.clone(),
+        stop: Some(signals.requested.clone()),
+        sku: args.sku.to_string(),
+    };
+    let matrix = run_matrix(&ctx.target, &opts);
+    nemesis.heal_now();
+    let matrix = matrix?;
+    let replay = replay_command(seed);
+    if ctx.json {
+        emit_json(&render::matrix_json(&matrix, &replay))?;
+    } else {
+        emit(&render::matrix_text(&matrix, &replay))?;
+    }
+    Ok(match signals.exit_code() {
+        Some(code) if matrix.verdict() != Verdict::Fail => Exit::Signal(code),
+        _ => Exit::of_verdict(matrix.verdict()),
+    })
+}
+
 /// The faults `--nemesis` names, checked against the facts.
 fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
     let serve = args.serve.is_some();
+    let own = !args.strategy.is_empty();
     let list = match args.nemesis.as_str() {
         "none" => return Ok(Vec::new()),
+        "auto" if own => vec![
+            FaultKind::RedisPause,
+            FaultKind::ClientKill,
+            FaultKind::PauseHolder,
+        ],
         "auto" => FaultKind::ALL
             .into_iter()
-            .filter(|k| serve || !k.needs_serve())
+            .filter(|k| (serve || !k.needs_serve()) && !k.own_only())
             .collect(),
         list => {
             let mut kinds = Vec::new();
@@ -160,6 +226,18 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
                         "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, pause-worker, kill-worker (comma-separated), auto or none"
                     ))
                 })?;
+                if kind.own_only() && !own {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} stalls lockctl's own buyers: it is for hunt --strategy; against an endpoint, pause-worker stalls the system's processes"
+                    ))
+                    .into());
+                }
+                if kind.needs_serve() && own {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} signals a system's processes, and hunt --strategy runs lockctl's own buyers: use pause-holder for them"
+                    ))
+                    .into());
+                }
                 if kind.needs_serve() && !serve {
                     return Err(UsageError(format!(
                         "--nemesis {name} signals the system's processes, and no --serve says which they are: add --serve 'CMD' (the command that starts the system), or drop {name}"

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::hammer::{hammer_json, hammer_text};
 use lockctl_hammer::Verdict;
 use lockctl_hammer::hunt::HuntReport;
+use lockctl_hammer::hunt::own::Matrix;
 
 fn counts<K: std::fmt::Display>(m: &std::collections::BTreeMap<K, u64>) -> String {
     if m.is_empty() {
@@ -125,5 +126,96 @@ pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
         "failure": failure,
+    })
+}
+
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "PASS",
+        Verdict::Fail => "FAIL",
+        Verdict::Unknown => "UNKNOWN",
+    }
+}
+
+/// `hunt --strategy` for a person: the strategy x fault matrix, then each failing cell's first
+/// violation.
+pub fn matrix_text(m: &Matrix, replay: &str) -> String {
+    let mut columns: Vec<String> = Vec::new();
+    for c in &m.cells {
+        let name = c
+            .fault
+            .map_or("no fault".to_string(), |f| f.name().to_string());
+        if !columns.contains(&name) {
+            columns.push(name);
+        }
+    }
+    let mut s = format!(
+        "hunt: lockctl's own strategies, seed {}, {:.1} s{}\n",
+        m.seed,
+        m.elapsed.as_secs_f64(),
+        if m.interrupted { ", interrupted" } else { "" }
+    );
+    let _ = write!(s, "  {:<10}", "strategy");
+    for c in &columns {
+        let _ = write!(s, "  {c:<14}");
+    }
+    s.push('\n');
+    let mut strategies: Vec<_> = m.cells.iter().map(|c| c.strategy).collect();
+    strategies.dedup();
+    for strategy in strategies {
+        let _ = write!(s, "  {:<10}", strategy.name());
+        for c in m.cells.iter().filter(|c| c.strategy == strategy) {
+            let cell = format!("{} ({})", verdict_word(c.verdict), c.rounds);
+            let _ = write!(s, "  {cell:<14}");
+        }
+        s.push('\n');
+    }
+    for c in m
+        .cells
+        .iter()
+        .filter(|c| c.violation.is_none() && c.unjudged.is_some())
+    {
+        let _ = writeln!(
+            s,
+            "  {} under {}, a round not judged: {}",
+            c.strategy.name(),
+            c.fault.map_or("no fault", |f| f.name()),
+            c.unjudged.as_deref().unwrap_or_default()
+        );
+    }
+    for c in m.cells.iter().filter(|c| c.violation.is_some()) {
+        let _ = writeln!(
+            s,
+            "  {} under {}: {}",
+            c.strategy.name(),
+            c.fault.map_or("no fault", |f| f.name()),
+            c.violation.as_deref().unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  verdict   {} (rounds in parentheses)",
+        verdict_word(m.verdict())
+    );
+    let _ = writeln!(s, "  replay    {replay}");
+    s
+}
+
+/// `hunt --strategy --json`.
+pub fn matrix_json(m: &Matrix, replay: &str) -> Value {
+    json!({
+        "verdict": m.verdict(),
+        "seed": m.seed,
+        "replay": replay,
+        "elapsed_s": m.elapsed.as_secs_f64(),
+        "interrupted": m.interrupted,
+        "matrix": m.cells.iter().map(|c| json!({
+            "strategy": c.strategy.name(),
+            "fault": c.fault.map(|f| f.name()),
+            "rounds": c.rounds,
+            "verdict": c.verdict,
+            "violation": c.violation,
+            "unjudged": c.unjudged,
+        })).collect::<Vec<_>>(),
     })
 }

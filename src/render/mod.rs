@@ -20,7 +20,7 @@ use crate::advice;
 
 pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
-pub use hunt::{hunt_json, hunt_text};
+pub use hunt::{hunt_json, hunt_text, matrix_json, matrix_text};
 
 use lockctl_core::Finding;
 use lockctl_core::check::CheckReport;

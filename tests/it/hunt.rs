@@ -425,3 +425,75 @@ fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
     );
     let _ = Path::new(FIXTURES);
 }
+
+/// lockctl's own strategies under the same nemesis: the negative control and a lease shorter
+/// than the work fail, the safe strategies and the watchdog pass, under every fault.
+#[test]
+fn lockctls_own_strategies_make_the_expected_matrix() {
+    let redis = RedisServer::start();
+    let matrix = |args: &[&str]| {
+        let mut all = vec!["--json", "hunt"];
+        all.extend_from_slice(args);
+        let out = lockctl(&redis.url(), &all);
+        let v = json(&out);
+        let cells: Vec<(String, String, String)> = v["matrix"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["strategy"].as_str().unwrap().to_string(),
+                    c["fault"].as_str().unwrap_or("none").to_string(),
+                    c["verdict"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        (code(&out), cells, v.to_string())
+    };
+    let (exit, cells, said) = matrix(&[
+        "--strategy",
+        "fenced,atomic,batch,naive",
+        "--ttl-ms",
+        "300",
+        "--budget",
+        "16s",
+    ]);
+    assert_eq!(exit, 3, "{said}");
+    assert_eq!(
+        cells.len(),
+        16,
+        "4 strategies x (no fault + 3 faults): {said}"
+    );
+    for (strategy, fault, verdict) in &cells {
+        match strategy.as_str() {
+            "naive" if fault == "none" => assert_eq!(verdict, "fail", "{said}"),
+            "naive" => {}
+            _ => assert_eq!(verdict, "pass", "{strategy} under {fault}: {said}"),
+        }
+    }
+    let (exit, cells, said) = matrix(&[
+        "--strategy",
+        "lock",
+        "--ttl-ms",
+        "100",
+        "--work-ms",
+        "150",
+        "--budget",
+        "4s",
+    ]);
+    assert_eq!(exit, 3, "{said}");
+    assert!(cells.iter().all(|c| c.2 == "fail"), "{said}");
+    let (exit, cells, said) = matrix(&[
+        "--strategy",
+        "lock",
+        "--watchdog",
+        "--ttl-ms",
+        "300",
+        "--work-ms",
+        "400",
+        "--budget",
+        "4s",
+    ]);
+    assert_eq!(exit, 0, "{said}");
+    assert!(cells.iter().all(|c| c.2 == "pass"), "{said}");
+}

@@ -46,6 +46,9 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     let client_cpu = usage::cpu_time()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
+    if let Some(quiet) = &opts.load.before_read_back {
+        quiet.call();
+    }
     let watched = watch.finish();
     let made = tally.samples();
     let readback =

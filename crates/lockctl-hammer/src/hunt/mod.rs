@@ -10,10 +10,11 @@
 //!
 //! Layout: `plan` (the schedule), `nemesis` (faults and their undoing), `serve` (the system's
 //! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
-//! rows).
+//! rows), `own` (lockctl's own strategies under the same nemesis: the matrix).
 
 pub mod checks;
 pub mod nemesis;
+pub mod own;
 pub mod plan;
 pub mod serve;
 pub mod sql;
@@ -154,42 +155,22 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             history,
             faults,
             sku,
-        } = outcome?;
-        healed.map_err(|e| Error::internal(format!("could not undo a fault: {e}")))?;
-        hunt.rounds += 1;
-        hunt.requests += report.run.requests;
-        *hunt.shapes.entry(plan.shape.name()).or_default() += 1;
-        for f in &faults {
-            *hunt.faults.entry(f.fault.clone()).or_default() += 1;
-        }
-        match report.verdict {
-            Verdict::Fail => {
-                hunt.judged += 1;
-                hunt.verdict = Verdict::Fail;
-                hunt.failure = Some(Box::new(Failure {
-                    round: plan,
-                    sku,
-                    report,
-                    history,
-                    faults,
-                }));
-                break;
-            }
-            Verdict::Pass => {
-                hunt.judged += 1;
-                hunt.last = Some(Box::new((report, history)));
-            }
-            Verdict::Unknown => {
+        } = match outcome {
+            Ok(ran) => ran,
+            // A fault may break the run's own calls (the stock set before it, say): the round is
+            // not judged. Without a fault the error is the facts', and it stands.
+            Err(e) if !plan.faults.is_empty() => {
+                hunt.rounds += 1;
                 if hunt.unknown.len() < 5 {
-                    let why = report.unknown_because.clone().unwrap_or_default();
-                    let first = report.first_error.clone().unwrap_or_default();
-                    hunt.unknown
-                        .push(format!("round {}: {why} ({first})", plan.number));
+                    hunt.unknown.push(format!("round {}: {e}", plan.number));
                 }
-                if hunt.last.is_none() {
-                    hunt.last = Some(Box::new((report, history)));
-                }
+                continue;
             }
+            Err(e) => return Err(e),
+        };
+        healed.map_err(|e| Error::internal(format!("could not undo a fault: {e}")))?;
+        if hunt.add(plan, report, history, faults, sku) {
+            break;
         }
     }
     if hunt.verdict != Verdict::Fail && hunt.judged > 0 {
@@ -197,6 +178,55 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     }
     hunt.elapsed = started.elapsed();
     Ok(hunt)
+}
+
+impl HuntReport {
+    /// Counts a judged round in; whether it ends the hunt (it failed).
+    fn add(
+        &mut self,
+        plan: Round,
+        report: Report,
+        history: Option<Box<History>>,
+        faults: Vec<Fault>,
+        sku: String,
+    ) -> bool {
+        self.rounds += 1;
+        self.requests += report.run.requests;
+        *self.shapes.entry(plan.shape.name()).or_default() += 1;
+        for f in &faults {
+            *self.faults.entry(f.fault.clone()).or_default() += 1;
+        }
+        match report.verdict {
+            Verdict::Fail => {
+                self.judged += 1;
+                self.verdict = Verdict::Fail;
+                self.failure = Some(Box::new(Failure {
+                    round: plan,
+                    sku,
+                    report,
+                    history,
+                    faults,
+                }));
+                return true;
+            }
+            Verdict::Pass => {
+                self.judged += 1;
+                self.last = Some(Box::new((report, history)));
+            }
+            Verdict::Unknown => {
+                if self.unknown.len() < 5 {
+                    let why = report.unknown_because.clone().unwrap_or_default();
+                    let first = report.first_error.clone().unwrap_or_default();
+                    self.unknown
+                        .push(format!("round {}: {why} ({first})", plan.number));
+                }
+                if self.last.is_none() {
+                    self.last = Some(Box::new((report, history)));
+                }
+            }
+        }
+        false
+    }
 }
 
 /// What one round came to.

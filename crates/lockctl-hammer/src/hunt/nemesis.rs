@@ -29,14 +29,18 @@ pub enum FaultKind {
     PauseWorker,
     /// SIGKILL a random process of the `--serve` tree; healed by restarting the system.
     KillWorker,
+    /// lockctl's own strategies: SIGSTOP one of lockctl's own buyer processes (`lockctl buy`
+    /// children), as a holder stalled past its lease; SIGCONT when healed.
+    PauseHolder,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 5] = [
         FaultKind::ClientKill,
         FaultKind::RedisPause,
         FaultKind::PauseWorker,
         FaultKind::KillWorker,
+        FaultKind::PauseHolder,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +49,7 @@ impl FaultKind {
             FaultKind::RedisPause => "redis-pause",
             FaultKind::PauseWorker => "pause-worker",
             FaultKind::KillWorker => "kill-worker",
+            FaultKind::PauseHolder => "pause-holder",
         }
     }
 
@@ -56,6 +61,11 @@ impl FaultKind {
     pub fn needs_serve(self) -> bool {
         matches!(self, FaultKind::PauseWorker | FaultKind::KillWorker)
     }
+
+    /// Whether it is done to lockctl's own buyers (`hunt --strategy`) only.
+    pub fn own_only(self) -> bool {
+        self == FaultKind::PauseHolder
+    }
 }
 
 /// What is still to undo.
@@ -65,6 +75,8 @@ struct Undo {
     paused_redis: bool,
     /// Processes of the tree stopped.
     stopped: Vec<i32>,
+    /// lockctl's own buyer processes stopped.
+    own_stopped: Vec<i32>,
     /// A process was killed: the system is restarted.
     killed: bool,
     /// The faults done this round, for the history.
@@ -78,6 +90,9 @@ pub struct Nemesis {
     redis: Target,
     serve: Option<Arc<Mutex<Served>>>,
     undo: Arc<Mutex<Undo>>,
+    /// Whether `client-kill` spares this process's connections (someone's system under test);
+    /// not when lockctl's own buyers are the system.
+    spare_own: bool,
 }
 
 impl Nemesis {
@@ -86,6 +101,15 @@ impl Nemesis {
             redis,
             serve,
             undo: Arc::new(Mutex::new(Undo::default())),
+            spare_own: true,
+        }
+    }
+
+    /// A nemesis for lockctl's own buyers: their connections are the system's.
+    pub fn of_own_buyers(redis: Target) -> Nemesis {
+        Nemesis {
+            spare_own: false,
+            ..Nemesis::new(redis, None)
         }
     }
 
@@ -97,6 +121,7 @@ impl Nemesis {
             FaultKind::RedisPause => self.redis_pause(hold),
             FaultKind::PauseWorker => self.pause_worker(rng),
             FaultKind::KillWorker => self.kill_worker(rng),
+            FaultKind::PauseHolder => self.pause_holder(rng),
         };
         if let Ok(mut u) = self.undo.lock() {
             u.done.push(Fault {
@@ -112,7 +137,7 @@ impl Nemesis {
     pub fn lift(&self, kind: FaultKind, at: Duration) {
         match kind {
             FaultKind::RedisPause => self.unpause_redis(),
-            FaultKind::PauseWorker => self.continue_stopped(),
+            FaultKind::PauseWorker | FaultKind::PauseHolder => self.continue_stopped(),
             FaultKind::ClientKill | FaultKind::KillWorker => {}
         }
         if let Ok(mut u) = self.undo.lock()
@@ -172,6 +197,16 @@ impl Nemesis {
     }
 
     fn continue_stopped(&self) {
+        let own = self
+            .undo
+            .lock()
+            .map(|mut u| std::mem::take(&mut u.own_stopped))
+            .unwrap_or_default();
+        for pid in own {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, Signal::CONT);
+            }
+        }
         let stopped = self
             .undo
             .lock()
@@ -208,7 +243,10 @@ impl Nemesis {
     }
 
     fn client_kill(&self) -> String {
-        let own = own_ports();
+        let own = match self.spare_own {
+            true => own_ports(),
+            false => HashSet::new(),
+        };
         let killed = self.redis.connect().and_then(|mut c| {
             let list: String = c.query(redis::cmd("CLIENT").arg("LIST"))?;
             let mut n = 0;
@@ -261,6 +299,22 @@ impl Nemesis {
         format!("process {pid} of --serve stopped (SIGSTOP)")
     }
 
+    fn pause_holder(&self, rng: &mut impl rand::Rng) -> String {
+        let children = super::serve::children_of(std::process::id() as i32);
+        let Some(&pid) = children.get(rng.random_range(0..children.len().max(1))) else {
+            return "no buyer process to pause".into();
+        };
+        let stopped = rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::kill_process(p, Signal::STOP).is_ok());
+        if stopped && let Ok(mut u) = self.undo.lock() {
+            u.own_stopped.push(pid);
+        }
+        format!(
+            "buyer process {pid} of {} stopped (SIGSTOP)",
+            children.len()
+        )
+    }
+
     fn kill_worker(&self, rng: &mut impl rand::Rng) -> String {
         let Some(pid) = self.pick(rng) else {
             return "no process to kill".into();
@@ -281,8 +335,8 @@ impl Drop for Undo {
     fn drop(&mut self) {
         // The last holder going away: nothing may stay stopped (the Redis pause ends by
         // itself).
-        if !self.stopped.is_empty() {
-            for pid in &self.stopped {
+        if !self.stopped.is_empty() || !self.own_stopped.is_empty() {
+            for pid in self.stopped.iter().chain(&self.own_stopped) {
                 if let Some(p) = rustix::process::Pid::from_raw(*pid) {
                     let _ = rustix::process::kill_process(p, Signal::CONT);
                 }

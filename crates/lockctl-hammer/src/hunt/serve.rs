@@ -176,6 +176,15 @@ impl Drop for Served {
     }
 }
 
+/// The live child processes of `parent`.
+pub fn children_of(parent: i32) -> Vec<i32> {
+    process_table()
+        .into_iter()
+        .filter(|p| p.ppid == parent && !p.zombie)
+        .map(|p| p.pid)
+        .collect()
+}
+
 struct Proc {
     pid: i32,
     ppid: i32,
