@@ -3,6 +3,7 @@
 //! run with every fault undone on every way out, then the report.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::Store;
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
-use lockctl_hammer::hunt::serve::Served;
+use lockctl_hammer::hunt::serve::{Served, kill_group_now};
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
@@ -44,17 +45,30 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
         _ => None,
     };
+    // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
+    let group = Arc::new(AtomicI32::new(0));
+    let slot: Arc<Mutex<Option<Nemesis>>> = Arc::default();
+    undo_on_quit(slot.clone(), Some(group.clone()));
+    let signals = signals::listen(signals::First::Finish);
     let serve = match &args.serve {
         Some(cmd) => {
             let addr = address_of(http.request.shown_url())?;
-            let served = Served::start(cmd, addr).map_err(anyhow::Error::msg)?;
+            let served = Served::start(cmd, addr, group.clone(), Some(&signals.requested))
+                .map_err(anyhow::Error::msg)?;
             Some(Arc::new(Mutex::new(served)))
         }
         None => None,
     };
     let nemesis = Nemesis::new(ctx.target.clone(), serve.clone());
-    undo_on_quit(&nemesis, &serve);
-    let signals = signals::listen(signals::First::Finish);
+    nemesis.check(&faults).map_err(UsageError)?;
+    if let Ok(mut s) = slot.lock() {
+        *s = Some(nemesis.clone());
+    }
+    // On every way out, a panic included: faults undone, the system stopped.
+    let _cleanup = Cleanup {
+        nemesis: nemesis.clone(),
+        serve: serve.clone(),
+    };
     let seed = args.seed.unwrap_or_else(rand::random);
     let opts = HuntOptions {
         http,
@@ -72,25 +86,12 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         stop: Some(signals.requested.clone()),
     };
     let result = hunt::run(&ctx.target, &opts);
-    nemesis.heal_now();
-    if let Some(s) = &serve
-        && let Ok(mut s) = s.lock()
-    {
-        s.stop();
-    }
+    drop(_cleanup);
     let report = result?;
     if let Some(path) = &args.history {
         write_history(&report, path)?;
     }
-    let replay = replay_command(seed);
-    if ctx.json {
-        emit_json(&render::hunt_json(&report, &replay))?;
-    } else {
-        let color = ctx
-            .color
-            .enabled(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-        emit(&render::hunt_text(&report, &replay, color, ctx.quiet))?;
-    }
+    print(ctx, &report, &replay_command(seed))?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
@@ -98,18 +99,35 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
 }
 
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
-/// stopped.
-fn undo_on_quit(nemesis: &Nemesis, serve: &Option<Arc<Mutex<Served>>>) {
-    let (nemesis, serve) = (nemesis.clone(), serve.clone());
+/// killed with its whole group (without waiting for it: a restart may hold it).
+fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, group: Option<Arc<AtomicI32>>) {
     signals::on_quit(move || {
-        nemesis.heal_now();
-        if let Some(s) = &serve
-            && let Ok(mut s) = s.lock()
+        if let Ok(n) = nemesis.try_lock()
+            && let Some(n) = n.as_ref()
         {
-            s.stop();
+            n.heal_now();
+        }
+        if let Some(g) = &group {
+            kill_group_now(g);
         }
         Some("undid the hunt's faults and stopped --serve".into())
     });
+}
+
+/// Undoes the hunt's faults and stops the system when dropped: at the end, on an error, and
+/// when a panic unwinds.
+struct Cleanup {
+    nemesis: Nemesis,
+    serve: Option<Arc<Mutex<Served>>>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.nemesis.heal_now();
+        if let Some(s) = &self.serve {
+            s.lock().unwrap_or_else(|p| p.into_inner()).stop();
+        }
+    }
 }
 
 /// A `--history` path that cannot be written is refused before the hunt, not after it. A
@@ -150,11 +168,29 @@ fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::R
     Ok(())
 }
 
+/// The hunt's report on stdout, as text or JSON.
+fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &str) -> anyhow::Result<()> {
+    if ctx.json {
+        emit_json(&render::hunt_json(report, replay))?;
+    } else {
+        let color = ctx
+            .color
+            .enabled(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        emit(&render::hunt_text(report, replay, color, ctx.quiet))?;
+    }
+    Ok(())
+}
+
 /// `hunt --strategy`: lockctl's own strategies, each under each fault; the matrix.
 fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result<Exit> {
     let nemesis = Nemesis::of_own_buyers(ctx.target.clone());
-    undo_on_quit(&nemesis, &None);
+    nemesis.check(&faults).map_err(UsageError)?;
+    undo_on_quit(Arc::new(Mutex::new(Some(nemesis.clone()))), None);
     let signals = signals::listen(signals::First::Finish);
+    let _cleanup = Cleanup {
+        nemesis: nemesis.clone(),
+        serve: None,
+    };
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut strategies: Vec<Strategy> = args.strategy.iter().map(|s| (*s).into()).collect();
     strategies.dedup();
@@ -214,9 +250,12 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
             FaultKind::ClientKill,
             FaultKind::PauseHolder,
         ],
+        // Redis faults only where the stock is in Redis: with the stock in SQL the Redis of
+        // --redis may be nobody's, or someone else's (name them to have them).
         "auto" => FaultKind::ALL
             .into_iter()
             .filter(|k| (serve || !k.needs_serve()) && !k.own_only())
+            .filter(|k| args.stock_sql.is_none() || k.needs_serve())
             .collect(),
         list => {
             let mut kinds = Vec::new();
@@ -266,6 +305,8 @@ fn stock_store(ctx: &Ctx, args: &HuntArgs, url: &str, probe: &str) -> anyhow::Re
             "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}"
         ))
     })?;
+    db.check_columns(&query, 1, 0)
+        .map_err(|e| UsageError(format!("--stock-query '{query}': {e}")))?;
     match db.integer(&query, probe) {
         Ok(7) => {}
         Ok(n) => {
@@ -289,7 +330,8 @@ fn stock_store(ctx: &Ctx, args: &HuntArgs, url: &str, probe: &str) -> anyhow::Re
 fn orders_sql(ctx: &Ctx, url: &str, query: &str, probe: &str) -> anyhow::Result<OrdersSql> {
     let db = SqlDb::connect(url, ctx.options.connect_timeout)
         .map_err(|e| UsageError(format!("--orders-sql: {e}")))?;
-    db.orders(query, probe)
+    db.check_columns(query, 2, 1)
+        .and_then(|()| db.orders(query, probe).map(|_| ()))
         .map_err(|e| UsageError(format!("--orders-query '{query}': {e}")))?;
     Ok(OrdersSql {
         db: Arc::new(db),

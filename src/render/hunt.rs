@@ -46,41 +46,22 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
             if h.interrupted { ", interrupted" } else { "" }
         );
         let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
-        let _ = writeln!(s, "  faults    {}", counts(&h.faults));
+        let faults = match h.faults_tried.is_empty() {
+            true => "none".to_string(),
+            false => h
+                .faults_tried
+                .iter()
+                .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let _ = writeln!(s, "  faults    {faults} took effect");
         for u in &h.unknown {
             let _ = writeln!(s, "  unjudged  {u}");
         }
     }
     match &h.failure {
-        Some(f) => {
-            let _ = writeln!(
-                s,
-                "  verdict   {}: round {} broke a promise (SKU {}: stock {}, {} requests, {})",
-                paint(verdict),
-                f.round.number,
-                f.sku,
-                f.round.stock,
-                f.round.requests,
-                f.round.shape
-            );
-            for v in &f.report.violations {
-                let _ = writeln!(s, "              - {v}");
-            }
-            for fault in &f.faults {
-                let _ = writeln!(
-                    s,
-                    "  fault     {} at {:.0} ms: {}",
-                    fault.fault,
-                    fault.start.as_secs_f64() * 1000.0,
-                    fault.detail
-                );
-            }
-            let _ = writeln!(s, "  replay    {replay}");
-            if !quiet {
-                s.push_str("\nthe failing round:\n");
-                s.push_str(&hammer_text(&f.report, color));
-            }
-        }
+        Some(f) => failure_text(&mut s, f, &paint(verdict), replay, color, quiet),
         None => {
             let why = match h.verdict {
                 Verdict::Pass => "nothing broke within the budget".to_string(),
@@ -92,6 +73,39 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
         }
     }
     s
+}
+
+/// The failing round: its violations, faults, replay command and (unless quiet) its report.
+fn failure_text(
+    s: &mut String,
+    f: &lockctl_hammer::hunt::Failure,
+    verdict: &str,
+    replay: &str,
+    color: bool,
+    quiet: bool,
+) {
+    let _ = writeln!(
+        s,
+        "  verdict   {verdict}: round {} broke a promise (SKU {}: stock {}, {} requests, {})",
+        f.round.number, f.sku, f.round.stock, f.round.requests, f.round.shape
+    );
+    for v in &f.report.violations {
+        let _ = writeln!(s, "              - {v}");
+    }
+    for fault in &f.faults {
+        let _ = writeln!(
+            s,
+            "  fault     {} at {:.0} ms: {}",
+            fault.fault,
+            fault.start.as_secs_f64() * 1000.0,
+            fault.detail
+        );
+    }
+    let _ = writeln!(s, "  replay    {replay}");
+    if !quiet {
+        s.push_str("\nthe failing round:\n");
+        s.push_str(&hammer_text(&f.report, color));
+    }
 }
 
 /// `hunt --json`.
@@ -123,6 +137,7 @@ pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
         "elapsed_s": h.elapsed.as_secs_f64(),
         "shapes": h.shapes,
         "faults": h.faults,
+        "faults_tried": h.faults_tried,
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
         "failure": failure,

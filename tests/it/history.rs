@@ -220,6 +220,47 @@ fn a_history_edited_to_hide_a_sale_or_cut_short_is_not_passed() {
     assert_eq!(exit, 2, "{said}");
     assert!(said.contains("line 4"), "{said}");
 
+    // Numbers no run writes are refused, not judged (nor allowed to overflow the judgement).
+    let hostile = |edit: &dyn Fn(&mut Vec<Value>), needle: &str| {
+        let mut forged = ops.clone();
+        edit(&mut forged);
+        let f = dir.path().join("forged.jsonl");
+        write_lines(&f, &forged);
+        let (exit, _, said) = judge(&f);
+        assert_eq!(exit, 2, "{needle}: {said}");
+        assert!(said.contains(needle), "{needle}: {said}");
+    };
+    hostile(
+        &|o| o[0]["value"]["facts"]["requests"] = (1u64 << 40).into(),
+        "a run makes at most",
+    );
+    hostile(
+        &|o| o[0]["value"]["stock_before"] = i64::MIN.into(),
+        "a stock beyond",
+    );
+    hostile(
+        &|o| {
+            let last = o.len() - 1;
+            o[last]["value"]["stock_after"] = i64::MAX.into();
+        },
+        "a stock beyond",
+    );
+    hostile(
+        &|o| {
+            let done = o.iter().position(|x| x["type"] == "ok").unwrap();
+            let copy = o[done].clone();
+            o.insert(done + 1, copy);
+        },
+        "twice",
+    );
+    hostile(
+        &|o| {
+            let done = o.iter().position(|x| x["type"] == "ok").unwrap();
+            o[done]["value"]["request"] = u64::MAX.into();
+        },
+        "beyond the run",
+    );
+
     // A file that is not there.
     let (exit, _, said) = judge(&dir.path().join("none.jsonl"));
     assert_eq!(exit, 2, "{said}");

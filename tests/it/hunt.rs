@@ -334,6 +334,41 @@ fn facts_that_cannot_work_are_refused_before_any_request() {
         ],
         "neither a PostgreSQL URL",
     );
+    // An orders query whose units are not integers is refused before the hunt, not judged
+    // round after round.
+    db.client()
+        .batch_execute("CREATE TABLE orders (order_id text, sku text, qty numeric)")
+        .unwrap();
+    refuse(
+        &[
+            "--orders-sql",
+            &db.url,
+            "--orders-query",
+            "SELECT order_id, qty FROM orders WHERE sku = $1",
+        ],
+        "not an integer",
+    );
+    // A Redis that refuses CLIENT (as managed services do): the Redis faults are refused up
+    // front, not counted as done while they did nothing.
+    let locked = RedisServer::start_with(&["--rename-command", "CLIENT", ""]);
+    let out = lockctl(
+        &locked.url(),
+        &[
+            "hunt",
+            "--url",
+            url,
+            "--preset",
+            "tutorial",
+            "--nemesis",
+            "redis-pause",
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("redis-pause needs CLIENT PAUSE"),
+        "{}",
+        stderr(&out)
+    );
     // A system that exits at once: exit 1 with the tail of what it said.
     let out = lockctl(
         &redis.url(),
@@ -482,7 +517,12 @@ fn lockctls_own_strategies_make_the_expected_matrix() {
         "4s",
     ]);
     assert_eq!(exit, 3, "{said}");
-    assert!(cells.iter().all(|c| c.2 == "fail"), "{said}");
+    // Without a fault it oversells every time; a fault may slow a round's buyers enough that
+    // one round happens not to.
+    assert!(
+        cells.iter().any(|c| c.1 == "none" && c.2 == "fail"),
+        "{said}"
+    );
     let (exit, cells, said) = matrix(&[
         "--strategy",
         "lock",
@@ -496,4 +536,98 @@ fn lockctls_own_strategies_make_the_expected_matrix() {
     ]);
     assert_eq!(exit, 0, "{said}");
     assert!(cells.iter().all(|c| c.2 == "pass"), "{said}");
+}
+
+/// Nothing of `--serve` is left behind when its shell backgrounds the server and exits, nor
+/// when Ctrl-C comes while the system is still starting; and a Ctrl-C in the middle of a round
+/// is not a stall.
+#[test]
+fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let left_on = |port: u16| {
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("php -S 127.0.0.1:{port}")])
+            .output()
+            .unwrap();
+        stdout(&out).trim().to_string()
+    };
+    // A shell that starts the server in the background and exits.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/php/run_demo.php?sku={{sku}}");
+    let serve = format!(
+        "REDIS_PORT={} php -S 127.0.0.1:{port} -t {FIXTURES} >/dev/null 2>&1 &",
+        redis.port
+    );
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve, "--budget", "2s",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("exited"), "{}", stderr(&out));
+    assert_eq!(left_on(port), "", "a backgrounded server was left running");
+
+    // Ctrl-C while the system is starting.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/php/run_demo.php?sku={{sku}}");
+    let serve = format!(
+        "sleep 2; REDIS_PORT={} exec php -S 127.0.0.1:{port} -t {FIXTURES}",
+        redis.port
+    );
+    let child = spawn_lockctl(
+        &redis.url(),
+        &[
+            "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve,
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    crate::support::signal(child.id(), "INT");
+    let out = crate::support::finish_within(child, Duration::from_secs(20), "hunt after Ctrl-C");
+    assert_ne!(code(&out), 0, "{}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        left_on(port),
+        "",
+        "the system was left running after Ctrl-C"
+    );
+
+    // Ctrl-C in the middle of a round of a slow, correct endpoint: not a stall (exit 130, not 3).
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/php/slow.php?sku={{sku}}");
+    let serve = format!(
+        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
+        redis.port
+    );
+    let child = spawn_lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--budget",
+            "30s",
+            "--heal-ms",
+            "20000",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    crate::support::signal(child.id(), "INT");
+    let started = Instant::now();
+    let out = crate::support::finish_within(child, Duration::from_secs(15), "hunt after Ctrl-C");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "Ctrl-C waited out --heal-ms"
+    );
+    assert_eq!(code(&out), 130, "{}{}", stdout(&out), stderr(&out));
+    assert!(!stdout(&out).contains("stalled"), "{}", stdout(&out));
+    assert_eq!(left_on(port), "");
 }

@@ -49,6 +49,9 @@ pub struct Evidence<'a> {
     /// Promises found broken by checks beyond the books (the hunt's per-user limit, order
     /// rows, a system that stopped selling): each a violation, so the verdict is FAIL.
     pub findings: Vec<String>,
+    /// Something a PASS would rest on that lockctl could not read (the order rows): no PASS
+    /// is claimed then, only a FAIL the rest shows.
+    pub unjudged: Option<String>,
 }
 
 /// The report of a run: the one judgement of every kind of run.
@@ -71,6 +74,12 @@ pub fn conclude(ev: Evidence<'_>) -> Report {
         report.violations.extend(ev.findings);
         report.verdict = Verdict::Fail;
         report.unknown_because = None;
+    }
+    if let Some(why) = ev.unjudged
+        && report.verdict == Verdict::Pass
+    {
+        report.verdict = Verdict::Unknown;
+        report.unknown_because = Some(why);
     }
     // Said of the verdict as it now stands, the pipeline's findings included.
     report.notes.extend(
@@ -189,6 +198,7 @@ mod tests {
             interrupted: None,
             notes: Vec::new(),
             findings: Vec::new(),
+            unjudged: None,
         }
     }
 

@@ -95,6 +95,7 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
         interrupted: stopped_early.then_some((made, opts.load.requests)),
         notes: Vec::new(),
         findings: Vec::new(),
+        unjudged: None,
     };
     let history = History::of(&evidence, opts.load.users).map(Box::new);
     Ok(Recorded {

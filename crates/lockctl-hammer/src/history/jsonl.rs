@@ -69,6 +69,8 @@ struct ReadValue {
     notes: Vec<String>,
     #[serde(default)]
     findings: Vec<String>,
+    #[serde(default)]
+    unjudged: Option<String>,
     pipeline: Option<(PipelineReport, Vec<String>)>,
     http: Option<HttpFacts>,
 }
@@ -89,7 +91,7 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
         lines.push((ns(s.at), 0, kind.into(), lane.into(), value));
     }
     for fault in &h.faults {
-        let value = json!({ "fault": fault.fault, "detail": fault.detail });
+        let value = json!({ "fault": fault.fault, "detail": fault.detail, "took": fault.took });
         lines.push((
             ns(fault.start),
             2,
@@ -143,6 +145,7 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
         interrupted: h.interrupted,
         notes: h.notes.clone(),
         findings: h.findings.clone(),
+        unjudged: h.unjudged.clone(),
         pipeline: h.pipeline.clone(),
         http: h.http.clone(),
     };
@@ -312,6 +315,7 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
             reason: "no last line (f: \"read\"): the history was cut short, so nothing was read back to judge against".into(),
         });
     };
+    check_bounds(&fv, &rv, &samples)?;
     let mut facts = fv.facts;
     facts.initial_stock = fv.stock_before;
     facts.elapsed = Duration::from_nanos(fv.elapsed_ns);
@@ -328,10 +332,66 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
         interrupted: rv.interrupted,
         notes: rv.notes,
         findings: rv.findings,
+        unjudged: rv.unjudged,
         pipeline: rv.pipeline,
         http: rv.http,
         client_max_rss_mb: fv.client_max_rss_mb,
     })
+}
+
+/// The most requests a history may say it made (the hammer's own bound on -n).
+const MAX_REQUESTS: u64 = 100_000_000;
+/// The most units a request may stand for (the bound on --qty).
+const MAX_QTY: u64 = 1_000_000;
+
+/// Numbers a run could have written: counts and stocks within lockctl's own bounds, every
+/// completion a request of the run, once. A history that says otherwise was not written by a
+/// run and is refused, not judged (nor allowed to overflow the judgement).
+fn check_bounds(fv: &FactsValue, rv: &ReadValue, samples: &[Sample]) -> Result<(), HistoryError> {
+    let fail = |reason: String| Err(HistoryError { line: 1, reason });
+    let f = &fv.facts;
+    let stock = lockctl_core::stock::MAX_STOCK;
+    if f.requests > MAX_REQUESTS || f.qty == 0 || f.qty > MAX_QTY {
+        return fail(format!(
+            "{} requests of {} units: a run makes at most {MAX_REQUESTS} requests of 1 to {MAX_QTY} units",
+            f.requests, f.qty
+        ));
+    }
+    let stocks = [Some(fv.stock_before), rv.read_back.stock_after];
+    if stocks
+        .into_iter()
+        .flatten()
+        .any(|s| s.unsigned_abs() > stock)
+    {
+        return fail(format!("a stock beyond {stock} either side of zero"));
+    }
+    if let Some(rows) = &rv.read_back.ledger
+        && rows
+            .iter()
+            .any(|(i, u)| *i >= f.requests || u.unsigned_abs() > stock)
+    {
+        return fail("a ledger row of a request the run did not make, or beyond any stock".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in samples {
+        if s.index >= f.requests || !seen.insert(s.index) {
+            return Err(HistoryError {
+                line: 1,
+                reason: format!(
+                    "request {} completes {}: a run of {} requests completes each of 0..{} once",
+                    s.index,
+                    if s.index >= f.requests {
+                        "beyond the run"
+                    } else {
+                        "twice"
+                    },
+                    f.requests,
+                    f.requests
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn first_line(op: &Op) -> Result<FactsValue, String> {
@@ -367,6 +427,7 @@ fn nemesis(faults: &mut Vec<Fault>, op: &Op) -> Result<(), String> {
             start: at,
             stop: None,
             detail: op.value["detail"].as_str().unwrap_or_default().into(),
+            took: op.value["took"].as_bool().unwrap_or(true),
         }),
         "stop" => {
             if let Some(f) = faults

@@ -37,6 +37,13 @@ pub struct Fault {
     pub stop: Option<Duration>,
     /// What was done, in words (which process, for how long).
     pub detail: String,
+    /// Whether it took effect (a fault the server refused, or with nothing to act on, did not).
+    #[serde(default = "yes")]
+    pub took: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What was read back after the run, as the judgement needs it.
@@ -73,6 +80,8 @@ pub struct History {
     pub notes: Vec<String>,
     /// Promises found broken beyond the books ([`Evidence::findings`]).
     pub findings: Vec<String>,
+    /// What could not be read, so that no PASS is claimed ([`Evidence::unjudged`]).
+    pub unjudged: Option<String>,
     pub pipeline: Option<(PipelineReport, Vec<String>)>,
     pub http: Option<HttpFacts>,
     /// The peak memory of the process that ran the load, in MB (the judge's own is not the
@@ -119,6 +128,7 @@ impl History {
             interrupted: ev.interrupted,
             notes: ev.notes.clone(),
             findings: ev.findings.clone(),
+            unjudged: ev.unjudged.clone(),
             pipeline: ev.pipeline.clone(),
             http: None,
             client_max_rss_mb: crate::usage::max_rss_mb().map(|m| (m * 10.0).round() / 10.0),
@@ -144,6 +154,7 @@ impl History {
             interrupted: self.interrupted,
             notes: self.notes.clone(),
             findings: self.findings.clone(),
+            unjudged: self.unjudged.clone(),
         });
         report.http = self.http.clone();
         report.client_max_rss_mb = self.client_max_rss_mb;

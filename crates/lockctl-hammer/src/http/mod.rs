@@ -128,6 +128,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         interrupted: stopped_early.then_some((made, load.requests)),
         notes: late_note(http, &driven).into_iter().collect(),
         findings: Vec::new(),
+        unjudged: None,
     };
     let history = History::of(&evidence, load.users);
     let mut report = conclude(evidence);

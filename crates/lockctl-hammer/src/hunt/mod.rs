@@ -57,7 +57,15 @@ impl StockStore for SqlStock {
     }
 
     fn read(&self, sku: &Sku) -> std::result::Result<i64, String> {
-        self.db.integer(&self.query, sku.as_str())
+        let n = self.db.integer(&self.query, sku.as_str())?;
+        // A stock is a count lockctl can do sums with; anything beyond is not one.
+        let bound = lockctl_core::stock::MAX_STOCK;
+        match n.unsigned_abs() <= bound {
+            true => Ok(n),
+            false => Err(format!(
+                "it read {n}, not a stock count (at most {bound} either side of zero)"
+            )),
+        }
     }
 
     fn shown(&self) -> String {
@@ -107,7 +115,10 @@ pub struct HuntReport {
     pub judged: u64,
     pub requests: u64,
     pub shapes: BTreeMap<&'static str, u64>,
+    /// The faults that took effect, by kind.
     pub faults: BTreeMap<String, u64>,
+    /// The faults tried, by kind (some find nothing to act on: no connection to kill).
+    pub faults_tried: BTreeMap<String, u64>,
     pub elapsed: Duration,
     pub interrupted: bool,
     pub failure: Option<Box<Failure>>,
@@ -134,6 +145,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         requests: 0,
         shapes: BTreeMap::new(),
         faults: BTreeMap::new(),
+        faults_tried: BTreeMap::new(),
         elapsed: Duration::ZERO,
         interrupted: false,
         failure: None,
@@ -194,7 +206,10 @@ impl HuntReport {
         self.requests += report.run.requests;
         *self.shapes.entry(plan.shape.name()).or_default() += 1;
         for f in &faults {
-            *self.faults.entry(f.fault.clone()).or_default() += 1;
+            *self.faults_tried.entry(f.fault.clone()).or_default() += 1;
+            if f.took {
+                *self.faults.entry(f.fault.clone()).or_default() += 1;
+            }
         }
         match report.verdict {
             Verdict::Fail => {
@@ -304,10 +319,10 @@ fn round(
     if let Some(k) = plan.retry_every {
         found.extend(checks::retries(&mut history.samples, k));
     }
-    found.extend(findings(
-        target, opts, &load, &http, &history, &report, healed,
-    ));
+    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, healed);
+    found.extend(more);
     history.findings = found;
+    history.unjudged = unjudged;
     history.faults = faults.clone();
     Ok(Ran {
         report: history.judge(),
@@ -454,8 +469,9 @@ fn findings(
     history: &History,
     report: &Report,
     healed: Instant,
-) -> Vec<String> {
+) -> (Vec<String>, Option<String>) {
     let mut v = Vec::new();
+    let mut unjudged = None;
     let qty = http.qty;
     if let (Some(users), Some(limit)) = (load.users, opts.limit) {
         v.extend(checks::user_limit(
@@ -467,23 +483,46 @@ fn findings(
         ));
     }
     if let Some(orders) = &opts.orders {
-        match orders.db.orders(&orders.query, load.sku.as_str()) {
-            Ok(rows) => v.extend(checks::order_rows(
-                &history.samples,
-                load.retries,
-                &report.run.run_id,
-                &rows,
-                qty,
-            )),
-            Err(e) => v.push(format!("the order rows could not be read ({e})")),
+        // At rest: a system that writes its orders a moment after it answers is read again
+        // while the rows still disagree, at most three times 300 ms apart.
+        let check = || {
+            orders
+                .db
+                .orders(&orders.query, load.sku.as_str())
+                .map(|rows| {
+                    checks::order_rows(
+                        &history.samples,
+                        load.retries,
+                        &report.run.run_id,
+                        &rows,
+                        qty,
+                    )
+                })
+        };
+        let mut found = check();
+        for _ in 0..3 {
+            if matches!(&found, Ok(f) if f.is_empty()) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(300));
+            found = check();
+        }
+        match found {
+            Ok(f) => v.extend(f),
+            // lockctl's own read failed: nothing is known of the rows, so no PASS is claimed.
+            Err(e) => unjudged = Some(format!("the order rows could not be read ({e})")),
         }
     }
+    // An interrupted round proves nothing about liveness: its probes would not be sent.
+    let stopping = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     if report.verdict != Verdict::Unknown
+        && !report.interrupted
+        && !stopping
         && let Some(stalled) = stalled(target, opts, load, http, healed)
     {
         v.push(stalled);
     }
-    v
+    (v, unjudged)
 }
 
 /// With stock left after the round, single requests until one buys, for at most `heal` from
@@ -509,6 +548,8 @@ fn stalled(
         retries: None,
         history: false,
         before_read_back: None,
+        // A probe is one request, sent whole; a Ctrl-C ends the probing between probes.
+        stop: None,
         ..load.clone()
     };
     let mut probe_http = http.clone();
@@ -517,6 +558,9 @@ fn stalled(
     let mut tries = 0;
     let mut last = String::from("no answer");
     while Instant::now() < deadline {
+        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return None;
+        }
         tries += 1;
         // Each probe a user nobody used: a per-user limit turns no probe away.
         let probe = LoadOptions {

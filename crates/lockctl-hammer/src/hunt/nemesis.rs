@@ -116,7 +116,7 @@ impl Nemesis {
     /// Does `kind` for about `hold`, `at` from the round's start (for the history). A fault that
     /// cannot be done (nothing to kill) is recorded as such, not an error.
     pub fn strike(&self, kind: FaultKind, hold: Duration, at: Duration, rng: &mut impl rand::Rng) {
-        let detail = match kind {
+        let (took, detail) = match kind {
             FaultKind::ClientKill => self.client_kill(),
             FaultKind::RedisPause => self.redis_pause(hold),
             FaultKind::PauseWorker => self.pause_worker(rng),
@@ -129,6 +129,7 @@ impl Nemesis {
                 start: at,
                 stop: None,
                 detail,
+                took,
             });
         }
     }
@@ -176,6 +177,39 @@ impl Nemesis {
         restarted.map(|()| done)
     }
 
+    /// Whether the server lets lockctl do `kinds`' Redis faults (managed services often refuse
+    /// CLIENT PAUSE or CLIENT KILL): asked once before the hunt, with a pause of 1 ms.
+    pub fn check(&self, kinds: &[FaultKind]) -> Result<(), String> {
+        let mut c = self
+            .redis
+            .connect()
+            .map_err(|e| format!("Redis at {}: {e}", self.redis.addr()))?;
+        for kind in kinds {
+            let tried = match kind {
+                FaultKind::RedisPause => {
+                    c.query::<()>(redis::cmd("CLIENT").arg("PAUSE").arg(1).arg("WRITE"))
+                }
+                FaultKind::ClientKill => c
+                    .query::<String>(redis::cmd("CLIENT").arg("LIST"))
+                    .map(|_| ()),
+                _ => Ok(()),
+            };
+            if let Err(e) = tried {
+                return Err(format!(
+                    "{} needs CLIENT {} on Redis at {}, which refused it ({e}): drop it from --nemesis",
+                    kind.name(),
+                    if *kind == FaultKind::RedisPause {
+                        "PAUSE"
+                    } else {
+                        "LIST and CLIENT KILL"
+                    },
+                    self.redis.addr()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Undoes what can be undone at once, for a process that is quitting now.
     pub fn heal_now(&self) {
         self.unpause_redis();
@@ -212,17 +246,21 @@ impl Nemesis {
             .lock()
             .map(|mut u| std::mem::take(&mut u.stopped))
             .unwrap_or_default();
-        if let Some(serve) = &self.serve
-            && let Ok(s) = serve.lock()
-        {
-            for pid in stopped {
-                s.signal(pid, Signal::CONT);
+        // Continued directly, without the system's lock (a restart may hold it): these pids
+        // were of its tree when they were stopped, and a SIGCONT harms nothing that runs.
+        for pid in stopped {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, Signal::CONT);
             }
+        }
+        if let Some(serve) = &self.serve
+            && let Ok(s) = serve.try_lock()
+        {
             s.continue_all();
         }
     }
 
-    fn redis_pause(&self, hold: Duration) -> String {
+    fn redis_pause(&self, hold: Duration) -> (bool, String) {
         // Redis lifts the pause by itself after `hold` too, should lockctl die first.
         let ms = hold.as_millis().max(1) as u64;
         let paused = self.redis.connect().and_then(|mut c| {
@@ -233,22 +271,26 @@ impl Nemesis {
                 if let Ok(mut u) = self.undo.lock() {
                     u.paused_redis = true;
                 }
-                format!(
-                    "writes to Redis at {} paused for {ms} ms",
-                    self.redis.addr()
+                (
+                    true,
+                    format!(
+                        "writes to Redis at {} paused for {ms} ms",
+                        self.redis.addr()
+                    ),
                 )
             }
-            Err(e) => format!("could not pause Redis: {e}"),
+            Err(e) => (false, format!("could not pause Redis: {e}")),
         }
     }
 
-    fn client_kill(&self) -> String {
-        let own = match self.spare_own {
-            true => own_ports(),
-            false => HashSet::new(),
-        };
+    fn client_kill(&self) -> (bool, String) {
         let killed = self.redis.connect().and_then(|mut c| {
             let list: String = c.query(redis::cmd("CLIENT").arg("LIST"))?;
+            // Taken after the list: every connection of lockctl's in it is open by now.
+            let own = match self.spare_own {
+                true => own_ports(),
+                false => HashSet::new(),
+            };
             let mut n = 0;
             for line in list.lines() {
                 let field = |k: &str| {
@@ -270,8 +312,11 @@ impl Nemesis {
             Ok(n)
         });
         match killed {
-            Ok(n) => format!("killed {n} connection(s) of the system to Redis"),
-            Err(e) => format!("could not kill connections: {e}"),
+            Ok(n) => (
+                n > 0,
+                format!("killed {n} connection(s) of the system to Redis"),
+            ),
+            Err(e) => (false, format!("could not kill connections: {e}")),
         }
     }
 
@@ -284,9 +329,9 @@ impl Nemesis {
         from.get(rng.random_range(0..from.len().max(1))).copied()
     }
 
-    fn pause_worker(&self, rng: &mut impl rand::Rng) -> String {
+    fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
         let Some(pid) = self.pick(rng) else {
-            return "no process to pause".into();
+            return (false, "no process to pause".into());
         };
         let stopped = self
             .serve
@@ -296,28 +341,34 @@ impl Nemesis {
         if stopped && let Ok(mut u) = self.undo.lock() {
             u.stopped.push(pid);
         }
-        format!("process {pid} of --serve stopped (SIGSTOP)")
+        (
+            stopped,
+            format!("process {pid} of --serve stopped (SIGSTOP)"),
+        )
     }
 
-    fn pause_holder(&self, rng: &mut impl rand::Rng) -> String {
+    fn pause_holder(&self, rng: &mut impl rand::Rng) -> (bool, String) {
         let children = super::serve::children_of(std::process::id() as i32);
         let Some(&pid) = children.get(rng.random_range(0..children.len().max(1))) else {
-            return "no buyer process to pause".into();
+            return (false, "no buyer process to pause".into());
         };
         let stopped = rustix::process::Pid::from_raw(pid)
             .is_some_and(|p| rustix::process::kill_process(p, Signal::STOP).is_ok());
         if stopped && let Ok(mut u) = self.undo.lock() {
             u.own_stopped.push(pid);
         }
-        format!(
-            "buyer process {pid} of {} stopped (SIGSTOP)",
-            children.len()
+        (
+            stopped,
+            format!(
+                "buyer process {pid} of {} stopped (SIGSTOP)",
+                children.len()
+            ),
         )
     }
 
-    fn kill_worker(&self, rng: &mut impl rand::Rng) -> String {
+    fn kill_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
         let Some(pid) = self.pick(rng) else {
-            return "no process to kill".into();
+            return (false, "no process to kill".into());
         };
         let killed = self
             .serve
@@ -327,7 +378,7 @@ impl Nemesis {
         if killed && let Ok(mut u) = self.undo.lock() {
             u.killed = true;
         }
-        format!("process {pid} of --serve killed (SIGKILL)")
+        (killed, format!("process {pid} of --serve killed (SIGKILL)"))
     }
 }
 

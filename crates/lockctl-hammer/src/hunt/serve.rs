@@ -6,6 +6,8 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,12 +23,22 @@ pub struct Served {
     child: Child,
     log: PathBuf,
     _dir: tempfile::TempDir,
+    /// The running system's process group, shared with whoever must kill it without waiting
+    /// for this value (a quit handler); 0 once it is stopped.
+    group: Arc<AtomicI32>,
+    /// Stopped already: nothing of it is signalled again (its pids may be someone else's).
+    stopped: bool,
 }
 
 impl Served {
     /// Starts `command` with `sh -c` and waits until `addr` accepts a connection. An exit before
     /// that, or no answer within 15 s, is an error with the tail of its output.
-    pub fn start(command: &str, addr: SocketAddr) -> Result<Served, String> {
+    pub fn start(
+        command: &str,
+        addr: SocketAddr,
+        group: Arc<AtomicI32>,
+        stop: Option<&AtomicBool>,
+    ) -> Result<Served, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
         let log = dir.path().join("serve.log");
         let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -43,20 +55,33 @@ impl Served {
                 .spawn()
                 .map_err(|e| format!("could not start --serve '{command}': {e}"))?
         };
+        group.store(child.id() as i32, Ordering::SeqCst);
         let mut served = Served {
             command: command.to_string(),
             addr,
             child,
             log,
             _dir: dir,
+            group,
+            stopped: false,
         };
-        served.wait_ready()?;
+        if let Err(e) = served.wait_ready(stop) {
+            // Whatever it started before it failed goes with it.
+            served.stop();
+            return Err(e);
+        }
         Ok(served)
     }
 
-    fn wait_ready(&mut self) -> Result<(), String> {
+    fn wait_ready(&mut self, stop: Option<&AtomicBool>) -> Result<(), String> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
+            if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                return Err(format!(
+                    "interrupted while --serve '{}' was starting",
+                    self.command
+                ));
+            }
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!(
                     "--serve '{}' exited ({status}) before {} answered; its output ends:\n{}",
@@ -70,7 +95,6 @@ impl Served {
             }
             if Instant::now() >= deadline {
                 let tail = self.tail();
-                self.stop();
                 return Err(format!(
                     "--serve '{}' never answered at {} within {} s; its output ends:\n{tail}",
                     self.command,
@@ -92,14 +116,20 @@ impl Served {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
-    /// The process group id (the shell's pid).
+    /// The process group id (the shell's pid), while the system is not stopped.
     fn group(&self) -> Option<Pid> {
+        if self.stopped {
+            return None;
+        }
         Pid::from_raw(self.child.id() as i32)
     }
 
     /// Every live process of the system's tree (its group and their descendants), the shell
-    /// first. Zombies are left out: they hold nothing.
+    /// first. Zombies are left out: they hold nothing. Nothing once it is stopped.
     pub fn processes(&self) -> Vec<i32> {
+        if self.stopped {
+            return Vec::new();
+        }
         let root = self.child.id() as i32;
         let table = process_table();
         let mut tree = vec![root];
@@ -137,42 +167,61 @@ impl Served {
     /// Stops the system and everything it started, and starts it again.
     pub fn restart(&mut self) -> Result<(), String> {
         self.stop();
-        let again = Served::start(&self.command, self.addr)?;
+        let again = Served::start(&self.command, self.addr, self.group.clone(), None)?;
         let old = std::mem::replace(self, again);
         drop(old);
         Ok(())
     }
 
     /// Stops the system: continued (a stopped process ignores SIGTERM), asked to end, then
-    /// killed with its whole group after two seconds.
+    /// killed with its whole group after two seconds, whether or not its shell is still there
+    /// (a shell that backgrounded the server has exited, its group has not). Once.
     pub fn stop(&mut self) {
-        let tree = self.processes();
+        if self.stopped {
+            return;
+        }
         self.continue_all();
         if let Some(g) = self.group() {
             let _ = kill_process_group(g, Signal::TERM);
         }
         let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+        while Instant::now() < deadline && !self.processes().is_empty() {
             thread::sleep(Duration::from_millis(20));
         }
+        // Descendants that left the group (a daemonising server) are still of its tree: taken
+        // just before the kill, so that no pid of a process gone meanwhile is signalled.
+        let tree = self.processes();
         if let Some(g) = self.group() {
             let _ = kill_process_group(g, Signal::KILL);
         }
-        // Descendants that left the group (a daemonising server) are still of its tree.
         for pid in tree {
             if let Some(p) = Pid::from_raw(pid) {
                 let _ = kill_process(p, Signal::KILL);
             }
         }
         let _ = self.child.wait();
+        self.stopped = true;
+        let _ = self.group.compare_exchange(
+            self.child.id() as i32,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            self.stop();
-        }
+        self.stop();
+    }
+}
+
+/// Kills the process group in `group` at once (continued first, so that nothing stays
+/// stopped), for a process that is quitting now and cannot wait for the system's lock.
+pub fn kill_group_now(group: &AtomicI32) {
+    if let Some(g) = Pid::from_raw(group.load(Ordering::SeqCst)) {
+        let _ = kill_process_group(g, Signal::CONT);
+        let _ = kill_process_group(g, Signal::KILL);
     }
 }
 

@@ -13,6 +13,9 @@ use lockctl_core::redact::{redact, scrub};
 pub struct SqlDb {
     /// The URL with its password hidden, for messages.
     shown: String,
+    /// To connect again when a connection breaks.
+    url: String,
+    timeout: Duration,
     conn: Mutex<Conn>,
 }
 
@@ -33,6 +36,75 @@ impl SqlDb {
     /// Connects to `url` within `timeout`; a scheme other than PostgreSQL's or MySQL's is an
     /// error that names the URL.
     pub fn connect(url: &str, timeout: Duration) -> Result<SqlDb, String> {
+        Ok(SqlDb {
+            shown: redact(url),
+            url: url.to_string(),
+            timeout,
+            conn: Mutex::new(open(url, timeout)?),
+        })
+    }
+
+    /// `f` on the connection; when it fails, once more on a fresh connection (the server may
+    /// have dropped the old one), and the first error if that cannot be had.
+    fn with<T>(&self, f: impl Fn(&mut Conn) -> Result<T, String>) -> Result<T, String> {
+        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
+        match f(&mut conn) {
+            Ok(v) => Ok(v),
+            Err(first) => match open(&self.url, self.timeout) {
+                Ok(fresh) => {
+                    *conn = fresh;
+                    f(&mut conn)
+                }
+                Err(_) => Err(first),
+            },
+        }
+    }
+
+    /// Checks `query`'s result columns without running it: at least `min` of them, the one at
+    /// `integer` of an integer or text type (numbers with a fraction are refused, naming the
+    /// cast that fixes them).
+    pub fn check_columns(&self, query: &str, min: usize, integer: usize) -> Result<(), String> {
+        self.with(|c| {
+            let types: Vec<String> = match c {
+                Conn::Pg(c) => {
+                    let stmt = c.prepare(query).map_err(|e| pg_error(&e))?;
+                    stmt.columns().iter().map(|c| c.type_().name().to_string()).collect()
+                }
+                Conn::My(c) => {
+                    use mysql::prelude::Queryable;
+                    let stmt = c.prep(query).map_err(|e| e.to_string())?;
+                    stmt.columns()
+                        .iter()
+                        .map(|c| format!("{:?}", c.column_type()))
+                        .collect()
+                }
+            };
+            if types.len() < min {
+                return Err(format!(
+                    "it returns {} column(s), and {min} are needed",
+                    types.len()
+                ));
+            }
+            let t = types[integer].to_ascii_lowercase();
+            let integral = ["int", "text", "varchar", "char", "long", "short", "tiny", "string"]
+                .iter()
+                .any(|k| t.contains(k));
+            match integral && !t.contains("decimal") && !t.contains("numeric") {
+                true => Ok(()),
+                false => Err(format!(
+                    "its column {} is of type {}, not an integer (cast it: CAST(... AS SIGNED) on MySQL, ::bigint on PostgreSQL)",
+                    integer + 1,
+                    types[integer]
+                )),
+            }
+        })
+    }
+}
+
+/// Opens a connection to `url` within `timeout`; a scheme other than PostgreSQL's or MySQL's is
+/// an error that names the URL.
+fn open(url: &str, timeout: Duration) -> Result<Conn, String> {
+    {
         let shown = redact(url);
         let fail = |e: &dyn std::fmt::Display| {
             format!(
@@ -61,12 +133,11 @@ impl SqlDb {
                 "'{shown}' is neither a PostgreSQL URL (postgres://user@host/db) nor a MySQL or MariaDB one (mysql://user@host/db)"
             ));
         };
-        Ok(SqlDb {
-            shown,
-            conn: Mutex::new(conn),
-        })
+        Ok(conn)
     }
+}
 
+impl SqlDb {
     /// The URL, password hidden.
     pub fn shown(&self) -> &str {
         &self.shown
@@ -75,8 +146,7 @@ impl SqlDb {
     /// `query` with the SKU as its one parameter: one row of one integer, or an error saying
     /// what came back instead.
     pub fn integer(&self, query: &str, sku: &str) -> Result<i64, String> {
-        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
-        match &mut *conn {
+        self.with(|conn| match conn {
             Conn::Pg(c) => {
                 let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
                 match rows.as_slice() {
@@ -92,13 +162,12 @@ impl SqlDb {
                     rows => Err(shape(rows.len(), rows.first().map_or(0, |r| r.len()))),
                 }
             }
-        }
+        })
     }
 
     /// `statement` with the SKU and `count` as its two parameters (the seed).
     pub fn execute(&self, statement: &str, sku: &str, count: i64) -> Result<(), String> {
-        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
-        match &mut *conn {
+        self.with(|conn| match conn {
             Conn::Pg(c) => {
                 let stmt = c.prepare(statement).map_err(|e| pg_error(&e))?;
                 // The count's type is the one the statement infers for its parameter.
@@ -119,13 +188,12 @@ impl SqlDb {
                 c.exec_drop(statement, (sku, count))
                     .map_err(|e| e.to_string())
             }
-        }
+        })
     }
 
     /// `query` with the SKU as its one parameter: rows of (order id, units[, user]).
     pub fn orders(&self, query: &str, sku: &str) -> Result<Vec<OrderRow>, String> {
-        let mut conn = self.conn.lock().map_err(|_| "a poisoned connection")?;
-        match &mut *conn {
+        self.with(|conn| match conn {
             Conn::Pg(c) => {
                 let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
                 rows.iter()
@@ -157,7 +225,7 @@ impl SqlDb {
                     })
                     .collect()
             }
-        }
+        })
     }
 }
 
