@@ -14,7 +14,7 @@ use lockctl::render;
 use lockctl_core::lock::LockOptions;
 use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::Store;
-use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
+use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::serve::{Served, kill_group_now};
 use lockctl_hammer::hunt::sql::SqlDb;
@@ -59,7 +59,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         }
         None => None,
     };
-    let nemesis = Nemesis::new(ctx.target.clone(), serve.clone());
+    // lockctl's own connections name themselves, so that client-kill spares them.
+    let target = ctx.target.clone().with_client_name(OWN_NAME);
+    let nemesis = Nemesis::new(target.clone(), serve.clone());
     nemesis.check(&faults).map_err(UsageError)?;
     if let Ok(mut s) = slot.lock() {
         *s = Some(nemesis.clone());
@@ -85,7 +87,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         nemesis: nemesis.clone(),
         stop: Some(signals.requested.clone()),
     };
-    let result = hunt::run(&ctx.target, &opts);
+    let result = hunt::run(&target, &opts);
     drop(_cleanup);
     let report = result?;
     if let Some(path) = &args.history {

@@ -48,14 +48,16 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
         let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
         let faults = match h.faults_tried.is_empty() {
             true => "none".to_string(),
-            false => h
-                .faults_tried
-                .iter()
-                .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
-                .collect::<Vec<_>>()
-                .join(", "),
+            false => {
+                h.faults_tried
+                    .iter()
+                    .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + " took effect"
+            }
         };
-        let _ = writeln!(s, "  faults    {faults} took effect");
+        let _ = writeln!(s, "  faults    {faults}");
         for u in &h.unknown {
             let _ = writeln!(s, "  unjudged  {u}");
         }

@@ -29,6 +29,9 @@ pub struct Target {
     /// Where locks taken through this target are registered, to be given back on a quick
     /// exit (`None`: nowhere).
     holdings: Option<Holdings>,
+    /// The name each connection gives itself (`CLIENT SETNAME`), so that the server's client
+    /// list tells them from others' (`None`: no name, and no extra call).
+    client_name: Option<Arc<str>>,
 }
 
 #[derive(Clone)]
@@ -105,6 +108,7 @@ impl Target {
             options,
             metrics: None,
             holdings: None,
+            client_name: None,
         })
     }
 
@@ -143,12 +147,20 @@ impl Target {
             options,
             metrics: None,
             holdings: None,
+            client_name: None,
         })
     }
 
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.client, Client::Cluster(_))
+    }
+
+    /// The same target, whose connections name themselves `name` on the server (CLIENT
+    /// SETNAME; a server that refuses it is not an error): one more call per connection.
+    pub fn with_client_name(mut self, name: &str) -> Target {
+        self.client_name = Some(name.into());
+        self
     }
 
     /// The same target, whose connections record into `metrics`.
@@ -286,6 +298,9 @@ impl Target {
             metrics: self.metrics.clone(),
         };
         conn.set_call_timeout(self.options.call_timeout)?;
+        if let (Some(name), None) = (&self.client_name, &conn.cluster) {
+            let _ = conn.query::<()>(redis::cmd("CLIENT").arg("SETNAME").arg(&**name));
+        }
         Ok(conn)
     }
 }

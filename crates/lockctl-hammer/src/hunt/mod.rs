@@ -20,7 +20,7 @@ pub mod serve;
 pub mod sql;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -273,6 +273,7 @@ fn round(
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
     let healing = Healing::default();
+    let answered = Arc::new(AtomicU64::new(0));
     let hook = healing.hook(target, opts, &sku, start, done.clone());
     let load = LoadOptions {
         sku: sku.clone(),
@@ -284,7 +285,7 @@ fn round(
             _ => opts.users,
         },
         users_from: 0,
-        progress: None,
+        progress: Some(answered.clone()),
         stop: opts.stop.clone(),
         retries: plan.retry_every,
         history: true,
@@ -300,7 +301,7 @@ fn round(
         Shape::Rate { rate, .. } => Some(rate),
         _ => None,
     };
-    let striker = strike(opts, plan, start, done.clone(), planner);
+    let striker = strike(opts, plan, start, done.clone(), answered, planner);
     let result = http::run_recorded(target, &load, &http);
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
@@ -385,6 +386,7 @@ fn strike(
     plan: &Round,
     start: Instant,
     done: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
     planner: &mut Planner,
 ) -> thread::JoinHandle<()> {
     use rand::SeedableRng;
@@ -397,8 +399,15 @@ fn strike(
                 thread::sleep(Duration::from_millis(5).min(at - Instant::now()));
             }
         };
+        // The load is under way once its first request is answered (setting the stock and
+        // connecting come before): a fault's moment counts from then, so that it meets the
+        // system at work, not idle.
+        while answered.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let underway = Instant::now();
         for f in faults {
-            wait_until(start + f.after);
+            wait_until(underway + f.after);
             if done.load(Ordering::SeqCst) {
                 return;
             }

@@ -4,9 +4,8 @@
 //! called before a round is judged, at the end of the hunt, on errors (through `Drop`) and by
 //! the caller's quit handler (a second Ctrl-C): no Redis is left paused and no process
 //! stopped. Process faults touch only the `--serve` tree; `client-kill` spares lockctl's own
-//! connections (found by their local ports, from `/proc/self`).
+//! connections (named `lockctl-hunt` on the server).
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,6 +82,10 @@ struct Undo {
     done: Vec<Fault>,
 }
 
+/// The name lockctl's own connections give themselves on a hunt's Redis
+/// ([`Target::with_client_name`]), so that `client-kill` tells them from the system's.
+pub const OWN_NAME: &str = "lockctl-hunt";
+
 /// The faults of a hunt, shared between the round that does them, the heal and the quit
 /// handler.
 #[derive(Clone)]
@@ -98,7 +101,7 @@ pub struct Nemesis {
 impl Nemesis {
     pub fn new(redis: Target, serve: Option<Arc<Mutex<Served>>>) -> Nemesis {
         Nemesis {
-            redis,
+            redis: redis.with_client_name(OWN_NAME),
             serve,
             undo: Arc::new(Mutex::new(Undo::default())),
             spare_own: true,
@@ -285,23 +288,24 @@ impl Nemesis {
 
     fn client_kill(&self) -> (bool, String) {
         let killed = self.redis.connect().and_then(|mut c| {
+            let me: i64 = c.query(redis::cmd("CLIENT").arg("ID"))?;
             let list: String = c.query(redis::cmd("CLIENT").arg("LIST"))?;
-            // Taken after the list: every connection of lockctl's in it is open by now.
-            let own = match self.spare_own {
-                true => own_ports(),
-                false => HashSet::new(),
-            };
             let mut n = 0;
             for line in list.lines() {
                 let field = |k: &str| {
                     line.split(' ')
                         .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
                 };
-                let port = field("addr").and_then(|a| a.rsplit(':').next()?.parse::<u16>().ok());
-                let (Some(id), Some(port)) = (field("id"), port) else {
+                let Some(id) = field("id").and_then(|i| i.parse::<i64>().ok()) else {
                     continue;
                 };
-                if own.contains(&port) || field("flags").is_some_and(|f| f.contains('S')) {
+                // Never this call's own connection, nor a replica's; lockctl's others (named
+                // lockctl-hunt) only when lockctl's own buyers are the system.
+                let ours = field("name").is_some_and(|n| n.starts_with(OWN_NAME));
+                if id == me
+                    || (ours && self.spare_own)
+                    || field("flags").is_some_and(|f| f.contains('S'))
+                {
                     continue;
                 }
                 // A client gone meanwhile is no error: it is killed all the same.
@@ -394,41 +398,4 @@ impl Drop for Undo {
             }
         }
     }
-}
-
-/// The local ports of this process's TCP sockets: lockctl's own connections, which
-/// `client-kill` spares.
-fn own_ports() -> HashSet<u16> {
-    let mut inodes = HashSet::new();
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        for fd in fds.flatten() {
-            if let Ok(link) = std::fs::read_link(fd.path())
-                && let Some(n) = link
-                    .to_str()
-                    .and_then(|l| l.strip_prefix("socket:["))
-                    .and_then(|l| l.strip_suffix(']'))
-            {
-                inodes.insert(n.to_string());
-            }
-        }
-    }
-    let mut ports = HashSet::new();
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9
-                && inodes.contains(f[9])
-                && let Some(port) = f[1]
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| u16::from_str_radix(p, 16).ok())
-            {
-                ports.insert(port);
-            }
-        }
-    }
-    ports
 }
