@@ -28,12 +28,8 @@ struct Env {
 /// with 8 workers; `extra` are more hunt flags.
 fn hunt(redis: &RedisServer, script: &str, env: &Env, extra: &[&str]) -> (i32, Value, String) {
     require_php_extensions();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/{script}?sku={{sku}}&user={{user}}&order={{order}}");
-    let mut serve = format!(
-        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
-        redis.port
-    );
+    let (_, url, mut serve) = served(redis, script, 8);
+    let url = format!("{url}&user={{user}}&order={{order}}");
     if let Some(dsn) = &env.pg_dsn {
         serve = format!("PG_DSN='{dsn}' {serve}");
     }
@@ -48,6 +44,27 @@ fn hunt(redis: &RedisServer, script: &str, env: &Env, extra: &[&str]) -> (i32, V
     let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
     let v = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
     (code(&out), v, said)
+}
+
+/// A free port, the URL of `script` served there, and the `--serve` command that serves it
+/// with `workers` PHP workers talking to `redis`.
+fn served(redis: &RedisServer, script: &str, workers: u32) -> (u16, String, String) {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/{script}?sku={{sku}}");
+    let serve = format!(
+        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS={workers} exec php -S 127.0.0.1:{port} -t {FIXTURES}",
+        redis.port
+    );
+    (port, url, serve)
+}
+
+/// The processes of a `php -S` on `port` still running (or stopped), by pgrep.
+fn left_on(port: u16) -> String {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("php -S 127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    stdout(&out).trim().to_string()
 }
 
 fn require_php_extensions() {
@@ -393,12 +410,7 @@ fn facts_that_cannot_work_are_refused_before_any_request() {
 fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
     require_php_extensions();
     let redis = RedisServer::start();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/hunt/expiring_lock.php?sku={{sku}}");
-    let serve = format!(
-        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=4 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
-        redis.port
-    );
+    let (port, url, serve) = served(&redis, "hunt/expiring_lock.php", 4);
     let child = spawn_lockctl(
         &redis.url(),
         &[
@@ -449,15 +461,7 @@ fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
         .query::<()>(&mut c)
         .expect("Redis still paused after the hunt ended");
     // Nothing of the system is left: no php -S on that port, stopped or running.
-    let left = Command::new("pgrep")
-        .args(["-f", &format!("php -S 127.0.0.1:{port}")])
-        .output()
-        .unwrap();
-    assert!(
-        stdout(&left).trim().is_empty(),
-        "processes of --serve left behind: {}",
-        stdout(&left)
-    );
+    assert_eq!(left_on(port), "", "processes of --serve left behind");
     let _ = Path::new(FIXTURES);
 }
 
@@ -545,20 +549,9 @@ fn lockctls_own_strategies_make_the_expected_matrix() {
 fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     require_php_extensions();
     let redis = RedisServer::start();
-    let left_on = |port: u16| {
-        let out = Command::new("pgrep")
-            .args(["-f", &format!("php -S 127.0.0.1:{port}")])
-            .output()
-            .unwrap();
-        stdout(&out).trim().to_string()
-    };
     // A shell that starts the server in the background and exits.
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/php/run_demo.php?sku={{sku}}");
-    let serve = format!(
-        "REDIS_PORT={} php -S 127.0.0.1:{port} -t {FIXTURES} >/dev/null 2>&1 &",
-        redis.port
-    );
+    let (port, url, serve) = served(&redis, "php/run_demo.php", 1);
+    let serve = format!("{} >/dev/null 2>&1 &", serve.replace("exec ", ""));
     let out = lockctl(
         &redis.url(),
         &[
@@ -570,12 +563,8 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     assert_eq!(left_on(port), "", "a backgrounded server was left running");
 
     // Ctrl-C while the system is starting.
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/php/run_demo.php?sku={{sku}}");
-    let serve = format!(
-        "sleep 2; REDIS_PORT={} exec php -S 127.0.0.1:{port} -t {FIXTURES}",
-        redis.port
-    );
+    let (port, url, serve) = served(&redis, "php/run_demo.php", 1);
+    let serve = format!("sleep 2; {serve}");
     let child = spawn_lockctl(
         &redis.url(),
         &[
@@ -594,12 +583,7 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     );
 
     // Ctrl-C in the middle of a round of a slow, correct endpoint: not a stall (exit 130, not 3).
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/php/slow.php?sku={{sku}}");
-    let serve = format!(
-        "REDIS_PORT={} PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}",
-        redis.port
-    );
+    let (port, url, serve) = served(&redis, "php/slow.php", 8);
     let child = spawn_lockctl(
         &redis.url(),
         &[
