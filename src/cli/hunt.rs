@@ -177,6 +177,11 @@ pub struct HuntArgs {
     #[arg(long, help_heading = "lockctl's own strategies")]
     pub watchdog: bool,
 
+    /// Write the failing round's timeline (or the last round's) as a self-contained HTML page
+    /// to FILE: each lane's requests, the faults, the stock, the requests a violation names.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub export_html: Option<PathBuf>,
+
     /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub history: Option<PathBuf>,

@@ -270,6 +270,9 @@ pub enum Command {
     Judge {
         /// The history, JSON Lines as --history writes it; - for stdin.
         file: PathBuf,
+        /// Also write its timeline as a self-contained HTML page to this file.
+        #[arg(long, value_name = "OUT")]
+        export_html: Option<PathBuf>,
     },
     /// The orders database: `db init` creates (or migrates) its schema.
     #[command(subcommand)]

@@ -26,8 +26,13 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if !args.strategy.is_empty() {
         return run_own(ctx, &args, faults);
     }
-    if let Some(path) = &args.history {
-        writable(path)?;
+    for (flag, path) in [
+        ("--history", &args.history),
+        ("--export-html", &args.export_html),
+    ] {
+        if let Some(path) = path {
+            writable(flag, path)?;
+        }
     }
     let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
     if !http.classifier.judges() {
@@ -93,6 +98,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if let Some(path) = &args.history {
         write_history(&report, path)?;
     }
+    if let Some(path) = &args.export_html {
+        write_timeline(&report, path)?;
+    }
     print(ctx, &report, &replay_command(seed))?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
@@ -134,7 +142,7 @@ impl Drop for Cleanup {
 
 /// A `--history` path that cannot be written is refused before the hunt, not after it. A
 /// file this creates to find out is removed again.
-fn writable(path: &std::path::Path) -> anyhow::Result<()> {
+fn writable(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
     let existed = path.exists();
     let opened = std::fs::OpenOptions::new()
         .write(true)
@@ -146,11 +154,26 @@ fn writable(path: &std::path::Path) -> anyhow::Result<()> {
     }
     opened.map(|_| ()).map_err(|e| {
         UsageError(format!(
-            "cannot write --history '{}': {e} (give a writable path)",
+            "cannot write {flag} '{}': {e} (give a writable path)",
             path.display()
         ))
         .into()
     })
+}
+
+/// The failing round's timeline (or the last round's) as an HTML page at `path`.
+fn write_timeline(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::Result<()> {
+    let round = match (&report.failure, &report.last) {
+        (Some(f), _) => f.history.as_deref().map(|h| (h, &f.report)),
+        (None, Some(last)) => last.1.as_deref().map(|h| (h, &last.0)),
+        (None, None) => None,
+    };
+    if let Some((h, r)) = round {
+        std::fs::write(path, render::timeline_html(h, r)).map_err(|e| {
+            anyhow::anyhow!("could not write the timeline to '{}': {e}", path.display())
+        })?;
+    }
+    Ok(())
 }
 
 /// The failing round's history (or the last round's) as JSON Lines at `path`.

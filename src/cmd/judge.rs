@@ -9,7 +9,7 @@ use crate::cli::Cli;
 use lockctl::render::{self, Context};
 use lockctl_hammer::history;
 
-pub fn run(cli: &Cli, file: &Path) -> anyhow::Result<Exit> {
+pub fn run(cli: &Cli, file: &Path, html: Option<&Path>) -> anyhow::Result<Exit> {
     let shown = file.display();
     let read = if file == Path::new("-") {
         history::read(std::io::stdin().lock())
@@ -27,6 +27,14 @@ pub fn run(cli: &Cli, file: &Path) -> anyhow::Result<Exit> {
         ))
     })?;
     let report = h.judge();
+    if let Some(out) = html {
+        std::fs::write(out, render::timeline_html(&h, &report)).map_err(|e| {
+            UsageError(format!(
+                "cannot write --export-html '{}': {e}",
+                out.display()
+            ))
+        })?;
+    }
     let context = Context {
         redis: h.server.clone(),
         lockctl_version: crate::cli::VERSION.to_string(),

@@ -131,7 +131,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Completions { shell } => return docs::completions(*shell),
         Command::Man => return docs::man(),
         // A recorded history is judged offline: no server is opened.
-        Command::Judge { file } => return judge::run(&cli, file),
+        Command::Judge { file, export_html } => {
+            return judge::run(&cli, file, export_html.as_deref());
+        }
         _ => {}
     }
     let options = cli.connect_options();

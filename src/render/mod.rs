@@ -4,13 +4,15 @@
 //! reports with no Redis. Units live in field names (`p99_ms`, `elapsed_s`).
 //!
 //! Layout: `check`, `status` and `buy` here; the hammer's text, JSON and Markdown in `hammer`;
-//! its self-contained HTML page in `html`; the hunt's report in `hunt`.
+//! its self-contained HTML page in `html`; the hunt's report in `hunt`; a round's timeline
+//! (lanes, faults, the stock) in `timeline`.
 
 mod chart;
 mod escape;
 mod hammer;
 mod html;
 mod hunt;
+mod timeline;
 
 use std::fmt::Write as _;
 
@@ -21,6 +23,7 @@ use crate::advice;
 pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
 pub use hunt::{hunt_json, hunt_text, matrix_json, matrix_text};
+pub use timeline::timeline_html;
 
 use lockctl_core::Finding;
 use lockctl_core::check::CheckReport;

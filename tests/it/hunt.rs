@@ -282,16 +282,36 @@ fn a_failing_rounds_history_is_judged_again_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("round.jsonl");
     let f = file.to_str().unwrap();
+    let page = dir.path().join("round.html");
+    let p = page.to_str().unwrap();
     let (exit, v, said) = hunt(
         &redis,
         "php/nolock.php",
         &Env::default(),
-        &["--budget", "40s", "--history", f],
+        &["--budget", "40s", "--history", f, "--export-html", p],
     );
     assert_eq!(exit, 3, "{said}");
     let again = lockctl("redis://127.0.0.1:1", &["--json", "judge", f]);
     assert_eq!(code(&again), 3, "{}", stderr(&again));
     assert_eq!(json(&again)["violations"], v["failure"]["violations"]);
+    // The round's timeline: a bar per request, the failing round's SKU, the violations.
+    let html = std::fs::read_to_string(&page).unwrap();
+    let sku = v["failure"]["sku"].as_str().unwrap();
+    assert!(html.contains("<svg") && html.contains(sku), "{html}");
+    assert_eq!(
+        html.matches("<rect").count() as u64,
+        v["failure"]["requests"].as_u64().unwrap()
+            + v["failure"]["faults"].as_array().unwrap().len() as u64,
+        "a bar per request and a band per fault"
+    );
+    assert!(html.contains("oversold"), "{html}");
+    let page2 = dir.path().join("again.html");
+    let again = lockctl(
+        "redis://127.0.0.1:1",
+        &["judge", f, "--export-html", page2.to_str().unwrap()],
+    );
+    assert_eq!(code(&again), 3, "{}", stderr(&again));
+    assert_eq!(std::fs::read_to_string(&page2).unwrap(), html);
 }
 
 #[test]

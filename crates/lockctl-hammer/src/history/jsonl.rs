@@ -160,7 +160,7 @@ fn to_value(v: &impl Serialize) -> io::Result<Value> {
 
 /// A lane for each request, in Jepsen's sense of a process: requests in one lane never
 /// overlap in time. The fewest lanes, each request the lowest lane free when it was sent.
-fn lanes(samples: &[Sample]) -> Vec<u64> {
+pub fn lanes(samples: &[Sample]) -> Vec<u64> {
     let mut order: Vec<usize> = (0..samples.len()).collect();
     order.sort_by_key(|&i| (samples[i].sent, samples[i].index));
     let mut busy: BinaryHeap<Reverse<(Duration, u64)>> = BinaryHeap::new();

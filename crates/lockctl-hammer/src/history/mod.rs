@@ -22,7 +22,7 @@ use crate::report::{HttpFacts, PipelineReport, Report, RunFacts, Sample};
 use crate::tally::Tally;
 use lockctl_core::error::Error;
 
-pub use jsonl::{HistoryError, read, write};
+pub use jsonl::{HistoryError, lanes, read, write};
 
 /// One fault done to the system during a run (by the hunt's nemesis), healed by `stop`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
