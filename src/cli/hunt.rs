@@ -126,6 +126,11 @@ pub struct HuntArgs {
     #[arg(long, value_name = "CMD", help_heading = "The system")]
     pub serve: Option<String>,
 
+    /// Run a fault-injecting TCP proxy on this address in front of --redis, for the stall
+    /// fault; configure the system to reach its Redis here (e.g. 127.0.0.1:7001).
+    #[arg(long, value_name = "LISTEN", help_heading = "The system")]
+    pub proxy: Option<String>,
+
     /// How long to search: 60s, 2m, 90s.
     #[arg(long, default_value = "60s", value_parser = budget, help_heading = "The search")]
     pub budget: Duration,
@@ -158,7 +163,7 @@ pub struct HuntArgs {
 
     /// Hunt lockctl's own strategies instead of an endpoint (comma-separated: lock, fenced,
     /// atomic, batch, naive): each under each fault, a strategy x fault matrix.
-    #[arg(long, value_enum, value_delimiter = ',', conflicts_with_all = ["url", "preset", "serve", "stock_sql", "orders_sql", "idempotent"], help_heading = "lockctl's own strategies")]
+    #[arg(long, value_enum, value_delimiter = ',', conflicts_with_all = ["url", "preset", "serve", "stock_sql", "orders_sql", "idempotent", "proxy"], help_heading = "lockctl's own strategies")]
     pub strategy: Vec<StrategyArg>,
 
     /// The lock's lease in ms, for --strategy.

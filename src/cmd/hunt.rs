@@ -16,6 +16,7 @@ use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::Store;
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
+use lockctl_hammer::hunt::proxy::Proxy;
 use lockctl_hammer::hunt::serve::{Served, kill_group_now};
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
@@ -50,6 +51,11 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
         _ => None,
     };
+    // The proxy before the system, which connects through it.
+    let proxy = match &args.proxy {
+        Some(listen) => Some(Arc::new(start_proxy(ctx, listen)?)),
+        None => None,
+    };
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
     let group = Arc::new(AtomicI32::new(0));
     let slot: Arc<Mutex<Option<Nemesis>>> = Arc::default();
@@ -66,7 +72,10 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     // lockctl's own connections name themselves, so that client-kill spares them.
     let target = ctx.target.clone().with_client_name(OWN_NAME);
-    let nemesis = Nemesis::new(target.clone(), serve.clone());
+    let mut nemesis = Nemesis::new(target.clone(), serve.clone());
+    if let Some(p) = &proxy {
+        nemesis = nemesis.with_proxy(p.clone());
+    }
     nemesis.check(&faults).map_err(UsageError)?;
     if let Ok(mut s) = slot.lock() {
         *s = Some(nemesis.clone());
@@ -264,6 +273,23 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     })
 }
 
+/// The proxy on `listen`, forwarding to the Redis of --redis (a TCP address).
+fn start_proxy(ctx: &Ctx, listen: &str) -> anyhow::Result<Proxy> {
+    let upstream = ctx
+        .target
+        .addr()
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--proxy forwards to --redis over TCP, and '{}' is not a TCP address",
+                ctx.target.addr()
+            ))
+        })?;
+    Ok(Proxy::start(listen, upstream).map_err(UsageError)?)
+}
+
 /// The faults `--nemesis` names, checked against the facts.
 fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
     let serve = args.serve.is_some();
@@ -280,7 +306,8 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
         "auto" => FaultKind::ALL
             .into_iter()
             .filter(|k| (serve || !k.needs_serve()) && !k.own_only())
-            .filter(|k| args.stock_sql.is_none() || k.needs_serve())
+            .filter(|k| args.proxy.is_some() || !k.needs_proxy())
+            .filter(|k| args.stock_sql.is_none() || k.needs_serve() || k.needs_proxy())
             .collect(),
         list => {
             let mut kinds = Vec::new();
@@ -299,6 +326,12 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
                 if kind.needs_serve() && own {
                     return Err(UsageError(format!(
                         "--nemesis {name} signals a system's processes, and hunt --strategy runs lockctl's own buyers: use pause-holder for them"
+                    ))
+                    .into());
+                }
+                if kind.needs_proxy() && args.proxy.is_none() {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} stalls the system's connections to Redis in lockctl's proxy, and there is none: add --proxy LISTEN and point the system's Redis at it, or drop {name}"
                     ))
                     .into());
                 }

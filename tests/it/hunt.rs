@@ -22,6 +22,8 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 struct Env {
     pg_dsn: Option<String>,
     mysql_db: Option<String>,
+    /// The port the system reaches its Redis on, when not the test's Redis (a proxy).
+    redis_port: Option<u16>,
 }
 
 /// `lockctl --json hunt` at `script` (under tests/fixtures), served by `php -S` on a free port
@@ -29,6 +31,12 @@ struct Env {
 fn hunt(redis: &RedisServer, script: &str, env: &Env, extra: &[&str]) -> (i32, Value, String) {
     require_php_extensions();
     let (_, url, mut serve) = served(redis, script, 8);
+    if let Some(port) = env.redis_port {
+        serve = serve.replace(
+            &format!("REDIS_PORT={} ", redis.port),
+            &format!("REDIS_PORT={port} "),
+        );
+    }
     let url = format!("{url}&user={{user}}&order={{order}}");
     if let Some(dsn) = &env.pg_dsn {
         serve = format!("PG_DSN='{dsn}' {serve}");
@@ -179,6 +187,32 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
 }
 
 #[test]
+fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
+    let redis = RedisServer::start();
+    // The system reaches Redis through lockctl's proxy, whose connections the stall fault
+    // holds still.
+    let proxy = free_port();
+    let env = Env {
+        redis_port: Some(proxy),
+        ..Env::default()
+    };
+    let listen = format!("127.0.0.1:{proxy}");
+    let flags = ["--proxy", &listen, "--heal-ms", "3000"];
+    let find = [&FIND[..], &flags].concat();
+    assert_found(
+        hunt(&redis, "hunt/lease_slow_path.php", &env, &find),
+        "oversold",
+    );
+    let pass = [&PASS[..], &flags, &["--nemesis", "stall,redis-pause"]].concat();
+    let (exit, v, said) = hunt(&redis, "hunt/lease_fenced.php", &env, &pass);
+    assert!(
+        v["faults"]["stall"].as_u64().unwrap_or(0) > 0,
+        "no stall took effect: {said}"
+    );
+    assert_passed((exit, v, said));
+}
+
+#[test]
 fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_passes() {
     let redis = RedisServer::start();
     let db = TestDb::create();
@@ -326,6 +360,14 @@ fn facts_that_cannot_work_are_refused_before_any_request() {
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     };
     refuse(&["--nemesis", "kill-worker"], "--serve");
+    refuse(&["--nemesis", "stall"], "--proxy LISTEN");
+    // A proxy address in use: exit 2 naming it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    refuse(
+        &["--proxy", &addr],
+        &format!("--proxy cannot listen on '{addr}'"),
+    );
     refuse(&["--nemesis", "earthquake"], "'earthquake' is not a fault");
     refuse(&["--budget", "soon"], "'soon' is not a budget");
     refuse(

@@ -16,6 +16,7 @@ pub mod checks;
 pub mod nemesis;
 pub mod own;
 pub mod plan;
+pub mod proxy;
 pub mod serve;
 pub mod sql;
 

@@ -31,15 +31,19 @@ pub enum FaultKind {
     /// lockctl's own strategies: SIGSTOP one of lockctl's own buyer processes (`lockctl buy`
     /// children), as a holder stalled past its lease; SIGCONT when healed.
     PauseHolder,
+    /// With `--proxy`: one of the system's connections to Redis stalled (nothing moves either
+    /// way) or, one time in three, reset.
+    Stall,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::ClientKill,
         FaultKind::RedisPause,
         FaultKind::PauseWorker,
         FaultKind::KillWorker,
         FaultKind::PauseHolder,
+        FaultKind::Stall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +53,7 @@ impl FaultKind {
             FaultKind::PauseWorker => "pause-worker",
             FaultKind::KillWorker => "kill-worker",
             FaultKind::PauseHolder => "pause-holder",
+            FaultKind::Stall => "stall",
         }
     }
 
@@ -59,6 +64,11 @@ impl FaultKind {
     /// Whether it needs the system's processes (`--serve`).
     pub fn needs_serve(self) -> bool {
         matches!(self, FaultKind::PauseWorker | FaultKind::KillWorker)
+    }
+
+    /// Whether it needs the fault-injecting proxy (`--proxy`).
+    pub fn needs_proxy(self) -> bool {
+        self == FaultKind::Stall
     }
 
     /// Whether it is done to lockctl's own buyers (`hunt --strategy`) only.
@@ -96,6 +106,8 @@ pub struct Nemesis {
     /// Whether `client-kill` spares this process's connections (someone's system under test);
     /// not when lockctl's own buyers are the system.
     spare_own: bool,
+    /// The proxy the system reaches its Redis through, for `stall`.
+    proxy: Option<Arc<super::proxy::Proxy>>,
 }
 
 impl Nemesis {
@@ -105,7 +117,14 @@ impl Nemesis {
             serve,
             undo: Arc::new(Mutex::new(Undo::default())),
             spare_own: true,
+            proxy: None,
         }
+    }
+
+    /// The same nemesis, with the proxy the system reaches its Redis through (for `stall`).
+    pub fn with_proxy(mut self, proxy: Arc<super::proxy::Proxy>) -> Nemesis {
+        self.proxy = Some(proxy);
+        self
     }
 
     /// A nemesis for lockctl's own buyers: their connections are the system's.
@@ -125,6 +144,7 @@ impl Nemesis {
             FaultKind::PauseWorker => self.pause_worker(rng),
             FaultKind::KillWorker => self.kill_worker(rng),
             FaultKind::PauseHolder => self.pause_holder(rng),
+            FaultKind::Stall => self.stall(rng),
         };
         if let Ok(mut u) = self.undo.lock() {
             u.done.push(Fault {
@@ -142,6 +162,7 @@ impl Nemesis {
         match kind {
             FaultKind::RedisPause => self.unpause_redis(),
             FaultKind::PauseWorker | FaultKind::PauseHolder => self.continue_stopped(),
+            FaultKind::Stall => self.unstall(),
             FaultKind::ClientKill | FaultKind::KillWorker => {}
         }
         if let Ok(mut u) = self.undo.lock()
@@ -160,6 +181,7 @@ impl Nemesis {
     pub fn heal(&self, at: Duration) -> Result<Vec<Fault>, String> {
         self.unpause_redis();
         self.continue_stopped();
+        self.unstall();
         let killed = self
             .undo
             .lock()
@@ -217,6 +239,30 @@ impl Nemesis {
     pub fn heal_now(&self) {
         self.unpause_redis();
         self.continue_stopped();
+        self.unstall();
+    }
+
+    fn unstall(&self) {
+        if let Some(p) = &self.proxy {
+            p.unstall_all();
+        }
+    }
+
+    fn stall(&self, rng: &mut impl rand::Rng) -> (bool, String) {
+        let Some(proxy) = &self.proxy else {
+            return (false, "no proxy to stall a connection in".into());
+        };
+        let (pick, reset) = (
+            rng.random_range(0..1024usize),
+            rng.random_range(0..3u32) == 0,
+        );
+        match proxy.strike(pick, reset) {
+            Some(done) => (true, done),
+            None => (
+                false,
+                "no connection of the system through the proxy".into(),
+            ),
+        }
     }
 
     fn unpause_redis(&self) {
