@@ -13,6 +13,7 @@ use crate::signals;
 use lockctl::render;
 use lockctl_core::lock::LockOptions;
 use lockctl_core::stock::{BuyOptions, Strategy};
+use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
@@ -35,22 +36,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
             writable(flag, path)?;
         }
     }
-    let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
-    if !http.classifier.judges() {
-        return Err(UsageError(
-            "a hunt judges the system's answers: say what they mean with --bought-if, --sold-out-if, --busy-if or --preset tutorial".into(),
-        )
-        .into());
-    }
-    http.stock_key = args.stock_key.clone();
-    let probe = format!("{}-probe", args.sku);
-    if let Some(url) = &args.stock_sql {
-        http.store = Some(stock_store(ctx, &args, url, &probe)?);
-    }
-    let orders = match (&args.orders_sql, &args.orders_query) {
-        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
-        _ => None,
-    };
+    let (http, orders) = system_facts(ctx, &args)?;
     // The proxy before the system, which connects through it.
     let proxy = match &args.proxy {
         Some(listen) => Some(Arc::new(start_proxy(ctx, listen)?)),
@@ -200,6 +186,27 @@ fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::R
         })?;
     }
     Ok(())
+}
+
+/// The system's answers, stock and orders, each checked before any request is sent.
+fn system_facts(ctx: &Ctx, args: &HuntArgs) -> anyhow::Result<(HttpOptions, Option<OrdersSql>)> {
+    let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
+    if !http.classifier.judges() {
+        return Err(UsageError(
+            "a hunt judges the system's answers: say what they mean with --bought-if, --sold-out-if, --busy-if or --preset tutorial".into(),
+        )
+        .into());
+    }
+    http.stock_key = args.stock_key.clone();
+    let probe = format!("{}-probe", args.sku);
+    if let Some(url) = &args.stock_sql {
+        http.store = Some(stock_store(ctx, args, url, &probe)?);
+    }
+    let orders = match (&args.orders_sql, &args.orders_query) {
+        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
+        _ => None,
+    };
+    Ok((http, orders))
 }
 
 /// The hunt's report on stdout, as text or JSON.
