@@ -347,7 +347,7 @@ impl HttpArgs {
 }
 
 /// `--rate`: requests per second, more than zero and at most a million.
-fn rate(s: &str) -> Result<f64, String> {
+pub(super) fn rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         // At least one request in 1000 s: a schedule a run can keep (and a clock can count).
         Ok(r) if (0.001..=1_000_000.0).contains(&r) => Ok(r),

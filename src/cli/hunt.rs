@@ -131,6 +131,18 @@ pub struct HuntArgs {
     #[arg(long, value_name = "LISTEN", help_heading = "The system")]
     pub proxy: Option<String>,
 
+    /// Every round's stock, instead of one drawn from 2 to 12.
+    #[arg(long, value_parser = whole(1, lockctl_core::stock::MAX_STOCK), allow_negative_numbers = true, help_heading = "The search")]
+    pub stock: Option<u64>,
+
+    /// Every round's requests, instead of two to five times its stock.
+    #[arg(short = 'n', long = "requests", value_parser = whole(1, 100_000_000), allow_negative_numbers = true, help_heading = "The search")]
+    pub requests: Option<u64>,
+
+    /// Every round an open model at this many requests a second, instead of drawn shapes.
+    #[arg(long, value_name = "R", value_parser = super::args::rate, help_heading = "The search")]
+    pub rate: Option<f64>,
+
     /// How long to search: 60s, 2m, 90s.
     #[arg(long, default_value = "60s", value_parser = budget, help_heading = "The search")]
     pub budget: Duration,

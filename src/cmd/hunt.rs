@@ -17,6 +17,7 @@ use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
+use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
 use lockctl_hammer::hunt::serve::{Served, kill_group_now};
 use lockctl_hammer::hunt::sql::SqlDb;
@@ -25,9 +26,6 @@ use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args)?;
-    if !args.strategy.is_empty() {
-        return run_own(ctx, &args, faults);
-    }
     for (flag, path) in [
         ("--history", &args.history),
         ("--export-html", &args.export_html),
@@ -35,6 +33,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         if let Some(path) = path {
             writable(flag, path)?;
         }
+    }
+    if !args.strategy.is_empty() {
+        return run_own(ctx, &args, faults);
     }
     let (http, orders) = system_facts(ctx, &args)?;
     // The proxy before the system, which connects through it.
@@ -84,6 +85,11 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         seed,
         faults,
         heal: Duration::from_millis(args.heal_ms),
+        fixed: Fixed {
+            stock: args.stock,
+            requests: args.requests,
+            rate: args.rate,
+        },
         nemesis: nemesis.clone(),
         stop: Some(signals.requested.clone()),
     };
@@ -269,6 +275,11 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     nemesis.heal_now();
     let matrix = matrix?;
     let replay = replay_command(seed);
+    if let Some(path) = &args.export_html {
+        std::fs::write(path, render::matrix_html(&matrix, &replay)).map_err(|e| {
+            anyhow::anyhow!("could not write the matrix to '{}': {e}", path.display())
+        })?;
+    }
     if ctx.json {
         emit_json(&render::matrix_json(&matrix, &replay))?;
     } else {

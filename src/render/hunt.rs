@@ -236,3 +236,70 @@ pub fn matrix_json(m: &Matrix, replay: &str) -> Value {
         })).collect::<Vec<_>>(),
     })
 }
+
+/// `hunt --strategy --export-html`: the matrix as one self-contained page.
+pub fn matrix_html(m: &Matrix, replay: &str) -> String {
+    let mut columns: Vec<Option<lockctl_hammer::hunt::nemesis::FaultKind>> = Vec::new();
+    for c in &m.cells {
+        if !columns.contains(&c.fault) {
+            columns.push(c.fault);
+        }
+    }
+    let mut rows = String::new();
+    let mut strategies: Vec<_> = m.cells.iter().map(|c| c.strategy).collect();
+    strategies.dedup();
+    for strategy in strategies {
+        let _ = write!(rows, "<tr><th>{}</th>", strategy.name());
+        for c in m.cells.iter().filter(|c| c.strategy == strategy) {
+            let colour = match c.verdict {
+                Verdict::Pass => "#cfc",
+                Verdict::Fail => "#fcc",
+                Verdict::Unknown => "#eee",
+            };
+            let title = c
+                .violation
+                .as_deref()
+                .or(c.unjudged.as_deref())
+                .unwrap_or_default();
+            let _ = write!(
+                rows,
+                r#"<td style="background:{colour}" title="{}">{} ({})</td>"#,
+                super::escape::escape(title),
+                verdict_word(c.verdict),
+                c.rounds
+            );
+        }
+        rows.push_str("</tr>\n");
+    }
+    let head: String = columns
+        .iter()
+        .map(|f| format!("<th>{}</th>", f.map_or("no fault", |f| f.name())))
+        .collect();
+    let mut failing = String::new();
+    for c in m.cells.iter().filter(|c| c.violation.is_some()) {
+        let _ = write!(
+            failing,
+            "<li>{} under {}: {}</li>",
+            c.strategy.name(),
+            c.fault.map_or("no fault", |f| f.name()),
+            super::escape::escape(c.violation.as_deref().unwrap_or_default())
+        );
+    }
+    format!(
+        r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>lockctl: strategies under faults</title>
+<style>body{{font-family:sans-serif;margin:20px}} td,th{{padding:6px 12px;border:1px solid #ccc}} table{{border-collapse:collapse}}</style>
+</head><body>
+<h1>lockctl's own strategies under faults: {verdict}</h1>
+<p>Seed {seed}, {elapsed:.1} s; rounds in parentheses. Replay: <code>{replay}</code></p>
+<table><tr><th>strategy</th>{head}</tr>
+{rows}</table>
+<h2>First violations</h2><ul>{failing}</ul>
+</body></html>
+"#,
+        verdict = verdict_word(m.verdict()),
+        seed = m.seed,
+        elapsed = m.elapsed.as_secs_f64(),
+        replay = super::escape::escape(replay),
+    )
+}

@@ -127,6 +127,18 @@ fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
     let env = Env::default();
     assert_found(hunt(&redis, "php/nolock.php", &env, &FIND), "oversold");
     assert_passed(hunt(&redis, "php/run_demo.php", &env, &PASS));
+    // hammer --url's --stock and -n fix every round's instead of drawing them.
+    let fixed = [&FIND[..], &["--stock", "3", "-n", "12"]].concat();
+    let (exit, v, said) = hunt(&redis, "php/nolock.php", &env, &fixed);
+    assert_eq!(exit, 3, "{said}");
+    assert_eq!(
+        (
+            v["failure"]["stock"].as_u64(),
+            v["failure"]["requests"].as_u64()
+        ),
+        (Some(3), Some(12)),
+        "{said}"
+    );
 }
 
 #[test]
@@ -551,7 +563,11 @@ fn lockctls_own_strategies_make_the_expected_matrix() {
             .collect();
         (code(&out), cells, v.to_string())
     };
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("matrix.html");
     let (exit, cells, said) = matrix(&[
+        "--export-html",
+        page.to_str().unwrap(),
         "--strategy",
         "fenced,atomic,batch,naive",
         "--ttl-ms",
@@ -564,6 +580,12 @@ fn lockctls_own_strategies_make_the_expected_matrix() {
         cells.len(),
         16,
         "4 strategies x (no fault + 3 faults): {said}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("<td ").count(), 16, "{html}");
+    assert!(
+        html.contains("pause-holder") && html.contains("FAIL"),
+        "{html}"
     );
     for (strategy, fault, verdict) in &cells {
         match strategy.as_str() {

@@ -94,6 +94,8 @@ pub struct HuntOptions {
     pub faults: Vec<FaultKind>,
     /// After the faults are undone, with stock left, a sale must come within this.
     pub heal: Duration,
+    /// The stock, requests or rate every round has, when the caller fixed them.
+    pub fixed: plan::Fixed,
     pub nemesis: Nemesis,
     pub stop: Option<Arc<AtomicBool>>,
 }
@@ -137,6 +139,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     if opts.idempotent {
         planner = planner.with_retries();
     }
+    planner = planner.with_fixed(opts.fixed);
     let tag = hex::encode(rand::random::<[u8; 3]>());
     let mut hunt = HuntReport {
         verdict: Verdict::Unknown,

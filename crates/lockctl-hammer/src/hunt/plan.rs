@@ -85,6 +85,15 @@ pub struct Planner {
     faults: Vec<FaultKind>,
     number: u64,
     idempotent: bool,
+    fixed: Fixed,
+}
+
+/// What the caller fixed for every round (a flag of `hammer --url`), instead of drawing it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Fixed {
+    pub stock: Option<u64>,
+    pub requests: Option<u64>,
+    pub rate: Option<f64>,
 }
 
 impl Planner {
@@ -103,7 +112,15 @@ impl Planner {
             faults: faults.to_vec(),
             number: 0,
             idempotent: false,
+            fixed: Fixed::default(),
         }
+    }
+
+    /// Rounds with `fixed`'s stock, requests or rate instead of drawn ones (the draws are made
+    /// all the same, so the rest of the schedule stays the seed's).
+    pub fn with_fixed(mut self, fixed: Fixed) -> Planner {
+        self.fixed = fixed;
+        self
     }
 
     /// Rounds that resend some requests with the same order id, as clients retry.
@@ -149,10 +166,16 @@ impl Planner {
             }],
         };
         let retry_every = self.idempotent.then(|| r.random_range(2..=4u64));
+        let shape = match (self.fixed.rate, shape) {
+            (Some(rate), Shape::Rate { concurrency, .. } | Shape::Burst { concurrency }) => {
+                Shape::Rate { rate, concurrency }
+            }
+            (_, shape) => shape,
+        };
         Round {
             number: self.number,
-            stock,
-            requests,
+            stock: self.fixed.stock.unwrap_or(stock),
+            requests: self.fixed.requests.unwrap_or(requests),
             shape,
             faults,
             retry_every,
