@@ -44,9 +44,8 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
-    let group = Arc::new(AtomicI32::new(0));
-    let slot: Arc<Mutex<Option<Nemesis>>> = Arc::default();
-    undo_on_quit(slot.clone(), Some(group.clone()));
+    let (group, slot) = (Arc::new(AtomicI32::new(0)), Arc::default());
+    undo_on_quit(Arc::clone(&slot), Some(group.clone()));
     let signals = signals::listen(signals::First::Finish);
     let serve = match &args.serve {
         Some(cmd) => {
@@ -73,7 +72,33 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         serve: serve.clone(),
     };
     let seed = args.seed.unwrap_or_else(rand::random);
-    let opts = HuntOptions {
+    let opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    let result = hunt::run(&target, &opts);
+    drop(_cleanup);
+    let report = result?;
+    if let Some(path) = &args.history {
+        write_history(&report, path)?;
+    }
+    if let Some(path) = &args.export_html {
+        write_timeline(&report, path)?;
+    }
+    print(ctx, &report, &replay_command(seed))?;
+    Ok(match signals.exit_code() {
+        Some(code) if report.failure.is_none() => Exit::Signal(code),
+        _ => Exit::of_verdict(report.verdict),
+    })
+}
+
+/// The hunt's options, from the command line and what was checked of it.
+fn hunt_options(
+    args: &HuntArgs,
+    (http, orders): (HttpOptions, Option<OrdersSql>),
+    faults: Vec<FaultKind>,
+    seed: u64,
+    nemesis: &Nemesis,
+    signals: &signals::Stop,
+) -> HuntOptions {
+    HuntOptions {
         http,
         sku: args.sku.to_string(),
         concurrency: args.concurrency,
@@ -92,21 +117,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         },
         nemesis: nemesis.clone(),
         stop: Some(signals.requested.clone()),
-    };
-    let result = hunt::run(&target, &opts);
-    drop(_cleanup);
-    let report = result?;
-    if let Some(path) = &args.history {
-        write_history(&report, path)?;
     }
-    if let Some(path) = &args.export_html {
-        write_timeline(&report, path)?;
-    }
-    print(ctx, &report, &replay_command(seed))?;
-    Ok(match signals.exit_code() {
-        Some(code) if report.failure.is_none() => Exit::Signal(code),
-        _ => Exit::of_verdict(report.verdict),
-    })
 }
 
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
