@@ -250,8 +250,12 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
         serve: None,
     };
     let seed = args.seed.unwrap_or_else(rand::random);
-    let mut strategies: Vec<Strategy> = args.strategy.iter().map(|s| (*s).into()).collect();
-    strategies.dedup();
+    let mut strategies: Vec<Strategy> = Vec::new();
+    for s in args.strategy.iter().map(|s| Strategy::from(*s)) {
+        if !strategies.contains(&s) {
+            strategies.push(s);
+        }
+    }
     let base = HammerOptions {
         load: LoadOptions::default(),
         mode: Driving::Threads,
@@ -304,18 +308,19 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
 
 /// The proxy on `listen`, forwarding to the Redis of --redis (a TCP address).
 fn start_proxy(ctx: &Ctx, listen: &str) -> anyhow::Result<Proxy> {
-    let upstream = ctx
+    let upstream: Vec<_> = ctx
         .target
         .addr()
         .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--proxy forwards to --redis over TCP, and '{}' is not a TCP address",
-                ctx.target.addr()
-            ))
-        })?;
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    if upstream.is_empty() {
+        return Err(UsageError(format!(
+            "--proxy forwards to --redis over TCP, and '{}' is not a TCP address",
+            ctx.target.addr()
+        ))
+        .into());
+    }
     Ok(Proxy::start(listen, upstream).map_err(UsageError)?)
 }
 
@@ -343,7 +348,7 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
             for name in list.split(',').map(str::trim) {
                 let kind = FaultKind::from_name(name).ok_or_else(|| {
                     UsageError(format!(
-                        "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, pause-worker, kill-worker (comma-separated), auto or none"
+                        "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, stall, pause-worker, kill-worker, pause-holder (comma-separated), auto or none"
                     ))
                 })?;
                 if kind.own_only() && !own {

@@ -98,8 +98,10 @@ fn stock_line(svg: &mut String, h: &History, x: &dyn Fn(Duration) -> f64, top: f
             Ended::Answered { remaining, .. } => *remaining,
             _ => None,
         };
+        // An answer may claim any number: drawn within the bounds of a stock.
+        let bound = lockctl_core::stock::MAX_STOCK as i64;
         if let Some(left) = left {
-            points.push((s.at, left));
+            points.push((s.at, left.clamp(-bound, bound)));
         }
     }
     points.sort_by_key(|p| p.0);
@@ -109,7 +111,8 @@ fn stock_line(svg: &mut String, h: &History, x: &dyn Fn(Duration) -> f64, top: f
     }
     let high = points.iter().map(|p| p.1).max().unwrap_or(1).max(1);
     let low = points.iter().map(|p| p.1).min().unwrap_or(0).min(0);
-    let y = |v: i64| 20.0 + (STOCK - 20.0) * (high - v) as f64 / (high - low).max(1) as f64;
+    let span = (high as f64 - low as f64).max(1.0);
+    let y = |v: i64| 20.0 + (STOCK - 20.0) * (high as f64 - v as f64) / span;
     let line: Vec<String> = points
         .iter()
         .map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v)))

@@ -699,3 +699,61 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     assert!(!stdout(&out).contains("stalled"), "{}", stdout(&out));
     assert_eq!(left_on(port), "");
 }
+
+/// A system that cannot be brought back after a kill ends the hunt with an error (exit 1,
+/// saying so), never a FAIL that blames the system; and a liveness budget shorter than the
+/// round's own work still sends a probe before it calls anything stalled.
+#[test]
+fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("started");
+    let (_, url, serve) = served(&redis, "hunt/expiring_lock.php", 4);
+    let once = format!(
+        "test -e {m} && exit 9; touch {m}; {serve}",
+        m = mark.display()
+    );
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &once,
+            "--nemesis",
+            "kill-worker",
+            "--budget",
+            "20s",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("could not restart --serve"),
+        "{}",
+        stderr(&out)
+    );
+    let (_, url, serve) = served(&redis, "hunt/expiring_lock.php", 8);
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--heal-ms",
+            "1",
+            "--budget",
+            "4s",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+}

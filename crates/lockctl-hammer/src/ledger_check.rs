@@ -50,7 +50,7 @@ impl LedgerCheck {
     /// One ledger entry of this run: request `index` recorded `units`.
     pub fn entry(&mut self, t: &Tally, index: u64, units: i64) {
         self.orders += 1;
-        self.units += units;
+        self.units = self.units.saturating_add(units);
         if let Some(rows) = &mut self.rows {
             rows.push((index, units));
         }

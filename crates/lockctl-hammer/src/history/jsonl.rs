@@ -365,12 +365,16 @@ fn check_bounds(fv: &FactsValue, rv: &ReadValue, samples: &[Sample]) -> Result<(
     {
         return fail(format!("a stock beyond {stock} either side of zero"));
     }
-    if let Some(rows) = &rv.read_back.ledger
-        && rows
+    if let Some(rows) = &rv.read_back.ledger {
+        let mut orders = std::collections::HashSet::new();
+        if rows
             .iter()
-            .any(|(i, u)| *i >= f.requests || u.unsigned_abs() > stock)
-    {
-        return fail("a ledger row of a request the run did not make, or beyond any stock".into());
+            .any(|(i, u)| *i >= f.requests || u.unsigned_abs() > stock || !orders.insert(*i))
+        {
+            return fail(
+                "a ledger row of a request the run did not make, twice, or beyond any stock".into(),
+            );
+        }
     }
     let mut seen = std::collections::HashSet::new();
     for s in samples {

@@ -163,9 +163,13 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             break;
         }
         let plan = planner.next_round();
+        opts.nemesis.begin_round();
         let outcome = round(target, opts, &tag, &plan, &mut planner);
-        // Whatever the round came to, nothing stays broken.
-        let healed = opts.nemesis.heal(Duration::ZERO);
+        // Whatever the round came to, nothing stays broken; a system that cannot be brought
+        // back ends the hunt (its rounds could no longer be told from its failures).
+        if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
+            return Err(Error::internal(format!("{RESTART_FAILED}{failed}")));
+        }
         let Ran {
             report,
             history,
@@ -175,7 +179,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             Ok(ran) => ran,
             // A fault may break the run's own calls (the stock set before it, say): the round is
             // not judged. Without a fault the error is the facts', and it stands.
-            Err(e) if !plan.faults.is_empty() => {
+            Err(e) if !plan.faults.is_empty() && !e.to_string().starts_with(RESTART_FAILED) => {
                 hunt.rounds += 1;
                 if hunt.unknown.len() < 5 {
                     hunt.unknown.push(format!("round {}: {e}", plan.number));
@@ -184,7 +188,6 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             }
             Err(e) => return Err(e),
         };
-        healed.map_err(|e| Error::internal(format!("could not undo a fault: {e}")))?;
         if hunt.add(plan, report, history, faults, sku) {
             break;
         }
@@ -248,6 +251,10 @@ impl HuntReport {
     }
 }
 
+/// The mark of a round that ended because the system could not be brought back: that ends the
+/// hunt, where another failure of a round with a fault only leaves the round unjudged.
+const RESTART_FAILED: &str = "the hunt cannot go on: ";
+
 /// What one round came to.
 struct Ran {
     report: Report,
@@ -310,8 +317,12 @@ fn round(
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
     let Recorded { report, history } = result?;
-    let (mut faults, healed) = healing.take();
-    faults.extend(opts.nemesis.heal(start.elapsed()).unwrap_or_default());
+    let (mut faults, healed, failed) = healing.take();
+    let more = opts.nemesis.heal(start.elapsed());
+    faults.extend(more.faults);
+    if let Some(failed) = failed.or(more.failed) {
+        return Err(Error::internal(format!("{RESTART_FAILED}{failed}")));
+    }
     let Some(mut history) = history else {
         return Ok(Ran {
             report,
@@ -342,6 +353,7 @@ fn round(
 struct Healing {
     faults: Arc<Mutex<Vec<Fault>>>,
     at: Arc<Mutex<Option<Instant>>>,
+    failed: Arc<Mutex<Option<String>>>,
 }
 
 impl Healing {
@@ -359,27 +371,31 @@ impl Healing {
         let quiet = quiet_reader(target, opts, sku);
         Hook(Arc::new(move || {
             done.store(true, Ordering::SeqCst);
-            if let Ok(f) = nemesis.heal(start.elapsed())
-                && let Ok(mut all) = me.faults.lock()
-            {
-                all.extend(f);
+            let healed = nemesis.heal(start.elapsed());
+            if let Ok(mut all) = me.faults.lock() {
+                all.extend(healed.faults);
             }
+            if let Ok(mut failed) = me.failed.lock() {
+                *failed = failed.take().or(healed.failed);
+            }
+            quiet();
+            // Liveness is counted from here: the system healed and at rest.
             if let Ok(mut at) = me.at.lock() {
                 *at = Some(Instant::now());
             }
-            quiet();
         }))
     }
 
-    /// The faults undone, and when (now, if the hook never ran).
-    fn take(&self) -> (Vec<Fault>, Instant) {
+    /// The faults undone, when, and a restart that failed (now, if the hook never ran).
+    fn take(&self) -> (Vec<Fault>, Instant, Option<String>) {
         let faults = self
             .faults
             .lock()
             .map(|mut f| std::mem::take(&mut *f))
             .unwrap_or_default();
         let at = self.at.lock().ok().and_then(|a| *a);
-        (faults, at.unwrap_or_else(Instant::now))
+        let failed = self.failed.lock().ok().and_then(|mut f| f.take());
+        (faults, at.unwrap_or_else(Instant::now), failed)
     }
 }
 
@@ -570,7 +586,8 @@ fn stalled(
     let deadline = healed + opts.heal;
     let mut tries = 0;
     let mut last = String::from("no answer");
-    while Instant::now() < deadline {
+    // At least one probe, whatever the round's own work took of the time.
+    while tries == 0 || Instant::now() < deadline {
         if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
             return None;
         }

@@ -108,6 +108,16 @@ pub struct Nemesis {
     spare_own: bool,
     /// The proxy the system reaches its Redis through, for `stall`.
     proxy: Option<Arc<super::proxy::Proxy>>,
+    /// Set by a heal, cleared at a round's start: no fault is done while it is set.
+    closed: Arc<Mutex<bool>>,
+}
+
+/// What a heal undid, and what it could not.
+pub struct Healed {
+    /// The round's faults, each with when it was undone.
+    pub faults: Vec<Fault>,
+    /// A system that could not be brought back (its restart failed): the hunt cannot go on.
+    pub failed: Option<String>,
 }
 
 impl Nemesis {
@@ -118,6 +128,7 @@ impl Nemesis {
             undo: Arc::new(Mutex::new(Undo::default())),
             spare_own: true,
             proxy: None,
+            closed: Arc::default(),
         }
     }
 
@@ -138,6 +149,12 @@ impl Nemesis {
     /// Does `kind` for about `hold`, `at` from the round's start (for the history). A fault that
     /// cannot be done (nothing to kill) is recorded as such, not an error.
     pub fn strike(&self, kind: FaultKind, hold: Duration, at: Duration, rng: &mut impl rand::Rng) {
+        // Held while the fault is done, so that a heal never runs half-way through one; once
+        // the round is healing, no fault is done any more.
+        let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            return;
+        }
         let (took, detail) = match kind {
             FaultKind::ClientKill => self.client_kill(),
             FaultKind::RedisPause => self.redis_pause(hold),
@@ -178,7 +195,8 @@ impl Nemesis {
 
     /// Undoes every fault still in force (at `at` from the round's start), and returns the
     /// round's faults. The system is restarted if a process of it was killed.
-    pub fn heal(&self, at: Duration) -> Result<Vec<Fault>, String> {
+    pub fn heal(&self, at: Duration) -> Healed {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.unpause_redis();
         self.continue_stopped();
         self.unstall();
@@ -187,9 +205,13 @@ impl Nemesis {
             .lock()
             .map(|mut u| std::mem::take(&mut u.killed))
             .unwrap_or(false);
-        let mut restarted = Ok(());
+        let mut failed = None;
         if killed && let Some(serve) = &self.serve {
-            restarted = serve.lock().map_err(|_| "poisoned".to_string())?.restart();
+            let mut s = serve.lock().unwrap_or_else(|p| p.into_inner());
+            failed = s
+                .restart()
+                .err()
+                .map(|e| format!("could not restart --serve after a kill: {e}"));
         }
         let mut done = self
             .undo
@@ -199,7 +221,15 @@ impl Nemesis {
         for f in &mut done {
             f.stop.get_or_insert(at);
         }
-        restarted.map(|()| done)
+        Healed {
+            faults: done,
+            failed,
+        }
+    }
+
+    /// A new round: faults may be done again (until its heal).
+    pub fn begin_round(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
     }
 
     /// Whether the server lets lockctl do `kinds`' Redis faults (managed services often refuse
@@ -373,8 +403,16 @@ impl Nemesis {
     fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
         let serve = self.serve.as_ref()?.lock().ok()?;
         let tree = serve.processes();
-        // A worker rather than the shell or the server's first process, when there is one.
-        let workers: Vec<i32> = tree.iter().skip(2).copied().collect();
+        // A worker rather than the server's first process (nor the shell before it, when the
+        // command did not exec the server), when there is one.
+        let first = match tree
+            .first()
+            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")))
+        {
+            Some(Ok(comm)) if matches!(comm.trim(), "sh" | "bash" | "dash") => 2,
+            _ => 1,
+        };
+        let workers: Vec<i32> = tree.iter().skip(first).copied().collect();
         let from = if workers.is_empty() { &tree } else { &workers };
         from.get(rng.random_range(0..from.len().max(1))).copied()
     }

@@ -87,64 +87,15 @@ pub fn run_matrix(target: &Target, opts: &OwnOptions) -> Result<Matrix> {
         elapsed: Duration::ZERO,
         interrupted: false,
     };
-    let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     for (s, &strategy) in opts.strategies.iter().enumerate() {
         for (f, &fault) in columns.iter().enumerate() {
-            let mut cell = Cell {
+            let at = Place {
                 strategy,
                 fault,
-                rounds: 0,
-                verdict: Verdict::Unknown,
-                violation: None,
-                unjudged: None,
+                number: (s, f),
+                tag: &tag,
             };
-            // Each cell its own schedule from the seed: a cell replays the same whatever the
-            // others did.
-            let faults: Vec<FaultKind> = fault.into_iter().collect();
-            let seed = opts.seed ^ ((s as u64) << 32 | f as u64);
-            let mut planner = Planner::new(seed, opts.concurrency, None, &faults);
-            let cell_start = Instant::now();
-            // Its share of the budget, and past it until a round is judged (at most five).
-            while (cell.verdict == Verdict::Unknown && cell.rounds < 5)
-                || cell_start.elapsed() < share
-            {
-                if stopped() {
-                    matrix.interrupted = true;
-                    break;
-                }
-                let plan = planner.next_round();
-                let sku = format!(
-                    "{}-{tag}-{}-{}",
-                    opts.sku,
-                    strategy.name(),
-                    cell_number(s, f, plan.number)
-                );
-                let report = own_round(target, opts, strategy, fault, &sku, &plan, &mut planner);
-                opts.nemesis.heal(Duration::ZERO).map_err(Error::internal)?;
-                cell.rounds += 1;
-                let report = match report {
-                    Ok(r) => r,
-                    // A fault may break the run's own calls (its seed, its read-back): the round
-                    // is not judged. Without a fault the error is the run's, and it stands.
-                    Err(e) if fault.is_some() => {
-                        cell.unjudged.get_or_insert_with(|| format!("{sku}: {e}"));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                match report.verdict {
-                    Verdict::Fail => {
-                        cell.verdict = Verdict::Fail;
-                        cell.violation = Some(format!(
-                            "{sku}: {}",
-                            report.violations.first().cloned().unwrap_or_default()
-                        ));
-                        break;
-                    }
-                    Verdict::Pass => cell.verdict = Verdict::Pass,
-                    Verdict::Unknown => {}
-                }
-            }
+            let cell = run_cell(target, opts, &at, share, &mut matrix.interrupted)?;
             matrix.cells.push(cell);
         }
     }
@@ -154,6 +105,84 @@ pub fn run_matrix(target: &Target, opts: &OwnOptions) -> Result<Matrix> {
 
 fn cell_number(s: usize, f: usize, round: u64) -> String {
     format!("{s}{f}r{round}")
+}
+
+/// Which cell: its strategy, fault and place in the matrix, and the hunt's tag.
+struct Place<'a> {
+    strategy: Strategy,
+    fault: Option<FaultKind>,
+    number: (usize, usize),
+    tag: &'a str,
+}
+
+/// One cell's rounds: its share of the budget, and past it until a round is judged (at most
+/// five); its first FAIL ends it.
+fn run_cell(
+    target: &Target,
+    opts: &OwnOptions,
+    at: &Place<'_>,
+    share: Duration,
+    interrupted: &mut bool,
+) -> Result<Cell> {
+    let (strategy, fault, (s, f)) = (at.strategy, at.fault, at.number);
+    let mut cell = Cell {
+        strategy,
+        fault,
+        rounds: 0,
+        verdict: Verdict::Unknown,
+        violation: None,
+        unjudged: None,
+    };
+    // Each cell its own schedule from the seed: a cell replays the same whatever the others
+    // did.
+    let faults: Vec<FaultKind> = fault.into_iter().collect();
+    let seed = opts.seed ^ ((s as u64) << 32 | f as u64);
+    let mut planner = Planner::new(seed, opts.concurrency, None, &faults);
+    let cell_start = Instant::now();
+    let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+    while (cell.verdict == Verdict::Unknown && cell.rounds < 5) || cell_start.elapsed() < share {
+        if stopped() {
+            *interrupted = true;
+            break;
+        }
+        let plan = planner.next_round();
+        let sku = format!(
+            "{}-{}-{}-{}",
+            opts.sku,
+            at.tag,
+            strategy.name(),
+            cell_number(s, f, plan.number)
+        );
+        opts.nemesis.begin_round();
+        let report = own_round(target, opts, strategy, fault, &sku, &plan, &mut planner);
+        if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
+            return Err(Error::internal(failed));
+        }
+        cell.rounds += 1;
+        let report = match report {
+            Ok(r) => r,
+            // A fault may break the run's own calls (its seed, its read-back): the round is
+            // not judged. Without a fault the error is the run's, and it stands.
+            Err(e) if fault.is_some() => {
+                cell.unjudged.get_or_insert_with(|| format!("{sku}: {e}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match report.verdict {
+            Verdict::Fail => {
+                cell.verdict = Verdict::Fail;
+                cell.violation = Some(format!(
+                    "{sku}: {}",
+                    report.violations.first().cloned().unwrap_or_default()
+                ));
+                break;
+            }
+            Verdict::Pass => cell.verdict = Verdict::Pass,
+            Verdict::Unknown => {}
+        }
+    }
+    Ok(cell)
 }
 
 /// One round of `strategy` with `fault` (every round of a fault's column strikes it).
@@ -183,7 +212,7 @@ fn own_round(
     let (nemesis, heal_done) = (opts.nemesis.clone(), done.clone());
     run.load.before_read_back = Some(Hook(Arc::new(move || {
         heal_done.store(true, Ordering::SeqCst);
-        let _ = nemesis.heal(Duration::ZERO);
+        nemesis.heal(Duration::ZERO);
     })));
     // Held longer than the lease, so that a stopped holder outlives it.
     let hold = run.buy.lock.ttl + Duration::from_millis(200);

@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -20,6 +20,8 @@ struct Link {
     server: TcpStream,
     stalled: AtomicBool,
     closed: AtomicBool,
+    /// Pumps still running (two at the start): the link is forgotten when none is.
+    pumps: AtomicU8,
 }
 
 /// The running proxy; stops accepting when dropped (the connections it holds end with their
@@ -33,7 +35,7 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on `listen` and forwards every connection to `upstream`. An address that cannot
     /// be bound is an error naming it.
-    pub fn start(listen: &str, upstream: SocketAddr) -> Result<Proxy, String> {
+    pub fn start(listen: &str, upstream: Vec<SocketAddr>) -> Result<Proxy, String> {
         let listener = TcpListener::bind(listen)
             .map_err(|e| format!("--proxy cannot listen on '{listen}': {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -56,10 +58,15 @@ impl Proxy {
         self.listen
     }
 
+    /// The links still open (those whose pumps have all ended are forgotten here).
     fn live(&self) -> Vec<Arc<Link>> {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        links.retain(|l| !l.closed.load(Ordering::SeqCst));
-        links.clone()
+        links.retain(|l| l.pumps.load(Ordering::SeqCst) > 0);
+        links
+            .iter()
+            .filter(|l| !l.closed.load(Ordering::SeqCst))
+            .cloned()
+            .collect()
     }
 
     /// Stalls connection `pick` (of the live ones, modulo their number), or resets it when
@@ -72,10 +79,11 @@ impl Proxy {
             .peer_addr()
             .map_or("a connection".to_string(), |a| a.to_string());
         if reset {
-            // An abortive close (RST) both ways, as a broken network leaves it.
+            // An abortive close (RST) both ways, as a broken network leaves it: the pumps are
+            // woken (their reads end) and the sockets' last close, with no linger, resets.
             for s in [&link.client, &link.server] {
                 let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
-                let _ = s.shutdown(Shutdown::Both);
+                let _ = s.shutdown(Shutdown::Read);
             }
             link.closed.store(true, Ordering::SeqCst);
             Some(format!(
@@ -91,9 +99,11 @@ impl Proxy {
         }
     }
 
-    /// Lets every stalled connection go on.
+    /// Lets every stalled connection go on, closed ones included (a pump may still hold bytes
+    /// of one).
     pub fn unstall_all(&self) {
-        for l in self.live() {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        for l in links.iter() {
             l.stalled.store(false, Ordering::SeqCst);
         }
     }
@@ -108,7 +118,7 @@ impl Drop for Proxy {
 
 fn accept(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: Vec<SocketAddr>,
     links: Arc<Mutex<Vec<Arc<Link>>>>,
     stop: Arc<AtomicBool>,
 ) {
@@ -120,7 +130,11 @@ fn accept(
                 continue;
             }
         };
-        let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(2)) else {
+        // Each address of the upstream in turn (localhost may be ::1 first and Redis on IPv4).
+        let Some(server) = upstream
+            .iter()
+            .find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok())
+        else {
             continue;
         };
         let _ = client.set_nonblocking(false);
@@ -130,6 +144,7 @@ fn accept(
             server,
             stalled: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            pumps: AtomicU8::new(2),
         });
         links
             .lock()
@@ -160,7 +175,10 @@ fn pump(link: &Link, upward: bool, stop: &AtomicBool) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        while link.stalled.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+        while link.stalled.load(Ordering::SeqCst)
+            && !stop.load(Ordering::SeqCst)
+            && !link.closed.load(Ordering::SeqCst)
+        {
             thread::sleep(Duration::from_millis(2));
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -169,4 +187,5 @@ fn pump(link: &Link, upward: bool, stop: &AtomicBool) {
     }
     link.closed.store(true, Ordering::SeqCst);
     let _ = to.shutdown(Shutdown::Write);
+    link.pumps.fetch_sub(1, Ordering::SeqCst);
 }
