@@ -8,11 +8,12 @@
 //! its history, with the promises checked beyond the books ([`checks`]) and the liveness
 //! probe's finding added. The first FAIL ends the hunt.
 //!
-//! Layout: `plan` (the schedule), `nemesis` (faults and their undoing), `serve` (the system's
+//! Layout: `plan` (the schedule), `liveness` (the stock at rest, the probe after a heal), `nemesis` (faults and their undoing), `serve` (the system's
 //! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
 //! rows), `own` (lockctl's own strategies under the same nemesis: the matrix).
 
 pub mod checks;
+mod liveness;
 pub mod nemesis;
 pub mod own;
 pub mod plan;
@@ -30,9 +31,9 @@ use crate::history::{Fault, History, Recorded};
 use crate::http::{self, HttpOptions, StockStore};
 use crate::options::{Hook, LoadOptions};
 use crate::report::{Report, Verdict};
+use liveness::{quiet_reader, stalled};
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
-use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
 use nemesis::{FaultKind, Nemesis};
 use plan::{Planner, Round, Shape};
@@ -438,56 +439,6 @@ fn strike(
     })
 }
 
-/// Waits until the round's stock stops moving (two reads 150 ms apart agree, at most 2 s):
-/// a system whose paused worker was continued may still be finishing a request.
-fn quiet_reader(
-    target: &Target,
-    opts: &HuntOptions,
-    sku: &Sku,
-) -> impl Fn() + Send + Sync + 'static {
-    let read = stock_reader(target, opts, sku);
-    move || {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut last = read();
-        while Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(150));
-            let now = read();
-            if now.is_some() && now == last {
-                return;
-            }
-            last = now;
-        }
-    }
-}
-
-/// Reads the round's stock where the system keeps it (`None` when it cannot be read).
-fn stock_reader(
-    target: &Target,
-    opts: &HuntOptions,
-    sku: &Sku,
-) -> Arc<dyn Fn() -> Option<i64> + Send + Sync> {
-    let sku = sku.clone();
-    match &opts.http.store {
-        Some(store) => {
-            let store = store.clone();
-            Arc::new(move || store.0.read(&sku).ok())
-        }
-        None => {
-            let key = opts.http.stock_key.as_ref().map_or_else(
-                || StockKeys::new(&sku).stock,
-                |k| k.replace("{sku}", sku.as_str()),
-            );
-            let target = target.clone();
-            Arc::new(move || {
-                let mut c = target.connect().ok()?;
-                lockctl_core::stock::read_stock_at(&mut c, &sku, &key)
-                    .ok()
-                    .flatten()
-            })
-        }
-    }
-}
-
 /// The promises checked beyond the books: the per-user limit, the order rows, and that the
 /// system sells again after the faults are undone.
 fn findings(
@@ -552,74 +503,4 @@ fn findings(
         v.push(stalled);
     }
     (v, unjudged)
-}
-
-/// With stock left after the round, single requests until one buys, for at most `heal` from
-/// when the faults were undone: a system that only answers busy or fails meanwhile has
-/// stalled (a lock that outlived its holder, say). `None` when it sold, or nothing was left.
-fn stalled(
-    target: &Target,
-    opts: &HuntOptions,
-    load: &LoadOptions,
-    http: &HttpOptions,
-    healed: Instant,
-) -> Option<String> {
-    let read = stock_reader(target, opts, &load.sku);
-    let left = read()?;
-    if left < http.qty as i64 {
-        return None;
-    }
-    let probe = LoadOptions {
-        requests: 1,
-        concurrency: 1,
-        stock: None,
-        users: None,
-        retries: None,
-        history: false,
-        before_read_back: None,
-        // A probe is one request, sent whole; a Ctrl-C ends the probing between probes.
-        stop: None,
-        ..load.clone()
-    };
-    let mut probe_http = http.clone();
-    probe_http.rate = None;
-    let deadline = healed + opts.heal;
-    let mut tries = 0;
-    let mut last = String::from("no answer");
-    // At least one probe, whatever the round's own work took of the time.
-    while tries == 0 || Instant::now() < deadline {
-        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
-            return None;
-        }
-        tries += 1;
-        // Each probe a user nobody used: a per-user limit turns no probe away.
-        let probe = LoadOptions {
-            users_from: 1_000_000 + tries,
-            ..probe.clone()
-        };
-        match http::run(target, &probe, &probe_http) {
-            Ok(r) if r.bought > 0 => return None,
-            Ok(r) if r.sold_out > 0 => {
-                return Some(format!(
-                    "under-sold after the faults were undone: answered sold out with {left} units left"
-                ));
-            }
-            Ok(r) => last = probe_answer(&r),
-            Err(e) => last = e.to_string(),
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    Some(format!(
-        "stalled: {left} units were left, and for {} ms after the faults were undone none of {tries} requests bought (the last: {last})",
-        opts.heal.as_millis()
-    ))
-}
-
-fn probe_answer(r: &Report) -> String {
-    if r.busy > 0 {
-        return "busy".into();
-    }
-    r.first_error
-        .clone()
-        .unwrap_or_else(|| "unclassified".into())
 }
