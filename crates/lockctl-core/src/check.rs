@@ -29,6 +29,7 @@ pub struct CheckReport {
     pub ok: bool,
     /// `host:port` of the server.
     pub addr: String,
+    /// The server's version, as INFO reports it (`redis_version`).
     pub redis_version: String,
     /// `master` or `slave`, as INFO says.
     pub role: String,
@@ -51,8 +52,11 @@ pub struct CheckReport {
 /// One Redlock node as `check` found it.
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeCheck {
+    /// The node's `host:port`.
     pub addr: String,
+    /// Whether it answered a PING.
     pub ok: bool,
+    /// Its PING round trip in milliseconds, when it answered.
     pub rtt_ms: Option<f64>,
     /// Why it did not answer, with its fix as data.
     pub error: Option<Finding>,

@@ -19,7 +19,9 @@ pub enum Error {
     /// A Redis URL could not be parsed.
     #[error("invalid Redis URL '{url}': {reason}")]
     BadUrl {
+        /// The URL, its password hidden.
         url: String,
+        /// What went wrong, as the server or the driver said it (never a password).
         reason: String,
         /// The setting the URL came from, when the caller said ([`Error::of_flag`]).
         flag: Option<&'static str>,
@@ -27,53 +29,98 @@ pub enum Error {
 
     /// No connection could be opened.
     #[error("could not connect to Redis at '{addr}': {reason}")]
-    Connect { addr: String, reason: String },
+    Connect {
+        /// The server's `host:port` (never a password).
+        addr: String,
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// Something answered that does not speak Redis's protocol (an HTTP server, say).
     #[error("what answers at '{addr}' is not a Redis server (protocol error)")]
-    NotRedis { addr: String },
+    NotRedis {
+        /// The server's `host:port` (never a password).
+        addr: String,
+    },
 
     /// The server answered the handshake with a refusal other than the credentials (a
     /// database index out of range, say).
     #[error("Redis at '{addr}' refused the connection: {reason}")]
-    Refused { addr: String, reason: String },
+    Refused {
+        /// The server's `host:port` (never a password).
+        addr: String,
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// TLS settings that cannot work (a file that cannot be read, files without rediss://), or
     /// a handshake that failed.
     #[error("TLS: {reason}")]
-    Tls { reason: String },
+    Tls {
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// Opening a connection took longer than its limit. Nothing was sent.
     #[error("timed out after {} ms connecting to {addr}", .after.as_millis())]
-    ConnectTimeout { addr: String, after: Duration },
+    ConnectTimeout {
+        /// The server's `host:port` (never a password).
+        addr: String,
+        /// How long it waited.
+        after: Duration,
+    },
 
     /// A call took longer than the per-call limit.
     #[error("timed out after {} ms talking to {addr}", .after.as_millis())]
-    Timeout { addr: String, after: Duration },
+    Timeout {
+        /// The server's `host:port` (never a password).
+        addr: String,
+        /// How long it waited.
+        after: Duration,
+    },
 
     /// The server refused the credentials.
     #[error("Redis at '{addr}' refused the credentials: {reason}")]
-    Auth { addr: String, reason: String },
+    Auth {
+        /// The server's `host:port` (never a password).
+        addr: String,
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// The SKU's stock key does not exist.
     #[error("'{sku}' has no stock in Redis")]
-    Unseeded { sku: String },
+    Unseeded {
+        /// The SKU.
+        sku: String,
+    },
 
     /// An endpoint's stock key (the one the verdict reads) does not exist.
     #[error("'{key}' does not exist in Redis at '{addr}'")]
-    NoStockKey { key: String, addr: String },
+    NoStockKey {
+        /// The Redis key.
+        key: String,
+        /// The server's `host:port` (never a password).
+        addr: String,
+    },
 
     /// `hammer --url`: the endpoint cannot be reached at all (its name does not resolve).
     #[error("{reason}")]
-    Endpoint { reason: String },
+    Endpoint {
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// The SKU's stock key holds something that is not a count lockctl can use.
     #[error(
         "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed"
     )]
     BadStock {
+        /// The SKU.
         sku: String,
+        /// The Redis key.
         key: String,
+        /// What it holds instead, as read.
         value: String,
     },
 
@@ -83,33 +130,52 @@ pub enum Error {
         "the stock of '{sku}' ('{key}') is {value}, below zero (oversold before this run?); a run starts from a stock of 0 or more: nothing was changed"
     )]
     NegativeStock {
+        /// The SKU.
         sku: String,
+        /// The Redis key.
         key: String,
+        /// The stock, below zero.
         value: i64,
     },
 
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
     /// never writes there. Nothing was changed.
     #[error("the books of '{sku}' are damaged: {reason}; nothing was changed")]
-    BadData { sku: String, reason: String },
+    BadData {
+        /// The SKU.
+        sku: String,
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// A key of a lock holds a type lockctl never writes there.
     #[error("the lock '{name}' is damaged: '{key}' holds a {found}, not a {expected}")]
     DamagedLock {
+        /// The lock's name (the SKU for a purchase's lock).
         name: String,
+        /// The Redis key.
         key: String,
+        /// The type the key holds.
         found: String,
+        /// The type lockctl writes there.
         expected: &'static str,
     },
 
     /// A PostgreSQL URL could not be parsed; `url` has no password.
     #[error("invalid PostgreSQL URL '{url}': {reason}")]
-    BadDbUrl { url: String, reason: String },
+    BadDbUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// What went wrong, as the server or the driver said it (never a password).
+        reason: String,
+    },
 
     /// PostgreSQL failed or refused (the orders pipeline); `url` has no password.
     #[error("PostgreSQL at '{url}': {reason}")]
     Database {
+        /// The URL, its password hidden.
         url: String,
+        /// What went wrong, as the server or the driver said it (never a password).
         reason: String,
         /// The server's SQLSTATE (`22008`, `42P01`, ...) when the server replied: it tells a
         /// row PostgreSQL will never take from a failure that waiting fixes.
@@ -128,16 +194,22 @@ pub enum Error {
         "'{key}' holds a {found}, not a stream, so {what}; it stays pending: move the key aside (redis-cli RENAME {key} {key}.old) or delete it, then run the worker again"
     )]
     WrongTypeKey {
+        /// The key of the orders pipeline.
         key: String,
+        /// The type the key holds.
         found: String,
+        /// What cannot go on because of it.
         what: String,
     },
 
     /// Too few Redlock masters answered for a majority.
     #[error("no quorum: {answered} of {total} lock nodes answered, and Redlock needs {needed}")]
     NoQuorum {
+        /// How many nodes answered.
         answered: usize,
+        /// How many nodes there are.
         total: usize,
+        /// How many are needed.
         needed: usize,
     },
 
@@ -146,9 +218,13 @@ pub enum Error {
         "this run needs about {needed} connections to Redis at '{addr}', which accepts {maxclients} (maxclients) and has {in_use} in use: {advice}"
     )]
     TooManyClients {
+        /// The server's `host:port` (never a password).
         addr: String,
+        /// Connections the run would open.
         needed: u64,
+        /// The server's `maxclients`.
         maxclients: u64,
+        /// Connections the server has open now.
         in_use: u64,
         /// What would fit: a lower -c, or (when not even one buyer fits) fewer clients.
         advice: String,
@@ -159,8 +235,11 @@ pub enum Error {
         "{concurrency} concurrent requests need about {needed} open files (their connections, pipes to child processes, the orders workers' clients), but this process may open {limit} (its open-file limit, ulimit -n; the hard limit allows no more): {advice}"
     )]
     TooFewDescriptors {
+        /// The requests in flight the run asked for.
         concurrency: u64,
+        /// Open files the run would need.
         needed: u64,
+        /// Open files this process may have.
         limit: u64,
         /// What would fit: a lower -c, or a higher limit.
         advice: String,
@@ -169,12 +248,17 @@ pub enum Error {
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
-    Internal { reason: String },
+    Internal {
+        /// What failed.
+        reason: String,
+    },
 
     /// Any other failure reported by Redis or the connection.
     #[error("Redis at '{addr}' failed: {reason}")]
     Redis {
+        /// The server's `host:port`.
         addr: String,
+        /// What went wrong, as the server or the driver said it (never a password).
         reason: String,
         /// The server's error code (`WRONGTYPE`, `NOSCRIPT`, ...) when the server replied.
         code: Option<String>,
@@ -190,21 +274,29 @@ pub enum Error {
 /// printed as `error_kind` under `--json`, and read back from a `--mode procs` child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ErrorKind {
+    /// A URL that does not parse.
     BadUrl,
+    /// TLS settings that cannot work, or a handshake that failed.
     Tls,
     /// The server refused the connection (down or restarting).
     Refused,
     /// A connect or a call took longer than its limit.
     TimedOut,
+    /// The server refused the credentials.
     Auth,
+    /// The SKU (or an endpoint's stock key) has no stock.
     Unseeded,
+    /// The stock holds something that is not a stock count, or is below zero.
     BadStock,
+    /// One of the books holds something lockctl never writes there.
     BadData,
+    /// Any other failure reported by Redis.
     Redis,
     /// Too few Redlock nodes answered.
     NoQuorum,
     /// PostgreSQL failed.
     Database,
+    /// A failure inside lockctl itself.
     Internal,
     /// Bad arguments (the binary's exit 2).
     Usage,

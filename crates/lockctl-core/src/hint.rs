@@ -9,7 +9,10 @@
 #[non_exhaustive]
 pub enum Hint {
     /// Correct the Redis URL (of the setting named, when the caller said which).
-    RedisUrl { flag: Option<&'static str> },
+    RedisUrl {
+        /// The setting the URL came from, when the caller said (its own words for it).
+        flag: Option<&'static str>,
+    },
     /// Nothing listens at the Redis address: start a server or point at one that runs.
     StartRedis,
     /// What answers is not Redis: check the host and port.
@@ -27,15 +30,27 @@ pub enum Hint {
     /// TLS: check the certificate files and the `rediss://` URL.
     TlsFiles,
     /// The SKU has no stock yet: seed it.
-    Seed { sku: String },
+    Seed {
+        /// The SKU to seed.
+        sku: String,
+    },
     /// The SKU's stock or books hold garbage: a seed resets them.
-    Reseed { sku: String },
+    Reseed {
+        /// The SKU whose stock or books a seed resets.
+        sku: String,
+    },
     /// A key lockctl writes only as a stream holds another type: look at it, then delete it.
-    DeleteKey { key: String },
+    DeleteKey {
+        /// The key to look at and delete.
+        key: String,
+    },
     /// An endpoint's stock key does not exist: set it before the run or name the right one.
     StockKey,
     /// A lock's keys are damaged: a forced unlock repairs them.
-    ForceUnlock { name: String },
+    ForceUnlock {
+        /// The lock to unlock with force.
+        name: String,
+    },
     /// Too few Redlock nodes answered: check which are down.
     LockNodes,
     /// A node of a Redis Cluster was reached as a single server: connect in cluster mode and
@@ -58,7 +73,10 @@ pub enum Hint {
     InitSchema,
     /// Orders are set aside in the SKU's dead letters: fix what the database refused, then
     /// put them back.
-    RequeueDead { sku: String },
+    RequeueDead {
+        /// The SKU whose dead letters to requeue.
+        sku: String,
+    },
 }
 
 /// One thing `check` or `status` found: what it is, in words, and its fix as data.

@@ -35,6 +35,7 @@ pub struct StockKeys {
 }
 
 impl StockKeys {
+    /// The keys of `sku`.
     pub fn new(sku: &Sku) -> StockKeys {
         let s = sku.as_str();
         StockKeys {
@@ -70,6 +71,7 @@ pub struct LockKeys {
 }
 
 impl LockKeys {
+    /// The keys of the lock `name`.
     pub fn new(name: &str) -> LockKeys {
         LockKeys {
             lock: format!("dist_lock:{name}"),

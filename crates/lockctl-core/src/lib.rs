@@ -29,6 +29,8 @@
 //! - [`error`]: the library's failures (expected outcomes are values, not errors).
 //! - [`hint`]: what would fix a failure or a finding, as data for the caller to word.
 
+#![deny(missing_docs)]
+
 pub mod check;
 pub mod conn;
 pub mod error;

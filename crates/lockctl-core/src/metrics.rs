@@ -7,7 +7,7 @@
 //! the stock module each purchase's outcome and the stock it saw, the orders worker its
 //! batches and its waits. A target without one records nothing, at the cost of a branch. The wait-queue length is different: it belongs to Redis, not to this
 //! process, so [`Metrics::set_waiters`] is fed from the queue itself (`Lock::waiters`) by
-//! whoever serves the metrics, just before each scrape ([`crate::endpoint`] serves them).
+//! whoever serves the metrics, just before each scrape (the `lockctl` binary's endpoint serves them).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -37,8 +37,11 @@ struct SkuLabel {
 /// How asking for the lock ended, for `lockctl_lock_acquire_total{result}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireResult {
+    /// The lock was taken.
     Acquired,
+    /// The lock was held by someone else for the whole wait.
     Busy,
+    /// Taking the lock failed.
     Error,
 }
 
@@ -211,10 +214,12 @@ impl Metrics {
         self.acquire[result as usize].inc();
     }
 
+    /// Records how long a lock was held.
     pub fn observe_hold(&self, d: Duration) {
         self.lock_hold.observe(d.as_secs_f64());
     }
 
+    /// Counts a lease renewed by the watchdog.
     pub fn renewed(&self) {
         self.renewals.inc();
     }
@@ -237,10 +242,12 @@ impl Metrics {
         self.pipeline.worker_waiting.set(0.0);
     }
 
+    /// Counts an order set aside in the dead letters.
     pub fn dead_letter(&self) {
         self.pipeline.dead_letters.inc();
     }
 
+    /// Counts a purchase whose lease ran out.
     pub fn lease_lost(&self) {
         self.lease_lost.inc();
     }
@@ -265,6 +272,7 @@ impl Metrics {
             .clone()
     }
 
+    /// Sets the stock gauge of `sku`.
     pub fn set_stock(&self, sku: &str, stock: i64) {
         self.stock_gauge(sku).set(stock);
     }

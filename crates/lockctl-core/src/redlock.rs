@@ -200,7 +200,10 @@ pub enum Round {
     /// A majority granted the lock; it counts for this long.
     Won(Duration),
     /// No majority; this many nodes answered at all.
-    Lost { answered: usize },
+    Lost {
+        /// How many nodes granted it.
+        answered: usize,
+    },
 }
 
 /// A node's thread's result; a thread that could not start or that panicked is an error.

@@ -19,6 +19,7 @@ use crate::stock;
 /// Who holds the lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct Holder {
+    /// The holder's token (the lock key's value).
     pub token: String,
     /// Remaining lease in milliseconds.
     pub ttl_ms: u64,
@@ -31,6 +32,7 @@ pub struct Holder {
 /// What `status` found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
+    /// The SKU.
     pub sku: String,
     /// The stock; `None` for a name with no stock (a `lockctl run` lock, an unseeded SKU).
     pub stock: Option<i64>,
@@ -40,6 +42,7 @@ pub struct Status {
     pub sold: i64,
     /// Orders in the ledger and their units.
     pub ledger_orders: u64,
+    /// Units in the ledger.
     pub ledger_qty: i64,
     /// `Some(true)` when every check holds, `Some(false)` when one fails, `None` when there is
     /// no seed record to check against.

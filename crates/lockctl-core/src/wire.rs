@@ -21,20 +21,28 @@ pub struct BuyJson {
     /// With `limit_reached`: the most units the user may buy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// How long the lock was held, in milliseconds (lock strategies).
     pub lock_hold_ms: Option<f64>,
+    /// How long the buyer waited for the lock, in milliseconds (lock strategies).
     pub lock_wait_ms: Option<f64>,
+    /// The order id (the idempotency key).
     pub order_id: String,
     /// With a replayed order id: the units of the original order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_qty: Option<u64>,
+    /// What the purchase came to.
     pub outcome: Outcome,
+    /// Units per purchase.
     pub qty: u64,
     /// The stock after the deduction (or seen), for `bought` and `sold_out`.
     pub remaining: Option<i64>,
+    /// How many times the watchdog renewed the lease.
     pub renewals: u64,
     /// The order id had bought before: nothing was deducted now.
     pub replayed: bool,
+    /// The SKU.
     pub sku: String,
+    /// The strategy that made it.
     pub strategy: Strategy,
     /// With `limit_reached`: the units the user already has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,6 +50,7 @@ pub struct BuyJson {
 }
 
 impl BuyJson {
+    /// The JSON of purchase `p` of `sku` under `strategy`.
     pub fn new(sku: &str, strategy: Strategy, p: &Purchase) -> BuyJson {
         let (user_bought, limit) = match p.outcome {
             Buy::LimitReached { bought, limit } => (Some(bought), Some(limit)),
@@ -87,12 +96,14 @@ impl BuyJson {
 pub struct ErrorJson {
     /// The message, as printed on stderr.
     pub error: String,
+    /// The kind of failure (stable names: `refused`, `timed_out`, ...).
     pub error_kind: ErrorKind,
     /// The failed call may still have been applied (Jepsen's "indeterminate").
     pub indeterminate: bool,
 }
 
 impl ErrorJson {
+    /// An error's JSON: its words, its kind, and whether it may have been applied.
     pub fn new(message: String, kind: ErrorKind, indeterminate: bool) -> ErrorJson {
         ErrorJson {
             error: message,
@@ -111,6 +122,8 @@ impl ErrorJson {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum BuyReply {
+    /// The purchase failed: the error, as the child printed it.
     Failed(ErrorJson),
+    /// The purchase ended with an outcome.
     Done(Box<BuyJson>),
 }

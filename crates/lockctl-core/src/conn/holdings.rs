@@ -31,6 +31,7 @@ impl std::fmt::Debug for Holdings {
 }
 
 impl Holdings {
+    /// Nothing held yet.
     pub fn new() -> Holdings {
         Holdings::default()
     }

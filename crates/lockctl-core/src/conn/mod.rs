@@ -79,6 +79,7 @@ impl Conn {
         self.metrics.as_ref()
     }
 
+    /// The server's `host:port`, as errors name it.
     pub fn addr(&self) -> &str {
         &self.addr
     }

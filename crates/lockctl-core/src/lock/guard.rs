@@ -116,7 +116,7 @@ impl Guard {
         released
     }
 
-    /// Runs `script` (built by [`super::releasing`]) with its own `keys` and `args`: its work
+    /// Runs `script` (built by `releasing`) with its own `keys` and `args`: its work
     /// and this lock's release, with the hand-off to the next waiter, in one script and one
     /// round trip. Under Redlock the script leaves the lock held and the release follows on
     /// its own, after the quorum is given back. Returns the work's reply and what the release

@@ -73,6 +73,7 @@ impl Token {
         Token(hex::encode(rand::random::<[u8; 16]>()))
     }
 
+    /// The token, as stored in the lock key.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -146,6 +147,7 @@ pub enum Release {
 /// Who holds a lock, as `status` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderInfo {
+    /// The holder's token (the lock key's value).
     pub token: String,
     /// The lease left.
     pub ttl: Duration,
@@ -218,10 +220,12 @@ impl Lock {
         self
     }
 
+    /// The lock's keys.
     pub fn keys(&self) -> &LockKeys {
         &self.keys
     }
 
+    /// The options it was made with.
     pub fn options(&self) -> &LockOptions {
         &self.options
     }

@@ -25,14 +25,17 @@ pub struct PipelineBooks {
     pub sale_after: Option<String>,
     /// Orders and units of the current sale in PostgreSQL.
     pub persisted_orders: u64,
+    /// Units of this sale's orders persisted in PostgreSQL.
     pub persisted_units: i64,
     /// Orders and units that a worker will still persist (pending in the group, or not yet
     /// delivered) and that are not yet in PostgreSQL.
     pub queued_orders: u64,
+    /// Units of the orders still queued.
     pub queued_units: i64,
     /// Orders of the ledger set aside in the dead letters (PostgreSQL refused their rows):
     /// not lost, but not persisted either until `lockctl worker --requeue-dead` after a fix.
     pub dead_orders: u64,
+    /// Units of the orders set aside.
     pub dead_units: i64,
     /// Conflicts the workers recorded for the current sale (an order id from a second
     /// deduction, or with another SKU, quantity or user).

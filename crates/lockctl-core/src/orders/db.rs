@@ -64,8 +64,9 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 /// What `db init` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InitReport {
-    /// The schema version before, and now.
+    /// The schema version before the call.
     pub before: usize,
+    /// The schema version after the call.
     pub now: usize,
     /// Tables that were missing although their version was recorded, and were created again.
     pub repaired: Vec<String>,
@@ -372,7 +373,9 @@ impl Db {
 /// A row of the orders table, or of its conflicts, as `status` reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkuRow {
+    /// The order id.
     pub order_id: String,
+    /// Its units.
     pub qty: i64,
     /// The stream id of the deduction it came from.
     pub stream_id: String,

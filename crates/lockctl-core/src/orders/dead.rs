@@ -128,6 +128,7 @@ pub struct DeadLetter {
     pub id: String,
     /// The id the entry had in the events stream.
     pub stream_id: String,
+    /// Why the worker set it aside.
     pub reason: String,
     /// The order it holds, when its fields make one (`None` for an entry that was not an
     /// order, or a dead letter written before lockctl kept the entry).
@@ -199,7 +200,7 @@ pub struct Requeued {
 }
 
 /// Puts every dead letter of `keys`'s SKU that holds an order back on the queue, for a worker
-/// to persist again; the others stay. Each is one script (see [`REQUEUE_LUA`]), so a requeue
+/// to persist again; the others stay. Each is one script (see `REQUEUE_LUA`), so a requeue
 /// run twice, or two at once, queues each order once.
 pub fn requeue(conn: &mut Conn, keys: &StockKeys) -> Result<Requeued> {
     let mut done = Requeued::default();

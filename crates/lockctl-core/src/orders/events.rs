@@ -19,17 +19,32 @@ pub enum WorkerEvent {
         waiting: Duration,
     },
     /// All is well again, after waiting this long.
-    Recovered { after: Duration },
+    Recovered {
+        /// How long the failure lasted.
+        after: Duration,
+    },
     /// A batch's rows are locked by another session: left pending for later.
-    SetAside { orders: usize, stream: String },
+    SetAside {
+        /// How many orders were set aside.
+        orders: usize,
+        /// The stream they were in.
+        stream: String,
+    },
     /// Order ids arrived that PostgreSQL already holds from another deduction or with other
     /// content: recorded in `lockctl_order_conflicts`.
-    Conflicts { count: u64 },
+    Conflicts {
+        /// How many conflicts.
+        count: u64,
+    },
     /// An entry was moved to the dead letters.
     DeadLettered {
+        /// The stream entry's id.
         id: String,
+        /// The stream key.
         stream: String,
+        /// Why, in words.
         why: String,
+        /// The dead-letter stream it was moved to.
         dead_letters: String,
     },
 }

@@ -52,10 +52,15 @@ pub struct OrderEvent {
     /// what PostgreSQL keeps, so a redelivery is told from a second deduction, and the sale an
     /// order belongs to from its id.
     pub origin: String,
+    /// The order id (the idempotency key).
     pub order_id: String,
+    /// The SKU.
     pub sku: String,
+    /// Units.
     pub qty: i64,
+    /// The user it was bought for, when one was named.
     pub user: Option<String>,
+    /// The fencing token the purchase held, for the fenced strategy.
     pub fence: Option<i64>,
     /// Server time of the deduction, in Unix ms.
     pub at_ms: i64,
@@ -170,7 +175,7 @@ static TRIM: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(TRIM_LUA));
 
 /// Removes the entries of `keys`'s stream that every consumer has acknowledged (see
-/// [`TRIM_LUA`]); returns the id it trimmed to, if it trimmed.
+/// `TRIM_LUA`); returns the id it trimmed to, if it trimmed.
 pub fn trim_acknowledged(conn: &mut Conn, keys: &StockKeys) -> Result<Option<String>> {
     let mut inv = TRIM.prepare_invoke();
     inv.key(&keys.events);

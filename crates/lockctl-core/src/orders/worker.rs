@@ -6,7 +6,7 @@
 //! has acknowledged. A stop request finishes the batch in hand first.
 //!
 //! The one idea that keeps paid orders: an order is dead-lettered only when PostgreSQL refuses
-//! its row for the row's own data, by an allow-list of SQLSTATE classes ([`classify`]); every
+//! its row for the row's own data, by an allow-list of SQLSTATE classes (`classify`); every
 //! other failure (a login refused, the database missing, too many connections, a shutdown, a
 //! lost connection) is the server's, and is waited out with a backoff, the batch kept in hand,
 //! however long it lasts. A batch whose rows another session holds locked (a worker stopped
@@ -51,6 +51,7 @@ pub struct WorkerOptions {
 }
 
 impl WorkerOptions {
+    /// A worker for `skus`, with the defaults for the rest.
     pub fn new(skus: Vec<Sku>) -> WorkerOptions {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
         WorkerOptions {
@@ -78,10 +79,15 @@ impl WorkerOptions {
 /// What a worker did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerStats {
+    /// Orders written to PostgreSQL for the first time.
     pub persisted: u64,
+    /// Orders already in PostgreSQL, delivered again (nothing written).
     pub redelivered: u64,
+    /// A second deduction under one order id, recorded as a conflict.
     pub conflicts: u64,
+    /// The dead-letter stream it was moved to.
     pub dead_letters: u64,
+    /// Batches written.
     pub batches: u64,
     /// Failed attempts that were waited out (the database or Redis in trouble).
     pub retries: u64,

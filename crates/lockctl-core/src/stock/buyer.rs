@@ -86,6 +86,7 @@ impl Buyer {
         }
     }
 
+    /// A buyer of `sku` at `target`, buying as `options` say.
     pub fn new(target: &Target, sku: &Sku, options: BuyOptions) -> Buyer {
         let keys = StockKeys::new(sku);
         Buyer {
@@ -98,6 +99,7 @@ impl Buyer {
         }
     }
 
+    /// The options it buys with.
     pub fn options(&self) -> &BuyOptions {
         &self.options
     }

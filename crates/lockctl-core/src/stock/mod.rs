@@ -151,15 +151,26 @@ impl Default for BatchOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buy {
     /// Deducted; `remaining` is the stock right after the deduction (or now, when replayed).
-    Bought { remaining: i64 },
+    Bought {
+        /// The stock right after (or, when sold out, what there was).
+        remaining: i64,
+    },
     /// Not enough stock; `remaining` is what there was.
-    SoldOut { remaining: i64 },
+    SoldOut {
+        /// The stock right after (or, when sold out, what there was).
+        remaining: i64,
+    },
     /// The lock was held by someone else for the whole wait.
     Busy,
     /// The lease ran out before the deduction; nothing was deducted.
     LeaseLost,
     /// The user already has `bought` units and may have at most `limit`; nothing was deducted.
-    LimitReached { bought: u64, limit: u64 },
+    LimitReached {
+        /// Units this user was sold already.
+        bought: u64,
+        /// The most units one user may buy.
+        limit: u64,
+    },
 }
 
 impl Buy {
@@ -207,10 +218,15 @@ impl std::str::FromStr for Strategy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// Deducted.
     Bought,
+    /// Not enough stock.
     SoldOut,
+    /// The lock was held by someone else for the whole wait.
     Busy,
+    /// The lease ran out before the deduction; nothing was deducted.
     LeaseLost,
+    /// The user's per-user limit was reached; nothing was deducted.
     LimitReached,
 }
 
@@ -224,6 +240,7 @@ impl Outcome {
         Outcome::LimitReached,
     ];
 
+    /// The outcome's name, as in JSON and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Bought => "bought",
@@ -238,8 +255,11 @@ impl Outcome {
 /// One purchase and what is known about how it went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Purchase {
+    /// What the purchase came to.
     pub outcome: Buy,
+    /// The order id (the idempotency key).
     pub order_id: String,
+    /// Units.
     pub qty: u64,
     /// The units of the original order, when this order id had already bought: nothing was
     /// deducted this time.
@@ -370,7 +390,7 @@ return after
 static SEED: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(SEED_LUA));
 
-/// Sets the stock to `count` and starts a new sale (see [`SEED_LUA`]).
+/// Sets the stock to `count` and starts a new sale (see `SEED_LUA`).
 pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
     let mut inv = SEED.prepare_invoke();
