@@ -10,6 +10,7 @@ mod batch;
 mod cli;
 mod cluster;
 mod endpoint;
+mod examples;
 mod faults;
 mod fifo;
 mod fresh;

@@ -125,12 +125,14 @@ impl Default for LoadOptions {
 }
 
 /// A run of lockctl's own buyers: the load, and how each purchase is made and driven.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HammerOptions {
     pub load: LoadOptions,
     /// Default: [`Driving::Threads`].
     pub mode: Driving,
-    /// How each purchase is made. Default: [`BuyOptions::default`].
+    /// How each purchase is made. Default: [`BuyOptions::default`], but waiting up to
+    /// [`HAMMER_WAIT`] for a held lock (a hammer that tried once would turn most of its buyers
+    /// away busy, and its stock would not sell out).
     pub buy: BuyOptions,
     /// How each child purchase is started, for [`Driving::Procs`] (the binary starts `lockctl
     /// buy --json`). Default: none, and a child-process run is refused.
@@ -140,6 +142,24 @@ pub struct HammerOptions {
     /// Workers beside the buyers persisting the orders into PostgreSQL (`--queue --db`), and
     /// the whole path checked. Default: none.
     pub pipeline: Option<PipelineOptions>,
+}
+
+/// How long a hammer's buyer waits for a held lock by default.
+pub const HAMMER_WAIT: Duration = Duration::from_secs(5);
+
+impl Default for HammerOptions {
+    fn default() -> Self {
+        let mut buy = BuyOptions::default();
+        buy.lock.wait = HAMMER_WAIT;
+        HammerOptions {
+            load: LoadOptions::default(),
+            mode: Driving::default(),
+            buy,
+            children: None,
+            quorum: None,
+            pipeline: None,
+        }
+    }
 }
 
 /// The most points a report's stock timeline keeps.
@@ -157,6 +177,19 @@ pub struct PipelineOptions {
     pub patience: Duration,
     /// Where the workers' events go (failures waited out, dead letters). Default: nowhere.
     pub events: lockctl_core::orders::events::Listener,
+}
+
+impl PipelineOptions {
+    /// Workers persisting into the PostgreSQL at `db_url`, with the defaults for the rest (one
+    /// worker, 30 s of patience, events heard by nobody).
+    pub fn new(db_url: impl Into<String>) -> PipelineOptions {
+        PipelineOptions {
+            db_url: db_url.into(),
+            workers: 1,
+            patience: Duration::from_secs(30),
+            events: lockctl_core::orders::events::Listener::default(),
+        }
+    }
 }
 
 /// One child purchase: everything its command line carries.

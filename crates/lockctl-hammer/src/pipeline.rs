@@ -178,8 +178,20 @@ pub(super) fn finish(
     if let Some(s) = running.sampler {
         let _ = s.join();
     }
-    let mut db = Db::connect(&p.db_url, target.options().connect_timeout)?;
-    let (rows, _) = db.orders(&p.db_url, opts.load.sku.as_str(), &format!("{run_id}-"))?;
+    // On a thread of its own: the PostgreSQL client runs a runtime of its own, which cannot
+    // start inside a caller's async task (a service that runs the hammer from an async fn).
+    let timeout = target.options().connect_timeout;
+    let (rows, _) = thread::scope(|s| {
+        s.spawn(|| {
+            Db::connect(&p.db_url, timeout)?.orders(
+                &p.db_url,
+                opts.load.sku.as_str(),
+                &format!("{run_id}-"),
+            )
+        })
+        .join()
+        .unwrap_or_else(|_| Err(Error::internal("the orders read-back panicked")))
+    })?;
     let mut violations = failures;
     violations.extend(check_rows(t, run_id, &rows));
     if !drained {
