@@ -6,6 +6,7 @@
 mod support;
 
 mod adversarial;
+mod aio;
 mod batch;
 mod cli;
 mod cluster;

@@ -26,11 +26,15 @@
 //! - [`redact`]: one rule that hides every secret in what is shown.
 //! - [`sku`]: the names that become keys, checked at the boundary.
 //! - [`units`]: one rounding rule for every reported number.
+//! - [`aio`] (feature `tokio`): the same calls from async code, a lock held around an async
+//!   body with a lease-loss signal, and the group committer as a cheap async handle.
 //! - [`error`]: the library's failures (expected outcomes are values, not errors).
 //! - [`hint`]: what would fix a failure or a finding, as data for the caller to word.
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 pub mod check;
 pub mod conn;
 pub mod error;

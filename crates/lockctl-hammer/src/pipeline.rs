@@ -134,6 +134,30 @@ fn sample(
 
 /// After the buyers: waits for the queue to drain (while it makes progress, up to
 /// `patience` without any), stops the workers, and checks this run's rows.
+/// This run's rows in PostgreSQL. On a thread of its own: the PostgreSQL client runs a
+/// runtime of its own, which cannot start inside a caller's async task (a service that runs
+/// the hammer from an async fn).
+fn run_rows(
+    target: &Target,
+    opts: &HammerOptions,
+    p: &PipelineOptions,
+    run_id: &str,
+) -> Result<Vec<(String, i64)>> {
+    let timeout = target.options().connect_timeout;
+    thread::scope(|s| {
+        s.spawn(|| {
+            Db::connect(&p.db_url, timeout)?.orders(
+                &p.db_url,
+                opts.load.sku.as_str(),
+                &format!("{run_id}-"),
+            )
+        })
+        .join()
+        .unwrap_or_else(|_| Err(Error::internal("the orders read-back panicked")))
+    })
+    .map(|(rows, _)| rows)
+}
+
 pub(super) fn finish(
     running: Running,
     target: &Target,
@@ -178,20 +202,7 @@ pub(super) fn finish(
     if let Some(s) = running.sampler {
         let _ = s.join();
     }
-    // On a thread of its own: the PostgreSQL client runs a runtime of its own, which cannot
-    // start inside a caller's async task (a service that runs the hammer from an async fn).
-    let timeout = target.options().connect_timeout;
-    let (rows, _) = thread::scope(|s| {
-        s.spawn(|| {
-            Db::connect(&p.db_url, timeout)?.orders(
-                &p.db_url,
-                opts.load.sku.as_str(),
-                &format!("{run_id}-"),
-            )
-        })
-        .join()
-        .unwrap_or_else(|_| Err(Error::internal("the orders read-back panicked")))
-    })?;
+    let rows = run_rows(target, opts, p, run_id)?;
     let mut violations = failures;
     violations.extend(check_rows(t, run_id, &rows));
     if !drained {

@@ -220,6 +220,17 @@ impl Lock {
         self
     }
 
+    /// The same lock, its lease renewed by a watchdog while it is held.
+    pub fn with_watchdog(mut self) -> Lock {
+        self.options.watchdog = true;
+        self
+    }
+
+    /// Where the lock lives.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// The lock's keys.
     pub fn keys(&self) -> &LockKeys {
         &self.keys
