@@ -76,3 +76,47 @@ fn the_hammer_with_its_orders_pipeline_runs_from_inside_an_async_task() {
     assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.violations);
     assert_eq!(report.pipeline.as_ref().map(|p| p.row_units), Some(50));
 }
+
+/// The reference shop (`examples/shop.rs`) under the hunt: every fault the facts allow, users
+/// with a limit of two, retries of the same order id. It passes.
+#[test]
+fn the_hunt_cannot_break_the_reference_shop() {
+    let redis = RedisServer::start();
+    let port = crate::support::free_port();
+    let url = format!("http://127.0.0.1:{port}/buy?sku={{sku}}&order={{order}}&user={{user}}");
+    let serve = format!(
+        "REDIS_URL={} LIMIT=2 exec {} 127.0.0.1:{port}",
+        redis.url(),
+        example("shop").display()
+    );
+    let out = crate::support::lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--users",
+            "4",
+            "--limit",
+            "2",
+            "--idempotent",
+            "--serve",
+            &serve,
+            "--budget",
+            "8s",
+            "--heal-ms",
+            "3000",
+        ],
+    );
+    let said = format!("{}{}", stdout(&out), crate::support::stderr(&out));
+    assert_eq!(crate::support::code(&out), 0, "{said}");
+    let v = crate::support::json(&out);
+    assert!(v["judged"].as_u64().unwrap() >= 3, "{said}");
+    assert!(
+        v["faults"].as_object().is_some_and(|f| !f.is_empty()),
+        "no fault took effect: {said}"
+    );
+}
