@@ -216,12 +216,42 @@ fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
         "oversold",
     );
     let pass = [&PASS[..], &flags, &["--nemesis", "stall,redis-pause"]].concat();
-    let (exit, v, said) = hunt(&redis, "hunt/lease_fenced.php", &env, &pass);
-    assert!(
-        v["faults"]["stall"].as_u64().unwrap_or(0) > 0,
-        "no stall took effect: {said}"
-    );
-    assert_passed((exit, v, said));
+    assert_passed(hunt(&redis, "hunt/lease_fenced.php", &env, &pass));
+}
+
+/// The proxy itself: a connection through it works, a stalled one moves nothing until it is let
+/// go, and a reset one is broken; the others go on meanwhile.
+#[test]
+fn the_proxy_stalls_and_resets_one_connection_while_the_others_go_on() {
+    use lockctl_hammer::hunt::proxy::Proxy;
+    let redis = RedisServer::start();
+    let upstream = vec![std::net::SocketAddr::from(([127, 0, 0, 1], redis.port))];
+    let proxy = Proxy::start("127.0.0.1:0", upstream).unwrap();
+    let through = || {
+        let c = redis::Client::open(format!("redis://{}", proxy.addr())).unwrap();
+        let conn = c.get_connection().unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        conn
+    };
+    let ping = |c: &mut redis::Connection| redis::cmd("PING").query::<String>(c);
+    let mut one = through();
+    assert_eq!(ping(&mut one).unwrap(), "PONG");
+    let stalled = proxy.strike(0, false).expect("a connection to stall");
+    assert!(stalled.starts_with("stalled"), "{stalled}");
+    assert!(ping(&mut one).is_err(), "a stalled connection answered");
+    // Another connection, opened meanwhile, goes on.
+    let mut two = through();
+    assert_eq!(ping(&mut two).unwrap(), "PONG");
+    proxy.unstall_all();
+    let mut three = through();
+    assert_eq!(ping(&mut three).unwrap(), "PONG");
+    // A reset breaks the connection it hits (the connection picked is the first still open).
+    drop((one, two));
+    std::thread::sleep(Duration::from_millis(100));
+    let reset = proxy.strike(0, true).expect("a connection to reset");
+    assert!(reset.starts_with("reset"), "{reset}");
+    assert!(ping(&mut three).is_err(), "a reset connection answered");
 }
 
 #[test]
