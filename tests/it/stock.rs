@@ -305,3 +305,29 @@ fn a_user_over_the_limit_is_refused_and_consumes_no_stock() {
         assert_eq!(bob.outcome, Buy::Bought { remaining: 7 }, "{strategy}");
     }
 }
+
+/// A retry of an order that bought is answered "bought" (a replay, nothing deducted) by every
+/// strategy, also once the stock has run out since: never "sold out" for what it bought.
+#[test]
+fn a_retry_after_the_stock_ran_out_is_a_replay_not_a_sold_out() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    for strategy in ALL.into_iter().filter(|s| *s != Strategy::Naive) {
+        let s = sku(&format!("replay_{}", strategy.name()));
+        stock::seed(&mut conn, &s, 1).unwrap();
+        let buyer = Buyer::new(&target, &s, with(strategy));
+        let first = buyer.buy(&mut conn, "o1", None).unwrap();
+        assert_eq!(first.outcome, Buy::Bought { remaining: 0 }, "{strategy}");
+        let again = buyer.buy(&mut conn, "o1", None).unwrap();
+        assert!(
+            matches!(again.outcome, Buy::Bought { .. }) && again.replayed == Some(1),
+            "{strategy}: {again:?}"
+        );
+        let other = buyer.buy(&mut conn, "o2", None).unwrap();
+        assert!(
+            matches!(other.outcome, Buy::SoldOut { .. }),
+            "{strategy}: {other:?}"
+        );
+    }
+}

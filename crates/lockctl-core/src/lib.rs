@@ -8,6 +8,47 @@
 //! watchdog, fencing tokens, atomic and group-committed deductions, an idempotent ledger and an
 //! orders pipeline into PostgreSQL.
 //!
+//! One fenced purchase, the shortest program on it (this example runs as a doc test, against a
+//! `redis-server` it starts on a free port, and is skipped when none is installed):
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+//! # let started = std::process::Command::new("redis-server")
+//! #     .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+//! #     .stdout(std::process::Stdio::null())
+//! #     .spawn();
+//! # let Ok(child) = started else {
+//! #     eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+//! #     return Ok(());
+//! # };
+//! # struct Stop(std::process::Child);
+//! # impl Drop for Stop {
+//! #     fn drop(&mut self) { let _ = self.0.kill(); let _ = self.0.wait(); }
+//! # }
+//! # let _server = Stop(child);
+//! # while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+//! #     std::thread::sleep(std::time::Duration::from_millis(10));
+//! # }
+//! # let url = format!("redis://127.0.0.1:{port}");
+//! use lockctl_core::conn::{ConnectOptions, Target};
+//! use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy};
+//!
+//! let target = Target::open(&url, ConnectOptions::default())?;
+//! let mut conn = target.connect()?;
+//! let sku = "sku_886".parse()?;
+//! stock::seed(&mut conn, &sku, 1)?;
+//!
+//! let fenced = BuyOptions { strategy: Strategy::Fenced, ..BuyOptions::default() };
+//! let buyer = Buyer::new(&target, &sku, fenced);
+//! assert!(matches!(buyer.buy(&mut conn, "order-1", None)?.outcome, Buy::Bought { remaining: 0 }));
+//! assert!(matches!(buyer.buy(&mut conn, "order-2", None)?.outcome, Buy::SoldOut { .. }));
+//! // The first order id again deducts nothing: the ledger remembers it.
+//! assert_eq!(buyer.buy(&mut conn, "order-1", None)?.replayed, Some(1));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! It holds no process-wide state (metrics and the locks to give back on a quick exit travel
 //! with the caller's [`conn::Target`]), never prints and never exits: its errors carry the key,
 //! the bound or the server, and the caller words them.

@@ -78,6 +78,8 @@ impl Meters {
     }
 }
 
+mod answers;
+
 impl Buyer {
     /// Counts one purchase in the target's metrics, if it has any.
     fn meter(&self, result: std::result::Result<&Buy, ()>) {
@@ -275,6 +277,20 @@ impl Buyer {
                 }),
             _ => self.read_and_decide(conn, ul, Some(&guard)),
         };
+        // An order that bought before is answered as it was, even once the stock has run out
+        // since: a client's retry must not be told "sold out" for what it bought.
+        let step = match step {
+            Ok(Step::Done(Buy::SoldOut { remaining })) => {
+                self.replayed_units(conn, &p.order_id).map(|had| match had {
+                    Some(units) => {
+                        p.replayed = Some(units);
+                        Step::Done(Buy::Bought { remaining })
+                    }
+                    None => Step::Done(Buy::SoldOut { remaining }),
+                })
+            }
+            other => other,
+        };
         p.renewals = guard.renewals();
         // The seed's `finally`: release whatever happened in between. A failed release leaves
         // the lock to expire by its TTL; the purchase itself stands.
@@ -326,6 +342,13 @@ impl Buyer {
         let (keys, args) = self.write_parts(&p.order_id, ul, p.fence);
         let (reply, released) = guard.release_inside(conn, &WRITE_RELEASE, &keys, &args)?;
         Ok((self.bought(conn, &[reply]), released))
+    }
+
+    /// The units the ledger has for `order_id`, when it bought before.
+    fn replayed_units(&self, conn: &mut Conn, order_id: &str) -> Result<Option<u64>> {
+        let had: Option<i64> =
+            conn.query(redis::cmd("HGET").arg(&self.keys.ledger).arg(order_id))?;
+        Ok(had.map(|u| u.max(0) as u64))
     }
 
     /// The seed's `GET`: `Some(SoldOut)` when there is not enough for this purchase, `None`
@@ -394,29 +417,6 @@ impl Buyer {
             self.sku.to_string(),
         ];
         (keys, args)
-    }
-
-    /// What the write script answered.
-    fn bought(&self, conn: &Conn, replies: &[redis::Value]) -> Result<Buy> {
-        use redis::Value;
-        let text = |v: Option<&Value>| match v {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::new(),
-        };
-        match replies.first() {
-            Some(Value::Int(left)) => Ok(Buy::Bought { remaining: *left }),
-            Some(Value::Array(a)) => match text(a.first()).as_str() {
-                "unseeded" => Err(Error::Unseeded {
-                    sku: self.sku.to_string(),
-                }),
-                "bad_stock" => Err(self.bad_stock(text(a.get(1)))),
-                "bad_data" => Err(self.bad_data(text(a.get(1)))),
-                other => Err(conn.unexpected(format!("the write script answered '{other}'"))),
-            },
-            Some(Value::ServerError(e)) => Err(conn.map_err(e.clone().into())),
-            other => Err(conn.unexpected(format!("the write script answered {other:?}"))),
-        }
     }
 
     /// The naive strategy's write: the same transaction, with no lock around it.
@@ -488,40 +488,6 @@ impl Buyer {
         ]
     }
 
-    /// What the deduct script's `{status, n, text}` reply means.
-    fn deduct_outcome(
-        &self,
-        conn: &Conn,
-        (status, n, text): (String, i64, String),
-        limit: u64,
-        p: &mut Purchase,
-    ) -> Result<Buy> {
-        Ok(match status.as_str() {
-            "bought" => Buy::Bought { remaining: n },
-            "replayed" => {
-                p.replayed = Some(n.max(0) as u64);
-                Buy::Bought {
-                    remaining: text.parse().unwrap_or(0),
-                }
-            }
-            "sold_out" => Buy::SoldOut { remaining: n },
-            "limit" => Buy::LimitReached {
-                bought: n.max(0) as u64,
-                limit,
-            },
-            "busy" => Buy::Busy,
-            "lease_lost" => Buy::LeaseLost,
-            "unseeded" => {
-                return Err(Error::Unseeded {
-                    sku: self.sku.to_string(),
-                });
-            }
-            "bad_stock" => return Err(self.bad_stock(text)),
-            "bad_data" => return Err(self.bad_data(text)),
-            other => return Err(conn.unexpected(format!("the deduct script answered '{other}'"))),
-        })
-    }
-
     /// The atomic strategy's purchase as one command, for a caller that drives many connections
     /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
     /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
@@ -567,21 +533,6 @@ impl Buyer {
                 self.meter(Err(()));
                 Err(e)
             }
-        }
-    }
-
-    fn bad_data(&self, reason: String) -> Error {
-        Error::BadData {
-            sku: self.sku.to_string(),
-            reason,
-        }
-    }
-
-    fn bad_stock(&self, value: String) -> Error {
-        Error::BadStock {
-            sku: self.sku.to_string(),
-            key: self.keys.stock.clone(),
-            value,
         }
     }
 }
