@@ -300,7 +300,10 @@ fn ctrl_z_stops_lockctl_with_its_job_and_the_lease_ends_the_job() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let line = format!(
-        "{} --redis {} --json run --name tz --ttl-ms 1500 -- sh -c 'echo $$ > {}; sleep 100'",
+        // `exec`: the job is one process. A shell that vforks its `sleep` sits in
+        // uninterruptible sleep (D) while the child is stopped, and lockctl, which watches the
+        // job's leader, sees no stop (found by this test on a loaded machine: 2 runs in 15).
+        "{} --redis {} --json run --name tz --ttl-ms 1500 -- sh -c 'echo $$ > {}; exec sleep 100'",
         env!("CARGO_BIN_EXE_lockctl"),
         server.url(),
         pid_file.display()
@@ -317,6 +320,26 @@ fn ctrl_z_stops_lockctl_with_its_job_and_the_lease_ends_the_job() {
         .unwrap()
         .parse()
         .unwrap();
+    // Ctrl-Z goes to the terminal's foreground group: wait until lockctl has made that the
+    // job's (on a loaded machine the job can write its pid first), or the ^Z would reach
+    // lockctl's own group instead.
+    let stat_field = |pid: u32, n: usize| -> Option<i64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(n)?
+            .parse()
+            .ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            // Fields after the name: state, ppid, pgrp, session, tty_nr, tpgid.
+            let (pgrp, tpgid) = (stat_field(job, 2), stat_field(job, 5));
+            pgrp.is_some() && pgrp == tpgid
+        }),
+        "the job never became the terminal's foreground"
+    );
     use std::io::Write as _;
     let mut tty = script.stdin.take().unwrap();
     tty.write_all(b"\x1a").unwrap();
@@ -332,7 +355,11 @@ fn ctrl_z_stops_lockctl_with_its_job_and_the_lease_ends_the_job() {
     };
     assert!(
         eventually(Duration::from_secs(10), || state(lockctl_pid) == Some('T')),
-        "lockctl did not stop with its job"
+        "lockctl did not stop with its job (lockctl {:?}, job {:?}, the terminal's foreground {:?}, the job's group {:?})",
+        state(lockctl_pid),
+        state(job),
+        stat_field(job, 5),
+        stat_field(job, 2)
     );
     // Nothing renews the lease now: the guard ends the job, and the lock ends with the lease.
     assert!(
