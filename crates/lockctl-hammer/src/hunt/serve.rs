@@ -90,7 +90,11 @@ impl Served {
                     self.tail()
                 ));
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+            // Ready when its address answers and it is still running (not a server of before
+            // that has not finished dying, answering for a command that exits).
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok()
+                && matches!(self.child.try_wait(), Ok(None))
+            {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -169,6 +173,14 @@ impl Served {
     /// Stops the system and everything it started, and starts it again.
     pub fn restart(&mut self) -> Result<(), String> {
         self.stop();
+        // The old server's address must be free first: a process of its group still dying
+        // would answer for the new one.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline
+            && TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_ok()
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
         let again = Served::start(&self.command, self.addr, self.group.clone(), None)?;
         let old = std::mem::replace(self, again);
         drop(old);
