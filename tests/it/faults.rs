@@ -516,3 +516,43 @@ fn names_that_look_like_lua_or_patterns_are_only_ever_keys() {
         }
     }
 }
+
+/// The server's NOSCRIPT reply is known by its code (what a script call retries on), and a
+/// script call keeps working while the script cache is flushed under it over and over (the
+/// seed of a hammer's next strategy ran into a flush between the driver's load and its retry).
+#[test]
+fn script_calls_survive_a_cache_flushed_over_and_over() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let bogus = redis::Script::new("return 'never loaded'");
+    let mut evalsha = lockctl_core::conn::evalsha(&bogus, &["k"]);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.raw())
+        .unwrap();
+    match conn.query::<String>(&mut evalsha) {
+        Err(lockctl_core::Error::Redis { code, .. }) => {
+            assert_eq!(code.as_deref(), Some("NOSCRIPT"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = {
+        let (stop, mut raw) = (stop.clone(), server.raw());
+        thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut raw).unwrap();
+                // A flush every millisecond: ten times the hammer test's rate. (A cache flushed
+                // back to back, with no pause at all, can still starve a script call: the
+                // driver's EVALSHA-after-LOAD is retried, not replaced by an EVAL.)
+                thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let sku: lockctl_core::sku::Sku = "flushed".parse().unwrap();
+    for n in 0..300 {
+        lockctl_core::stock::seed(&mut conn, &sku, n).unwrap_or_else(|e| panic!("seed {n}: {e}"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    flusher.join().unwrap();
+}

@@ -248,10 +248,21 @@ impl Conn {
 
     /// Runs a script by EVALSHA, loading it first if the server does not know it.
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
-        self.following_redirects(|c| {
-            let r = inv.invoke(c.inner.like());
-            r.map_err(|e| c.map_err(e))
-        })
+        // The driver loads a script the server lacks and tries once more; a cache flushed again
+        // between the load and that try (SCRIPT FLUSH, a failover) answers NOSCRIPT again, and
+        // the script, which did not run, is simply tried again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let r = self.following_redirects(|c| {
+                let r = inv.invoke(c.inner.like());
+                r.map_err(|e| c.map_err(e))
+            });
+            match r {
+                Err(Error::Redis { code: Some(c), .. }) if c == "NOSCRIPT" && tries < 5 => {}
+                other => return other,
+            }
+        }
     }
 
     /// An error for a reply that makes no sense here.
