@@ -525,12 +525,12 @@ fn script_calls_survive_a_cache_flushed_over_and_over() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let bogus = redis::Script::new("return 'never loaded'");
-    let mut evalsha = lockctl_core::conn::evalsha(&bogus, &["k"]);
+    let evalsha = lockctl_core::conn::evalsha(&bogus, &["k"]);
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut server.raw())
         .unwrap();
-    match conn.query::<String>(&mut evalsha) {
+    match conn.query::<String>(&evalsha) {
         Err(lockctl_core::Error::Redis { code, .. }) => {
             assert_eq!(code.as_deref(), Some("NOSCRIPT"))
         }
