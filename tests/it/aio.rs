@@ -21,8 +21,37 @@ fn sku(name: &str) -> Sku {
     name.parse().unwrap()
 }
 
+type Answer = lockctl_core::Result<lockctl_core::stock::Purchase>;
+
+/// Runs `n` buys as tokio tasks, all spawned before any is awaited, and collects their answers.
+fn in_tasks<F, Fut>(n: usize, buy: F) -> Vec<Answer>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
+    runtime().block_on(async {
+        let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(buy(i))).collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    })
+}
+
+/// The SKU is sold out and its books reconcile.
+fn assert_sold_out_and_reconciled(redis: &RedisServer, s: &Sku) {
+    let st = status::status(&mut redis.conn(), &redis.target(), s).unwrap();
+    assert_eq!(
+        (st.stock, st.reconciled),
+        (Some(0), Some(true)),
+        "{:?}",
+        st.problems
+    );
+}
+
 /// Counts the answers; the books must reconcile afterwards.
-fn tally(answers: Vec<lockctl_core::Result<lockctl_core::stock::Purchase>>) -> (u64, u64) {
+fn tally(answers: Vec<Answer>) -> (u64, u64) {
     let bought = answers
         .iter()
         .filter(|a| matches!(a, Ok(p) if matches!(p.outcome, Buy::Bought { .. })))
@@ -49,27 +78,12 @@ fn five_hundred_async_buyers_sell_exactly_the_stock() {
         ..BuyOptions::default()
     };
     let buyer = AsyncBuyer::new(&target, &s, options);
-    let answers = runtime().block_on(async {
-        let tasks: Vec<_> = (0..500)
-            .map(|i| {
-                let b = buyer.clone();
-                tokio::spawn(async move { b.buy(&format!("o{i}"), None).await })
-            })
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await.unwrap());
-        }
-        out
+    let answers = in_tasks(500, |i| {
+        let b = buyer.clone();
+        async move { b.buy(&format!("o{i}"), None).await }
     });
     assert_eq!(tally(answers), (100, 400));
-    let st = status::status(&mut redis.conn(), &target, &s).unwrap();
-    assert_eq!(
-        (st.stock, st.reconciled),
-        (Some(0), Some(true)),
-        "{:?}",
-        st.problems
-    );
+    assert_sold_out_and_reconciled(&redis, &s);
 }
 
 /// Ten thousand tasks buy through one cloneable batch handle, no thread waiting for any of
@@ -89,28 +103,13 @@ fn ten_thousand_tasks_share_one_group_committer() {
         },
     )
     .unwrap();
-    let answers = runtime().block_on(async {
-        let tasks: Vec<_> = (0..10_000)
-            .map(|i| {
-                let b = batch.clone();
-                tokio::spawn(async move { b.buy(&format!("o{i}"), None).await })
-            })
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await.unwrap());
-        }
-        out
+    let answers = in_tasks(10_000, |i| {
+        let b = batch.clone();
+        async move { b.buy(&format!("o{i}"), None).await }
     });
     assert_eq!(tally(answers), (3000, 7000));
     drop(batch);
-    let st = status::status(&mut redis.conn(), &target, &s).unwrap();
-    assert_eq!(
-        (st.stock, st.reconciled),
-        (Some(0), Some(true)),
-        "{:?}",
-        st.problems
-    );
+    assert_sold_out_and_reconciled(&redis, &s);
 }
 
 /// `using` renews the lease while its body outlives it, and its lease-loss signal fires, before

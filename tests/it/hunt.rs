@@ -121,6 +121,20 @@ fn assert_passed(passed: (i32, Value, String)) {
 const FIND: [&str; 2] = ["--budget", "40s"];
 const PASS: [&str; 2] = ["--budget", "8s"];
 
+/// The hunt with `flags` finds `needle` in the buggy `bug` and passes its `twin`.
+fn finds_the_bug_and_passes_the_twin(
+    redis: &RedisServer,
+    env: &Env,
+    flags: &[&str],
+    (bug, needle): (&str, &str),
+    twin: &str,
+) {
+    let find = [&FIND[..], flags].concat();
+    assert_found(hunt(redis, bug, env, &find), needle);
+    let pass = [&PASS[..], flags].concat();
+    assert_passed(hunt(redis, twin, env, &pass));
+}
+
 #[test]
 fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
     let redis = RedisServer::start();
@@ -146,10 +160,13 @@ fn a_lock_without_expiry_stalls_after_a_fault_and_its_twin_sells_again() {
     let redis = RedisServer::start();
     let env = Env::default();
     let heal = ["--heal-ms", "3000"];
-    let find = [&FIND[..], &heal].concat();
-    assert_found(hunt(&redis, "hunt/frozen_lock.php", &env, &find), "stalled");
-    let pass = [&PASS[..], &heal].concat();
-    assert_passed(hunt(&redis, "hunt/expiring_lock.php", &env, &pass));
+    finds_the_bug_and_passes_the_twin(
+        &redis,
+        &env,
+        &heal,
+        ("hunt/frozen_lock.php", "stalled"),
+        "hunt/expiring_lock.php",
+    );
 }
 
 #[test]
@@ -158,13 +175,13 @@ fn a_swallowed_redis_error_is_a_phantom_sale_and_its_twin_passes() {
     let env = Env::default();
     // Only the faults that make Redis calls fail.
     let faults = ["--nemesis", "redis-pause,client-kill"];
-    let find = [&FIND[..], &faults].concat();
-    assert_found(
-        hunt(&redis, "hunt/swallow.php", &env, &find),
-        "phantom sales",
+    finds_the_bug_and_passes_the_twin(
+        &redis,
+        &env,
+        &faults,
+        ("hunt/swallow.php", "phantom sales"),
+        "hunt/swallow_twin.php",
     );
-    let pass = [&PASS[..], &faults].concat();
-    assert_passed(hunt(&redis, "hunt/swallow_twin.php", &env, &pass));
 }
 
 #[test]
@@ -172,13 +189,16 @@ fn one_per_user_checked_then_acted_on_is_broken_by_a_double_click() {
     let redis = RedisServer::start();
     let env = Env::default();
     let users = ["--users", "4", "--limit", "1", "--heal-ms", "3000"];
-    let find = [&FIND[..], &users].concat();
-    assert_found(
-        hunt(&redis, "hunt/user_check_then_act.php", &env, &find),
-        "the per-user limit of 1 was broken",
+    finds_the_bug_and_passes_the_twin(
+        &redis,
+        &env,
+        &users,
+        (
+            "hunt/user_check_then_act.php",
+            "the per-user limit of 1 was broken",
+        ),
+        "hunt/user_claim_first.php",
     );
-    let pass = [&PASS[..], &users].concat();
-    assert_passed(hunt(&redis, "hunt/user_claim_first.php", &env, &pass));
 }
 
 #[test]
@@ -275,13 +295,13 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
         "--heal-ms",
         "3000",
     ];
-    let find = [&FIND[..], &sql].concat();
-    assert_found(
-        hunt(&redis, "hunt/pg_read_then_write.php", &env, &find),
-        "phantom sales",
+    finds_the_bug_and_passes_the_twin(
+        &redis,
+        &env,
+        &sql,
+        ("hunt/pg_read_then_write.php", "phantom sales"),
+        "hunt/pg_guarded.php",
     );
-    let pass = [&PASS[..], &sql].concat();
-    assert_passed(hunt(&redis, "hunt/pg_guarded.php", &env, &pass));
 }
 
 #[test]
@@ -303,13 +323,13 @@ fn stock_in_mariadb_decremented_without_a_guard_goes_negative_and_a_guard_passes
         "--heal-ms",
         "3000",
     ];
-    let find = [&FIND[..], &sql].concat();
-    assert_found(
-        hunt(&redis, "hunt/my_unguarded.php", &env, &find),
-        "oversold",
+    finds_the_bug_and_passes_the_twin(
+        &redis,
+        &env,
+        &sql,
+        ("hunt/my_unguarded.php", "oversold"),
+        "hunt/my_guarded.php",
     );
-    let pass = [&PASS[..], &sql].concat();
-    assert_passed(hunt(&redis, "hunt/my_guarded.php", &env, &pass));
 }
 
 #[test]

@@ -169,7 +169,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         // Whatever the round came to, nothing stays broken; a system that cannot be brought
         // back ends the hunt (its rounds could no longer be told from its failures).
         if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
-            return Err(Error::internal(format!("{RESTART_FAILED}{failed}")));
+            return Err(cannot_go_on(&failed));
         }
         let Ran {
             report,
@@ -178,16 +178,17 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             sku,
         } = match outcome {
             Ok(ran) => ran,
+            Err(RoundEnd::CannotGoOn(failed)) => return Err(cannot_go_on(&failed)),
             // A fault may break the run's own calls (the stock set before it, say): the round is
             // not judged. Without a fault the error is the facts', and it stands.
-            Err(e) if !plan.faults.is_empty() && !e.to_string().starts_with(RESTART_FAILED) => {
+            Err(RoundEnd::Failed(e)) if !plan.faults.is_empty() => {
                 hunt.rounds += 1;
                 if hunt.unknown.len() < 5 {
                     hunt.unknown.push(format!("round {}: {e}", plan.number));
                 }
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(RoundEnd::Failed(e)) => return Err(e),
         };
         if hunt.add(plan, report, history, faults, sku) {
             break;
@@ -252,9 +253,24 @@ impl HuntReport {
     }
 }
 
-/// The mark of a round that ended because the system could not be brought back: that ends the
-/// hunt, where another failure of a round with a fault only leaves the round unjudged.
-const RESTART_FAILED: &str = "the hunt cannot go on: ";
+/// How a round ended without a report.
+enum RoundEnd {
+    /// The system could not be brought back (a restart failed): that ends the hunt.
+    CannotGoOn(String),
+    /// The round's own calls failed: with a fault in the round it is only left unjudged.
+    Failed(Error),
+}
+
+impl From<Error> for RoundEnd {
+    fn from(e: Error) -> Self {
+        RoundEnd::Failed(e)
+    }
+}
+
+/// The error that ends a hunt whose system could not be brought back.
+fn cannot_go_on(failed: &str) -> Error {
+    Error::internal(format!("the hunt cannot go on: {failed}"))
+}
 
 /// What one round came to.
 struct Ran {
@@ -280,7 +296,7 @@ fn round(
     run: &str,
     plan: &Round,
     planner: &mut Planner,
-) -> Result<Ran> {
+) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
@@ -322,7 +338,7 @@ fn round(
     let more = opts.nemesis.heal(start.elapsed());
     faults.extend(more.faults);
     if let Some(failed) = failed.or(more.failed) {
-        return Err(Error::internal(format!("{RESTART_FAILED}{failed}")));
+        return Err(RoundEnd::CannotGoOn(failed));
     }
     let Some(mut history) = history else {
         return Ok(Ran {
