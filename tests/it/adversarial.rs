@@ -754,7 +754,17 @@ fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
     let out = lockctl(
         &server.url(),
         &[
-            "hammer", "--sku", "m11", "-c", "50", "-n", "100", "--stock", "10",
+            "hammer",
+            "--sku",
+            "m11",
+            "-c",
+            "50",
+            "-n",
+            "100",
+            "--stock",
+            "10",
+            "--strategy",
+            "atomic",
         ],
     );
     // Too many buyers for the server is a bad argument: exit 2, like any other.
@@ -773,6 +783,50 @@ fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
     let err = stderr(&out);
     assert!(err.contains("not even -c 1 fits"), "{err}");
     assert!(!err.contains("at most 0"), "{err}");
+}
+
+/// Ten thousand buyers under a lock strategy are tasks, not threads: only the waiting room's
+/// few wait in Redis, so a run far wider than the server's maxclients fits, sells exactly the
+/// stock, and turns nobody away busy within its wait. Old: refused (3,000 connections needed),
+/// and past that one thread and one connection per buyer.
+#[test]
+fn lock_buyers_by_the_thousand_are_tasks_and_fit_a_small_maxclients() {
+    let server = RedisServer::start_with(&["--maxclients", "64"]);
+    for strategy in ["lock", "fenced"] {
+        let sku = format!("wide_{strategy}");
+        let out = lockctl(
+            &server.url(),
+            &[
+                "hammer",
+                "--json",
+                "--sku",
+                &sku,
+                "-c",
+                "3000",
+                "-n",
+                "3000",
+                "--stock",
+                "1000",
+                "--strategy",
+                strategy,
+                "--wait-ms",
+                "120000",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["verdict"], "pass", "{v}");
+        assert_eq!(
+            (v["bought"].as_u64(), v["sold_out"].as_u64()),
+            (Some(1000), Some(2000)),
+            "{v}"
+        );
+        assert_eq!(
+            (v["busy"].as_u64(), v["errors"].as_u64()),
+            (Some(0), Some(0)),
+            "{v}"
+        );
+    }
 }
 
 /// Attack 12. Passwords in URLs the parser rejects. Old: the error quoted the URL whole,

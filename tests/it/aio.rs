@@ -175,3 +175,168 @@ fn using_renews_the_lease_and_signals_its_loss_in_time() {
         fired.2
     );
 }
+
+/// Connections the server has accepted so far.
+fn connections_received(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut redis.raw())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// Under the lock strategies, waiting buyers are tasks: only the waiting room's places wait in
+/// Redis (a connection each), the others wait for a place, and that wait is counted against
+/// the lock's wait, so a buyer is answered busy when its wait is spent, not a wait later.
+#[test]
+fn waiting_buyers_are_tasks_in_a_room_with_a_few_places_in_redis() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let s = sku("aio_room");
+    stock::seed(&mut redis.conn(), &s, 100).unwrap();
+    let options = |wait_ms| BuyOptions {
+        strategy: Strategy::Lock,
+        lock: LockOptions {
+            wait: Duration::from_millis(wait_ms),
+            ..LockOptions::default()
+        },
+        ..BuyOptions::default()
+    };
+    // Someone else holds the lock for longer than anybody waits.
+    redis.hold_lock("aio_room", "someone-else", 3000);
+    let before = connections_received(&redis);
+    let buyer = AsyncBuyer::new(&target, &s, options(300)).with_room(2);
+    let t = Instant::now();
+    let answers = in_tasks(50, |i| {
+        let b = buyer.clone();
+        async move { b.buy(&format!("b{i}"), None).await }
+    });
+    let took = t.elapsed();
+    let opened = connections_received(&redis) - before;
+    for a in &answers {
+        let p = a.as_ref().unwrap();
+        assert_eq!(p.outcome, Buy::Busy, "{p:?}");
+        assert!(p.lock_wait.unwrap() >= Duration::from_millis(290), "{p:?}");
+    }
+    // Each waited its 300 ms at once, not two at a time in turn (25 turns would be 7.5 s).
+    assert!(took < Duration::from_millis(2500), "50 waits took {took:?}");
+    // The room's two places, and the expiry poker's connection.
+    assert!(opened <= 3, "{opened} connections for 2 places");
+
+    // Once the lock is free, 200 buyers through the same two places sell exactly the stock.
+    let _: () = redis::cmd("DEL")
+        .arg("dist_lock:aio_room")
+        .query(&mut redis.raw())
+        .unwrap();
+    let before = connections_received(&redis);
+    let buyer = AsyncBuyer::new(&target, &s, options(60_000)).with_room(2);
+    let answers = in_tasks(200, |i| {
+        let b = buyer.clone();
+        async move { b.buy(&format!("o{i}"), None).await }
+    });
+    assert_eq!(tally(answers), (100, 100));
+    assert!(connections_received(&redis) - before <= 3);
+    assert_sold_out_and_reconciled(&redis, &s);
+}
+
+/// Every public async entry point of `lockctl_core::aio`, and the hammer with its orders
+/// pipeline, called from inside a tokio runtime as a service would: nothing starts a runtime
+/// inside its runtime (before, the hammer's PostgreSQL read-back panicked there, "Cannot start
+/// a runtime from within a runtime"), and every answer is the right one.
+#[test]
+fn every_async_entry_point_runs_inside_a_runtime() {
+    use lockctl_core::aio::{AsyncLock, worker};
+    use lockctl_core::conn::ConnectOptions;
+    use lockctl_core::orders::db::Db;
+    use lockctl_core::orders::worker::WorkerOptions;
+    use lockctl_hammer::{HammerOptions, LoadOptions, PipelineOptions, Verdict};
+
+    let redis = RedisServer::start();
+    let db = crate::support::TestDb::create();
+    Db::connect(&db.url, Duration::from_secs(5))
+        .unwrap()
+        .init(&db.url)
+        .unwrap();
+    let target = redis.target();
+    runtime().block_on(async {
+        // A purchase under every strategy, its order queued for the worker.
+        let mut skus = Vec::new();
+        for strategy in Strategy::ALL {
+            let s = sku(&format!("every_{strategy}"));
+            stock::seed(&mut redis.conn(), &s, 2).unwrap();
+            let options = BuyOptions {
+                strategy,
+                queue: true,
+                ..BuyOptions::default()
+            };
+            // (Order ids are unique across SKUs: the orders table's key.)
+            let order = format!("o-{strategy}");
+            let p = AsyncBuyer::new(&target, &s, options)
+                .buy(&order, None)
+                .await;
+            assert_eq!(
+                p.unwrap().outcome,
+                Buy::Bought { remaining: 1 },
+                "{strategy}"
+            );
+            skus.push(s);
+        }
+        // The group committer's handle.
+        let s = sku("every_handle");
+        stock::seed(&mut redis.conn(), &s, 1).unwrap();
+        let batch = AsyncBatch::start(
+            &target,
+            &s,
+            BuyOptions {
+                strategy: Strategy::Batch,
+                ..BuyOptions::default()
+            },
+        )
+        .unwrap();
+        let p = batch.buy("o1", None).await.unwrap();
+        assert_eq!(p.outcome, Buy::Bought { remaining: 0 });
+        // The lock: acquire, a second acquire that finds it held, release.
+        let lock = AsyncLock::new(Lock::new(&target, "every", LockOptions::default()));
+        let guard = lock.acquire().await.unwrap().expect("a free lock");
+        assert!(lock.acquire().await.unwrap().is_none());
+        assert_eq!(lock.release(guard).await.unwrap(), Release::Released);
+        // A body under `using`, its lease-loss signal quiet.
+        let held = using(lock.lock().clone(), |held| async move {
+            (held.fence, held.lost.is_lost())
+        })
+        .await
+        .unwrap();
+        let ((fence, lost), release) = held.expect("a free lock");
+        assert!(fence > 0 && !lost);
+        assert_eq!(release, Release::Released);
+        // The orders worker, one pass: every queued order into PostgreSQL.
+        let options = WorkerOptions {
+            once: true,
+            ..WorkerOptions::new(skus.clone())
+        };
+        let stats = worker(&target, &db.url, options).await.unwrap();
+        assert_eq!(stats.persisted, skus.len() as u64, "{stats:?}");
+        // The hammer with its orders pipeline.
+        let mut options = HammerOptions {
+            load: LoadOptions {
+                sku: "async_pipe".parse().unwrap(),
+                requests: 200,
+                concurrency: 8,
+                stock: Some(50),
+                ..LoadOptions::default()
+            },
+            pipeline: Some(PipelineOptions::new(db.url.clone())),
+            ..HammerOptions::default()
+        };
+        options.buy.strategy = Strategy::Atomic;
+        options.buy.queue = true;
+        let target =
+            lockctl_core::conn::Target::open(&redis.url(), ConnectOptions::default()).unwrap();
+        let report = lockctl_hammer::run(&target, &options).expect("the hammer runs in a task");
+        assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.violations);
+        assert_eq!(report.pipeline.as_ref().map(|p| p.row_units), Some(50));
+    });
+}

@@ -13,24 +13,8 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-//! # let started = std::process::Command::new("redis-server")
-//! #     .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-//! #     .stdout(std::process::Stdio::null())
-//! #     .spawn();
-//! # let Ok(child) = started else {
-//! #     eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
-//! #     return Ok(());
-//! # };
-//! # struct Stop(std::process::Child);
-//! # impl Drop for Stop {
-//! #     fn drop(&mut self) { let _ = self.0.kill(); let _ = self.0.wait(); }
-//! # }
-//! # let _server = Stop(child);
-//! # while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-//! #     std::thread::sleep(std::time::Duration::from_millis(10));
-//! # }
-//! # let url = format!("redis://127.0.0.1:{port}");
+//! # let Some(server) = lockctl_core::doc_server::start() else { return Ok(()) };
+//! # let url = server.url();
 //! use lockctl_core::conn::{ConnectOptions, Target};
 //! use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 //!
@@ -78,6 +62,8 @@
 pub mod aio;
 pub mod check;
 pub mod conn;
+#[doc(hidden)]
+pub mod doc_server;
 pub mod error;
 pub mod hint;
 pub mod keys;

@@ -2,6 +2,7 @@
 //! and which driver a strategy goes through.
 
 use crate::options::{Driving, HammerOptions, LoadOptions};
+use lockctl_core::aio::DEFAULT_ROOM;
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
@@ -109,6 +110,11 @@ pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
         Driving::Threads if multiplexes(opts, target) => c + own,
         // The batcher's committers, whatever the number of buyers.
         Driving::Threads if batches(opts) => 2 + own,
+        // The waiting room's places, each a connection (and a watchdog's).
+        Driving::Threads if waits_as_tasks(opts) => {
+            let places = DEFAULT_ROOM as u64;
+            places + watchdogs.min(places) + own
+        }
         Driving::Threads => c + watchdogs + own,
     }
 }
@@ -161,6 +167,14 @@ pub(crate) fn check_capacity(
 /// load.
 pub(crate) fn batches(opts: &HammerOptions) -> bool {
     opts.mode == Driving::Threads && opts.buy.strategy == Strategy::Batch
+}
+
+/// Whether the lock strategies' task driver runs this load: more buyers than the waiting
+/// room ([`DEFAULT_ROOM`]) has places; up to that, a thread each.
+pub(crate) fn waits_as_tasks(opts: &HammerOptions) -> bool {
+    opts.mode == Driving::Threads
+        && matches!(opts.buy.strategy, Strategy::Lock | Strategy::Fenced)
+        && opts.load.in_flight() > DEFAULT_ROOM as u64
 }
 
 /// Whether the atomic strategy's multiplexed driver runs this load.

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::capacity::{batches, multiplexes};
+use crate::capacity::{batches, multiplexes, waits_as_tasks};
 use crate::options::{Driving, HammerOptions};
 use crate::tally::Tally;
-use crate::{batched, multiplexed, procs, threads};
+use crate::{batched, multiplexed, procs, tasks, threads};
 use lockctl_core::conn::Target;
 use lockctl_core::error::Result;
 
@@ -51,6 +51,8 @@ struct Threads<'a>(&'a Target, &'a HammerOptions);
 struct Multiplexed<'a>(&'a Target, &'a HammerOptions);
 /// The batch strategy's buyers: one group committer the buyers submit to.
 struct Batched<'a>(&'a Target, &'a HammerOptions);
+/// The lock strategies' buyers: tasks, a few of them waiting in Redis.
+struct Tasks<'a>(&'a Target, &'a HammerOptions);
 /// Each purchase a child process, started by the options' `children`.
 struct Procs<'a>(&'a Target, &'a HammerOptions);
 
@@ -72,6 +74,12 @@ impl Driver for Batched<'_> {
     }
 }
 
+impl Driver for Tasks<'_> {
+    fn drive(&self, run_id: &str) -> Result<Driven> {
+        tasks::run_tasks(self.0, self.1, run_id).map(Driven::of)
+    }
+}
+
 impl Driver for Procs<'_> {
     fn drive(&self, run_id: &str) -> Result<Driven> {
         procs::run_procs(self.0, self.1, run_id).map(Driven::of)
@@ -84,6 +92,7 @@ pub(crate) fn own_buyers<'a>(target: &'a Target, opts: &'a HammerOptions) -> Box
         // Simulated work needs a thread per buyer to sleep in.
         Driving::Threads if multiplexes(opts, target) => Box::new(Multiplexed(target, opts)),
         Driving::Threads if batches(opts) => Box::new(Batched(target, opts)),
+        Driving::Threads if waits_as_tasks(opts) => Box::new(Tasks(target, opts)),
         Driving::Threads => Box::new(Threads(target, opts)),
         Driving::Procs => Box::new(Procs(target, opts)),
     }

@@ -1,6 +1,7 @@
 //! What every way of driving load shares: handing out request indices to workers, Ctrl-C,
 //! progress, outages, and turning a purchase or a failure into a [`Sample`].
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -35,14 +36,7 @@ pub(super) fn fan_out<S>(
     round: impl Fn(&mut S, &[u64]) -> Vec<Sample> + Sync,
     drain: impl Fn(&mut S) -> Vec<Sample> + Sync,
 ) -> Result<Tally> {
-    let shared = Shared {
-        opts,
-        per_round,
-        next: AtomicU64::new(0),
-        abandon: AtomicBool::new(false),
-        started: start,
-        tally: Mutex::new(Tally::new(opts.load.requests, opts.buy.qty).keeping(opts.load.history)),
-    };
+    let shared = Shared::new(opts, start, per_round);
     let started_workers = thread::scope(|s| {
         let mut n = 0;
         for _ in 0..workers.max(1) {
@@ -78,7 +72,20 @@ struct Shared<'a> {
 /// Samples a worker keeps before folding them into the shared tally.
 pub(super) const FOLD_EVERY: usize = 32;
 
-impl Shared<'_> {
+impl<'a> Shared<'a> {
+    fn new(opts: &'a HammerOptions, start: Instant, per_round: u64) -> Shared<'a> {
+        Shared {
+            opts,
+            per_round,
+            next: AtomicU64::new(0),
+            abandon: AtomicBool::new(false),
+            started: start,
+            tally: Mutex::new(
+                Tally::new(opts.load.requests, opts.buy.qty).keeping(opts.load.history),
+            ),
+        }
+    }
+
     fn stopped(&self) -> bool {
         self.opts
             .load
@@ -118,8 +125,7 @@ impl Shared<'_> {
         drain: &impl Fn(&mut S) -> Vec<Sample>,
     ) {
         let mut pending = Vec::with_capacity(FOLD_EVERY);
-        let mut backoff = Duration::from_millis(10);
-        let mut down_since: Option<Instant> = None;
+        let mut outage = Outage::default();
         while !self.stopped() {
             let batch = self.take(self.per_round);
             if batch.is_empty() {
@@ -130,26 +136,95 @@ impl Shared<'_> {
             } else {
                 round(&mut state, &batch)
             };
-            let down = samples
-                .iter()
-                .any(|s| matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage()));
+            let pause = outage.after(self, &samples);
             self.finished(&mut pending, samples, false);
-            if down && !self.abandon.load(Ordering::Relaxed) {
-                let since = *down_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= OUTAGE_LIMIT {
-                    self.abandon.store(true, Ordering::Relaxed);
-                }
-                thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(500));
-            } else {
-                down_since = None;
-                backoff = Duration::from_millis(10);
+            if let Some(pause) = pause {
+                thread::sleep(pause);
             }
         }
         // Whatever a round left in flight.
         let rest = drain(&mut state);
         self.finished(&mut pending, rest, true);
     }
+
+    /// [`Shared::work`] for a task that makes one purchase at a time (`purchase`).
+    async fn work_async<F: Future<Output = Sample>>(&self, purchase: impl Fn(u64, Began) -> F) {
+        let mut pending = Vec::with_capacity(FOLD_EVERY);
+        let mut outage = Outage::default();
+        while !self.stopped() {
+            let Some(&i) = self.take(1).first() else {
+                break;
+            };
+            let sample = if self.abandon.load(Ordering::Relaxed) {
+                abandoned(i, "Redis")
+            } else {
+                purchase(i, Began::now(self.started)).await
+            };
+            let pause = outage.after(self, std::slice::from_ref(&sample));
+            self.finished(&mut pending, vec![sample], false);
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        self.finished(&mut pending, Vec::new(), true);
+    }
+}
+
+/// A worker's view of an outage: since when the server has refused it, and how long it backs
+/// off next (10 ms doubling to 500 ms).
+struct Outage {
+    backoff: Duration,
+    down_since: Option<Instant>,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Outage {
+            backoff: Duration::from_millis(10),
+            down_since: None,
+        }
+    }
+}
+
+impl Outage {
+    /// After `samples`: the pause to take before the next request, if the server looks down;
+    /// gives up the requests not yet made (`abandon`) once it has been down [`OUTAGE_LIMIT`].
+    fn after(&mut self, shared: &Shared, samples: &[Sample]) -> Option<Duration> {
+        let down = samples
+            .iter()
+            .any(|s| matches!(&s.ended, Ended::Failed { kind, .. } if kind.is_outage()));
+        if !down || shared.abandon.load(Ordering::Relaxed) {
+            *self = Outage::default();
+            return None;
+        }
+        let since = *self.down_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= OUTAGE_LIMIT {
+            shared.abandon.store(true, Ordering::Relaxed);
+        }
+        let pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
+        Some(pause)
+    }
+}
+
+/// [`fan_out`] for purchases that are tasks, not threads: `tasks` of them on one thread (a
+/// runtime of the driver's own), each making one purchase at a time through `purchase`, with
+/// the same Ctrl-C, progress, outages and tally.
+pub(super) fn fan_out_tasks<F: Future<Output = Sample>>(
+    opts: &HammerOptions,
+    start: Instant,
+    tasks: u64,
+    purchase: impl Fn(u64, Began) -> F,
+) -> Result<Tally> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| Error::internal(format!("could not start the buyers' runtime: {e}")))?;
+    let shared = Shared::new(opts, start, 1);
+    runtime.block_on(futures_util::future::join_all(
+        (0..tasks.max(1)).map(|_| shared.work_async(&purchase)),
+    ));
+    Ok(shared.tally.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The moment a request began, before anything of it was sent, and the run's clock it counts

@@ -45,6 +45,7 @@ mod readback;
 pub mod report;
 mod run;
 pub mod tally;
+mod tasks;
 mod threads;
 pub mod usage;
 mod watch;

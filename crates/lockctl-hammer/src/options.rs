@@ -165,7 +165,8 @@ impl Default for HammerOptions {
 /// The most points a report's stock timeline keeps.
 pub const TIMELINE_POINTS: usize = 400;
 
-/// What to run beside the buyers.
+/// What to run beside the buyers. No `Default`: the pipeline writes into a database that must
+/// be named; [`PipelineOptions::new`] gives the defaults for the rest.
 #[derive(Clone, Debug)]
 pub struct PipelineOptions {
     /// The PostgreSQL URL (`--db`).

@@ -252,7 +252,13 @@ impl Lock {
     /// queue and releases the lock by token, best effort, and the error is returned: the lock
     /// is never considered held after an error.
     pub fn acquire(&self, conn: &mut Conn) -> Result<Acquire> {
-        let started = Instant::now();
+        self.acquire_since(conn, Instant::now())
+    }
+
+    /// [`Lock::acquire`] for a caller that began waiting at `started`, before this call (in a
+    /// queue of its own, say): the wait is counted from then, so what is left of it is spent
+    /// here, and [`Guard::waited`] counts from then. A wait already spent still makes one try.
+    pub fn acquire_since(&self, conn: &mut Conn, started: Instant) -> Result<Acquire> {
         let token = Token::random();
         let registration = registry::register(
             &self.target,

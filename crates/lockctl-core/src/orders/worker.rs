@@ -28,7 +28,8 @@ use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::sku::Sku;
 
-/// How a worker runs.
+/// How a worker runs. No `Default`: a worker drains the SKUs it is given, and there is no SKU
+/// to default to; [`WorkerOptions::new`] gives the defaults for the rest.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
     /// The SKUs whose streams it drains.

@@ -12,7 +12,7 @@ use crate::conn::{Conn, Target, evalsha};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::lock::{Acquire, Guard, Lock, Release};
-use crate::metrics::Metrics;
+use crate::metrics::{AcquireResult, Metrics};
 use crate::redlock::Quorum;
 use crate::sku::Sku;
 use prometheus_client::metrics::counter::Counter;
@@ -114,9 +114,34 @@ impl Buyer {
 
     /// One purchase under `order_id`, by `user` when the per-user limit should apply.
     pub fn buy(&self, conn: &mut Conn, order_id: &str, user: Option<&str>) -> Result<Purchase> {
-        let result = self.buy_unmetered(conn, order_id, user);
+        self.buy_since(conn, order_id, user, Instant::now())
+    }
+
+    /// [`Buyer::buy`] for a purchase that began at `started`, before this call (it waited for
+    /// its turn in this process, say): the lock's wait (`LockOptions::wait`) is counted from
+    /// then, and so is [`Purchase::lock_wait`].
+    pub fn buy_since(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
+        let result = self.buy_unmetered(conn, order_id, user, started);
         self.meter(result.as_ref().map(|p| &p.outcome).map_err(|_| ()));
         result
+    }
+
+    /// The answer to a purchase that waited `waited` for its turn in this process, as long as
+    /// the lock's wait allows, and never reached Redis: busy, counted in the metrics as one.
+    pub fn busy_after(&self, order_id: &str, waited: Duration) -> Purchase {
+        let mut p = self.new_purchase(order_id);
+        p.lock_wait = Some(waited);
+        self.meter(Ok(&p.outcome));
+        if let Some(m) = self.lock.target().metrics() {
+            m.observe_wait(waited, AcquireResult::Busy);
+        }
+        p
     }
 
     /// A purchase not yet made (busy until something better is known).
@@ -139,6 +164,7 @@ impl Buyer {
         conn: &mut Conn,
         order_id: &str,
         user: Option<&str>,
+        started: Instant,
     ) -> Result<Purchase> {
         let user_limit = user.zip(self.options.limit);
         let mut p = self.new_purchase(order_id);
@@ -151,16 +177,16 @@ impl Buyer {
             }
             Strategy::Atomic => {
                 thread::sleep(self.options.work);
-                self.while_busy(&mut p, |p| {
+                self.while_busy(&mut p, started + self.options.work, |p| {
                     p.outcome = self.deduct_script(conn, "", user_limit, p)?;
                     Ok(())
                 })?;
             }
-            Strategy::Lock | Strategy::Fenced => self.locked(conn, user_limit, &mut p)?,
+            Strategy::Lock | Strategy::Fenced => self.locked(conn, user_limit, &mut p, started)?,
             // A batch of one: what a process that buys once (`lockctl buy`) can coalesce.
             Strategy::Batch => {
                 thread::sleep(self.options.work);
-                self.while_busy(&mut p, |p| {
+                self.while_busy(&mut p, started + self.options.work, |p| {
                     let reply = self.batch_unmetered(conn, &[(order_id, user)])?.pop();
                     *p = reply.ok_or_else(|| conn.unexpected("an empty batch reply".into()))??;
                     Ok(())
@@ -171,13 +197,14 @@ impl Buyer {
     }
 
     /// Makes a lockless purchase (`attempt`) again while it answers busy (a lock user holds
-    /// the lock) and `--wait-ms` is not spent, after a short random pause each time.
+    /// the lock) and the lock's wait, counted from `started` (the simulated work is not part of
+    /// it), is not spent, after a short random pause each time.
     fn while_busy(
         &self,
         p: &mut Purchase,
+        started: Instant,
         mut attempt: impl FnMut(&mut Purchase) -> Result<()>,
     ) -> Result<()> {
-        let started = Instant::now();
         loop {
             attempt(p)?;
             let left = self.options.lock.wait.saturating_sub(started.elapsed());
@@ -253,9 +280,14 @@ impl Buyer {
             .collect())
     }
 
-    fn locked(&self, conn: &mut Conn, ul: Option<(&str, u64)>, p: &mut Purchase) -> Result<()> {
-        let started = Instant::now();
-        let guard = match self.lock.acquire(conn)? {
+    fn locked(
+        &self,
+        conn: &mut Conn,
+        ul: Option<(&str, u64)>,
+        p: &mut Purchase,
+        started: Instant,
+    ) -> Result<()> {
+        let guard = match self.lock.acquire_since(conn, started)? {
             Acquire::Acquired(g) => g,
             Acquire::Busy => {
                 p.lock_wait = Some(started.elapsed());

@@ -37,7 +37,8 @@ use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::units::millis;
 
-/// What to send and how to read the answers.
+/// What to send and how to read the answers. No `Default`: there is no endpoint to default
+/// to; each field says its default where it has one.
 #[derive(Clone, Debug)]
 pub struct HttpOptions {
     /// The request, with its placeholders.

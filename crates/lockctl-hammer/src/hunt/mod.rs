@@ -75,7 +75,8 @@ impl StockStore for SqlStock {
     }
 }
 
-/// What the hunt is told.
+/// What the hunt is told. No `Default`: every hunt is of a system the caller names (its URL
+/// or its own buyers, and its facts); each field says its default where it has one.
 pub struct HuntOptions {
     /// The request, its answers, and where its stock is (`store`, or a Redis key).
     pub http: HttpOptions,

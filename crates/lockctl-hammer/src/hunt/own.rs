@@ -21,7 +21,8 @@ use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
 
-/// What the matrix is told.
+/// What the matrix is told. No `Default`: it runs against a target and within a budget the
+/// caller gives.
 pub struct OwnOptions {
     pub strategies: Vec<Strategy>,
     /// The purchase (lease, wait, work, watchdog), the child command, the quorum: everything

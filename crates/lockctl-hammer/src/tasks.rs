@@ -1,0 +1,36 @@
+//! The lock strategies' buyers as tasks: any number of buyers waiting for the lock, a few of
+//! them in Redis.
+
+use std::time::Instant;
+
+use crate::fan_out::{done, failed, fan_out_tasks, user_of};
+use crate::options::HammerOptions;
+use crate::tally::Tally;
+use lockctl_core::aio::AsyncBuyer;
+use lockctl_core::conn::Target;
+use lockctl_core::error::Result;
+use lockctl_core::stock::Buyer;
+
+/// `lock` and `fenced` with more buyers than [`AsyncBuyer`]'s waiting room: every buyer is a
+/// task, the room's few wait for the lock in Redis (each on a connection and a blocking
+/// thread of its own), the others wait for a place, in order, within `--wait-ms`. A thread per
+/// buyer would put every buyer in the lock's queue in Redis, where each refreshes its place
+/// three times a second: measured here, 5,000 such buyers fell to 92 purchases/s, 12,087 of
+/// 20,000 turned away busy with a minute to wait.
+pub(super) fn run_tasks(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+    let mut buyer = Buyer::new(target, &opts.load.sku, opts.buy.clone());
+    if let Some(q) = &opts.quorum {
+        buyer = buyer.with_quorum(q.clone());
+    }
+    let buyer = AsyncBuyer::from_buyer(target, buyer);
+    let start = Instant::now();
+    fan_out_tasks(opts, start, opts.load.in_flight(), |i, began| {
+        let (buyer, order_id, user) = (&buyer, format!("{run_id}-{i}"), user_of(opts, i));
+        async move {
+            match buyer.buy(&order_id, user.as_deref()).await {
+                Ok(p) => done(i, began, &p),
+                Err(e) => failed(i, began, &e),
+            }
+        }
+    })
+}
