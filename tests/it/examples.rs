@@ -36,47 +36,6 @@ fn the_fenced_purchase_and_the_hammer_examples_run_as_their_docs_say() {
     );
 }
 
-/// A service runs the hammer (orders pipeline included) from inside an async task: nothing
-/// starts a runtime inside its runtime (the PostgreSQL read-back runs on a thread of its own),
-/// and the verdict comes back.
-#[test]
-fn the_hammer_with_its_orders_pipeline_runs_from_inside_an_async_task() {
-    use lockctl_core::conn::ConnectOptions;
-    use lockctl_core::orders::db::Db;
-    use lockctl_core::stock::Strategy;
-    use lockctl_hammer::{HammerOptions, LoadOptions, PipelineOptions, Verdict};
-
-    let redis = RedisServer::start();
-    let db = crate::support::TestDb::create();
-    Db::connect(&db.url, std::time::Duration::from_secs(5))
-        .unwrap()
-        .init(&db.url)
-        .unwrap();
-    let target = lockctl_core::conn::Target::open(&redis.url(), ConnectOptions::default()).unwrap();
-    let mut options = HammerOptions {
-        load: LoadOptions {
-            sku: "async_pipe".parse().unwrap(),
-            requests: 200,
-            concurrency: 8,
-            stock: Some(50),
-            ..LoadOptions::default()
-        },
-        pipeline: Some(PipelineOptions::new(db.url.clone())),
-        ..HammerOptions::default()
-    };
-    options.buy.strategy = Strategy::Atomic;
-    options.buy.queue = true;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime
-        .block_on(async { lockctl_hammer::run(&target, &options) })
-        .expect("the hammer runs inside an async task");
-    assert_eq!(report.verdict, Verdict::Pass, "{:?}", report.violations);
-    assert_eq!(report.pipeline.as_ref().map(|p| p.row_units), Some(50));
-}
-
 /// The reference shop (`examples/shop.rs`) under the hunt: every fault the facts allow, users
 /// with a limit of two, retries of the same order id. It passes.
 #[test]
@@ -85,9 +44,9 @@ fn the_hunt_cannot_break_the_reference_shop() {
     let port = crate::support::free_port();
     let url = format!("http://127.0.0.1:{port}/buy?sku={{sku}}&order={{order}}&user={{user}}");
     let serve = format!(
-        "REDIS_URL={} LIMIT=2 exec {} 127.0.0.1:{port}",
+        "exec {} --listen 127.0.0.1:{port} --redis {} --limit 2",
+        example("shop").display(),
         redis.url(),
-        example("shop").display()
     );
     let out = crate::support::lockctl(
         &redis.url(),
@@ -117,4 +76,130 @@ fn the_hunt_cannot_break_the_reference_shop() {
     // Several rounds judged, most with a fault (which faults, and whether each found
     // something to act on, is the schedule's and the moment's: not asserted here).
     assert!(v["judged"].as_u64().unwrap() >= 3, "{said}");
+}
+
+/// The reference shop, started as its docs say, killed on Drop.
+struct Shop {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Shop {
+    fn start(redis: &RedisServer, args: &[&str]) -> Shop {
+        let port = crate::support::free_port();
+        let child = crate::support::spawn_tool(
+            Command::new(example("shop"))
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--redis",
+                    &redis.url(),
+                ])
+                .args(args)
+                .stdout(std::process::Stdio::null()),
+        );
+        let shop = Shop { child, port };
+        assert!(
+            crate::support::eventually(std::time::Duration::from_secs(20), || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }),
+            "the shop never listened on {port}"
+        );
+        shop
+    }
+}
+
+impl Drop for Shop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `lockctl hammer --url` at the shop's defaults (batch): every buyer is served while stock
+/// lasts (nobody turned away busy), exactly the stock is sold, and retries of an order id
+/// and a per-user limit holds under `lock` too.
+#[test]
+fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
+    let redis = RedisServer::start();
+    let shop = Shop::start(&redis, &[]);
+    let url = format!(
+        "http://127.0.0.1:{}/buy?sku={{sku}}&order={{order}}&user={{user}}",
+        shop.port
+    );
+    let out = crate::support::lockctl(
+        &redis.url(),
+        &[
+            "hammer",
+            "--json",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--sku",
+            "shop_batch",
+            "-n",
+            "2000",
+            "-c",
+            "50",
+            "--stock",
+            "1000",
+        ],
+    );
+    assert_eq!(
+        crate::support::code(&out),
+        0,
+        "{}",
+        crate::support::stderr(&out)
+    );
+    let v = crate::support::json(&out);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(
+        (
+            v["bought"].as_u64(),
+            v["sold_out"].as_u64(),
+            v["busy"].as_u64()
+        ),
+        (Some(1000), Some(1000), Some(0)),
+        "{v}"
+    );
+    drop(shop);
+
+    let shop = Shop::start(&redis, &["--strategy", "lock", "--limit", "2"]);
+    let url = format!(
+        "http://127.0.0.1:{}/buy?sku={{sku}}&order={{order}}&user={{user}}",
+        shop.port
+    );
+    let out = crate::support::lockctl(
+        &redis.url(),
+        &[
+            "hammer",
+            "--json",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--sku",
+            "shop_lock",
+            "-n",
+            "600",
+            "-c",
+            "50",
+            "--stock",
+            "1000",
+            "--users",
+            "100",
+        ],
+    );
+    assert_eq!(
+        crate::support::code(&out),
+        0,
+        "{}",
+        crate::support::stderr(&out)
+    );
+    let v = crate::support::json(&out);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    // 100 users with a limit of 2 (the shop's; the hammer judges its answers against the
+    // stock): 200 units sold, the other 400 requests turned away.
+    assert_eq!(v["final_stock"].as_u64(), Some(800), "{v}");
 }
