@@ -1,62 +1,71 @@
-//! The async API against the blocking one, side by side in one run: the same purchases of the
-//! `batch` strategy through the blocking `Batcher` (one thread a buyer) and through the async
-//! `AsyncBatch` handle (one tokio task a buyer), alternating rounds so that a slow minute falls
-//! on both. Prints purchases/s per round and the medians.
+//! The async API against the blocking one, side by side in one run: the same purchases through
+//! the blocking calls (one thread a buyer) and through `lockctl_core::aio` (one tokio task a
+//! buyer, on a current-thread runtime), for the `batch` group committer (`Batcher` against
+//! `AsyncBatch`) and one purchase at a time under `atomic` and `fenced` (`Buyer::buy` against
+//! `AsyncBuyer::buy`), alternating which goes first so that a slow minute falls on both. Prints
+//! purchases/s per round and the medians.
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example aio_bench -- 20000 64 5
 //! ```
-//! (purchases a round, buyers at once, rounds)
+//! (purchases a round, buyers at once, rounds; `atomic` and `fenced` run a tenth as many)
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use lockctl_core::aio::AsyncBatch;
+use lockctl_core::aio::{AsyncBatch, AsyncBuyer};
 use lockctl_core::conn::{ConnectOptions, Target};
+use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
-use lockctl_core::stock::{self, Batcher, BuyOptions, Strategy};
+use lockctl_core::stock::{self, Batcher, BuyOptions, Buyer, Strategy};
 
-fn options() -> BuyOptions {
+type Error = Box<dyn std::error::Error>;
+
+fn options(strategy: Strategy) -> BuyOptions {
     BuyOptions {
-        strategy: Strategy::Batch,
+        strategy,
+        lock: LockOptions {
+            wait: Duration::from_secs(60),
+            ..LockOptions::default()
+        },
         ..BuyOptions::default()
     }
 }
 
-/// `n` purchases by `c` threads on the blocking batcher; purchases a second.
-fn blocking(target: &Target, sku: &Sku, n: u64, c: u64) -> Result<f64, Box<dyn std::error::Error>> {
-    let batcher = Arc::new(Batcher::start(target, sku, options())?);
-    let next = Arc::new(AtomicU64::new(0));
+/// Purchases `0..n` by `c` threads, each with its own state from `init` (a connection) and
+/// calling `buy(state, i)`; purchases a second.
+fn on_threads<S>(
+    n: u64,
+    c: u64,
+    init: impl Fn() -> S + Sync,
+    buy: impl Fn(&mut S, u64) + Sync,
+) -> f64 {
+    let next = AtomicU64::new(0);
     let started = Instant::now();
-    let threads: Vec<_> = (0..c)
-        .map(|_| {
-            let (b, next) = (batcher.clone(), next.clone());
-            std::thread::spawn(move || {
+    std::thread::scope(|s| {
+        for _ in 0..c {
+            s.spawn(|| {
+                let mut state = init();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= n {
                         return;
                     }
-                    let _ = b.buy(&format!("b{i}"), None);
+                    buy(&mut state, i);
                 }
-            })
-        })
-        .collect();
-    for t in threads {
-        let _ = t.join();
-    }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+            });
+        }
+    });
+    n as f64 / started.elapsed().as_secs_f64()
 }
 
-/// `n` purchases by `c` tasks on the async handle; purchases a second.
-fn asynchronous(
-    target: &Target,
-    sku: &Sku,
-    n: u64,
-    c: u64,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let batch = AsyncBatch::start(target, sku, options())?;
+type AsyncBuy = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Purchases `0..n` by `c` tasks, each awaiting `buy(i)`; purchases a second.
+fn in_tasks(n: u64, c: u64, buy: AsyncBuy) -> Result<f64, Error> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -65,14 +74,14 @@ fn asynchronous(
     runtime.block_on(async {
         let tasks: Vec<_> = (0..c)
             .map(|_| {
-                let (b, next) = (batch.clone(), next.clone());
+                let (buy, next) = (buy.clone(), next.clone());
                 tokio::spawn(async move {
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= n {
                             return;
                         }
-                        let _ = b.buy(&format!("a{i}"), None).await;
+                        buy(i).await;
                     }
                 })
             })
@@ -84,12 +93,76 @@ fn asynchronous(
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
+/// One side of one comparison: the blocking or the async way, `n` purchases by `c` buyers.
+fn run(
+    target: &Target,
+    sku: &Sku,
+    strategy: Strategy,
+    asynchronous: bool,
+    n: u64,
+    c: u64,
+) -> Result<f64, Error> {
+    let opts = options(strategy);
+    Ok(match (strategy, asynchronous) {
+        (Strategy::Batch, false) => {
+            let batcher = Batcher::start(target, sku, opts)?;
+            on_threads(
+                n,
+                c,
+                || (),
+                |_, i| {
+                    let _ = batcher.buy(&format!("b{i}"), None);
+                },
+            )
+        }
+        (Strategy::Batch, true) => {
+            let batch = AsyncBatch::start(target, sku, opts)?;
+            in_tasks(
+                n,
+                c,
+                Arc::new(move |i| {
+                    let b = batch.clone();
+                    Box::pin(async move {
+                        let _ = b.buy(&format!("a{i}"), None).await;
+                    })
+                }),
+            )?
+        }
+        (_, false) => {
+            let buyer = Buyer::new(target, sku, opts);
+            on_threads(
+                n,
+                c,
+                || target.connect().ok(),
+                |conn, i| {
+                    if let Some(c) = conn {
+                        let _ = buyer.buy(c, &format!("b{i}"), None);
+                    }
+                },
+            )
+        }
+        (_, true) => {
+            let buyer = AsyncBuyer::new(target, sku, opts);
+            in_tasks(
+                n,
+                c,
+                Arc::new(move |i| {
+                    let b = buyer.clone();
+                    Box::pin(async move {
+                        let _ = b.buy(&format!("a{i}"), None).await;
+                    })
+                }),
+            )?
+        }
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let arg = |i: usize, d: u64| {
         std::env::args()
@@ -100,28 +173,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (n, c, rounds) = (arg(1, 20_000), arg(2, 64), arg(3, 5));
     let target = Target::open(&url, ConnectOptions::default())?;
     let mut conn = target.connect()?;
-    let (mut b, mut a) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let sku: Sku = format!("aio_bench_{round}").parse()?;
-        // Alternate which goes first.
-        for first_blocking in [round % 2 == 0, round % 2 != 0] {
-            stock::seed(&mut conn, &sku, n)?;
-            if first_blocking {
-                b.push(blocking(&target, &sku, n, c)?);
-            } else {
-                a.push(asynchronous(&target, &sku, n, c)?);
+    for strategy in [Strategy::Batch, Strategy::Atomic, Strategy::Fenced] {
+        // One purchase at a time is slower: a tenth as many, so a round stays short.
+        let n = if strategy == Strategy::Batch {
+            n
+        } else {
+            n / 10
+        };
+        let (mut b, mut a) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let sku: Sku = format!("aio_bench_{strategy}_{round}").parse()?;
+            // Alternate which goes first.
+            for asynchronous in [round % 2 != 0, round % 2 == 0] {
+                stock::seed(&mut conn, &sku, n)?;
+                let rate = run(&target, &sku, strategy, asynchronous, n, c)?;
+                if asynchronous {
+                    a.push(rate)
+                } else {
+                    b.push(rate)
+                }
             }
+            println!(
+                "{strategy} round {round}: blocking {:.0}/s, async {:.0}/s",
+                b.last().copied().unwrap_or(0.0),
+                a.last().copied().unwrap_or(0.0)
+            );
         }
+        let ratios = median(a.iter().zip(&b).map(|(a, b)| a / b).collect());
         println!(
-            "round {round}: blocking {:.0}/s, async {:.0}/s",
-            b.last().copied().unwrap_or(0.0),
-            a.last().copied().unwrap_or(0.0)
+            "{strategy} median: blocking {:.0}/s, async {:.0}/s, async/blocking {ratios:.2} (median of the rounds' ratios)",
+            median(b),
+            median(a),
         );
     }
-    let (mb, ma) = (median(b), median(a));
-    println!(
-        "median: blocking {mb:.0}/s, async {ma:.0}/s, async/blocking {:.2}",
-        ma / mb
-    );
     Ok(())
 }

@@ -340,3 +340,97 @@ fn every_async_entry_point_runs_inside_a_runtime() {
         assert_eq!(report.pipeline.as_ref().map(|p| p.row_units), Some(50));
     });
 }
+
+/// A Redis restart under an async buyer: the connections it kept are dead; a purchase that
+/// meets one fails (its outcome said), the connection is dropped, not kept, and the next
+/// purchases reconnect and sell as before. At most one failure per connection kept: the pool's
+/// one under `fenced`, the two pipelining committers' under `atomic`.
+#[test]
+fn async_buyers_reconnect_after_redis_restarts() {
+    let mut redis = RedisServer::start();
+    let target = redis.target();
+    let s = sku("aio_restart");
+    let rt = runtime();
+    for (strategy, kept) in [(Strategy::Fenced, 1), (Strategy::Atomic, 2)] {
+        stock::seed(&mut redis.conn(), &s, 10).unwrap();
+        let options = BuyOptions {
+            strategy,
+            ..BuyOptions::default()
+        };
+        let buyer = AsyncBuyer::new(&target, &s, options);
+        let p = rt
+            .block_on(buyer.buy(&format!("{strategy}-a"), None))
+            .unwrap();
+        assert_eq!(p.outcome, Buy::Bought { remaining: 9 });
+        // Nothing is kept on disk: the stock is seeded again after the restart.
+        redis.restart();
+        stock::seed(&mut redis.conn(), &s, 10).unwrap();
+        let mut failed = 0;
+        let mut answer = None;
+        for i in 0..kept + 2 {
+            match rt.block_on(buyer.buy(&format!("{strategy}-b{i}"), None)) {
+                Ok(p) => {
+                    answer = Some(p.outcome);
+                    break;
+                }
+                Err(_) => failed += 1,
+            }
+        }
+        assert_eq!(answer, Some(Buy::Bought { remaining: 9 }), "{strategy}");
+        assert!(
+            failed <= kept,
+            "{strategy}: {failed} purchases failed after the restart"
+        );
+    }
+}
+
+/// `atomic` from tasks goes through pipelining committers: each purchase its own script (the
+/// per-user limit holds per purchase), a held lock answered busy and tried again while the
+/// wait lasts, exactly the stock sold, on a couple of connections.
+#[test]
+fn atomic_async_purchases_are_pipelined_each_its_own_script() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let s = sku("aio_atomic");
+    stock::seed(&mut redis.conn(), &s, 300).unwrap();
+    let options = BuyOptions {
+        strategy: Strategy::Atomic,
+        limit: Some(2),
+        lock: LockOptions {
+            wait: Duration::from_secs(10),
+            ..LockOptions::default()
+        },
+        ..BuyOptions::default()
+    };
+    // A lock user (the seed's PHP) holds the SKU's lock for the first 300 ms.
+    redis.hold_lock("aio_atomic", "php-holder", 300);
+    let before = connections_received(&redis);
+    let buyer = AsyncBuyer::new(&target, &s, options);
+    let t = Instant::now();
+    let answers = in_tasks(1000, |i| {
+        let b = buyer.clone();
+        async move {
+            b.buy(&format!("o{i}"), Some(&format!("u{}", i % 200)))
+                .await
+        }
+    });
+    let limited = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(p) if matches!(p.outcome, Buy::LimitReached { .. })))
+        .count();
+    let busy = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(p) if p.outcome == Buy::Busy))
+        .count();
+    let (bought, sold_out) = tally(answers);
+    assert_eq!((bought, busy), (300, 0));
+    assert_eq!(bought + sold_out + limited as u64, 1000);
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "nothing waited for the lock"
+    );
+    // The two committers' connections, and a spare.
+    let opened = connections_received(&redis) - before;
+    assert!(opened <= 3, "{opened} connections");
+    assert_sold_out_and_reconciled(&redis, &s);
+}

@@ -255,3 +255,67 @@ fn buyers_follow_the_slot_when_it_moves_to_another_master_mid_run() {
         .unwrap();
     assert_eq!(stock, v["final_stock"].as_i64().unwrap());
 }
+
+/// The async API on a cluster: 300 fenced buyers as tasks and 300 through the batch handle,
+/// each on a stock of 100, sell exactly 100 and the books reconcile.
+#[test]
+fn async_buyers_sell_exactly_on_a_cluster() {
+    use lockctl_core::aio::{AsyncBatch, AsyncBuyer};
+    use lockctl_core::conn::{ConnectOptions, Target};
+    use lockctl_core::lock::LockOptions;
+    use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
+
+    let cluster = Cluster::start();
+    let target = Target::open_cluster(&cluster.url(), ConnectOptions::default()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for strategy in [Strategy::Fenced, Strategy::Batch] {
+        let sku = format!("{{aio_{strategy}}}").parse().unwrap();
+        stock::seed(&mut target.connect().unwrap(), &sku, 100).unwrap();
+        let options = BuyOptions {
+            strategy,
+            lock: LockOptions {
+                wait: Duration::from_secs(60),
+                ..LockOptions::default()
+            },
+            ..BuyOptions::default()
+        };
+        let (each, batch) = match strategy {
+            Strategy::Batch => (None, AsyncBatch::start(&target, &sku, options).ok()),
+            _ => (Some(AsyncBuyer::new(&target, &sku, options)), None),
+        };
+        let bought = runtime.block_on(async {
+            let tasks: Vec<_> = (0..300)
+                .map(|i| {
+                    let (each, batch) = (each.clone(), batch.clone());
+                    tokio::spawn(async move {
+                        let order = format!("o{i}");
+                        match (each, batch) {
+                            (Some(b), _) => b.buy(&order, None).await,
+                            (_, Some(b)) => b.buy(&order, None).await,
+                            _ => unreachable!(),
+                        }
+                    })
+                })
+                .collect();
+            let mut bought = 0;
+            for t in tasks {
+                let p = t.await.unwrap().unwrap();
+                bought += u32::from(matches!(p.outcome, Buy::Bought { .. }));
+            }
+            bought
+        });
+        assert_eq!(bought, 100, "{strategy}");
+        let v = json(&lockctl(
+            &cluster.url(),
+            &["--cluster", "status", sku.as_str(), "--json"],
+        ));
+        assert_eq!(
+            (v["stock"].as_u64(), v["reconciled"].as_bool()),
+            (Some(0), Some(true)),
+            "{v}"
+        );
+    }
+}

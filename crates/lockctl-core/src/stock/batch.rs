@@ -8,6 +8,10 @@
 //! has waited `--batch-ms`, and the second committer then sends them alongside (as
 //! PostgreSQL's group commit does: waiting costs nothing while the server is busy anyway).
 //!
+//! Under the `atomic` strategy a batch is a pipeline instead: each purchase is its own script
+//! call, all sent before the first reply is read, so the batch costs one round trip and each
+//! purchase stays atomic on its own (`lockctl_core::aio::AsyncBuyer` buys `atomic` this way).
+//!
 //! A call that fails answers every purchase in it with that failure, indeterminate when the
 //! call may have run (a timeout, a dropped connection): none of them is reported bought or
 //! sold out. A batch that finds the lock held answers busy; purchases with `--wait-ms` left are
@@ -19,7 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::buyer::busy_pause;
-use super::{Buy, BuyOptions, Buyer, Purchase};
+use super::{Buy, BuyOptions, Buyer, Purchase, Strategy};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::sku::Sku;
@@ -66,8 +70,13 @@ impl Batcher {
     /// Starts the committers for `sku`, each with a connection of its own, opened here (a
     /// connection lost later is opened again for the next batch).
     pub fn start(target: &Target, sku: &Sku, options: BuyOptions) -> Result<Batcher> {
+        Batcher::for_buyer(target, Buyer::new(target, sku, options))
+    }
+
+    /// [`Batcher::start`] for purchases made by `buyer` (made for `target`).
+    pub fn for_buyer(target: &Target, buyer: Buyer) -> Result<Batcher> {
         let shared = Arc::new(Shared {
-            buyer: Buyer::new(target, sku, options),
+            buyer,
             target: target.clone(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -292,6 +301,13 @@ impl Shared {
             Some(c) => c,
             None => conn.insert(self.target.connect()?),
         };
+        if self.buyer.options().strategy == Strategy::Atomic {
+            let (answers, broken) = self.pipelined(c, batch);
+            if broken {
+                *conn = None;
+            }
+            return Ok(answers);
+        }
         let purchases: Vec<(&str, Option<&str>)> = batch
             .iter()
             .map(|w| (w.order_id.as_str(), w.user.as_deref()))
@@ -301,5 +317,79 @@ impl Shared {
             *conn = None;
         }
         answers
+    }
+
+    /// The `atomic` strategy's batch: each purchase its own script call, all of them sent
+    /// before the first reply is read (a pipeline), so a batch costs one round trip and no
+    /// purchase shares another's script. A purchase whose script the server had lost is bought
+    /// the ordinary way after the others; a busy one (a lock user holds the lock) is answered
+    /// busy, and the commit loop tries it again while its wait lasts. A failed send or read answers that purchase and the ones after it with
+    /// the failure (each may have run), and the connection is given up (`true`). On a cluster,
+    /// which has no pipeline across slots here, the purchases are made one after another.
+    fn pipelined(&self, c: &mut Conn, batch: &[Waiting]) -> (Vec<Result<Purchase>>, bool) {
+        let buy = |c: &mut Conn, w: &Waiting| self.buyer.buy(c, &w.order_id, w.user.as_deref());
+        if self.target.is_cluster() {
+            return (batch.iter().map(|w| buy(c, w)).collect(), false);
+        }
+        let mut sent = 0;
+        let mut failed = None;
+        for w in batch {
+            match c.send(&self.buyer.atomic_command(&w.order_id, w.user.as_deref())) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut again = Vec::new();
+        for (i, w) in batch.iter().enumerate().take(sent) {
+            if let Some(e) = &failed {
+                answers.push(Err(e.clone()));
+                continue;
+            }
+            let reply = c.recv::<(String, i64, String)>();
+            let broken = matches!(&reply, Err(e) if e.is_indeterminate());
+            // A busy answer comes back as one: the commit loop tries it again in its turn.
+            match (self.buyer).atomic_answer(c, reply, &w.order_id, w.user.as_deref(), false) {
+                Ok(Some(p)) => answers.push(Ok(p)),
+                Ok(None) => {
+                    again.push(i);
+                    answers.push(Err(Error::internal("not yet bought")));
+                }
+                Err(e) if broken => {
+                    failed = Some(e.clone());
+                    answers.push(Err(e));
+                }
+                Err(e) => answers.push(Err(e)),
+            }
+        }
+        // Unsent: the send failed (nothing of these went out after it, but the one that failed
+        // may have).
+        let unsent = batch.len() - answers.len();
+        answers.extend((0..unsent).map(|_| {
+            Err(failed
+                .clone()
+                .unwrap_or_else(|| Error::internal("a purchase was not sent")))
+        }));
+        // The ones to buy the ordinary way ran nothing (the script was lost): on this
+        // connection, or on a new one when this one broke.
+        let broken = failed.is_some();
+        let mut fresh = None;
+        for i in again {
+            answers[i] = if broken {
+                match &mut fresh {
+                    Some(f) => buy(f, &batch[i]),
+                    None => self
+                        .target
+                        .connect()
+                        .and_then(|f| buy(fresh.insert(f), &batch[i])),
+                }
+            } else {
+                buy(c, &batch[i])
+            };
+        }
+        (answers, broken)
     }
 }

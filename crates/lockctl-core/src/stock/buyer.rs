@@ -547,6 +547,20 @@ impl Buyer {
         order_id: &str,
         user: Option<&str>,
     ) -> Result<Option<Purchase>> {
+        let wait = !self.options.lock.wait.is_zero();
+        self.atomic_answer(conn, reply, order_id, user, wait)
+    }
+
+    /// [`Buyer::atomic_reply`], with a busy answer given back as `Ok(None)` only when
+    /// `busy_again` (the caller tries busy purchases again itself otherwise).
+    pub(super) fn atomic_answer(
+        &self,
+        conn: &Conn,
+        reply: Result<(String, i64, String)>,
+        order_id: &str,
+        user: Option<&str>,
+        busy_again: bool,
+    ) -> Result<Option<Purchase>> {
         let mut p = self.new_purchase(order_id);
         let limit = user.zip(self.options.limit).map_or(0, |(_, l)| l);
         let result = match reply {
@@ -555,7 +569,7 @@ impl Buyer {
             Ok(r) => self.deduct_outcome(conn, r, limit, &mut p),
         };
         match result {
-            Ok(Buy::Busy) if !self.options.lock.wait.is_zero() => Ok(None),
+            Ok(Buy::Busy) if busy_again => Ok(None),
             Ok(outcome) => {
                 p.outcome = outcome;
                 self.meter(Ok(&outcome));
