@@ -56,7 +56,7 @@ pub use judge::{judge, judge_unreadable};
 pub use ledger_check::LedgerCheck;
 pub use options::PipelineOptions;
 pub use options::{ChildBuy, Children};
-pub use options::{Driving, HammerOptions, Hook, LoadOptions, Mode, TIMELINE_POINTS};
+pub use options::{Driving, HAMMER_WAIT, HammerOptions, Hook, LoadOptions, Mode, TIMELINE_POINTS};
 pub use procs::child_deadline;
 pub use readback::{READ_BACK_PATIENCE, Readback, Restart};
 pub use report::PipelineReport;

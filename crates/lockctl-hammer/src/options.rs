@@ -206,7 +206,7 @@ pub struct ChildBuy<'a> {
 }
 
 /// How each child purchase is started: the caller writes its command (the binary: `lockctl buy
-/// --json ...`, with the URLs in the environment). The child must print one [`BuyReply`] on
+/// --json ...`, with the URLs in the environment). The child must print one [`lockctl_core::wire::BuyReply`] on
 /// stdout. Cloning shares it.
 #[derive(Clone)]
 pub struct Children(Arc<dyn Fn(&ChildBuy<'_>) -> Command + Send + Sync>);

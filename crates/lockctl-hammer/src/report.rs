@@ -53,7 +53,7 @@ pub struct Sample {
     pub at: Duration,
 }
 
-/// What was run: everything [`judge`] needs besides the samples and the readback, and the
+/// What was run: everything [`crate::judge()`] needs besides the samples and the readback, and the
 /// first fields of the report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunFacts {
@@ -240,7 +240,7 @@ pub struct Report {
     /// The lock hold distribution, as `latency_buckets` (empty without a lock).
     pub lock_hold_buckets: Vec<Bucket>,
     /// Stock over time as the buyers were told it: `[seconds since start, stock]`, at most
-    /// [`TIMELINE_POINTS`] points.
+    /// [`crate::TIMELINE_POINTS`] points.
     pub stock_timeline: Vec<[f64; 2]>,
 }
 

@@ -259,7 +259,7 @@ fn sold(o: Outcome) -> &'static str {
     }
 }
 
-/// Reads a history written by [`write`] (or by anything that writes the same shape).
+/// Reads a history written by [`write()`] (or by anything that writes the same shape).
 pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
     let mut facts: Option<FactsValue> = None;
     let mut last: Option<(usize, ReadValue)> = None;

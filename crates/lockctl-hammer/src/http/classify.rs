@@ -83,7 +83,7 @@ impl Classifier {
         self.bought.is_some() || self.sold_out.is_some() || self.busy.is_some()
     }
 
-    /// What an answer with `status` and `body` (its first [`KEPT_BODY`] bytes) meant.
+    /// What an answer with `status` and `body` (its first `KEPT_BODY` bytes) meant.
     pub fn classify(&self, status: u16, body: &[u8]) -> Ended {
         if let Some(re) = &self.bought {
             // The (prefiltered) match first: most answers under load are not purchases, and

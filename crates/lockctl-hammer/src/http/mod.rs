@@ -4,7 +4,7 @@
 //! The endpoint is a black box that answers each request in words; patterns say which words
 //! mean bought, sold out or busy ([`Classifier`]). The books are the answers and the stock
 //! counter the endpoint deducts in Redis, read before and after the run (`item:stock:<SKU>`,
-//! or `--stock-key`); [`super::judge_http`] holds one against the other. Without patterns no
+//! or `--stock-key`); `judge_http` holds one against the other. Without patterns no
 //! answer says what was sold: the run measures load and latency and has nothing to judge.
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
