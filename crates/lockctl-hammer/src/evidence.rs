@@ -31,9 +31,11 @@ pub enum Books {
 
 /// Everything one run observed.
 pub struct Evidence<'a> {
+    /// What was run.
     pub facts: &'a RunFacts,
     /// What every request was told, folded.
     pub tally: &'a Tally,
+    /// What was read back after the load.
     pub books: Books,
     /// Signs that stock was put back during the run, if any were seen.
     pub went_up: Option<String>,
@@ -41,6 +43,7 @@ pub struct Evidence<'a> {
     pub pipeline: Option<(PipelineReport, Vec<String>)>,
     /// Whether Redis restarted during the run, when asked; and its address, for the note.
     pub restart: Option<Restart>,
+    /// The Redis server's address, for the restart note.
     pub server: String,
     /// `Some((made, requested))` when a signal stopped the run short.
     pub interrupted: Option<(u64, u64)>,

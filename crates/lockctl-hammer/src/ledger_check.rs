@@ -13,8 +13,9 @@ pub struct LedgerCheck {
     /// Whether to look for orders told "bought" that the ledger lacks (not when the ledger
     /// could not be read at all).
     look_for_missing: bool,
-    /// This run's orders in the ledger, and their units.
+    /// This run's orders in the ledger (the entries read).
     pub orders: u64,
+    /// The units of this run's orders in the ledger, summed.
     pub units: i64,
     mismatches: Vec<String>,
     more: u64,
@@ -26,6 +27,7 @@ pub struct LedgerCheck {
 const SHOWN: usize = 5;
 
 impl LedgerCheck {
+    /// An empty check of the run `run_id`'s ledger against the answers folded into `t`.
     pub fn new(t: &Tally, run_id: &str) -> LedgerCheck {
         LedgerCheck {
             run_id: run_id.to_string(),

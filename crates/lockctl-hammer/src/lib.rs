@@ -26,6 +26,8 @@
 //! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
 //! - `capacity`: open files and connections a run needs; [`usage`]: the hammer's own cost.
 
+#![deny(missing_docs)]
+
 mod batched;
 mod capacity;
 pub mod drive;

@@ -82,6 +82,7 @@ pub struct LoadOptions {
 pub struct Hook(pub Arc<dyn Fn() + Send + Sync>);
 
 impl Hook {
+    /// Calls the function.
     pub fn call(&self) {
         (self.0)()
     }
@@ -127,6 +128,7 @@ impl Default for LoadOptions {
 /// A run of lockctl's own buyers: the load, and how each purchase is made and driven.
 #[derive(Clone, Debug)]
 pub struct HammerOptions {
+    /// The load: how many requests, how many at once, on which SKU and stock.
     pub load: LoadOptions,
     /// Default: [`Driving::Threads`].
     pub mode: Driving,
@@ -196,10 +198,15 @@ impl PipelineOptions {
 /// One child purchase: everything its command line carries.
 #[derive(Clone, Copy, Debug)]
 pub struct ChildBuy<'a> {
+    /// The Redis to buy from.
     pub target: &'a Target,
+    /// The SKU to buy.
     pub sku: &'a Sku,
+    /// How to buy: the strategy, the units, the lock.
     pub buy: &'a BuyOptions,
+    /// The order id (`<run id>-<index>`).
     pub order_id: &'a str,
+    /// The buyer's user (`u<k>`); `None` when the load has no users.
     pub user: Option<&'a str>,
     /// The Redlock masters' URLs (with their passwords), for the child's environment.
     pub lock_nodes: Option<&'a str>,
@@ -212,6 +219,7 @@ pub struct ChildBuy<'a> {
 pub struct Children(Arc<dyn Fn(&ChildBuy<'_>) -> Command + Send + Sync>);
 
 impl Children {
+    /// Starts each child purchase with the command `command` writes for it.
     pub fn new(command: impl Fn(&ChildBuy<'_>) -> Command + Send + Sync + 'static) -> Children {
         Children(Arc::new(command))
     }

@@ -16,6 +16,7 @@ use lockctl_core::stock;
 /// What the run found in Redis afterwards.
 #[derive(Clone, Debug, Default)]
 pub struct Readback {
+    /// The stock read back after the run.
     pub final_stock: i64,
     /// This run's ledger entries: request index -> units recorded under its order id.
     pub ledger: HashMap<u64, i64>,
@@ -65,7 +66,10 @@ pub enum Restart {
     No,
     /// Another process afterwards (its `run_id` changed). `keeps`: whether it saves anything
     /// to disk (RDB snapshots or an AOF), when its settings could be read.
-    Yes { keeps: Option<bool> },
+    Yes {
+        /// Whether it saves anything to disk; `None` when its settings could not be read.
+        keeps: Option<bool>,
+    },
     /// It could not be asked afterwards.
     Unasked,
     /// Not known at the start (a cluster, or `INFO` refused).

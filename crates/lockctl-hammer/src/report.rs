@@ -15,21 +15,29 @@ use lockctl_core::stock::{Buy, Outcome, Strategy};
 pub enum Ended {
     /// A purchase outcome. `replayed` is set when the order id had bought before.
     Done {
+        /// What the purchase came to.
         outcome: Buy,
+        /// Whether the order id had bought before: nothing was deducted this time.
         replayed: bool,
+        /// Whether a lock strategy deducted and then found its lease gone at release.
         overran_lease: bool,
     },
     /// An external endpoint's answer (`hammer --url`), classified: bought, sold out or busy,
     /// with the stock the answer reported when it did. `None`: a 2xx answer in a run with no
     /// patterns, which only measures load.
     Answered {
+        /// The answer's outcome; `None` for a 2xx answer in a run with no patterns.
         outcome: Option<Outcome>,
+        /// The stock the answer reported; `None` when it reported none.
         remaining: Option<i64>,
     },
     /// A failure. `indeterminate` when it may have been applied anyway.
     Failed {
+        /// The kind of failure.
         kind: ErrorKind,
+        /// Whether it may have deducted anyway.
         indeterminate: bool,
+        /// The error, in words.
         message: String,
         /// What would fix it, when the library named it; the program words it.
         hint: Option<Hint>,
@@ -41,9 +49,15 @@ pub enum Ended {
 pub struct Sample {
     /// Request number, 0-based; the order id is `<run id>-<index>`.
     pub index: u64,
+    /// How the request ended.
     pub ended: Ended,
+    /// Time from the request's start to its end (for the open model, from its scheduled
+    /// moment); zero for a request given up unsent.
     pub latency: Duration,
+    /// Time spent acquiring the lock (also when it ended busy); `None` without a lock of
+    /// lockctl's, or when the request failed.
     pub lock_wait: Option<Duration>,
+    /// Time the lock was held; `None` when no lock of lockctl's was held.
     pub lock_hold: Option<Duration>,
     /// When the request was sent, from the start of the run: no byte of it left before this
     /// (taken before sending; zero when not known, which claims nothing).
@@ -57,16 +71,28 @@ pub struct Sample {
 /// first fields of the report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunFacts {
+    /// The SKU bought.
     pub sku: String,
+    /// The run's id (`h` and 8 hex digits), the first part of its order ids.
     pub run_id: String,
+    /// Requests in all; for an interrupted run, the requests it made.
     pub requests: u64,
+    /// Requests in flight at once, as asked.
     pub concurrency: u64,
+    /// What protected the stock: one of lockctl's strategies, or the endpoint.
     pub strategy: Subject,
+    /// How the purchases ran.
     pub mode: Mode,
+    /// Units per request.
     pub qty: u64,
+    /// The lock's lease, in ms; 0 for an endpoint.
     pub ttl_ms: u64,
+    /// How long a buyer waits for a held lock, in ms; 0 for an endpoint.
     pub wait_ms: u64,
+    /// Simulated business time between reading the stock and writing it, in ms; 0 for an
+    /// endpoint.
     pub work_ms: u64,
+    /// Whether a watchdog renewed the lease while the lock was held.
     pub watchdog: bool,
     /// The number of `--lock-node` masters when the lock was taken by Redlock quorum; null for
     /// the data node's own lock.
@@ -77,6 +103,8 @@ pub struct RunFacts {
     /// `--idempotent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_every: Option<u64>,
+    /// The stock before the run, as seeded or read; 0 for an endpoint whose stock is not read
+    /// (no patterns).
     pub initial_stock: i64,
     /// Wall time of the purchases (the report carries it as `elapsed_s`).
     #[serde(skip, default)]
@@ -90,7 +118,9 @@ pub struct RunFacts {
 /// external endpoint (`hammer --url`), which the report calls `endpoint`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subject {
+    /// One of lockctl's strategies, with lockctl's own buyers.
     Strategy(Strategy),
+    /// The code behind an external endpoint (`hammer --url`).
     Endpoint,
 }
 
@@ -144,11 +174,17 @@ impl<'de> Deserialize<'de> for Subject {
 /// Latency percentiles in milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
+    /// The median.
     pub p50: f64,
+    /// The 90th percentile.
     pub p90: f64,
+    /// The 99th percentile.
     pub p99: f64,
+    /// The 99.9th percentile.
     pub p999: f64,
+    /// The largest value.
     pub max: f64,
+    /// The mean.
     pub mean: f64,
 }
 
@@ -156,7 +192,9 @@ pub struct Percentiles {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// Every invariant held.
     Pass,
+    /// An invariant did not hold (the report's `violations` say which).
     Fail,
     /// Redis could not be read back after the run: nothing can be claimed either way.
     Unknown,
@@ -165,6 +203,7 @@ pub enum Verdict {
 /// The hammer's findings.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// Whether every invariant held.
     pub verdict: Verdict,
     /// What was run (its fields appear at the top level of the JSON report).
     #[serde(flatten)]
@@ -181,25 +220,35 @@ pub struct Report {
     pub sold_qty: u64,
     /// Requests whose order id had bought before: nothing deducted.
     pub replayed: u64,
+    /// Requests told "sold out".
     pub sold_out: u64,
+    /// Requests answered busy: the lock stayed held for the whole wait (or the endpoint said
+    /// busy).
     pub busy: u64,
+    /// Requests whose lease ran out before the deduction: nothing deducted.
     pub lease_lost: u64,
+    /// Requests refused by the per-user limit: nothing deducted.
     pub limit_reached: u64,
     /// `hammer --url` with no patterns: 2xx answers, which say nothing about what was sold.
     pub answered: u64,
+    /// Requests that failed (by kind in `errors_by_kind`).
     pub errors: u64,
     /// Errors whose effect is unknown (they may have deducted).
     pub indeterminate: u64,
+    /// Failed requests, by kind of error.
     pub errors_by_kind: BTreeMap<ErrorKind, u64>,
     /// Lock-strategy buyers who deducted and then found their lease gone at release.
     pub lease_overrun: u64,
     /// Units sold beyond the initial stock.
     pub oversold: u64,
-    /// This run's orders in the ledger, and their units; null for an external endpoint
-    /// (`hammer --url`), which keeps no ledger lockctl can read.
+    /// This run's orders in the ledger; null for an external endpoint (`hammer --url`), which
+    /// keeps no ledger lockctl can read, and when Redis could not be read back.
     pub ledger_orders: Option<u64>,
+    /// The units of this run's orders in the ledger; null when `ledger_orders` is.
     pub ledger_qty: Option<i64>,
+    /// Wall time of the purchases, in seconds.
     pub elapsed_s: f64,
+    /// Requests per second over `elapsed_s`; 0 when no time passed.
     pub throughput_rps: f64,
     /// The hammer's own CPU time (user + system, every thread) during the purchases.
     pub client_cpu_s: Option<f64>,
@@ -207,6 +256,7 @@ pub struct Report {
     pub client_cpu_us_per_request: Option<f64>,
     /// The hammer process's peak resident memory, in MB.
     pub client_max_rss_mb: Option<f64>,
+    /// Every request's latency (for the open model, from its scheduled moment).
     pub latency_ms: Percentiles,
     /// Time to acquire the lock, for the lock strategies.
     pub lock_wait_ms: Option<Percentiles>,
@@ -269,9 +319,11 @@ pub enum LoadModel {
 pub struct HttpFacts {
     /// The URL template as given, any password in it replaced by `***`.
     pub url: String,
+    /// The HTTP method.
     pub method: String,
     /// The Redis key read before and after the run; null when nothing is judged.
     pub stock_key: Option<String>,
+    /// How the load was offered.
     pub load: LoadModel,
     /// The open model's rate, requests per second.
     pub rate_rps: Option<f64>,
@@ -307,24 +359,30 @@ pub fn overall_verdict(reports: &[Report]) -> Verdict {
 /// The pipeline's part of the report.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PipelineReport {
+    /// Workers asked for (at least one ran).
     pub workers: u64,
-    /// Orders the workers inserted (and saw again, and found in conflict, and dead-lettered).
+    /// Orders the workers inserted.
     pub persisted: u64,
+    /// Orders delivered again that were in PostgreSQL already: nothing written.
     pub redelivered: u64,
+    /// Second deductions under one order id, recorded as conflicts.
     pub conflicts: u64,
+    /// Orders moved to the dead-letter stream.
     pub dead_letters: u64,
     /// Whether every queued order was persisted before the hammer stopped waiting.
     pub drained: bool,
     /// How long the queue took to drain after the buyers finished.
     pub drain_s: f64,
-    /// Orders bought per second, and persisted per second (over buying and draining).
+    /// Orders bought per second, over the buying (replays excluded).
     pub ingress_rps: f64,
+    /// This run's rows per second, over buying and draining.
     pub drain_rps: f64,
     /// The longest the queue got.
     pub queue_peak: u64,
     /// `[seconds since start, orders queued and not yet persisted]`.
     pub queue_timeline: Vec<[f64; 2]>,
-    /// This run's rows in PostgreSQL, and their units.
+    /// This run's rows in PostgreSQL.
     pub rows: u64,
+    /// The units of this run's rows in PostgreSQL.
     pub row_units: i64,
 }

@@ -22,10 +22,12 @@ use lockctl_core::stock::{Buy, Outcome};
 pub struct Bits(Vec<u64>);
 
 impl Bits {
+    /// No bit set, with room for at least `len` bits.
     pub fn new(len: u64) -> Bits {
         Bits(vec![0; len.div_ceil(64) as usize])
     }
 
+    /// Sets bit `i`; beyond the room, nothing.
     pub fn set(&mut self, i: u64) {
         if let Some(w) = self.0.get_mut((i / 64) as usize) {
             *w |= 1 << (i % 64);
@@ -37,10 +39,12 @@ impl Bits {
         self.0.len() as u64 * 64
     }
 
+    /// Whether there is room for no bit.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Whether bit `i` is set; beyond the room, false.
     pub fn get(&self, i: u64) -> bool {
         self.0
             .get((i / 64) as usize)

@@ -29,7 +29,9 @@ const VERSION: u64 = 1;
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {reason}")]
 pub struct HistoryError {
+    /// The line, counted from 1 (one past the last for a history cut short).
     pub line: usize,
+    /// Why it cannot be read.
     pub reason: String,
 }
 

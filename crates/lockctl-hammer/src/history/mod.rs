@@ -60,29 +60,43 @@ pub struct ReadBack {
 
 /// A run's report, with its history when the load kept one ([`crate::LoadOptions::history`]).
 pub struct Recorded {
+    /// The run's report.
     pub report: Report,
+    /// The run's history; `None` when the load kept none.
     pub history: Option<Box<History>>,
 }
 
 /// Everything a run observed that its verdict rests on, with every request's record.
 #[derive(Clone, Debug)]
 pub struct History {
+    /// What was run.
     pub facts: RunFacts,
     /// Requests were spread over this many users (`u0`, `u1`, ...).
     pub users: Option<u64>,
+    /// Every request's record, in the order they came.
     pub samples: Vec<Sample>,
+    /// The faults done to the system during the run (by the hunt's nemesis); empty otherwise.
     pub faults: Vec<Fault>,
+    /// What was read back after the run.
     pub read_back: ReadBack,
+    /// Why the stock may have gone up during the run, if anything says so
+    /// ([`Evidence::went_up`]).
     pub went_up: Option<String>,
+    /// Whether Redis restarted during the run, when asked ([`Evidence::restart`]).
     pub restart: Option<Restart>,
+    /// The Redis server's address, for the restart note ([`Evidence::server`]).
     pub server: String,
+    /// `Some((made, requested))` when a signal stopped the run short.
     pub interrupted: Option<(u64, u64)>,
+    /// Notes of the driver's own ([`Evidence::notes`]).
     pub notes: Vec<String>,
     /// Promises found broken beyond the books ([`Evidence::findings`]).
     pub findings: Vec<String>,
     /// What could not be read, so that no PASS is claimed ([`Evidence::unjudged`]).
     pub unjudged: Option<String>,
+    /// The orders pipeline's report and its violations (`--queue --db`).
     pub pipeline: Option<(PipelineReport, Vec<String>)>,
+    /// What `hammer --url` adds to the report; `None` for lockctl's own buyers.
     pub http: Option<HttpFacts>,
     /// The peak memory of the process that ran the load, in MB (the judge's own is not the
     /// run's).

@@ -42,14 +42,22 @@ use sql::SqlDb;
 /// Where the system's orders land, and the query that reads a SKU's.
 #[derive(Clone)]
 pub struct OrdersSql {
+    /// The database the orders are in (`--orders-sql`).
     pub db: Arc<SqlDb>,
+    /// The query for a SKU's orders (`--orders-query`): the SKU its one parameter, rows of
+    /// (order id, units[, user]).
     pub query: String,
 }
 
 /// The stock kept in SQL: the query that reads it and the statement that sets it.
 pub struct SqlStock {
+    /// The database the stock is in (`--stock-sql`).
     pub db: Arc<SqlDb>,
+    /// The query that reads a SKU's stock (`--stock-query`): the SKU its one parameter, one
+    /// row of one integer.
     pub query: String,
+    /// The statement that sets a SKU's stock (`--stock-seed`): the SKU and the count its two
+    /// parameters.
     pub seed: String,
 }
 
@@ -84,48 +92,70 @@ pub struct HuntOptions {
     pub sku: String,
     /// The most requests in flight a round uses.
     pub concurrency: u64,
-    /// The system's users (`u0`, `u1`, ...) and its per-user limit.
+    /// The system's users (`u0`, `u1`, ...); `None`: every request a user of its own, and no
+    /// round a double click.
     pub users: Option<u64>,
+    /// The system's per-user limit, in units, checked when it has `users`; `None`: no limit.
     pub limit: Option<u64>,
     /// The system promises one deduction per order id: some requests are resent with the
     /// same `{order}`.
     pub idempotent: bool,
+    /// Where the system's orders land, held against the answers; `None`: not checked.
     pub orders: Option<OrdersSql>,
+    /// How long to hunt: no round starts once it is spent.
     pub budget: Duration,
+    /// The seed of the schedule of rounds: the same seed replays the same rounds.
     pub seed: u64,
+    /// The faults the rounds draw from; empty: no faults.
     pub faults: Vec<FaultKind>,
     /// After the faults are undone, with stock left, a sale must come within this.
     pub heal: Duration,
     /// The stock, requests or rate every round has, when the caller fixed them.
     pub fixed: plan::Fixed,
+    /// What does the faults and undoes them.
     pub nemesis: Nemesis,
+    /// Once set, no new round starts and the round under way starts no new request.
     pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// The first round that broke a promise.
 pub struct Failure {
+    /// The round as planned: its stock, load shape and faults.
     pub round: Round,
+    /// The round's SKU.
     pub sku: String,
+    /// The round's report.
     pub report: Report,
+    /// The round's history, when one was kept.
     pub history: Option<Box<History>>,
+    /// The faults done during the round, each with when it was undone.
     pub faults: Vec<Fault>,
 }
 
 /// What the hunt did and found.
 pub struct HuntReport {
+    /// FAIL when a round failed; PASS when a round was judged and none failed; UNKNOWN when
+    /// no round was judged.
     pub verdict: Verdict,
+    /// The seed of the schedule (`--seed` replays it).
     pub seed: u64,
+    /// Rounds run, those a fault kept from being judged included.
     pub rounds: u64,
     /// Rounds whose books could be judged.
     pub judged: u64,
+    /// Requests made in the rounds that came to a report.
     pub requests: u64,
+    /// The rounds that came to a report, by load shape ([`plan::Shape::name`]).
     pub shapes: BTreeMap<&'static str, u64>,
     /// The faults that took effect, by kind.
     pub faults: BTreeMap<String, u64>,
     /// The faults tried, by kind (some find nothing to act on: no connection to kill).
     pub faults_tried: BTreeMap<String, u64>,
+    /// How long the hunt took.
     pub elapsed: Duration,
+    /// Whether a signal stopped the hunt before its budget was spent.
     pub interrupted: bool,
+    /// The round that failed, which ended the hunt; `None` when none did.
     pub failure: Option<Box<Failure>>,
     /// The last round judged (its history is written when nothing failed).
     pub last: Option<Box<(Report, Option<Box<History>>)>>,

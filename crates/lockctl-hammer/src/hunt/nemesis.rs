@@ -37,6 +37,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind.
     pub const ALL: [FaultKind; 6] = [
         FaultKind::ClientKill,
         FaultKind::RedisPause,
@@ -46,6 +47,7 @@ impl FaultKind {
         FaultKind::Stall,
     ];
 
+    /// Its name, as `--nemesis` takes it and the history records it (`client-kill`, ...).
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::ClientKill => "client-kill",
@@ -57,6 +59,7 @@ impl FaultKind {
         }
     }
 
+    /// The kind called `name` ([`FaultKind::name`]), if any.
     pub fn from_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
     }
@@ -121,6 +124,8 @@ pub struct Healed {
 }
 
 impl Nemesis {
+    /// A nemesis for someone's system: Redis faults on `redis`, sparing lockctl's own
+    /// connections, and process faults on the `--serve` tree in `serve`, if any.
     pub fn new(redis: Target, serve: Option<Arc<Mutex<Served>>>) -> Nemesis {
         Nemesis {
             redis: redis.with_client_name(OWN_NAME),

@@ -24,16 +24,24 @@ use lockctl_core::stock::Strategy;
 /// What the matrix is told. No `Default`: it runs against a target and within a budget the
 /// caller gives.
 pub struct OwnOptions {
+    /// The strategies, one row each.
     pub strategies: Vec<Strategy>,
     /// The purchase (lease, wait, work, watchdog), the child command, the quorum: everything
     /// but the load and the strategy, which each round sets.
     pub base: HammerOptions,
     /// The faults, one column each (a column without faults comes first).
     pub faults: Vec<FaultKind>,
+    /// How long the whole matrix runs, shared evenly between the cells (a cell runs on past
+    /// its share until a round is judged, at most five rounds).
     pub budget: Duration,
+    /// The seed of the cells' schedules (each cell mixes in its place): the same seed replays
+    /// the same rounds.
     pub seed: u64,
+    /// The most requests in flight a round uses.
     pub concurrency: u64,
+    /// What does the faults to lockctl's own buyers and undoes them.
     pub nemesis: Nemesis,
+    /// Once set, no new round starts and the round under way starts no new request.
     pub stop: Option<Arc<AtomicBool>>,
     /// The rounds' SKUs start with this.
     pub sku: String,
@@ -41,9 +49,14 @@ pub struct OwnOptions {
 
 /// One strategy under one fault (or none).
 pub struct Cell {
+    /// The cell's strategy (its row).
     pub strategy: Strategy,
+    /// The cell's fault (its column); `None`: the column without faults.
     pub fault: Option<FaultKind>,
+    /// Rounds run, those a fault kept from being judged included.
     pub rounds: u64,
+    /// FAIL when a round failed; PASS when a round passed and none failed; UNKNOWN when no
+    /// round was judged.
     pub verdict: Verdict,
     /// The first violation seen, with its round's SKU.
     pub violation: Option<String>,
@@ -53,9 +66,13 @@ pub struct Cell {
 
 /// The matrix.
 pub struct Matrix {
+    /// The seed of the schedules (`--seed` replays it).
     pub seed: u64,
+    /// Every cell, strategy by strategy, each strategy's column without faults first.
     pub cells: Vec<Cell>,
+    /// How long the matrix took.
     pub elapsed: Duration,
+    /// Whether a signal stopped the matrix before every cell had run its share.
     pub interrupted: bool,
 }
 

@@ -17,14 +17,26 @@ use super::nemesis::FaultKind;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Shape {
     /// `concurrency` connections, each sending its next request when the last is answered.
-    Burst { concurrency: u64 },
+    Burst {
+        /// Connections.
+        concurrency: u64,
+    },
     /// Requests on a schedule, `rate` a second, on up to `concurrency` connections.
-    Rate { rate: f64, concurrency: u64 },
+    Rate {
+        /// Requests per second.
+        rate: f64,
+        /// The most connections.
+        concurrency: u64,
+    },
     /// `users` users, each with two requests in flight at once (a double click).
-    DoubleClick { users: u64 },
+    DoubleClick {
+        /// Users clicking.
+        users: u64,
+    },
 }
 
 impl Shape {
+    /// Its name in reports: `burst`, `rate` or `double-click`.
     pub fn name(&self) -> &'static str {
         match self {
             Shape::Burst { .. } => "burst",
@@ -33,6 +45,7 @@ impl Shape {
         }
     }
 
+    /// Requests in flight at once: the connections, or two a user for a double click.
     pub fn concurrency(&self) -> u64 {
         match *self {
             Shape::Burst { concurrency } | Shape::Rate { concurrency, .. } => concurrency,
@@ -60,18 +73,27 @@ impl std::fmt::Display for Shape {
 /// One planned fault: what, when from the round's start, and for how long.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlannedFault {
+    /// What is done.
     pub kind: FaultKind,
+    /// When it strikes, from the round's start (an endpoint hunt counts from the round's first
+    /// answer).
     pub after: Duration,
+    /// How long it is held before it is lifted (the end of the load lifts it sooner).
     pub hold: Duration,
 }
 
 /// One round.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Round {
+    /// The round's number, from 1.
     pub number: u64,
+    /// The stock the round starts with.
     pub stock: u64,
+    /// Requests in the round.
     pub requests: u64,
+    /// How its requests arrive.
     pub shape: Shape,
+    /// The faults done during it; empty for a round without one.
     pub faults: Vec<PlannedFault>,
     /// Every k-th request retries the one before it (`--idempotent`).
     pub retry_every: Option<u64>,
@@ -91,8 +113,12 @@ pub struct Planner {
 /// What the caller fixed for every round (a flag of `hammer --url`), instead of drawing it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Fixed {
+    /// Every round's stock (`--stock`); `None`: drawn.
     pub stock: Option<u64>,
+    /// Every round's requests (`--requests`); `None`: drawn.
     pub requests: Option<u64>,
+    /// Every round's rate, requests per second (`--rate`): bursts become rate rounds at it,
+    /// double clicks stay; `None`: drawn.
     pub rate: Option<f64>,
 }
 

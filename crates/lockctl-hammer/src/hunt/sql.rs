@@ -27,8 +27,11 @@ enum Conn {
 /// One order row: its id, units and, when the query returns a third column, its user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderRow {
+    /// The order id (the first column).
     pub order: String,
+    /// Its units (the second column).
     pub qty: i64,
+    /// Its user (the third column); `None` when the query returns two columns.
     pub user: Option<String>,
 }
 

@@ -18,9 +18,15 @@ use lockctl_core::redact::{redact, redact_header};
 /// The values of one request's placeholders.
 #[derive(Clone, Copy, Debug)]
 pub struct Vars<'a> {
+    /// `{sku}`: the SKU.
     pub sku: &'a str,
+    /// `{user}`: the request's user (`u<k>`); empty when no template holds `{user}` or
+    /// `{order}`.
     pub user: &'a str,
+    /// `{order}`: the request's order id (`<run id>-<index>`, a retry's that of the request it
+    /// retries); empty when no template holds `{user}` or `{order}`.
     pub order: &'a str,
+    /// `{n}`: the request's number, 0-based.
     pub n: u64,
 }
 
@@ -277,6 +283,7 @@ impl RequestSpec {
         &self.shown_url
     }
 
+    /// The HTTP method.
     pub fn method(&self) -> &Method {
         &self.method
     }
