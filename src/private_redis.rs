@@ -63,9 +63,13 @@ impl PrivateRedis {
                 Ok(c) => c,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     let _ = std::fs::remove_dir_all(&dir);
-                    bail!(
-                        "{why}, and redis-server is not installed to start a private one: install it (apt-get install -y redis-server) or point --redis at a server"
-                    );
+                    return Err(crate::cmd::Missing::new(
+                        format!(
+                            "{why}, and redis-server is not installed to start a private one: install it (apt-get install -y redis-server) or point --redis at a server"
+                        ),
+                        1,
+                    )
+                    .into());
                 }
                 Err(e) => {
                     let _ = std::fs::remove_dir_all(&dir);

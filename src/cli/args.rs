@@ -83,7 +83,7 @@ pub struct WorkerArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum DbCommand {
     /// Create the orders schema, or migrate it to this lockctl's version (idempotent).
-    #[command(after_help = super::help::DB_INIT)]
+    #[command(after_help = super::help::DB_INIT, help_template = super::help::DB_INIT_HELP)]
     Init {
         /// PostgreSQL URL: postgres://user[:password]@host[:port]/database.
         #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]

@@ -96,12 +96,74 @@ pub const COMPLETIONS: &str = "\
 Examples:
   lockctl completions bash > /etc/bash_completion.d/lockctl
   lockctl completions zsh > \"${fpath[1]}/_lockctl\"
-  lockctl completions fish > ~/.config/fish/completions/lockctl.fish";
+  lockctl completions fish > ~/.config/fish/completions/lockctl.fish
+
+The global options (--redis and the connection block, --json, ...): lockctl --help.";
 
 pub const MAN: &str = "\
 Examples:
-  lockctl man > /usr/local/share/man/man1/lockctl.1
-  lockctl man | man -l -";
+  lockctl man | man -l -
+  lockctl man hammer | man -l -
+  sudo lockctl man --out-dir /usr/local/share/man/man1 && man lockctl-hammer
+
+The global options (--redis and the connection block, --json, ...): lockctl --help.";
+
+/// Help for the commands that never open Redis (man, completions, db): the global options
+/// (the connection block among them) are left out; they are in `lockctl --help` and
+/// lockctl(1). clap's templates cannot leave out a heading, so each command's own options are
+/// written here (`tests/it/cli.rs` checks every one of them is).
+pub const MAN_HELP: &str = "\
+{about-with-newline}
+{usage-heading} {usage}
+
+Arguments:
+{positionals}
+
+Options:
+      --out-dir <DIR>  Write every page (lockctl.1, lockctl-hammer.1, ...) into DIR instead
+  -h, --help           Print help{after-help}
+";
+
+/// See [`MAN_HELP`].
+pub const COMPLETIONS_HELP: &str = "\
+{about-with-newline}
+{usage-heading} {usage}
+
+Arguments:
+{positionals}
+
+Options:
+  -h, --help  Print help{after-help}
+";
+
+/// See [`MAN_HELP`].
+pub const DB_HELP: &str = "\
+{about-with-newline}
+{usage-heading} {usage}
+
+Commands:
+{subcommands}
+
+Options:
+  -h, --help  Print help
+
+The global options are in lockctl --help; db init takes --db URL (or DATABASE_URL).
+";
+
+/// See [`MAN_HELP`].
+pub const DB_INIT_HELP: &str = "\
+{about-with-newline}
+{usage-heading} {usage}
+
+Options:
+      --db <URL>  PostgreSQL URL: postgres://user[:password]@host[:port]/database [env: DATABASE_URL]
+  -h, --help      Print help{after-help}
+";
+
+/// The line every page but lockctl(1) ends with, instead of repeating the global options.
+pub const GLOBAL_OPTIONS_ELSEWHERE: &str = "\
+Global options (--redis and the rest of the connection block, --json, --quiet, --color): see \
+lockctl --help, or lockctl(1).";
 
 pub const WORKER: &str = "\
 Examples:

@@ -7,7 +7,7 @@
 
 mod args;
 pub mod child;
-mod help;
+pub(crate) mod help;
 mod hunt;
 mod parse;
 
@@ -173,7 +173,10 @@ impl Command {
             Command::Exporter { sku, .. } => sku.iter().collect(),
             Command::Run(r) => r.name.iter().collect(),
             Command::Worker(w) => w.sku.iter().collect(),
-            Command::Completions { .. } | Command::Man | Command::Db(_) | Command::Judge { .. } => {
+            Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Db(_)
+            | Command::Judge { .. } => {
                 vec![]
             }
         }
@@ -275,18 +278,25 @@ pub enum Command {
         export_html: Option<PathBuf>,
     },
     /// The orders database: `db init` creates (or migrates) its schema.
-    #[command(subcommand)]
+    #[command(subcommand, help_template = help::DB_HELP)]
     Db(DbCommand),
     /// Print shell completions for bash, zsh or fish.
-    #[command(after_help = help::COMPLETIONS)]
+    #[command(after_help = help::COMPLETIONS, help_template = help::COMPLETIONS_HELP)]
     Completions {
         /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff), generated from the same definitions as --help.
-    #[command(after_help = help::MAN)]
-    Man,
+    /// Print a manual page (roff), generated from the same definitions as --help: lockctl(1),
+    /// or one subcommand's (`lockctl man hammer`); --out-dir writes them all.
+    #[command(after_help = help::MAN, help_template = help::MAN_HELP)]
+    Man {
+        /// A subcommand whose page to print (hammer, buy, db-init, ...); none: lockctl(1).
+        page: Option<String>,
+        /// Write every page (lockctl.1, lockctl-hammer.1, ...) into this directory instead.
+        #[arg(long, value_name = "DIR", conflicts_with = "page")]
+        out_dir: Option<PathBuf>,
+    },
 }
 
 #[cfg(test)]

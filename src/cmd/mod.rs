@@ -129,7 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     // These two only print what the command line itself defines.
     match &cli.command {
         Command::Completions { shell } => return docs::completions(*shell),
-        Command::Man => return docs::man(),
+        Command::Man { page, out_dir } => return docs::man(page.as_deref(), out_dir.as_deref()),
         // A recorded history is judged offline: no server is opened.
         Command::Judge { file, export_html } => {
             return judge::run(&cli, file, export_html.as_deref());
@@ -190,7 +190,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Run(args) => run::run(&ctx, args),
         Command::Worker(args) => worker::run(&ctx, args),
         Command::Db(DbCommand::Init { db }) => worker::db_init(&ctx, &db),
-        Command::Completions { .. } | Command::Man | Command::Judge { .. } => Ok(Exit::Ok),
+        Command::Completions { .. } | Command::Man { .. } | Command::Judge { .. } => Ok(Exit::Ok),
     }
 }
 
@@ -289,11 +289,46 @@ fn print_parse_error(e: &clap::Error) {
     };
 }
 
+/// Something this machine lacks (a program that is not installed, or a file that cannot be
+/// executed): error kind `environment`, and the exit code a shell would give (`run`: 127 for
+/// a command not found, 126 for one that cannot be executed; 1 elsewhere).
+#[derive(Debug)]
+pub struct Missing {
+    message: String,
+    code: u8,
+}
+
+impl Missing {
+    pub fn new(message: String, code: u8) -> Missing {
+        Missing { message, code }
+    }
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Missing {}
+
 /// A command that failed: one line on stderr (and one JSON object on stdout under `--json`);
-/// exit 2 for a usage error, 1 for anything else. A closed stdout (`| head`) exits quietly.
+/// exit 2 for a usage error, 1 for anything else (a [`Missing`] program: its own code). A
+/// closed stdout (`| head`) exits quietly.
 pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
+    }
+    if let Some(m) = err.downcast_ref::<Missing>() {
+        eprintln!("lockctl: error: {m}");
+        if json {
+            let _ = emit_json(&ErrorJson::new(
+                m.to_string(),
+                ErrorKind::Environment,
+                false,
+            ));
+        }
+        return ExitCode::from(m.code);
     }
     // The library names the fix as data; the command line words it.
     let message = match err.downcast_ref::<Error>() {

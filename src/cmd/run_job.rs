@@ -17,7 +17,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
 
 use lockctl_core::lock::{Guard, Lock};
@@ -105,8 +104,7 @@ impl Job {
                     let _ = g.kill();
                     let _ = g.wait();
                 }
-                return Err(e)
-                    .with_context(|| format!("cannot run '{}'", command[0].to_string_lossy()));
+                return Err(cannot_start(&command[0].to_string_lossy(), e));
             }
         };
         let pgid = child.id() as i32;
@@ -372,5 +370,26 @@ pub mod terminal {
         unsafe {
             libc::signal(libc::SIGTTOU, old);
         }
+    }
+}
+
+/// The job's command could not be started, said as a shell would: 127 when there is no such
+/// command, 126 when it cannot be executed; anything else is lockctl's error (exit 1).
+fn cannot_start(program: &str, e: std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => super::Missing::new(
+            format!(
+                "cannot run '{program}': no such command (check its name and PATH, or give its path)"
+            ),
+            127,
+        )
+        .into(),
+        ErrorKind::PermissionDenied => super::Missing::new(
+            format!("cannot run '{program}': it is not executable (chmod +x it, or run it through its interpreter)"),
+            126,
+        )
+        .into(),
+        _ => anyhow::Error::new(e).context(format!("cannot run '{program}'")),
     }
 }

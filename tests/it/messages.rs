@@ -202,10 +202,8 @@ fn bash_completes_ha_to_hammer() {
     }
 }
 
-#[test]
-fn the_man_page_renders() {
-    let page = lockctl("redis://127.0.0.1:1", &["man"]);
-    assert_eq!(code(&page), 0);
+/// `man -l` renders `roff`, as a user reads it.
+fn rendered(roff: &[u8]) -> String {
     let mut man = Command::new("man");
     man.args(["-l", "-"])
         .env("MANPAGER", "cat")
@@ -214,13 +212,94 @@ fn the_man_page_renders() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = crate::support::spawn_tool(&mut man);
-    child.stdin.take().unwrap().write_all(&page.stdout).unwrap();
+    child.stdin.take().unwrap().write_all(roff).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    for want in ["NAME", "lockctl", "hammer", "Exit codes"] {
+    stdout(&out)
+}
+
+#[test]
+fn the_man_page_renders() {
+    let page = lockctl("redis://127.0.0.1:1", &["man"]);
+    assert_eq!(code(&page), 0);
+    let text = rendered(&page.stdout);
+    for want in [
+        "NAME",
+        "lockctl",
+        "hammer",
+        "Exit codes",
+        "--redis",
+        "lockctl-hammer(1)",
+    ] {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
+}
+
+/// Every page lockctl(1) refers to exists: `lockctl man hammer` prints one, `--out-dir`
+/// writes them all, and a subcommand's page shows its own options, not the connection block
+/// again (it points to lockctl(1) for those). The help of the commands that never connect
+/// leaves the connection block out too.
+#[test]
+fn every_subcommand_has_its_manual_page_and_the_connection_block_is_shown_once() {
+    let text = rendered(&lockctl("redis://127.0.0.1:1", &["man", "hammer"]).stdout);
+    assert!(
+        text.contains("--stock") && text.contains("--strategy"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("--tls-ca") && !text.contains("--connect-timeout-ms"),
+        "{text}"
+    );
+    assert!(text.contains("lockctl(1)"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = lockctl(
+        "redis://127.0.0.1:1",
+        &["man", "--out-dir", dir.path().to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let top = rendered(&std::fs::read(dir.path().join("lockctl.1")).unwrap());
+    for sub in [
+        "check",
+        "seed",
+        "buy",
+        "hammer",
+        "status",
+        "unlock",
+        "run",
+        "exporter",
+        "worker",
+        "hunt",
+        "judge",
+        "db",
+        "completions",
+        "man",
+    ] {
+        assert!(top.contains(&format!("lockctl-{sub}(1)")), "{sub}: {top}");
+        let page = dir.path().join(format!("lockctl-{sub}.1"));
+        assert!(page.exists(), "{} missing", page.display());
+    }
+    assert!(dir.path().join("lockctl-db-init.1").exists());
+    let out = lockctl("redis://127.0.0.1:1", &["man", "no-such-page"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("hammer"), "{}", stderr(&out));
+    for args in [
+        &["man", "--help"][..],
+        &["completions", "--help"],
+        &["db", "--help"],
+        &["db", "init", "--help"],
+    ] {
+        let out = lockctl("redis://127.0.0.1:1", args);
+        let help = stdout(&out);
+        assert!(
+            !help.contains("--tls-ca") && !help.contains("--redis <"),
+            "{args:?}: {help}"
+        );
+        assert!(help.lines().count() < 25, "{args:?}: {help}");
+    }
+    let help = stdout(&lockctl("redis://127.0.0.1:1", &["man", "--help"]));
+    assert!(help.contains("--out-dir"), "{help}");
+    let help = stdout(&lockctl("redis://127.0.0.1:1", &["db", "init", "--help"]));
+    assert!(help.contains("--db <URL>"), "{help}");
 }
 
 #[test]
@@ -396,4 +475,26 @@ fn queue_with_naive_names_every_strategy_that_queues() {
             &["--queue works with lock, fenced, atomic and batch"],
         );
     }
+}
+
+/// A purchase of a SKU that was never seeded (a typo) fails saying how to seed it, and leaves
+/// no key behind under any strategy: before, the lock strategies left the SKU's fencing
+/// counter (`dist_lock_fence:<SKU>`). A seeded SKU keeps its counter (fences never go back).
+#[test]
+fn a_failed_buy_of_an_unknown_sku_leaves_no_key_behind() {
+    let server = RedisServer::start();
+    for strategy in ["lock", "fenced", "atomic", "batch", "naive"] {
+        let sku = format!("typo_{strategy}");
+        let out = lockctl(&server.url(), &["buy", &sku, "--strategy", strategy]);
+        assert_eq!(code(&out), 1, "{strategy}: {}", stderr(&out));
+        assert!(stderr(&out).contains("lockctl seed"), "{}", stderr(&out));
+    }
+    let keys: Vec<String> = server.raw().keys("*").unwrap();
+    assert_eq!(keys, Vec::<String>::new());
+    let out = lockctl(&server.url(), &["seed", "kept", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = lockctl(&server.url(), &["buy", "kept", "--strategy", "fenced"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let fence: Option<u64> = server.raw().get("dist_lock_fence:kept").unwrap();
+    assert_eq!(fence, Some(1));
 }

@@ -555,3 +555,32 @@ fn a_signal_while_waiting_leaves_the_queue_and_still_prints_json() {
     let left: u64 = raw.zcard("dist_lock_queue:waiting").unwrap();
     assert_eq!(left, 0, "the queue place was not given back");
 }
+
+/// A command that cannot be started exits as a shell would: 127 when there is no such
+/// command, 126 when it cannot be executed, with error kind `environment` under --json; the
+/// lock is given back either way.
+#[test]
+fn a_command_that_cannot_start_exits_127_or_126_as_a_shell_would() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = RedisServer::start();
+    let out = lockctl(
+        &server.url(),
+        &["run", "--name", "nojob", "--", "no-such-command-x"],
+    );
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no such command"), "{}", stderr(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = script.to_str().unwrap();
+    let out = lockctl(
+        &server.url(),
+        &["--json", "run", "--name", "nojob", "--", path],
+    );
+    assert_eq!(code(&out), 126, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not executable"), "{}", stderr(&out));
+    assert_eq!(json(&out)["error_kind"], "environment", "{}", stdout(&out));
+    let held: bool = server.raw().exists("dist_lock:nojob").unwrap();
+    assert!(!held, "the lock was kept");
+}

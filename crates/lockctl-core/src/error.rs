@@ -298,6 +298,9 @@ pub enum ErrorKind {
     Database,
     /// A failure inside lockctl itself.
     Internal,
+    /// Something this machine lacks: a program that is not installed or cannot be run (a
+    /// `redis-server` to start, the command `run` was given).
+    Environment,
     /// Bad arguments (the binary's exit 2).
     Usage,
     /// A `--mode procs` child that ended without saying what happened.
@@ -317,7 +320,7 @@ pub enum ErrorKind {
 }
 
 /// The kinds with a fixed name, for reading names back.
-const NAMED: [ErrorKind; 18] = [
+const NAMED: [ErrorKind; 19] = [
     ErrorKind::BadUrl,
     ErrorKind::Tls,
     ErrorKind::Refused,
@@ -330,6 +333,7 @@ const NAMED: [ErrorKind; 18] = [
     ErrorKind::NoQuorum,
     ErrorKind::Database,
     ErrorKind::Internal,
+    ErrorKind::Environment,
     ErrorKind::Usage,
     ErrorKind::Child,
     ErrorKind::Abandoned,
@@ -356,6 +360,7 @@ impl ErrorKind {
             ErrorKind::NoQuorum => "no_quorum".into(),
             ErrorKind::Database => "database".into(),
             ErrorKind::Internal => "internal".into(),
+            ErrorKind::Environment => "environment".into(),
             ErrorKind::Usage => "usage".into(),
             ErrorKind::Child => "child".into(),
             ErrorKind::Abandoned => "abandoned".into(),

@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::script::{
-    BATCH, BATCH_CODES, DEDUCT, DEDUCT_LUA, FENCED_RELEASE, WRITE_LUA, WRITE_RELEASE,
+    BATCH, BATCH_CODES, DEDUCT, DEDUCT_LUA, FENCED_RELEASE, FORGET_FENCE, WRITE_LUA, WRITE_RELEASE,
 };
 use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock, stock_value};
 use crate::conn::{Conn, Target, evalsha};
@@ -342,6 +342,10 @@ impl Buyer {
             Err(e) => (Err(e), guard.release(conn).ok()),
         };
         p.lock_hold = Some(hold_started.elapsed());
+        if let (Err(Error::Unseeded { .. }), Some(fence)) = (&outcome, p.fence) {
+            // Best effort: the error stands whatever this finds.
+            let _ = self.forget_fence(conn, fence);
+        }
         p.outcome = outcome?;
         if let (Buy::Bought { .. }, Some(Release::NotOwner | Release::Expired)) =
             (p.outcome, released)
@@ -349,6 +353,19 @@ impl Buyer {
             p.overran_lease = p.replayed.is_none();
         }
         Ok(())
+    }
+
+    /// After a purchase of an unseeded SKU: its grant's fencing counter, forgotten when nothing
+    /// can need it (see `FORGET_FENCE`).
+    fn forget_fence(&self, conn: &mut Conn, fence: u64) -> Result<i64> {
+        let keys = self.lock.keys();
+        conn.script(
+            FORGET_FENCE
+                .key(&keys.fence)
+                .key(&self.keys.stock)
+                .key(&keys.lock)
+                .arg(fence),
+        )
     }
 
     /// The holder's write and its release in one script: the tutorial's unchecked write for

@@ -180,6 +180,23 @@ pub(super) static WRITE_RELEASE: LazyLock<Script> =
 pub(super) static FENCED_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&releasing(DEDUCT_BODY, BOOKS_LUA, 6, 8)));
 
+/// Forgets the fencing counter a purchase of an unseeded SKU made (KEYS: fence, stock, lock;
+/// ARGV: the purchase's fence), so that a mistyped SKU leaves no key behind: only when the
+/// counter is still at that grant (nobody was granted the lock since), nobody holds the lock,
+/// and there is no stock, so no write ever carried a fence of this SKU and no holder is left
+/// to carry one. 1 when it was forgotten.
+pub(super) static FORGET_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0
+    and redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+",
+    )
+});
+
 /// Group commit (`batch`): decides a batch of purchases in arrival order, each exactly as the
 /// deduct script decides one without a lock (the same checks in the same order, the same
 /// answers), then writes what they bought at once. Facts that cannot change while the script
