@@ -53,8 +53,9 @@ impl Stop {
 /// How the first signal is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum First {
-    /// Stop starting new work and let the command finish and report (the hammer).
-    Finish,
+    /// Stop starting new work and let the command finish and report, saying what it finishes
+    /// ("the requests in flight" for the hammer).
+    Finish(&'static str),
     /// Give back what is held and exit now (a single purchase).
     Quit,
     /// Pass every signal on to the process group in `Stop::forward_to` once it is set (a job
@@ -96,13 +97,13 @@ pub fn listen(first: First) -> Stop {
                 let _ = s
                     .signal
                     .compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
-                if again || first != First::Finish {
+                let First::Finish(what) = first else {
+                    quit_now(n);
+                };
+                if again {
                     quit_now(n);
                 }
-                eprintln!(
-                    "lockctl: {}: finishing the requests in flight (again to quit now)",
-                    name(n)
-                );
+                eprintln!("lockctl: {}: finishing {what} (again to quit now)", name(n));
             }
         });
     stop

@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         exports.discard();
         return Err(e);
     }
-    let signals = signals::listen(signals::First::Finish);
+    let signals = signals::listen(signals::First::Finish("the requests in flight"));
     let stop = signals.requested.clone();
     let context = run_context(ctx);
     let mut reports = Vec::new();

@@ -35,7 +35,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
     }
     // A bad export path fails here, before any request is sent.
     let exports = Exports::open(&args)?;
-    let signals = signals::listen(signals::First::Finish);
+    let signals = signals::listen(signals::First::Finish("the requests in flight"));
     let context = run_context(ctx);
     let show_bar = !ctx.quiet && ctx.color.enabled(std::io::stderr().is_terminal());
     let bar = progress::Bar::start(show_bar, args.requests, "http", false);

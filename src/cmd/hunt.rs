@@ -46,7 +46,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
     let (group, slot) = (Arc::new(AtomicI32::new(0)), Arc::default());
     undo_on_quit(Arc::clone(&slot), Some(group.clone()));
-    let signals = signals::listen(signals::First::Finish);
+    let signals = signals::listen(signals::First::Finish(
+        "the round, undoing its faults and stopping what --serve started",
+    ));
     let serve = match &args.serve {
         Some(cmd) => {
             let addr = address_of(http.request.shown_url())?;
@@ -244,7 +246,7 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     let nemesis = Nemesis::of_own_buyers(ctx.target.clone());
     nemesis.check(&faults).map_err(UsageError)?;
     undo_on_quit(Arc::new(Mutex::new(Some(nemesis.clone()))), None);
-    let signals = signals::listen(signals::First::Finish);
+    let signals = signals::listen(signals::First::Finish("the round and undoing its faults"));
     let _cleanup = Cleanup {
         nemesis: nemesis.clone(),
         serve: None,

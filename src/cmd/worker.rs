@@ -28,7 +28,7 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
     if let Some(addr) = &args.metrics_addr {
         super::reporting::serve_metrics(ctx, addr, "the worker", || {})?;
     }
-    let stop = signals::listen(signals::First::Finish);
+    let stop = signals::listen(signals::First::Finish("the batch in hand, then stopping"));
     let mut opts = WorkerOptions::new(args.sku);
     opts.batch = args.batch as usize;
     opts.claim_idle = Duration::from_millis(args.claim_idle_ms);

@@ -503,3 +503,34 @@ fn a_queue_faster_than_its_worker_grows_then_drains_and_the_verdict_holds() {
     assert_eq!(v["pipeline"]["drained"], true);
     assert_eq!(rows(&db, "burst"), (20000, 20000, 20000));
 }
+
+/// Ctrl-C on a waiting worker says what it finishes (its batch, not the hammer's "requests in
+/// flight"), and the read the signal interrupted is not reported as Redis failing.
+#[test]
+fn ctrl_c_on_a_worker_says_it_finishes_its_batch_and_blames_no_server() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    init(&server.url(), &db);
+    queue_orders(&server, "cc", "20");
+    let worker = spawn_lockctl_with(
+        &server.url(),
+        &["worker", "--db", &db.url, "--sku", "cc"],
+        Streams::Capture,
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || rows(&db, "cc").0 == 20),
+        "{:?}",
+        rows(&db, "cc")
+    );
+    // Blocked in its read of the stream now.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(worker.id(), "INT");
+    let out = crate::support::finish_within(worker, Duration::from_secs(20), "the worker");
+    let err = stderr(&out);
+    assert!(err.contains("finishing the batch in hand"), "{err}");
+    assert!(!err.contains("requests in flight"), "{err}");
+    assert!(
+        !err.contains("failed") && !err.contains("retrying"),
+        "{err}"
+    );
+}

@@ -193,6 +193,13 @@ impl Worker<'_> {
             // Asked to stop (a signal may well have interrupted the call): nothing to wait out.
             return Ok(());
         }
+        if e.is_interrupted() {
+            // A signal interrupted the call (Ctrl-C, before the stop flag is seen; a stop and
+            // continue): not the server's trouble, so nothing is waited out or said. The
+            // connection, which may be mid-reply, is opened again; the batch stays pending.
+            self.conn = None;
+            return Ok(());
+        }
         let backoff = self.backoff;
         self.wait_out(&e, backoff);
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
