@@ -25,11 +25,21 @@ fn unlock_command(name: &str) -> String {
     }
 }
 
+/// `word` as a shell reads it back: bare when it is plain, in single quotes otherwise.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// What to do about `hint`, in this program's terms.
 pub fn words(hint: &Hint) -> String {
     match hint {
         Hint::RedisUrl { flag } => format!("see {}", flag.unwrap_or("--redis")),
-        Hint::StartRedis => "is redis-server running? see --redis".into(),
+        Hint::StartRedis => "is redis-server running? start one with: redis-server --daemonize yes (apt-get install redis-server), or point --redis at one".into(),
         Hint::RedisAddress => "check the host and port in --redis".into(),
         Hint::RedisHandshake => "see --redis".into(),
         Hint::Credentials => "check the user and password in --redis".into(),
@@ -51,8 +61,16 @@ pub fn words(hint: &Hint) -> String {
         Hint::AsyncReplicas => "use the fenced or atomic strategy, or Redlock with --lock-node".into(),
         Hint::DbUrl => "see --db or DATABASE_URL".into(),
         Hint::StartDatabase => "is it running? see --db, --connect-timeout-ms".into(),
-        Hint::CreateDatabase => "create it first (createdb NAME, or CREATE DATABASE in psql), or name another in --db".into(),
-        Hint::InitSchema => "run: lockctl db init --db URL".into(),
+        Hint::CreateDatabase { name } => format!(
+            "create it first: createdb {} (or CREATE DATABASE in psql), or name another in --db",
+            name.as_deref().map_or("NAME".into(), shell_word)
+        ),
+        Hint::InitSchema { url: Some(url) } => {
+            format!("create it with: lockctl db init --db {}", shell_word(url))
+        }
+        Hint::InitSchema { url: None } => {
+            "create it with: lockctl db init, given the same --db URL (or DATABASE_URL)".into()
+        }
         Hint::RequeueDead { sku } => format!(
             "fix what it refused, then put them back with: lockctl worker --requeue-dead --sku {sku}"
         ),

@@ -228,15 +228,9 @@ pub struct HammerArgs {
     pub metrics_file: Option<PathBuf>,
 
     /// With --queue: run workers beside the buyers that persist the orders into this
-    /// PostgreSQL database, wait for the queue to drain, and check every order there.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        hide_env_values = true,
-        value_name = "URL",
-        requires = "queue",
-        help_heading = "Load"
-    )]
+    /// PostgreSQL database, wait for the queue to drain, and check every order there. With
+    /// --queue and no --db, DATABASE_URL when it is set.
+    #[arg(long, value_name = "URL", help_heading = "Load")]
     pub db: Option<String>,
 
     /// Workers beside the buyers (with --db).

@@ -117,7 +117,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             .ok()
             .map(crate::cli::child::children),
         quorum: ctx.quorum.clone(),
-        pipeline: args.db.clone().map(|db_url| PipelineOptions {
+        pipeline: pipeline_db(args).map(|db_url| PipelineOptions {
             db_url,
             workers: args.workers,
             patience: Duration::from_secs(30),
@@ -126,8 +126,24 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
     }
 }
 
+/// The database the orders pipeline writes into: `--db`, or with `--queue`, DATABASE_URL. A
+/// DATABASE_URL exported for `worker` and `status` does not turn a plain hammer into one with
+/// a pipeline (nor, as clap's `requires` did, into an error asking for --queue).
+fn pipeline_db(args: &HammerArgs) -> Option<String> {
+    let env = || std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
+    args.db
+        .clone()
+        .or_else(|| args.purchase.queue.then(env).flatten())
+}
+
 /// What the command line allows but the hammer cannot honour.
 fn check_args(args: &HammerArgs) -> anyhow::Result<()> {
+    if args.db.is_some() && !args.purchase.queue {
+        return Err(UsageError(
+            "--db persists the orders that --queue sends through the stream: add --queue (lockctl hammer --queue --db URL ...)".into(),
+        )
+        .into());
+    }
     if args.users.is_some() && args.purchase.limit.is_none() {
         return Err(UsageError(
             "--users spreads purchases over simulated users for a per-user limit: add --limit N (or, with --url, it numbers {user})".into(),

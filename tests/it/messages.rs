@@ -498,3 +498,29 @@ fn a_failed_buy_of_an_unknown_sku_leaves_no_key_behind() {
     let fence: Option<u64> = server.raw().get("dist_lock_fence:kept").unwrap();
     assert_eq!(fence, Some(1));
 }
+
+/// DATABASE_URL exported for `worker` and `status` (as the README's pipeline section does)
+/// leaves a plain hammer alone: before, clap's `requires` turned it into "the following
+/// required arguments were not provided: --queue", with a usage line that made -n and --stock
+/// look required. An explicit --db without --queue says what to add.
+#[test]
+fn database_url_in_the_environment_leaves_a_plain_hammer_alone() {
+    let server = RedisServer::start();
+    let out = crate::support::lockctl_env(
+        &server.url(),
+        &["hammer", "-n", "10", "--stock", "5"],
+        &[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("PASS"), "{}", stdout(&out));
+    let out = lockctl(
+        &server.url(),
+        &["hammer", "--db", "postgres://x/y", "-n", "10"],
+    );
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("add --queue") && !err.contains("Usage:"),
+        "{err}"
+    );
+}

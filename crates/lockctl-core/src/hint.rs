@@ -68,9 +68,16 @@ pub enum Hint {
     /// PostgreSQL could not be reached: start it or correct the URL.
     StartDatabase,
     /// The database named in the URL does not exist: create it.
-    CreateDatabase,
+    CreateDatabase {
+        /// The database's name, as the URL gives it (when it names one).
+        name: Option<String>,
+    },
     /// The orders schema is missing or older than this build: create or upgrade it.
-    InitSchema,
+    InitSchema {
+        /// The database URL, as given, when it holds no password (one that does is never
+        /// repeated: the caller words the fix without it).
+        url: Option<String>,
+    },
     /// Orders are set aside in the SKU's dead letters: fix what the database refused, then
     /// put them back.
     RequeueDead {

@@ -82,6 +82,16 @@ fn shown(url: &str) -> String {
     crate::redact::redact(url)
 }
 
+/// The fix for a missing or old schema, naming `url` when it holds no secret.
+fn init_schema(url: &str) -> Hint {
+    let secret = url
+        .parse::<postgres::Config>()
+        .map_or(true, |c| c.get_password().is_some());
+    Hint::InitSchema {
+        url: (!secret).then(|| url.to_string()),
+    }
+}
+
 fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
     let mut reason = e.to_string();
     let sqlstate = e.as_db_error().map(|db| db.code().code().to_string());
@@ -97,9 +107,14 @@ fn db_error(url: &str, what: &str, e: postgres::Error) -> Error {
         // A table of the schema was dropped: waiting will not bring it back.
         Some("42P01") if !server_code => {
             reason.push_str(" (a table of the orders schema is missing)");
-            Some(Hint::InitSchema)
+            Some(init_schema(url))
         }
-        Some("3D000") => Some(Hint::CreateDatabase),
+        Some("3D000") => Some(Hint::CreateDatabase {
+            name: url
+                .parse::<postgres::Config>()
+                .ok()
+                .and_then(|c| c.get_dbname().map(str::to_string)),
+        }),
         _ => None,
     };
     // A driver message never quotes the URL, but a password must not show even if one did.
@@ -230,7 +245,7 @@ impl Db {
             reason,
             sqlstate: None,
             server_code: false,
-            hint: Some(Hint::InitSchema),
+            hint: Some(init_schema(url)),
         };
         if version < SCHEMA_VERSION {
             return Err(fail(format!(

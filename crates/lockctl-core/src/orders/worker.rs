@@ -530,7 +530,7 @@ fn classify(e: &Error) -> Failure {
             _ => Failure::Retry,
         },
         Error::Database {
-            hint: Some(crate::Hint::InitSchema),
+            hint: Some(crate::Hint::InitSchema { .. }),
             ..
         } => Failure::Fatal,
         _ => Failure::Retry,
