@@ -6,8 +6,13 @@
 //! - `已售罄，拦截请求` (sold out);
 //! - `并发过高，请稍后重试` (turned away: the lock stayed busy for the whole wait, or the user's
 //!   limit is reached);
-//! - 503 when Redis failed (the outcome is unknown: retry with the same order id), 400 for a bad
-//!   request.
+//! - 400 for a bad request (a missing or empty sku, order or, with --limit, user; a key given
+//!   twice), 404 for a SKU with no stock, 405 for a method other than GET, 503 when Redis
+//!   failed (the outcome is unknown: retry with the same order id).
+//!
+//! Query values are percent-decoded. Order ids are global, as the ledger keys them: a second
+//! user's request with an order id already used is answered as that order's replay, so give
+//! each order its own id (a UUID, say).
 //!
 //! By default it sells with the `batch` strategy: the purchases in flight are decided by one
 //! script call (group commit), so every buyer is served while stock lasts instead of being
@@ -32,10 +37,11 @@ use std::time::Duration;
 use clap::Parser;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use lockctl_core::aio::{AsyncBatch, AsyncBuyer};
 use lockctl_core::conn::{ConnectOptions, Target};
+use lockctl_core::error::ErrorKind;
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::{Buy, BuyOptions, Purchase, Strategy};
@@ -50,7 +56,8 @@ struct Args {
     /// The Redis that holds the stock.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis: String,
-    /// How a purchase deducts: batch (group commit), atomic, lock or fenced.
+    /// How a purchase deducts: batch (group commit), atomic or fenced (lock, the tutorial's
+    /// unchecked write, is refused: it would charge a retried order twice).
     #[arg(long, default_value = "batch")]
     strategy: Strategy,
     /// At most this many units per user (a purchase must then name its user).
@@ -69,7 +76,7 @@ struct Args {
 enum Seller {
     /// The group committer: purchases in flight share a script call.
     Batch(AsyncBatch),
-    /// One purchase at a time (atomic, lock, fenced).
+    /// One purchase at a time (atomic, fenced).
     Each(Box<AsyncBuyer>),
 }
 
@@ -82,23 +89,63 @@ impl Seller {
     }
 }
 
-/// One seller a SKU, made on first use.
+/// The most SKUs one shop sells at once: each has a seller (under `batch` and `atomic`, two
+/// committer threads and their connections), so a client naming SKU after SKU must not make
+/// sellers without end.
+const MAX_SKUS: usize = 1024;
+
+/// One seller a SKU, made on first use of a seeded SKU.
 struct Shop {
     target: Target,
     options: BuyOptions,
     sellers: std::sync::Mutex<HashMap<Sku, Seller>>,
 }
 
+/// An answer: its status and body.
+type Answer = (StatusCode, String);
+
+fn answer(status: StatusCode, body: impl Into<String>) -> Answer {
+    (status, body.into())
+}
+
 impl Shop {
-    fn seller(&self, sku: &Sku) -> lockctl_core::Result<Seller> {
-        let mut sellers = self.sellers.lock().unwrap_or_else(|p| p.into_inner());
+    /// The seller of `sku`, made on first use; a SKU with no stock is not given one.
+    async fn seller(&self, sku: &Sku) -> Result<Seller, Answer> {
+        if let Some(s) = self.lock().get(sku) {
+            return Ok(s.clone());
+        }
+        let (target, key) = (self.target.clone(), format!("item:stock:{sku}"));
+        let seeded = tokio::task::spawn_blocking(move || -> lockctl_core::Result<bool> {
+            target.connect()?.query(redis::cmd("EXISTS").arg(key))
+        })
+        .await
+        .unwrap_or_else(|e| Err(lockctl_core::Error::internal(e.to_string())));
+        match seeded {
+            Ok(true) => {}
+            Ok(false) => return Err(unseeded(sku)),
+            Err(e) => {
+                return Err(answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("error: {e}\n"),
+                ));
+            }
+        }
+        let mut sellers = self.lock();
         if let Some(s) = sellers.get(sku) {
             return Ok(s.clone());
         }
+        if sellers.len() >= MAX_SKUS {
+            return Err(answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("this shop sells at most {MAX_SKUS} SKUs at once\n"),
+            ));
+        }
         let seller = match self.options.strategy {
-            Strategy::Batch => {
-                Seller::Batch(AsyncBatch::start(&self.target, sku, self.options.clone())?)
-            }
+            Strategy::Batch => Seller::Batch(
+                AsyncBatch::start(&self.target, sku, self.options.clone()).map_err(|e| {
+                    answer(StatusCode::SERVICE_UNAVAILABLE, format!("error: {e}\n"))
+                })?,
+            ),
             _ => Seller::Each(Box::new(AsyncBuyer::new(
                 &self.target,
                 sku,
@@ -109,41 +156,67 @@ impl Shop {
         Ok(seller)
     }
 
-    async fn buy(&self, query: &str) -> (StatusCode, String) {
-        let args: HashMap<&str, &str> = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .collect();
-        let (Some(sku), Some(order)) = (args.get("sku"), args.get("order")) else {
-            return (StatusCode::BAD_REQUEST, "need sku and order\n".into());
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Sku, Seller>> {
+        self.sellers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn buy(&self, query: &str) -> Answer {
+        let q = match Query::parse(query, self.options.limit.is_some()) {
+            Ok(q) => q,
+            Err(why) => return answer(StatusCode::BAD_REQUEST, format!("{why}\n")),
         };
-        let sku = match sku.parse::<Sku>() {
+        let seller = match self.seller(&q.sku).await {
             Ok(s) => s,
-            Err(e) => return (StatusCode::BAD_REQUEST, format!("sku: {e}\n")),
+            Err(a) => return a,
         };
-        let user = args.get("user").copied();
-        if self.options.limit.is_some() && user.is_none() {
-            return (
-                StatusCode::BAD_REQUEST,
-                "need user (the shop has a per-user limit)\n".into(),
-            );
-        }
-        let bought = match self.seller(&sku) {
-            Ok(seller) => seller.buy(order, user).await,
-            Err(e) => Err(e),
-        };
-        match bought {
+        match seller.buy(&q.order, q.user.as_deref()).await {
             Ok(p) => match p.outcome {
-                Buy::Bought { remaining } => (
+                Buy::Bought { remaining } => answer(
                     StatusCode::OK,
                     format!("扣减成功 | 剩余库存: {remaining}\n"),
                 ),
-                Buy::SoldOut { .. } => (StatusCode::OK, "已售罄，拦截请求\n".into()),
-                _ => (StatusCode::OK, "并发过高，请稍后重试\n".into()),
+                Buy::SoldOut { .. } => answer(StatusCode::OK, "已售罄，拦截请求\n"),
+                _ => answer(StatusCode::OK, "并发过高，请稍后重试\n"),
             },
+            Err(e) if e.kind() == ErrorKind::Unseeded => unseeded(&q.sku),
             // Redis failed: the purchase may or may not have been made.
-            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("error: {e}\n")),
+            Err(e) => answer(StatusCode::SERVICE_UNAVAILABLE, format!("error: {e}\n")),
         }
+    }
+}
+
+fn unseeded(sku: &Sku) -> Answer {
+    answer(
+        StatusCode::NOT_FOUND,
+        format!("no such SKU: {sku} has no stock (seed it first: lockctl seed {sku} COUNT)\n"),
+    )
+}
+
+/// What a purchase names: the query's `sku`, `order` and `user`, percent-decoded (a client
+/// that encodes a retry differently is still asking for the same order).
+struct Query {
+    sku: Sku,
+    order: String,
+    user: Option<String>,
+}
+
+impl Query {
+    fn parse(query: &str, needs_user: bool) -> Result<Query, String> {
+        let mut found: HashMap<String, String> = HashMap::new();
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if found.insert(k.to_string(), v.to_string()).is_some() {
+                return Err(format!("{k} is given twice"));
+            }
+        }
+        let mut take = |name: &str| found.remove(name).filter(|v| !v.is_empty());
+        let (sku, order, user) = (take("sku"), take("order"), take("user"));
+        let sku = sku.ok_or("need sku (and order)")?;
+        let sku = sku.parse::<Sku>().map_err(|e| format!("sku: {e}"))?;
+        let order = order.ok_or("need order: the order id is the idempotency key")?;
+        if needs_user && user.is_none() {
+            return Err("need user: the shop has a per-user limit".into());
+        }
+        Ok(Query { sku, order, user })
     }
 }
 
@@ -151,11 +224,12 @@ async fn handle(
     shop: Arc<Shop>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = match req.uri().path() {
-        "/buy" => shop.buy(req.uri().query().unwrap_or("")).await,
-        _ => (
+    let (status, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/buy") => shop.buy(req.uri().query().unwrap_or("")).await,
+        (_, "/buy") => answer(StatusCode::METHOD_NOT_ALLOWED, "GET /buy?sku=S&order=O\n"),
+        _ => answer(
             StatusCode::NOT_FOUND,
-            "not found: try /buy?sku=S&order=O\n".into(),
+            "not found: try GET /buy?sku=S&order=O\n",
         ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -165,6 +239,14 @@ async fn handle(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if matches!(args.strategy, Strategy::Lock | Strategy::Naive) {
+        return Err(format!(
+            "--strategy {}: the shop sells with batch, atomic or fenced; {} writes without \
+             checking the order id, so a retried order would be charged twice",
+            args.strategy, args.strategy
+        )
+        .into());
+    }
     let options = BuyOptions {
         strategy: args.strategy,
         limit: args.limit,
@@ -190,11 +272,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map_err(|e| format!("cannot listen on {listen}: {e} (pick another --listen)"))?;
         println!("shop on http://{listen}/buy");
         loop {
-            let (stream, _) = listener.accept().await?;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                // Out of files (too many connections held open), say: the shop stays up and
+                // accepts again once some close.
+                Err(e) => {
+                    eprintln!("shop: accept failed: {e}; trying again in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let shop = shop.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| handle(shop.clone(), req));
+                // A request whose head does not arrive within 10 s is dropped: idle
+                // connections cannot pile up.
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10))
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });

@@ -118,7 +118,7 @@ impl Drop for Shop {
 
 /// `lockctl hammer --url` at the shop's defaults (batch): every buyer is served while stock
 /// lasts (nobody turned away busy), exactly the stock is sold, and retries of an order id
-/// and a per-user limit holds under `lock` too.
+/// and a per-user limit holds under `fenced` too.
 #[test]
 fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
     let redis = RedisServer::start();
@@ -165,7 +165,7 @@ fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
     );
     drop(shop);
 
-    let shop = Shop::start(&redis, &["--strategy", "lock", "--limit", "2"]);
+    let shop = Shop::start(&redis, &["--strategy", "fenced", "--limit", "2"]);
     let url = format!(
         "http://127.0.0.1:{}/buy?sku={{sku}}&order={{order}}&user={{user}}",
         shop.port
@@ -180,7 +180,7 @@ fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
             "--preset",
             "tutorial",
             "--sku",
-            "shop_lock",
+            "shop_fenced",
             "-n",
             "600",
             "-c",
@@ -202,4 +202,71 @@ fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
     // 100 users with a limit of 2 (the shop's; the hammer judges its answers against the
     // stock): 200 units sold, the other 400 requests turned away.
     assert_eq!(v["final_stock"].as_u64(), Some(800), "{v}");
+}
+
+/// What a client can send the shop: percent-encoded values are the same values (a user cannot
+/// dodge the limit by encoding its name), empty or repeated keys and other methods are refused,
+/// a SKU with no stock is 404 and gets no seller (no threads, no connections: 50 junk SKUs
+/// leave Redis's client count as it was), and `--strategy lock` is refused at start.
+#[test]
+fn the_shop_refuses_what_it_cannot_sell_and_reads_values_decoded() {
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let out = run_ok(Command::new("sh").arg("-c").arg(format!(
+        "{} --listen 127.0.0.1:{} --redis {} --strategy lock; echo rc=$?",
+        example("shop").display(),
+        crate::support::free_port(),
+        redis.url()
+    )));
+    assert!(stdout(&out).contains("rc=1"), "{}", stdout(&out));
+    let shop = Shop::start(&redis, &["--limit", "1"]);
+    let get = |query: &str| -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", shop.port)).unwrap();
+        use std::io::{Read, Write};
+        write!(s, "{query}\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let status = text[9..12].parse().unwrap();
+        (
+            status,
+            text.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
+        )
+    };
+    let out = crate::support::lockctl(&redis.url(), &["seed", "sh", "10"]);
+    assert_eq!(crate::support::code(&out), 0);
+    assert_eq!(get("GET /buy?sku=sh&order=o1&user=alice HTTP/1.1").0, 200);
+    // The same user, percent-encoded: the limit of 1 holds.
+    let (status, body) = get("GET /buy?sku=sh&order=o2&user=%61lice HTTP/1.1");
+    assert_eq!(status, 200);
+    assert!(body.contains("并发过高"), "{body}");
+    for bad in [
+        "GET /buy?sku=sh&order=o3&user= HTTP/1.1",
+        "GET /buy?sku=sh&order=&user=bob HTTP/1.1",
+        "GET /buy?sku=sh&sku=other&order=o4&user=bob HTTP/1.1",
+    ] {
+        assert_eq!(get(bad).0, 400, "{bad}");
+    }
+    assert_eq!(get("POST /buy?sku=sh&order=o5&user=bob HTTP/1.1").0, 405);
+    let clients = |r: &RedisServer| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut r.raw())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    let before = clients(&redis);
+    for i in 0..50 {
+        let (status, body) = get(&format!("GET /buy?sku=junk{i}&order=o&user=u HTTP/1.1"));
+        assert_eq!(status, 404, "{body}");
+    }
+    assert!(
+        clients(&redis) <= before + 1,
+        "{} clients after 50 junk SKUs",
+        clients(&redis)
+    );
+    let stock: i64 = redis.raw().get("item:stock:sh").unwrap();
+    assert_eq!(stock, 9);
 }
