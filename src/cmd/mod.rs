@@ -214,7 +214,14 @@ fn private_redis(cli: &Cli, options: &ConnectOptions) -> anyhow::Result<Option<P
             "--redis auto starts a single private server, not a cluster: drop --cluster".into(),
         )
         .into()),
-        Some("auto") => Ok(Some(PrivateRedis::start("--redis auto asks for a private server")?)),
+        Some("auto") => {
+            let private = PrivateRedis::start("--redis auto asks for a private server")?;
+            eprintln!(
+                "lockctl: --redis auto: using a private redis-server on port {} for this run; its data is discarded",
+                private.port()
+            );
+            Ok(Some(private))
+        }
         Some(_) => Ok(None),
         None if !hammer || cli.cluster => Ok(None),
         None => {

@@ -93,6 +93,22 @@ fn utc_now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
+/// `text` (a hammer's report) with the Redis it ran against named under its first line: the
+/// address, or the private redis-server started for the run.
+fn with_redis_named(ctx: &Ctx, text: &str) -> String {
+    let redis = match &ctx._private {
+        Some(p) => format!(
+            "private redis-server on port {} (started for this run, its data discarded)",
+            p.port()
+        ),
+        None => ctx.target.addr().to_string(),
+    };
+    match text.split_once('\n') {
+        Some((header, rest)) => format!("{header}\n  {:<12}{redis}\n{rest}", "redis"),
+        None => text.to_string(),
+    }
+}
+
 fn hammer_text(ctx: &Ctx, reports: &[Report]) -> String {
     let color = ctx.color.enabled(io::stdout().is_terminal());
     let mut out: Vec<String> = reports
@@ -104,7 +120,7 @@ fn hammer_text(ctx: &Ctx, reports: &[Report]) -> String {
                 .skip_while(|l| !l.trim_start().starts_with("verdict"))
                 .map(|l| format!("{l}\n"))
                 .collect(),
-            false => render::hammer_text(r, color),
+            false => with_redis_named(ctx, &render::hammer_text(r, color)),
         })
         .collect();
     if reports.len() > 1 && !ctx.quiet {

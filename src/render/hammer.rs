@@ -38,6 +38,13 @@ fn facts_rows(s: &mut String, r: &Report) {
         let _ = write!(outcomes, "  answered {}", r.answered);
     }
     let _ = write!(outcomes, "  errors {}", r.errors);
+    if r.errors > 0 {
+        let _ = write!(
+            outcomes,
+            " ({})",
+            lockctl_hammer::judge::errors_in_words(&r.errors_by_kind)
+        );
+    }
     if r.limit_reached > 0 {
         let _ = write!(outcomes, "  limit {}", r.limit_reached);
     }
@@ -58,7 +65,22 @@ fn facts_rows(s: &mut String, r: &Report) {
 
 /// Latencies, lock wait and hold, throughput, and the instrument's own cost.
 fn timing_rows(s: &mut String, r: &Report) {
-    row(s, "latency", pct_text(&r.latency_ms));
+    let never_sent = r
+        .errors_by_kind
+        .get(&lockctl_core::error::ErrorKind::Abandoned)
+        .copied()
+        .unwrap_or(0);
+    match never_sent {
+        0 => row(s, "latency", pct_text(&r.latency_ms)),
+        n => row(
+            s,
+            "latency",
+            format!(
+                "{}  (of the requests sent; {n} never sent are not in it)",
+                pct_text(&r.latency_ms)
+            ),
+        ),
+    }
     if let Some(w) = &r.lock_wait_ms {
         row(s, "lock wait", pct_text(w));
     }

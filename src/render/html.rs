@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::chart::{Scale, Series, line_chart};
 use super::escape::escape;
 use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
-use lockctl_hammer::{Bucket, Report};
+use lockctl_hammer::{Bucket, Report, Verdict};
 
 /// The page.
 pub fn hammer_html(reports: &[Report], context: &Context) -> String {
@@ -63,7 +63,7 @@ pub fn hammer_html(reports: &[Report], context: &Context) -> String {
     }
     format!(
         r#"<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>lockctl hammer: {title}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{word} · lockctl hammer: {title}</title>
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
@@ -72,14 +72,25 @@ td:first-child, th:first-child {{ text-align: left; }}
 table.settings td {{ text-align: left; }}
 .pass {{ color: #1a7f37; font-weight: bold; }} .fail, .unknown {{ color: #c62828; font-weight: bold; }}
 svg {{ background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100%; height: auto; }}
+.banner {{ padding: 0.8em 1.2em; margin: 1em 0; border-radius: 6px; color: #fff; }}
+.banner h2 {{ margin: 0 0 0.3em 0; font-size: 2em; }} .banner ul {{ margin: 0.3em 0; }}
+.banner.pass {{ background: #1a7f37; }} .banner.fail {{ background: #c62828; }} .banner.unknown {{ background: #b26a00; }}
 </style></head><body>
 <h1>lockctl hammer: {title}</h1>
+{banner}
 {settings}
-<table><tr><th>strategy</th><th>purchases/s</th><th>slower than fastest</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>bought</th><th>sold out</th><th>busy</th><th>lease lost</th><th>errors</th><th>final stock</th><th>oversold</th><th>verdict</th></tr>
+<table><tr><th>strategy</th><th>purchases/s</th>{compare}<th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>bought</th><th>sold out</th><th>busy</th><th>lease lost</th><th>errors</th><th>final stock</th><th>oversold</th><th>verdict</th></tr>
 {rows}</table>
 <ul>{findings}</ul>
 {body}</body></html>
 "#,
+        word = verdict_word(overall(reports)),
+        banner = banner(reports),
+        compare = if reports.len() > 1 {
+            "<th>slower than fastest</th>"
+        } else {
+            ""
+        },
         settings = settings_table(reports, context),
         rows = summary_rows(reports),
         findings = findings(reports),
@@ -159,15 +170,125 @@ fn cdf(reports: &[Report], buckets: impl Fn(&Report) -> &Vec<Bucket>) -> Vec<Ser
         .collect()
 }
 
-/// Per strategy, the stock the buyers were told over time.
+/// Per strategy, the stock the buyers were told over time; and flat lines at the initial
+/// stock and at zero, so that a stock below zero (oversold) shows as a stretch under the zero
+/// line, named in the legend.
 fn stock_series(reports: &[Report]) -> Vec<Series> {
-    reports
+    let mut series: Vec<Series> = reports
         .iter()
         .map(|r| Series {
             name: r.run.strategy.name().to_string(),
             points: r.stock_timeline.iter().map(|p| (p[0], p[1])).collect(),
         })
-        .collect()
+        .collect();
+    let end = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(0.0_f64, f64::max)
+        .max(0.001);
+    let initial = reports.first().map_or(0, |r| r.run.initial_stock) as f64;
+    let below = reports
+        .iter()
+        .flat_map(|r| r.stock_timeline.iter().map(|p| p[1]))
+        .fold(0.0_f64, f64::min);
+    series.push(Series {
+        name: format!("initial stock ({initial})"),
+        points: vec![(0.0, initial), (end, initial)],
+    });
+    series.push(Series {
+        name: if below < 0.0 {
+            format!("zero (the stock went down to {below}: oversold)")
+        } else {
+            "zero".to_string()
+        },
+        points: vec![(0.0, 0.0), (end, 0.0)],
+    });
+    series
+}
+
+/// The verdict of several runs: FAIL if one failed, else UNKNOWN if one is, else PASS.
+fn overall(reports: &[Report]) -> Verdict {
+    let any = |v: Verdict| reports.iter().any(|r| r.verdict == v);
+    if any(Verdict::Fail) {
+        Verdict::Fail
+    } else if any(Verdict::Unknown) || reports.is_empty() {
+        Verdict::Unknown
+    } else {
+        Verdict::Pass
+    }
+}
+
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "PASS",
+        Verdict::Fail => "FAIL",
+        Verdict::Unknown => "UNKNOWN",
+    }
+}
+
+/// What the verdict checked, as the judge checks it (`lockctl_hammer::judge`): the same for
+/// every run of lockctl's own buyers, with the orders pipeline's and the HTTP judge's own.
+fn invariants(r: &Report) -> Vec<&'static str> {
+    let mut checked = vec![
+        "every request answered once (none unaccounted for)",
+        "the stock never went below zero",
+        "nothing sold beyond the initial stock",
+        "the stock fell by exactly the units buyers were told they bought (give or take what failed requests may have bought)",
+    ];
+    if r.http.is_none() {
+        checked.push("the ledger records exactly what the stock lost");
+    }
+    checked.push("no 'sold out' while stock was left");
+    if r.pipeline.is_some() {
+        checked.push("every order told bought is in PostgreSQL, once");
+    }
+    checked
+}
+
+/// The banner at the top: the verdict, the invariants it checked and the ones violated (or
+/// why nothing could be claimed).
+fn banner(reports: &[Report]) -> String {
+    let verdict = overall(reports);
+    let word = verdict_word(verdict);
+    let mut out = format!(
+        "<div class=\"banner {}\"><h2>{word}</h2>",
+        word.to_lowercase()
+    );
+    for r in reports {
+        let who = if reports.len() > 1 {
+            format!("{}: ", r.run.strategy)
+        } else {
+            String::new()
+        };
+        match r.verdict {
+            Verdict::Fail => {
+                let _ = write!(out, "<div>{who}violated:</div><ul>");
+                for v in &r.violations {
+                    let _ = write!(out, "<li>{}</li>", escape(v));
+                }
+                out.push_str("</ul>");
+            }
+            Verdict::Unknown => {
+                let _ = write!(
+                    out,
+                    "<div>{who}nothing can be claimed: {}</div>",
+                    escape(
+                        r.unknown_because
+                            .as_deref()
+                            .unwrap_or("the run could not be judged")
+                    )
+                );
+            }
+            Verdict::Pass => {}
+        }
+        let _ = write!(out, "<div>{who}checked:</div><ul>");
+        for i in invariants(r) {
+            let _ = write!(out, "<li>{i}</li>");
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</div>");
+    out
 }
 
 /// The summary table's rows, fastest strategy first: every column of the Markdown export.
@@ -176,9 +297,13 @@ fn summary_rows(reports: &[Report]) -> String {
     for (r, rel) in ranked(reports) {
         let mut cells = summary_cells(r, rel);
         let word = std::mem::take(&mut cells[15]);
+        // "slower than fastest" compares strategies: not for a single run.
+        let single = reports.len() == 1;
         let tds: String = cells[..15]
             .iter()
-            .map(|c| format!("<td>{}</td>", escape(c)))
+            .enumerate()
+            .filter(|(i, _)| !(single && *i == 2))
+            .map(|(_, c)| format!("<td>{}</td>", escape(c)))
             .collect();
         let _ = writeln!(
             rows,

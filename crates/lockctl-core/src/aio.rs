@@ -167,28 +167,51 @@ impl AsyncBuyer {
     /// One purchase under `order_id` (the idempotency key), for `user` when the per-user limit
     /// applies. As [`Buyer::buy`], without blocking the task.
     pub async fn buy(&self, order_id: &str, user: Option<&str>) -> Result<Purchase> {
+        self.buy_unless(order_id, user, std::future::pending())
+            .await
+            .unwrap_or_else(|| Err(Error::internal("a purchase that cannot be stopped stopped")))
+    }
+
+    /// [`AsyncBuyer::buy`], given up if `stop` completes while the purchase still waits for a
+    /// place in the waiting room (`lock`, `fenced`): `None` then, and nothing of it was sent.
+    /// Once it has a place, or under the strategies without a room, the purchase is made
+    /// whatever `stop` does (a purchase on its way to Redis cannot be called back).
+    pub async fn buy_unless(
+        &self,
+        order_id: &str,
+        user: Option<&str>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Option<Result<Purchase>> {
         if self.buyer.options().strategy == Strategy::Atomic {
-            return self.pipelined(order_id, user).await;
+            return Some(self.pipelined(order_id, user).await);
         }
         let started = Instant::now();
         let place = match &self.room {
             Some(room) => {
                 let wait = self.buyer.options().lock.wait;
-                match tokio::time::timeout(wait, room.clone().acquire_owned()).await {
-                    Ok(Ok(place)) => Some(place),
-                    // The wait was spent before a place came free (the room is never closed).
-                    _ => return Ok(self.buyer.busy_after(order_id, started.elapsed())),
+                let placed = tokio::time::timeout(wait, room.clone().acquire_owned());
+                tokio::select! {
+                    biased;
+                    placed = placed => match placed {
+                        Ok(Ok(place)) => Some(place),
+                        // The wait was spent before a place came free (the room is never
+                        // closed).
+                        _ => return Some(Ok(self.buyer.busy_after(order_id, started.elapsed()))),
+                    },
+                    () = stop => return None,
                 }
             }
             None => None,
         };
         let (me, order, user) = (self.clone(), order_id.to_string(), user.map(str::to_string));
-        blocking(move || {
-            let _place = place;
-            me.pool
-                .with(|c| me.buyer.buy_since(c, &order, user.as_deref(), started))
-        })
-        .await
+        Some(
+            blocking(move || {
+                let _place = place;
+                me.pool
+                    .with(|c| me.buyer.buy_since(c, &order, user.as_deref(), started))
+            })
+            .await,
+        )
     }
 }
 

@@ -296,6 +296,15 @@ pub(super) fn abandoned(index: u64, server: &str) -> Sample {
     }
 }
 
+/// Request `index`, given up unsent (`why`), counted as an error of kind `abandoned`.
+pub(super) fn not_sent(index: u64, why: &str) -> Sample {
+    let mut s = abandoned(index, "");
+    if let Ended::Failed { message, .. } = &mut s.ended {
+        *message = format!("not sent: {why}");
+    }
+    s
+}
+
 /// A purchase that began at `b` and failed.
 pub(super) fn failed(index: u64, b: Began, e: &Error) -> Sample {
     Sample {

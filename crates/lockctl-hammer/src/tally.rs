@@ -189,7 +189,11 @@ impl Tally {
         if let Some(kept) = &mut self.kept {
             kept.push(s.clone());
         }
-        record(&mut self.latency, s.latency);
+        // A request never sent (its server stayed unreachable) took no time to answer: left
+        // out, it does not pull the percentiles down to zero.
+        if !matches!(&s.ended, Ended::Failed { kind, .. } if *kind == ErrorKind::Abandoned) {
+            record(&mut self.latency, s.latency);
+        }
         if let Some(w) = s.lock_wait {
             record(&mut self.wait, w);
         }

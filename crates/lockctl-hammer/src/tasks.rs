@@ -1,9 +1,10 @@
 //! The lock strategies' buyers as tasks: any number of buyers waiting for the lock, a few of
 //! them in Redis.
 
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use crate::fan_out::{done, failed, fan_out_tasks, user_of};
+use crate::fan_out::{done, failed, fan_out_tasks, not_sent, user_of};
 use crate::options::HammerOptions;
 use crate::tally::Tally;
 use lockctl_core::aio::AsyncBuyer;
@@ -24,12 +25,28 @@ pub(super) fn run_tasks(target: &Target, opts: &HammerOptions, run_id: &str) -> 
     }
     let buyer = AsyncBuyer::from_buyer(target, buyer);
     let start = Instant::now();
+    // Ctrl-C: the buyers still waiting for a place give up unsent; those in Redis finish.
+    let stopped = || {
+        opts.load
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    };
     fan_out_tasks(opts, start, opts.load.in_flight(), |i, began| {
         let (buyer, order_id, user) = (&buyer, format!("{run_id}-{i}"), user_of(opts, i));
+        let stop = async move {
+            while !stopped() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
         async move {
-            match buyer.buy(&order_id, user.as_deref()).await {
-                Ok(p) => done(i, began, &p),
-                Err(e) => failed(i, began, &e),
+            match buyer.buy_unless(&order_id, user.as_deref(), stop).await {
+                Some(Ok(p)) => done(i, began, &p),
+                Some(Err(e)) => failed(i, began, &e),
+                None => not_sent(
+                    i,
+                    "the run was stopped before it had a place to wait for the lock",
+                ),
             }
         }
     })

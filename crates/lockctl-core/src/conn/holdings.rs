@@ -11,8 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// How to give one thing back, within a time limit per call, best effort.
-pub type GiveBack = Box<dyn FnOnce(Duration) + Send>;
+/// How to give one thing back, within a time limit per call, best effort. It may be called
+/// twice (see [`Holdings::give_back_all`]), so it must be harmless the second time.
+pub type GiveBack = Box<dyn Fn(Duration) + Send + Sync>;
+
+/// How long [`Holdings::give_back_all`] lets calls already on their way land before it gives
+/// everything back a second time.
+pub const SETTLE: Duration = Duration::from_millis(100);
 
 /// The things held through a target, and how to give each back. Cloning shares them.
 #[derive(Clone, Default)]
@@ -22,6 +27,8 @@ pub struct Holdings(Arc<Inner>);
 struct Inner {
     next: AtomicU64,
     entries: Mutex<HashMap<u64, GiveBack>>,
+    /// Everything was given back: the process is quitting, and nothing more is taken.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Holdings {
@@ -36,24 +43,43 @@ impl Holdings {
         Holdings::default()
     }
 
-    /// Registers something held; it is forgotten when the returned [`Held`] is dropped.
-    pub fn hold(&self, give_back: GiveBack) -> Held {
+    /// Registers something about to be taken; it is forgotten when the returned [`Held`] is
+    /// dropped. `None` once everything was given back ([`Holdings::give_back_all`]): the
+    /// process is quitting, and the caller must not take it.
+    pub fn hold(&self, give_back: GiveBack) -> Option<Held> {
+        let mut entries = self.entries();
+        if self.0.closed.load(Ordering::SeqCst) {
+            return None;
+        }
         let id = self.0.next.fetch_add(1, Ordering::Relaxed);
-        self.entries().insert(id, give_back);
-        Held {
+        entries.insert(id, give_back);
+        Some(Held {
             id,
             holdings: self.clone(),
-        }
+        })
     }
 
     /// Gives back everything still held, best effort, each within `limit`; returns how many.
-    /// For a process about to exit: the threads that hold the things are not told.
+    /// For a process about to exit: the threads that hold the things are not told, and go on
+    /// until it exits. So everything is given back twice, [`SETTLE`] apart: a waiter's call
+    /// already on its way (a refresh of its place in a queue) may queue it again, or be granted
+    /// the lock, after the first time. From then on nothing new can be registered
+    /// ([`Holdings::hold`] answers `None`), so no new wait begins.
     pub fn give_back_all(&self, limit: Duration) -> usize {
-        let all: Vec<GiveBack> = self.entries().drain().map(|(_, g)| g).collect();
-        let n = all.len();
-        for give_back in all {
+        let mut entries = self.entries();
+        self.0.closed.store(true, Ordering::SeqCst);
+        let n = entries.len();
+        if n == 0 {
+            return 0;
+        }
+        for give_back in entries.values() {
             give_back(limit);
         }
+        std::thread::sleep(SETTLE);
+        for give_back in entries.values() {
+            give_back(limit);
+        }
+        entries.clear();
         n
     }
 

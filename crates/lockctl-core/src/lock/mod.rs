@@ -266,7 +266,7 @@ impl Lock {
             &token,
             self.options.ttl,
             self.quorum.clone(),
-        );
+        )?;
         let outcome = match &self.quorum {
             None => self
                 .wait_for_grant(conn, &token, started)

@@ -8,20 +8,24 @@ use std::time::Duration;
 use super::scripts::LEAVE;
 use super::{Token, release_token};
 use crate::conn::{Held, Target};
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::redlock::Quorum;
 
-/// Registers the lock (or the place in its queue) `token` has, if `target` keeps holdings.
+/// Registers the lock (or the place in its queue) `token` is about to ask for, if `target`
+/// keeps holdings. An error once the holdings were given back: the process is quitting.
 pub(super) fn register(
     target: &Target,
     keys: &Arc<LockKeys>,
     token: &Token,
     ttl: Duration,
     quorum: Option<Arc<Quorum>>,
-) -> Option<Held> {
-    let holdings = target.holdings()?;
+) -> Result<Option<Held>> {
+    let Some(holdings) = target.holdings() else {
+        return Ok(None);
+    };
     let (target, keys, token) = (target.clone(), keys.clone(), token.clone());
-    Some(holdings.hold(Box::new(move |limit| {
+    let held = holdings.hold(Box::new(move |limit| {
         let Ok(mut conn) = target.connect_within(limit) else {
             return;
         };
@@ -39,5 +43,11 @@ pub(super) fn register(
         if let Some(q) = &quorum {
             q.release(&keys.lock, token.as_str(), ttl);
         }
-    })))
+    }));
+    match held {
+        Some(h) => Ok(Some(h)),
+        None => Err(Error::internal(
+            "this process is quitting: its locks were given back, and no new one is taken",
+        )),
+    }
 }
