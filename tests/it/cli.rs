@@ -619,3 +619,79 @@ fn a_usage_error_under_json_is_still_one_object_on_stdout() {
     assert_eq!(code(&help), 0);
     assert!(stdout(&help).contains("hammer"));
 }
+
+/// The HTML report opens with its verdict: a banner (PASS, FAIL or UNKNOWN) naming the
+/// invariants checked and, for a FAIL, the ones violated; the page title carries the verdict;
+/// the stock chart has lines at the initial stock and at zero (and says when the stock went
+/// below it); a single run has no "slower than fastest" column.
+#[test]
+fn the_html_report_opens_with_its_verdict_and_what_was_checked() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    let page_s = page.to_str().unwrap();
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "50",
+            "--stock",
+            "10",
+            "--export-html",
+            page_s,
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let banner = html
+        .find("<div class=\"banner pass\"><h2>PASS</h2>")
+        .expect("a PASS banner");
+    assert!(
+        banner < html.find("<table").unwrap(),
+        "the banner comes first"
+    );
+    assert!(html.contains("<title>PASS"), "the title says the verdict");
+    assert!(
+        html.contains("the stock never went below zero"),
+        "checked invariants"
+    );
+    assert!(html.contains("initial stock (10)") && html.contains(">zero<"));
+    assert!(
+        !html.contains("slower than fastest"),
+        "one run, no comparison"
+    );
+    // The homework: a lease shorter than the work oversells.
+    let out = lockctl(
+        &server.url(),
+        &[
+            "hammer",
+            "-n",
+            "40",
+            "-c",
+            "8",
+            "--stock",
+            "5",
+            "--strategy",
+            "naive",
+            "--work-ms",
+            "20",
+            "--export-html",
+            page_s,
+        ],
+    );
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("<div class=\"banner fail\"><h2>FAIL</h2>"),
+        "a FAIL banner"
+    );
+    assert!(
+        html.contains("violated:") && html.contains("oversold by"),
+        "what broke"
+    );
+    assert!(
+        html.contains("oversold)"),
+        "the zero line names the oversell"
+    );
+}
