@@ -27,6 +27,7 @@ mod ops;
 mod pipeline;
 mod pipeline_attack;
 mod pipeline_trust;
+mod readme;
 mod redlock;
 mod report;
 mod round_trips;
