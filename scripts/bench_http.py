@@ -27,7 +27,7 @@ import time
 
 HEADING = "## HTTP endpoints (hammer --url)"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "php")
+FIXTURES = os.path.join(ROOT, "examples", "tutorial-php")
 
 # command : Debian package
 TOOLS = [("nginx", "nginx-light"), ("wrk", "wrk"), ("ab", "apache2-utils"),

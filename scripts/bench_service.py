@@ -143,7 +143,7 @@ def run(lockctl, shop, quick, repeat):
     w(f"Both endpoints measured by `lockctl hammer --url --preset tutorial`, {n:,} requests a "
       f"run with stock for {n // 2:,} (half the requests), at the same -c. The shop: "
       "`examples/shop.rs` with its defaults (batch, on one tokio thread). The PHP: "
-      "`tests/fixtures/php/run_demo.php` under `PHP_CLI_SERVER_WORKERS=10 php -S`, which "
+      "`examples/tutorial-php/run_demo.php` under `PHP_CLI_SERVER_WORKERS=10 php -S`, which "
       "turns a buyer away busy whenever its lock is taken.")
     w("")
     w("| endpoint | -c | requests/s | purchases/s | p99 ms | busy | verdicts | requests/s, every round |")

@@ -1,4 +1,4 @@
-//! `hammer --url` against real endpoints: the tutorial's own PHP (`tests/fixtures/php/`),
+//! `hammer --url` against real endpoints: the tutorial's own PHP (`examples/tutorial-php/`),
 //! served by `php -S` on a free port and talking to a private redis-server, and versions of
 //! it broken in each way the verdict must catch.
 
@@ -16,7 +16,7 @@ use crate::support::{
     spawn_lockctl_with, spawn_tool, stderr, stdout,
 };
 
-pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tutorial-php");
 
 /// `php -S` serving the fixtures with 8 workers, its scripts pointed at `redis` (REDIS_PORT),
 /// in a process group of its own so that Drop kills the workers with it.

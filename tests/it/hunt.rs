@@ -15,7 +15,9 @@ use crate::support::{
     stdout,
 };
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+/// What the hunt's `php -S` serves: the repository, so that both the tutorial's PHP
+/// (`examples/tutorial-php/`) and the hunt's bug classes (`tests/fixtures/hunt/`) are reachable.
+const FIXTURES: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The databases a system may need, named in its environment.
 #[derive(Default)]
@@ -139,11 +141,19 @@ fn finds_the_bug_and_passes_the_twin(
 fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
     let redis = RedisServer::start();
     let env = Env::default();
-    assert_found(hunt(&redis, "php/nolock.php", &env, &FIND), "oversold");
-    assert_passed(hunt(&redis, "php/run_demo.php", &env, &PASS));
+    assert_found(
+        hunt(&redis, "examples/tutorial-php/nolock.php", &env, &FIND),
+        "oversold",
+    );
+    assert_passed(hunt(
+        &redis,
+        "examples/tutorial-php/run_demo.php",
+        &env,
+        &PASS,
+    ));
     // hammer --url's --stock and -n fix every round's instead of drawing them.
     let fixed = [&FIND[..], &["--stock", "3", "-n", "12"]].concat();
-    let (exit, v, said) = hunt(&redis, "php/nolock.php", &env, &fixed);
+    let (exit, v, said) = hunt(&redis, "examples/tutorial-php/nolock.php", &env, &fixed);
     assert_eq!(exit, 3, "{said}");
     assert_eq!(
         (
@@ -164,8 +174,8 @@ fn a_lock_without_expiry_stalls_after_a_fault_and_its_twin_sells_again() {
         &redis,
         &env,
         &heal,
-        ("hunt/frozen_lock.php", "stalled"),
-        "hunt/expiring_lock.php",
+        ("tests/fixtures/hunt/frozen_lock.php", "stalled"),
+        "tests/fixtures/hunt/expiring_lock.php",
     );
 }
 
@@ -179,8 +189,8 @@ fn a_swallowed_redis_error_is_a_phantom_sale_and_its_twin_passes() {
         &redis,
         &env,
         &faults,
-        ("hunt/swallow.php", "phantom sales"),
-        "hunt/swallow_twin.php",
+        ("tests/fixtures/hunt/swallow.php", "phantom sales"),
+        "tests/fixtures/hunt/swallow_twin.php",
     );
 }
 
@@ -194,10 +204,10 @@ fn one_per_user_checked_then_acted_on_is_broken_by_a_double_click() {
         &env,
         &users,
         (
-            "hunt/user_check_then_act.php",
+            "tests/fixtures/hunt/user_check_then_act.php",
             "the per-user limit of 1 was broken",
         ),
-        "hunt/user_claim_first.php",
+        "tests/fixtures/hunt/user_claim_first.php",
     );
 }
 
@@ -207,7 +217,12 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
     let env = Env::default();
     let retries = ["--idempotent", "--heal-ms", "3000"];
     let find = [&FIND[..], &retries].concat();
-    let (exit, v, said) = hunt(&redis, "hunt/retry_deducts_again.php", &env, &find);
+    let (exit, v, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/retry_deducts_again.php",
+        &env,
+        &find,
+    );
     let named = violations(&v);
     assert!(
         named.contains("not idempotent") || named.contains("ghost deductions"),
@@ -215,7 +230,12 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
     );
     assert_found((exit, v, said), "");
     let pass = [&PASS[..], &retries].concat();
-    assert_passed(hunt(&redis, "hunt/retry_replays.php", &env, &pass));
+    assert_passed(hunt(
+        &redis,
+        "tests/fixtures/hunt/retry_replays.php",
+        &env,
+        &pass,
+    ));
 }
 
 #[test]
@@ -232,11 +252,21 @@ fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
     let flags = ["--proxy", &listen, "--heal-ms", "3000"];
     let find = [&FIND[..], &flags].concat();
     assert_found(
-        hunt(&redis, "hunt/lease_slow_path.php", &env, &find),
+        hunt(
+            &redis,
+            "tests/fixtures/hunt/lease_slow_path.php",
+            &env,
+            &find,
+        ),
         "oversold",
     );
     let pass = [&PASS[..], &flags, &["--nemesis", "stall,redis-pause"]].concat();
-    assert_passed(hunt(&redis, "hunt/lease_fenced.php", &env, &pass));
+    assert_passed(hunt(
+        &redis,
+        "tests/fixtures/hunt/lease_fenced.php",
+        &env,
+        &pass,
+    ));
 }
 
 /// The proxy itself: a connection through it works, a stalled one moves nothing until it is let
@@ -299,8 +329,11 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
         &redis,
         &env,
         &sql,
-        ("hunt/pg_read_then_write.php", "phantom sales"),
-        "hunt/pg_guarded.php",
+        (
+            "tests/fixtures/hunt/pg_read_then_write.php",
+            "phantom sales",
+        ),
+        "tests/fixtures/hunt/pg_guarded.php",
     );
 }
 
@@ -327,8 +360,8 @@ fn stock_in_mariadb_decremented_without_a_guard_goes_negative_and_a_guard_passes
         &redis,
         &env,
         &sql,
-        ("hunt/my_unguarded.php", "oversold"),
-        "hunt/my_guarded.php",
+        ("tests/fixtures/hunt/my_unguarded.php", "oversold"),
+        "tests/fixtures/hunt/my_guarded.php",
     );
 }
 
@@ -345,8 +378,12 @@ fn orders_dropped_on_their_way_to_the_database_are_lost_orders() {
         .unwrap();
     twin.client().batch_execute(table).unwrap();
     for (db, script, found) in [
-        (&buggy, "hunt/orders_keyed_by_user.php", true),
-        (&twin, "hunt/orders_keyed_by_order.php", false),
+        (&buggy, "tests/fixtures/hunt/orders_keyed_by_user.php", true),
+        (
+            &twin,
+            "tests/fixtures/hunt/orders_keyed_by_order.php",
+            false,
+        ),
     ] {
         let env = Env {
             pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
@@ -382,7 +419,7 @@ fn a_failing_rounds_history_is_judged_again_the_same() {
     let p = page.to_str().unwrap();
     let (exit, v, said) = hunt(
         &redis,
-        "php/nolock.php",
+        "examples/tutorial-php/nolock.php",
         &Env::default(),
         &["--budget", "40s", "--history", f, "--export-html", p],
     );
@@ -534,7 +571,7 @@ fn facts_that_cannot_work_are_refused_before_any_request() {
 fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
     require_php_extensions();
     let redis = RedisServer::start();
-    let (port, url, serve) = served(&redis, "hunt/expiring_lock.php", 4);
+    let (port, url, serve) = served(&redis, "tests/fixtures/hunt/expiring_lock.php", 4);
     let child = spawn_lockctl(
         &redis.url(),
         &[
@@ -684,7 +721,7 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     require_php_extensions();
     let redis = RedisServer::start();
     // A shell that starts the server in the background and exits.
-    let (port, url, serve) = served(&redis, "php/run_demo.php", 1);
+    let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 1);
     let serve = format!("{} >/dev/null 2>&1 &", serve.replace("exec ", ""));
     let out = lockctl(
         &redis.url(),
@@ -697,7 +734,7 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     assert_eq!(left_on(port), "", "a backgrounded server was left running");
 
     // Ctrl-C while the system is starting.
-    let (port, url, serve) = served(&redis, "php/run_demo.php", 1);
+    let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 1);
     let serve = format!("sleep 2; {serve}");
     let child = spawn_lockctl(
         &redis.url(),
@@ -717,7 +754,7 @@ fn no_system_is_left_running_and_an_interrupted_round_is_no_stall() {
     );
 
     // Ctrl-C in the middle of a round of a slow, correct endpoint: not a stall (exit 130, not 3).
-    let (port, url, serve) = served(&redis, "php/slow.php", 8);
+    let (port, url, serve) = served(&redis, "examples/tutorial-php/slow.php", 8);
     let child = spawn_lockctl(
         &redis.url(),
         &[
@@ -759,7 +796,7 @@ fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let mark = dir.path().join("started");
-    let (_, url, serve) = served(&redis, "hunt/expiring_lock.php", 4);
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/expiring_lock.php", 4);
     let once = format!(
         "test -e {m} && exit 9; touch {m}; {serve}",
         m = mark.display()
@@ -786,7 +823,7 @@ fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
         "{}",
         stderr(&out)
     );
-    let (_, url, serve) = served(&redis, "hunt/expiring_lock.php", 8);
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/expiring_lock.php", 8);
     let out = lockctl(
         &redis.url(),
         &[

@@ -145,3 +145,47 @@ fn masking_hides_only_what_differs_between_runs() {
         "bought, 9 left (1 of sku_886, order o-X)"
     );
 }
+
+/// Every file or directory of this repository the README names in backticks exists (the
+/// tutorial's PHP under `examples/tutorial-php/`, scripts, docs, tests, sources): before, the
+/// README sent readers to a `tutorial/` directory that was not there.
+#[test]
+fn every_path_the_readme_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (i, part) in readme.split('`').enumerate() {
+        // Inside backticks: the odd parts.
+        if i % 2 == 0 || part.contains(' ') || part.contains('{') || part.contains('*') {
+            continue;
+        }
+        let path = part.split(':').next().unwrap_or(part);
+        let repo_path = [
+            "examples/",
+            "tests/",
+            "scripts/",
+            "docs/",
+            "crates/",
+            "src/",
+            ".ci/",
+        ]
+        .iter()
+        .any(|p| path.starts_with(p));
+        if !repo_path {
+            continue;
+        }
+        checked += 1;
+        if !root.join(path).exists() {
+            missing.push(path.to_string());
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} paths found: is the README's form still this one?"
+    );
+    assert!(
+        missing.is_empty(),
+        "the README names paths that do not exist: {missing:?}"
+    );
+}
