@@ -56,6 +56,15 @@ pub fn hammer_html(reports: &[Report], context: &Context) -> String {
                 "stock the buyers were told",
             ),
         ),
+        (
+            "Throughput over time",
+            line_chart(
+                &throughput_series(reports),
+                Scale::Linear,
+                "seconds since start",
+                "units sold per second",
+            ),
+        ),
     ];
     let mut body = String::new();
     for (heading, svg) in charts {
@@ -82,6 +91,7 @@ svg {{ background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100
 <table><tr><th>strategy</th><th>purchases/s</th>{compare}<th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>bought</th><th>sold out</th><th>busy</th><th>lease lost</th><th>errors</th><th>final stock</th><th>oversold</th><th>verdict</th></tr>
 {rows}</table>
 <ul>{findings}</ul>
+{errors}
 {body}</body></html>
 "#,
         word = verdict_word(overall(reports)),
@@ -94,6 +104,7 @@ svg {{ background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100
         settings = settings_table(reports, context),
         rows = summary_rows(reports),
         findings = findings(reports),
+        errors = errors_table(reports),
     )
 }
 
@@ -204,6 +215,52 @@ fn stock_series(reports: &[Report]) -> Vec<Series> {
         points: vec![(0.0, 0.0), (end, 0.0)],
     });
     series
+}
+
+/// Per strategy, units sold per second over time, from the stock the buyers were told: the
+/// fall of the stock between two points of the timeline over the time between them, in at
+/// most 40 steps.
+fn throughput_series(reports: &[Report]) -> Vec<Series> {
+    reports
+        .iter()
+        .filter(|r| r.stock_timeline.len() > 1)
+        .map(|r| {
+            let t = &r.stock_timeline;
+            let step = t.len().div_ceil(40).max(1);
+            let picked: Vec<&[f64; 2]> = t.iter().step_by(step).chain(t.last()).collect();
+            let points = picked
+                .windows(2)
+                .filter(|w| w[1][0] > w[0][0])
+                .map(|w| (w[1][0], (w[0][1] - w[1][1]).max(0.0) / (w[1][0] - w[0][0])))
+                .collect();
+            Series {
+                name: r.run.strategy.name().to_string(),
+                points,
+            }
+        })
+        .collect()
+}
+
+/// The errors by kind, per strategy, as a table; nothing when no request failed.
+fn errors_table(reports: &[Report]) -> String {
+    if reports.iter().all(|r| r.errors == 0) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Errors by kind</h2>\n<table><tr><th>strategy</th><th>kind</th><th>requests</th></tr>\n",
+    );
+    for r in reports {
+        for (kind, n) in &r.errors_by_kind {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{n}</td></tr>",
+                r.run.strategy,
+                escape(&kind.to_string())
+            );
+        }
+    }
+    out.push_str("</table>");
+    out
 }
 
 /// The verdict of several runs: FAIL if one failed, else UNKNOWN if one is, else PASS.

@@ -661,6 +661,14 @@ fn the_html_report_opens_with_its_verdict_and_what_was_checked() {
         !html.contains("slower than fastest"),
         "one run, no comparison"
     );
+    assert!(
+        html.contains("<h2>Throughput over time</h2>"),
+        "a throughput chart"
+    );
+    assert!(
+        !html.contains("Errors by kind"),
+        "no errors, no errors table"
+    );
     // The homework: a lease shorter than the work oversells.
     let out = lockctl(
         &server.url(),

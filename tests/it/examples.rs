@@ -116,26 +116,31 @@ impl Drop for Shop {
     }
 }
 
-/// `lockctl hammer --url` at the shop's defaults (batch): every buyer is served while stock
-/// lasts (nobody turned away busy), exactly the stock is sold, and retries of an order id
-/// and a per-user limit holds under `fenced` too.
-#[test]
-fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
-    let redis = RedisServer::start();
-    let shop = Shop::start(&redis, &[]);
+/// `lockctl hammer --url --preset tutorial --json` at `shop` with `args`: a run that exited 0,
+/// as JSON.
+fn hammer_shop(redis: &RedisServer, shop: &Shop, args: &[&str]) -> serde_json::Value {
     let url = format!(
         "http://127.0.0.1:{}/buy?sku={{sku}}&order={{order}}&user={{user}}",
         shop.port
     );
-    let out = crate::support::lockctl(
-        &redis.url(),
+    let head = ["hammer", "--json", "--url", &url, "--preset", "tutorial"];
+    let out = crate::support::lockctl(&redis.url(), &[&head[..], args].concat());
+    let said = crate::support::stderr(&out);
+    assert_eq!(crate::support::code(&out), 0, "{said}");
+    crate::support::json(&out)
+}
+
+/// `lockctl hammer --url` at the shop's defaults (batch): every buyer is served while stock
+/// lasts (nobody turned away busy) and exactly the stock is sold; a per-user limit holds
+/// under `fenced`.
+#[test]
+fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
+    let redis = RedisServer::start();
+    let shop = Shop::start(&redis, &[]);
+    let v = hammer_shop(
+        &redis,
+        &shop,
         &[
-            "hammer",
-            "--json",
-            "--url",
-            &url,
-            "--preset",
-            "tutorial",
             "--sku",
             "shop_batch",
             "-n",
@@ -146,39 +151,16 @@ fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
             "1000",
         ],
     );
-    assert_eq!(
-        crate::support::code(&out),
-        0,
-        "{}",
-        crate::support::stderr(&out)
-    );
-    let v = crate::support::json(&out);
     assert_eq!(v["verdict"], "pass", "{v}");
-    assert_eq!(
-        (
-            v["bought"].as_u64(),
-            v["sold_out"].as_u64(),
-            v["busy"].as_u64()
-        ),
-        (Some(1000), Some(1000), Some(0)),
-        "{v}"
-    );
+    let counts = ["bought", "sold_out", "busy"].map(|k| v[k].as_u64());
+    assert_eq!(counts, [Some(1000), Some(1000), Some(0)], "{v}");
     drop(shop);
 
     let shop = Shop::start(&redis, &["--strategy", "fenced", "--limit", "2"]);
-    let url = format!(
-        "http://127.0.0.1:{}/buy?sku={{sku}}&order={{order}}&user={{user}}",
-        shop.port
-    );
-    let out = crate::support::lockctl(
-        &redis.url(),
+    let v = hammer_shop(
+        &redis,
+        &shop,
         &[
-            "hammer",
-            "--json",
-            "--url",
-            &url,
-            "--preset",
-            "tutorial",
             "--sku",
             "shop_fenced",
             "-n",
@@ -191,13 +173,6 @@ fn the_reference_shop_sells_to_every_buyer_while_stock_lasts() {
             "100",
         ],
     );
-    assert_eq!(
-        crate::support::code(&out),
-        0,
-        "{}",
-        crate::support::stderr(&out)
-    );
-    let v = crate::support::json(&out);
     assert_eq!(v["verdict"], "pass", "{v}");
     // 100 users with a limit of 2 (the shop's; the hammer judges its answers against the
     // stock): 200 units sold, the other 400 requests turned away.
