@@ -338,7 +338,12 @@ fn banner(reports: &[Report]) -> String {
             }
             Verdict::Pass => {}
         }
-        let _ = write!(out, "<div>{who}checked:</div><ul>");
+        let checked = match r.verdict {
+            Verdict::Pass => "checked, and every one held",
+            Verdict::Fail => "checked (the ones above broke)",
+            Verdict::Unknown => "would have checked",
+        };
+        let _ = write!(out, "<div>{who}{checked}:</div><ul>");
         for i in invariants(r) {
             let _ = write!(out, "<li>{i}</li>");
         }
