@@ -63,7 +63,7 @@ impl PrivateRedis {
                 Ok(c) => c,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     let _ = std::fs::remove_dir_all(&dir);
-                    return Err(crate::cmd::Missing::new(
+                    return Err(crate::usage::Missing::new(
                         format!(
                             "{why}, and redis-server is not installed to start a private one: install it (apt-get install -y redis-server) or point --redis at a server"
                         ),

@@ -84,7 +84,7 @@ impl From<Exit> for ExitCode {
     }
 }
 
-pub use crate::usage::UsageError;
+pub use crate::usage::{Missing, UsageError};
 
 /// What every command gets: the data node, the Redlock quorum if any, and the output format.
 pub struct Ctx {
@@ -296,29 +296,6 @@ fn print_parse_error(e: &clap::Error) {
     };
 }
 
-/// Something this machine lacks (a program that is not installed, or a file that cannot be
-/// executed): error kind `environment`, and the exit code a shell would give (`run`: 127 for
-/// a command not found, 126 for one that cannot be executed; 1 elsewhere).
-#[derive(Debug)]
-pub struct Missing {
-    message: String,
-    code: u8,
-}
-
-impl Missing {
-    pub fn new(message: String, code: u8) -> Missing {
-        Missing { message, code }
-    }
-}
-
-impl std::fmt::Display for Missing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Missing {}
-
 /// A command that failed: one line on stderr (and one JSON object on stdout under `--json`);
 /// exit 2 for a usage error, 1 for anything else (a [`Missing`] program: its own code). A
 /// closed stdout (`| head`) exits quietly.
@@ -335,7 +312,7 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
                 false,
             ));
         }
-        return ExitCode::from(m.code);
+        return ExitCode::from(m.code());
     }
     // The library names the fix as data; the command line words it.
     let message = match err.downcast_ref::<Error>() {

@@ -378,14 +378,14 @@ pub mod terminal {
 fn cannot_start(program: &str, e: std::io::Error) -> anyhow::Error {
     use std::io::ErrorKind;
     match e.kind() {
-        ErrorKind::NotFound => super::Missing::new(
+        ErrorKind::NotFound => crate::usage::Missing::new(
             format!(
                 "cannot run '{program}': no such command (check its name and PATH, or give its path)"
             ),
             127,
         )
         .into(),
-        ErrorKind::PermissionDenied => super::Missing::new(
+        ErrorKind::PermissionDenied => crate::usage::Missing::new(
             format!("cannot run '{program}': it is not executable (chmod +x it, or run it through its interpreter)"),
             126,
         )
