@@ -61,7 +61,7 @@ impl Holdings {
 
     /// Gives back everything still held, best effort, each within `limit`; returns how many.
     /// For a process about to exit: the threads that hold the things are not told, and go on
-    /// until it exits. So everything is given back twice, [`SETTLE`] apart: a waiter's call
+    /// until it exits. So everything is given back twice, `SETTLE` (100 ms) apart: a waiter's call
     /// already on its way (a refresh of its place in a queue) may queue it again, or be granted
     /// the lock, after the first time. From then on nothing new can be registered
     /// ([`Holdings::hold`] answers `None`), so no new wait begins.
