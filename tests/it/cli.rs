@@ -381,8 +381,8 @@ fn hammer_exports_json_markdown_and_html_files() {
         "{md}"
     );
     let html = std::fs::read_to_string(&h).unwrap();
-    // Latency, lock wait, lock hold and stock: the lock strategies have all four.
-    assert_eq!(html.matches("<svg").count(), 4, "{html}");
+    // Latency, lock wait, lock hold, stock and throughput: the lock strategies have all five.
+    assert_eq!(html.matches("<svg").count(), 5, "{html}");
     assert_eq!(doc["schema_version"], 1);
 }
 

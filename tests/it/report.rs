@@ -335,10 +335,11 @@ fn the_html_page_stands_alone_with_its_settings_every_column_and_the_distributio
     ] {
         assert!(html.contains(cell), "{cell} missing");
     }
-    // Each chart draws one line per strategy, told apart by dash pattern and markers too.
+    // Each chart draws one line per strategy, told apart by dash pattern and markers too; the
+    // stock chart also has its lines at the initial stock and at zero.
     let charts = html.matches("<svg").count();
     assert!(charts >= 2, "{charts} charts");
-    assert_eq!(html.matches("<polyline").count(), charts * 2);
+    assert_eq!(html.matches("<polyline").count(), charts * 2 + 2);
     assert!(html.contains("stroke-dasharray=\"8 4\""));
     assert!(html.contains("<rect") && html.contains("<circle"));
     for banned in ["<script", "http://", "https://", "src="] {
