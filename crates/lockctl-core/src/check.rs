@@ -29,6 +29,12 @@ pub struct CheckReport {
     pub ok: bool,
     /// `host:port` of the server.
     pub addr: String,
+    /// The server's product, by what INFO says: `Valkey` (it reports `valkey_version` or
+    /// `server_name:valkey`), another product's `server_name`, else `Redis`.
+    pub server: String,
+    /// The product's own version: `valkey_version` for Valkey (which also reports
+    /// `redis_version:7.2.4` for compatibility), else `redis_version`.
+    pub version: String,
     /// The server's version, as INFO reports it (`redis_version`).
     pub redis_version: String,
     /// `master` or `slave`, as INFO says.
@@ -111,6 +117,7 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
     let info = conn.info("")?;
     let field = |name: &str| info.get::<String>(name);
     let version = field("redis_version").unwrap_or_else(|| "unknown".into());
+    let (server, own_version) = product(&field);
     let role = field("role").unwrap_or_else(|| "unknown".into());
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -118,7 +125,8 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
     match parse_version(&version) {
         Some(v) if v >= MIN_VERSION => {}
         _ => problems.push(Finding::from(format!(
-            "Redis {version} is older than {}.{}, the oldest this lock is built for",
+            "{server} {own_version} (redis_version {version}) is older than {}.{}, the oldest \
+             this lock is built for",
             MIN_VERSION.0, MIN_VERSION.1
         ))),
     }
@@ -160,6 +168,8 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
     Ok(CheckReport {
         ok: problems.is_empty(),
         addr: conn.addr().to_string(),
+        server,
+        version: own_version,
         redis_version: version,
         role,
         rtt_ms: round3(rtts[rtts.len() / 2]),
@@ -227,6 +237,27 @@ fn config(conn: &mut Conn, name: &str) -> Option<String> {
     pairs.get(1).cloned()
 }
 
+/// The product and its own version, from INFO's fields (`field(name)`): Valkey says so with
+/// `valkey_version` (and `server_name:valkey`) beside a `redis_version` of 7.2.4 that it keeps
+/// for compatibility; a server naming itself otherwise is named as it says; else Redis.
+pub fn product(field: &dyn Fn(&str) -> Option<String>) -> (String, String) {
+    let redis_version = || field("redis_version").unwrap_or_else(|| "unknown".into());
+    if let Some(v) = field("valkey_version") {
+        return ("Valkey".into(), v);
+    }
+    match field("server_name").filter(|n| !n.is_empty() && n != "redis") {
+        Some(name) => {
+            let version = field(&format!("{name}_version")).unwrap_or_else(redis_version);
+            let mut named = name.clone();
+            if let Some(first) = named.get_mut(..1) {
+                first.make_ascii_uppercase();
+            }
+            (named, version)
+        }
+        None => ("Redis".into(), redis_version()),
+    }
+}
+
 /// `"7.0.15"` -> `(7, 0)`.
 pub fn parse_version(v: &str) -> Option<(u32, u32)> {
     let mut parts = v.split('.');
@@ -238,6 +269,29 @@ pub fn parse_version(v: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_product_is_named_by_what_info_says() {
+        let info = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        // Valkey 9.1.2 as it answers INFO server.
+        let valkey = info(&[
+            ("redis_version", "7.2.4"),
+            ("server_name", "valkey"),
+            ("valkey_version", "9.1.2"),
+        ]);
+        assert_eq!(product(&valkey), ("Valkey".into(), "9.1.2".into()));
+        let redis = info(&[("redis_version", "7.0.15")]);
+        assert_eq!(product(&redis), ("Redis".into(), "7.0.15".into()));
+        let other = info(&[("redis_version", "7.2.0"), ("server_name", "keydb")]);
+        assert_eq!(product(&other), ("Keydb".into(), "7.2.0".into()));
+    }
 
     #[test]
     fn versions_compare_by_major_then_minor() {
