@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use super::chart::{Scale, Series, line_chart};
 use super::escape::escape;
 use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
-use lockctl_hammer::{Bucket, Report, Verdict};
+use super::hunt::verdict_word;
+use lockctl_hammer::{Bucket, Report, Verdict, overall_verdict};
 
 /// The page.
 pub fn hammer_html(reports: &[Report], context: &Context) -> String {
@@ -94,7 +95,7 @@ svg {{ background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100
 {errors}
 {body}</body></html>
 "#,
-        word = verdict_word(overall(reports)),
+        word = verdict_word(overall_verdict(reports)),
         banner = banner(reports),
         compare = if reports.len() > 1 {
             "<th>slower than fastest</th>"
@@ -263,26 +264,6 @@ fn errors_table(reports: &[Report]) -> String {
     out
 }
 
-/// The verdict of several runs: FAIL if one failed, else UNKNOWN if one is, else PASS.
-fn overall(reports: &[Report]) -> Verdict {
-    let any = |v: Verdict| reports.iter().any(|r| r.verdict == v);
-    if any(Verdict::Fail) {
-        Verdict::Fail
-    } else if any(Verdict::Unknown) || reports.is_empty() {
-        Verdict::Unknown
-    } else {
-        Verdict::Pass
-    }
-}
-
-fn verdict_word(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Pass => "PASS",
-        Verdict::Fail => "FAIL",
-        Verdict::Unknown => "UNKNOWN",
-    }
-}
-
 /// What the verdict checked, as the judge checks it (`lockctl_hammer::judge`): the same for
 /// every run of lockctl's own buyers, with the orders pipeline's and the HTTP judge's own.
 fn invariants(r: &Report) -> Vec<&'static str> {
@@ -305,7 +286,7 @@ fn invariants(r: &Report) -> Vec<&'static str> {
 /// The banner at the top: the verdict, the invariants it checked and the ones violated (or
 /// why nothing could be claimed).
 fn banner(reports: &[Report]) -> String {
-    let verdict = overall(reports);
+    let verdict = overall_verdict(reports);
     let word = verdict_word(verdict);
     let mut out = format!(
         "<div class=\"banner {}\"><h2>{word}</h2>",

@@ -146,7 +146,8 @@ pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
     })
 }
 
-fn verdict_word(v: Verdict) -> &'static str {
+/// The verdict as a word in capitals (PASS, FAIL, UNKNOWN).
+pub(super) fn verdict_word(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "PASS",
         Verdict::Fail => "FAIL",

@@ -2,10 +2,12 @@
 //! progress, outages, and turning a purchase or a failure into a [`Sample`].
 
 use std::future::Future;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 use crate::options::HammerOptions;
 use crate::report::{Ended, Sample};
@@ -209,21 +211,38 @@ impl Outage {
 
 /// [`fan_out`] for purchases that are tasks, not threads: `tasks` of them on one thread (a
 /// runtime of the driver's own), each making one purchase at a time through `purchase`, with
-/// the same Ctrl-C, progress, outages and tally.
+/// the same Ctrl-C, progress, outages and tally. `purchase` is also given the run's stop
+/// signal, which turns true on Ctrl-C: one watcher looks at the stop flag for all the tasks.
 pub(super) fn fan_out_tasks<F: Future<Output = Sample>>(
     opts: &HammerOptions,
     start: Instant,
     tasks: u64,
-    purchase: impl Fn(u64, Began) -> F,
+    purchase: impl Fn(u64, Began, watch::Receiver<bool>) -> F,
 ) -> Result<Tally> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .map_err(|e| Error::internal(format!("could not start the buyers' runtime: {e}")))?;
     let shared = Shared::new(opts, start, 1);
-    runtime.block_on(futures_util::future::join_all(
-        (0..tasks.max(1)).map(|_| shared.work_async(&purchase)),
-    ));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let watcher = async {
+        while !shared.stopped() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = stop_tx.send(true);
+        std::future::pending::<()>().await;
+    };
+    let work = futures_util::future::join_all(
+        (0..tasks.max(1))
+            .map(|_| shared.work_async(|i, began| purchase(i, began, stop_rx.clone()))),
+    );
+    runtime.block_on(async {
+        // The work ends the run; the watcher never ends on its own.
+        tokio::select! {
+            _ = work => {}
+            () = watcher => {}
+        }
+    });
     Ok(shared.tally.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
@@ -277,15 +296,18 @@ pub const OUTAGE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Request `index`, given up unsent because `server` stayed unreachable.
 pub(super) fn abandoned(index: u64, server: &str) -> Sample {
+    let why = format!("{server} was unreachable for {} s", OUTAGE_LIMIT.as_secs());
+    not_sent(index, &why)
+}
+
+/// Request `index`, given up unsent (`why`), counted as an error of kind `abandoned`.
+pub(super) fn not_sent(index: u64, why: &str) -> Sample {
     Sample {
         index,
         ended: Ended::Failed {
             kind: ErrorKind::Abandoned,
             indeterminate: false,
-            message: format!(
-                "not sent: {server} was unreachable for {} s",
-                OUTAGE_LIMIT.as_secs()
-            ),
+            message: format!("not sent: {why}"),
             hint: None,
         },
         latency: Duration::ZERO,
@@ -294,15 +316,6 @@ pub(super) fn abandoned(index: u64, server: &str) -> Sample {
         sent: Duration::ZERO,
         at: Duration::ZERO,
     }
-}
-
-/// Request `index`, given up unsent (`why`), counted as an error of kind `abandoned`.
-pub(super) fn not_sent(index: u64, why: &str) -> Sample {
-    let mut s = abandoned(index, "");
-    if let Ended::Failed { message, .. } = &mut s.ended {
-        *message = format!("not sent: {why}");
-    }
-    s
 }
 
 /// A purchase that began at `b` and failed.

@@ -1,8 +1,7 @@
 //! The lock strategies' buyers as tasks: any number of buyers waiting for the lock, a few of
 //! them in Redis.
 
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::fan_out::{done, failed, fan_out_tasks, not_sent, user_of};
 use crate::options::HammerOptions;
@@ -26,18 +25,10 @@ pub(super) fn run_tasks(target: &Target, opts: &HammerOptions, run_id: &str) -> 
     let buyer = AsyncBuyer::from_buyer(target, buyer);
     let start = Instant::now();
     // Ctrl-C: the buyers still waiting for a place give up unsent; those in Redis finish.
-    let stopped = || {
-        opts.load
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed))
-    };
-    fan_out_tasks(opts, start, opts.load.in_flight(), |i, began| {
+    fan_out_tasks(opts, start, opts.load.in_flight(), |i, began, mut stop| {
         let (buyer, order_id, user) = (&buyer, format!("{run_id}-{i}"), user_of(opts, i));
         let stop = async move {
-            while !stopped() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let _ = stop.wait_for(|stopped| *stopped).await;
         };
         async move {
             match buyer.buy_unless(&order_id, user.as_deref(), stop).await {
