@@ -33,4 +33,5 @@ mod redlock;
 mod report;
 mod round_trips;
 mod run;
+mod scripts;
 mod stock;

@@ -6,11 +6,21 @@ use std::time::{Duration, Instant};
 
 use super::lease::Lease;
 use super::watchdog::{Renewal, Watchdog};
-use super::{Carried, Release, Token, release_carrying};
+use super::{Carried, Release, Token, notify_grantee, release_carrying};
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::redlock::Quorum;
+
+/// What a grant told its holder beyond its fence.
+#[derive(Debug)]
+pub(super) struct Told {
+    /// What it carried ([`super::Lock::carrying`]).
+    pub(super) carried: Option<Carried>,
+    /// The waiter at the head of the queue when it was made, if any: the release declares its
+    /// wake list (see `QUEUE_LUA`).
+    pub(super) next: Option<String>,
+}
 
 /// Proof of holding the lock. Release it with [`Guard::release`]; a guard that is dropped
 /// instead stops its watchdog and leaves the lock to expire by its TTL.
@@ -29,8 +39,9 @@ pub struct Guard {
     pub(super) lease: Arc<Lease>,
     /// The key the lock's grants carry, which its hand-off carries on to the next holder.
     pub(super) carry: Option<Arc<str>>,
-    /// What this grant carried ([`super::Lock::carrying`]).
-    pub(super) carried: Option<Box<Carried>>,
+    /// What the grant told beyond its fence, boxed (most grants tell nothing, and an
+    /// `Acquire` stays small): what it carried and who waits next.
+    pub(super) told: Option<Box<Told>>,
     /// Keeps the lock in the process's list of held locks until the guard is gone.
     pub(super) _registration: Option<Box<crate::conn::Held>>,
 }
@@ -60,7 +71,12 @@ impl Guard {
     /// The value of the carried key at the moment of this grant, when the lock carries one
     /// and the script that granted it read it (a grant made some other way carries nothing).
     pub fn carried(&self) -> Option<&Carried> {
-        self.carried.as_deref()
+        self.told.as_ref()?.carried.as_ref()
+    }
+
+    /// The waiter at the head of the queue when this grant was made.
+    fn next(&self) -> Option<&str> {
+        self.told.as_ref()?.next.as_deref()
     }
 
     /// How long acquiring took.
@@ -111,7 +127,13 @@ impl Guard {
     pub fn release(mut self, conn: &mut Conn) -> Result<Release> {
         let dog_lost = self.stop_watchdog();
         self.release_quorum();
-        let released = release_carrying(conn, &self.keys, &self.token, self.carry.as_deref());
+        let released = release_carrying(
+            conn,
+            &self.keys,
+            &self.token,
+            self.carry.as_deref(),
+            self.next(),
+        );
         self.record(conn, released.as_ref().ok().copied(), dog_lost);
         released
     }
@@ -137,20 +159,24 @@ impl Guard {
         for k in keys.iter().copied().chain(self.keys.queue_keys()) {
             inv.key(k);
         }
+        inv.key(self.keys.hinted_wake(self.next()));
         inv.key(self.carry.as_deref().unwrap_or(&self.keys.lock));
         inv.arg(args)
             .arg(if piggyback { self.token.as_str() } else { "" })
-            .arg(&self.keys.wake_prefix)
-            .arg(&self.keys.grant);
-        let outcome: Result<(redis::Value, i64)> = conn.script(&inv);
+            .arg(&self.keys.wake_prefix);
+        let outcome: Result<(redis::Value, i64, String)> = conn.script(&inv);
         self.release_quorum();
+        let carry = self.carry.as_deref();
         let released = match &outcome {
-            Ok((_, code)) if (-1..=1).contains(code) => Some(release_code(*code)),
+            Ok((_, code, notify)) if (-1..=1).contains(code) => {
+                notify_grantee(conn, &self.keys, notify, carry);
+                Some(release_code(*code))
+            }
             // Not asked to release (Redlock), the release failed inside, or the call failed.
-            _ => release_carrying(conn, &self.keys, &self.token, self.carry.as_deref()).ok(),
+            _ => release_carrying(conn, &self.keys, &self.token, carry, self.next()).ok(),
         };
         self.record(conn, released, dog_lost);
-        let (value, _) = outcome?;
+        let (value, _, _) = outcome?;
         Ok((value, released))
     }
 

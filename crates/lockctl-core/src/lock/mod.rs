@@ -31,7 +31,7 @@ use guard::release_code;
 use lease::Lease;
 pub use scripts::WAITER_LEASE;
 pub(crate) use scripts::releasing;
-use scripts::{FORCE, HEALTH, RELEASE, WAITERS};
+use scripts::{FORCE, HEALTH, NOTIFY, RELEASE, WAITERS};
 pub use wait::Carried;
 use watchdog::{ExpiryPoker, Watchdog};
 
@@ -80,42 +80,65 @@ impl Token {
 }
 
 impl LockKeys {
-    /// The four keys every queue-aware script takes first, in order.
-    pub(crate) fn queue_keys(&self) -> [&str; 4] {
-        [&self.lock, &self.fence, &self.queue, &self.deadlines]
+    /// The five keys every queue-aware script takes first, in order (see `LOCK_PRELUDE`).
+    pub(crate) fn queue_keys(&self) -> [&str; 5] {
+        [
+            &self.lock,
+            &self.fence,
+            &self.queue,
+            &self.deadlines,
+            &self.grant,
+        ]
+    }
+
+    /// The wake list of the waiter holding `token`: the list it blocks on.
+    pub(crate) fn wake_of(&self, token: &str) -> String {
+        format!("{}{token}", self.wake_prefix)
+    }
+
+    /// The wake list declared when the caller expects no waiter at the head: a name in the
+    /// lock's slot that no token matches (tokens are hex), so no grant writes to it.
+    pub(crate) fn no_wake(&self) -> String {
+        format!("{}-", self.wake_prefix)
+    }
+
+    /// The wake list a release declares: that of `next`, the waiter the holder's grant said
+    /// was at the head of the queue, if any.
+    pub(crate) fn hinted_wake(&self, next: Option<&str>) -> String {
+        match next {
+            Some(t) if !t.is_empty() => self.wake_of(t),
+            _ => self.no_wake(),
+        }
     }
 
     /// The arguments every queue-aware script takes, in order: token, TTL ms, '1' to queue,
     /// the waiter lease in ms, the wake prefix (see the scripts' comments).
-    pub(crate) fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 6] {
+    pub(crate) fn queue_argv(&self, token: &str, ttl_ms: u64, queue: bool) -> [String; 5] {
         [
             token.to_string(),
             ttl_ms.to_string(),
             if queue { "1" } else { "0" }.to_string(),
             WAITER_LEASE.as_millis().to_string(),
             self.wake_prefix.clone(),
-            self.grant.clone(),
         ]
     }
 
-    /// A queue-aware script call: the four keys (and this waiter's wake list, when `waiter`
-    /// names one, then the key a grant carries, if any), then the standard arguments.
+    /// A queue-aware script call: the five keys, the declared wake list `wake`, the key a grant
+    /// carries (if any), then the standard arguments.
     fn invocation<'a>(
         &self,
         script: &'a Script,
         token: &str,
         ttl_ms: u64,
         queue: bool,
-        waiter: bool,
+        wake: &str,
         carry: Option<&str>,
     ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         for k in self.queue_keys() {
             inv.key(k);
         }
-        if waiter {
-            inv.key(format!("{}{token}", self.wake_prefix));
-        }
+        inv.key(wake);
         if let Some(c) = carry {
             inv.key(c);
         }
@@ -299,7 +322,12 @@ impl Lock {
             quorum: self.quorum.clone().zip(quorum_until),
             lease: Arc::new(Lease::new(grant.lease_from, ttl, quorum_until)),
             carry: self.carry.clone(),
-            carried: grant.carried.map(Box::new),
+            told: (grant.carried.is_some() || grant.next.is_some()).then(|| {
+                Box::new(guard::Told {
+                    carried: grant.carried,
+                    next: grant.next,
+                })
+            }),
             _registration: registration.map(Box::new),
         };
         if self.options.watchdog {
@@ -398,7 +426,11 @@ impl Lock {
     /// lock is handed to nobody: live waiters queue again on their next refresh.
     pub fn force_unlock(&self, conn: &mut Conn) -> Result<Forced> {
         let (holder, waiters, damaged): (String, u64, u64) =
-            conn.script(&self.keys.invocation(&FORCE, "", 0, false, false, None))?;
+            conn.script(
+                &self
+                    .keys
+                    .invocation(&FORCE, "", 0, false, &self.keys.no_wake(), None),
+            )?;
         // The last grant's record is only read for `status`: one of another type goes too.
         let grant: String = conn.query(redis::cmd("TYPE").arg(&self.keys.grant))?;
         if grant != "none" && grant != "string" {
@@ -414,7 +446,11 @@ impl Lock {
     /// The queue's health: live waiters, and entries lockctl did not write.
     pub fn queue_health(&self, conn: &mut Conn) -> Result<QueueHealth> {
         let (live, damaged): (u64, i64) =
-            conn.script(&self.keys.invocation(&HEALTH, "", 0, false, false, None))?;
+            conn.script(
+                &self
+                    .keys
+                    .invocation(&HEALTH, "", 0, false, &self.keys.no_wake(), None),
+            )?;
         Ok(QueueHealth {
             live,
             damaged: damaged.max(0) as u64,
@@ -435,23 +471,45 @@ impl Lock {
 
     /// Clients waiting in the queue right now (live entries only): the wait-queue length.
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
-        conn.script(&self.keys.invocation(&WAITERS, "", 0, false, false, None))
+        conn.script(
+            &self
+                .keys
+                .invocation(&WAITERS, "", 0, false, &self.keys.no_wake(), None),
+        )
     }
 }
 
 pub(crate) fn release_token(conn: &mut Conn, keys: &LockKeys, token: &Token) -> Result<Release> {
-    release_carrying(conn, keys, token, None)
+    release_carrying(conn, keys, token, None, None)
 }
 
-/// Releases by token, the hand-off carrying `carry`'s value to the next holder.
+/// Releases by token, the hand-off carrying `carry`'s value to the next holder, declaring the
+/// wake list of `next` (the waiter expected at the head); wakes the one it went to if that
+/// was another.
 fn release_carrying(
     conn: &mut Conn,
     keys: &LockKeys,
     token: &Token,
     carry: Option<&str>,
+    next: Option<&str>,
 ) -> Result<Release> {
-    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, false, carry);
-    Ok(release_code(conn.script(&inv)?))
+    let wake = keys.hinted_wake(next);
+    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, &wake, carry);
+    let (code, notify): (i64, String) = conn.script(&inv)?;
+    notify_grantee(conn, keys, &notify, carry);
+    Ok(release_code(code))
+}
+
+/// Pushes the wake message of a grant made to `token` by a script that could not declare its
+/// wake list (nothing when `token` is empty). Best effort: a waiter whose message never comes
+/// finds the lock its own at its next refresh, a third of a second later at most.
+pub(crate) fn notify_grantee(conn: &mut Conn, keys: &LockKeys, token: &str, carry: Option<&str>) {
+    if token.is_empty() {
+        return;
+    }
+    let wake = keys.wake_of(token);
+    let inv = keys.invocation(&NOTIFY, token, 0, false, &wake, carry);
+    let _: Result<i64> = conn.script(&inv);
 }
 
 #[cfg(test)]

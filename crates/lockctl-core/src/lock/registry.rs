@@ -36,7 +36,7 @@ pub(super) fn register(
             token.as_str(),
             ttl_ms,
             false,
-            true,
+            &keys.wake_of(token.as_str()),
             None,
         ));
         let _ = release_token(&mut conn, &keys, &token);

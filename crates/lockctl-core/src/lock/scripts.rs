@@ -20,14 +20,24 @@ use redis::Script;
 /// `grant_head` gives a free lock to the oldest live waiter: it sets the lock to that waiter's
 /// token with that waiter's TTL, takes the next fencing token, and pushes the grant to the
 /// waiter's own wake list (`<wake prefix><token>`), on which it is blocked with BLPOP, as
-/// `<fence>:<server ms of the grant>:<carried>`: the waiter can tell when its lease began, and
-/// `carried` is what the new holder reads first, read for it at the moment of the grant (the
+/// `<fence>:<server ms of the grant>:<next>:<carried>`: the waiter can tell when its lease
+/// began; `next` is the token of the waiter now at the head of the queue (or empty), the one
+/// its own release will hand to; and `carried` is what the new holder reads first, read for it at the moment of the grant (the
 /// stock, for a buyer), so that waking costs no extra round trip. It is `v<value>`, `n` (no
 /// such key), `w` (a value of the wrong type) or empty (nothing asked). Nobody who respects the
 /// lock can change that key between the grant and the holder's reading of it, so it is what a
 /// `GET` after waking would return. The wake list expires with the grant, so a message for a
 /// waiter that died is not left behind; a lock granted to a waiter that died after its last
-/// refresh expires by its TTL. Every grant also records `<token>:<fence>:<server ms>` in the
+/// refresh expires by its TTL.
+///
+/// Every key a script touches is declared in KEYS, as Redis-compatible servers that check
+/// (Dragonfly, a Valkey cluster's scripts) require. A waiter's wake list is named by its
+/// token, which only the queue knows, so the caller declares the wake list of the waiter it
+/// expects at the head (HK: the `next` its own grant reported, or its own wake list for a
+/// waiter's call); a grant to a waiter whose list was not declared sets the lock all the same
+/// and names that waiter in `NOTIFY`, and the caller pushes its wake message by
+/// [`NOTIFY_LUA`] in a second call. The hand-off is as safe either way (the lock is granted in
+/// the script); a waiter whose message is late finds the lock its own at its next refresh. Every grant also records `<token>:<fence>:<server ms>` in the
 /// grant key, for `status`. `release(token)` is the seed's compare-and-delete with the hand-off.
 /// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
 /// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
@@ -36,11 +46,12 @@ use redis::Script;
 /// positive count within 2^53, where Lua's numbers are exact, stops the grant before the lock is set), so a damaged counter
 /// never leaves a grant half made.
 /// Keys by name (a prelude binds them, [`LOCK_PRELUDE`] for the lock's own scripts): LK the
-/// lock, FK the fence counter, QK the queue, DK the deadlines, WP the wake prefix and GK the
-/// grant key (the last two passed as arguments: with a hash-tagged name they share the lock's
-/// cluster slot), CARRY the carried key or nil.
+/// lock, FK the fence counter, QK the queue, DK the deadlines, GK the grant key, HK the
+/// declared wake list, CARRY the carried key or nil; WP the wake prefix (an argument: it names
+/// keys only to compare with HK).
 pub(crate) const QUEUE_LUA: &str = r"
 local CARRY = nil
+local NOTIFY = ''
 local function carried()
   if not CARRY then return '' end
   local v = redis.pcall('GET', CARRY)
@@ -63,8 +74,11 @@ end
 local function drop(m)
   redis.call('ZREM', QK, m)
   redis.call('ZREM', DK, m)
-  local token = parse(m)
-  if token then redis.call('DEL', WP .. token) end
+end
+local function head_token()
+  local head = redis.call('ZRANGE', QK, 0, 0)[1]
+  if not head then return '' end
+  return parse(head) or ''
 end
 local function prune(now)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', DK, '-inf', now)) do drop(m) end
@@ -89,9 +103,12 @@ local function grant_head(now)
       redis.call('SET', GK, token .. ':' .. fence .. ':' .. now)
       redis.call('ZREM', QK, head)
       redis.call('ZREM', DK, head)
-      local wake = WP .. token
-      redis.call('RPUSH', wake, fence .. ':' .. now .. ':' .. carried())
-      redis.call('PEXPIRE', wake, ttl)
+      if WP .. token == HK then
+        redis.call('RPUSH', HK, fence .. ':' .. now .. ':' .. head_token() .. ':' .. carried())
+        redis.call('PEXPIRE', HK, ttl)
+      else
+        NOTIFY = token
+      end
       return token
     end
     drop(head)
@@ -102,10 +119,10 @@ local function claim(wake)
   local payload = redis.call('LPOP', wake)
   redis.call('DEL', wake)
   if payload then
-    local fence, at = string.match(payload, '^(%d+):(%d+):')
-    if fence then return tonumber(fence), tonumber(at) end
+    local fence, at, nxt = string.match(payload, '^(%d+):(%d+):(%w*):')
+    if fence then return tonumber(fence), tonumber(at), nxt end
   end
-  return tonumber(redis.call('GET', FK)), -1
+  return tonumber(redis.call('GET', FK)), -1, head_token()
 end
 local function release(token)
   local holder = redis.call('GET', LK)
@@ -146,76 +163,93 @@ end
 /// place in) the queue when asked to. A free lock with live waiters goes to the oldest of them,
 /// so nobody overtakes the queue, except a client that knows nothing of it (the seed's plain
 /// `SET NX PX`), which may; exclusion holds all the same.
-/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list, 6 (optional) the key whose value a
-/// grant carries (see [`QUEUE_LUA`]'s `carried`).
-/// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix,
-/// 6 grant key.
-/// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown), carried}
-/// when the lock is now ours, {0, the lock's PTTL, server ms now, 0, ''} when not.
+/// KEYS: 1-5 as in [`LOCK_PRELUDE`], 6 this waiter's wake list, 7 (optional) the key whose
+/// value a grant carries (see [`QUEUE_LUA`]'s `carried`).
+/// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix.
+/// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown), carried,
+/// the next waiter's token or '', ''} when the lock is now ours, {0, the lock's PTTL, server
+/// ms now, 0, '', '', the waiter to notify or ''} when not (a free lock this call granted to
+/// the head of the queue, whose wake list it could not declare).
 pub(super) const ACQUIRE_LUA: &str = r"
-CARRY = KEYS[6]
 local arrival = now_us()
 local now = math.floor(arrival / 1000)
 local me = ARGV[1] .. '/' .. ARGV[2]
 local holder = redis.call('GET', LK)
 if holder == ARGV[1] then
-  local fence, at = claim(KEYS[5])
-  return {1, fence, now, at, carried()}
+  local fence, at, nxt = claim(HK)
+  return {1, fence, now, at, carried(), nxt, ''}
 end
 if not holder then
   local granted = grant_head(now)
   if granted == ARGV[1] then
-    local fence, at = claim(KEYS[5])
-    return {1, fence, now, at, carried()}
+    local fence, at, nxt = claim(HK)
+    return {1, fence, now, at, carried(), nxt, ''}
   end
   if not granted then
     local fence = next_fence()
     redis.call('SET', LK, ARGV[1], 'PX', ARGV[2])
     redis.call('SET', GK, ARGV[1] .. ':' .. fence .. ':' .. now)
-    return {1, fence, now, now, carried()}
+    return {1, fence, now, now, carried(), '', ''}
   end
 end
 if ARGV[3] == '1' then
   redis.call('ZADD', QK, 'NX', arrival, me)
   redis.call('ZADD', DK, now + tonumber(ARGV[4]), me)
 end
-return {0, redis.call('PTTL', LK), now, 0, ''}
+return {0, redis.call('PTTL', LK), now, 0, '', '', NOTIFY}
 ";
 
 /// Leaves the queue for good. If the lock was granted to us just before, it is ours.
-/// KEYS: 1-4 as in QUEUE_LUA, 5 this waiter's wake list, 6 (optional) the carried key.
-/// ARGV: 1 token, 2 TTL ms, 5 wake prefix.
-/// Returns {1, fencing token, server ms now, server ms of the grant, carried} when the lock is
-/// ours after all, {0, 0, server ms now, 0, ''} when we left without it.
+/// KEYS as [`ACQUIRE_LUA`]'s. ARGV: 1 token, 2 TTL ms, 5 wake prefix.
+/// Returns {1, fencing token, server ms now, server ms of the grant, carried, next, ''} when
+/// the lock is ours after all, {0, 0, server ms now, 0, '', '', ''} when we left without it.
 pub(super) const LEAVE_LUA: &str = r"
-CARRY = KEYS[6]
 local me = ARGV[1] .. '/' .. ARGV[2]
 redis.call('ZREM', QK, me)
 redis.call('ZREM', DK, me)
 if redis.call('GET', LK) == ARGV[1] then
-  local fence, at = claim(KEYS[5])
-  return {1, fence, now_ms(), at, carried()}
+  local fence, at, nxt = claim(HK)
+  return {1, fence, now_ms(), at, carried(), nxt, ''}
 end
-redis.call('DEL', KEYS[5])
-return {0, 0, now_ms(), 0, ''}
+redis.call('DEL', HK)
+return {0, 0, now_ms(), 0, '', '', ''}
 ";
 
 /// Releases the lock if it still holds this token (the seed's compare-and-delete), handing it
 /// to the oldest live waiter instead of deleting it when anyone waits. A release that finds the
 /// lock gone also hands it over, so waiters need not wait for their next timeout.
-/// KEYS: 1-4 as in QUEUE_LUA, 5 (optional) the key whose value the hand-off carries to the
-/// next holder. ARGV: 1 token, 5 wake prefix, 6 grant key.
-/// Returns 1 released, 0 held by another token, -1 no lock at all (the lease ran out).
+/// KEYS: 1-5 as in [`LOCK_PRELUDE`], 6 the wake list of the waiter expected at the head, 7
+/// (optional) the key whose value the hand-off carries to the next holder. ARGV: 1 token, 5
+/// wake prefix.
+/// Returns {1 released, 0 held by another token, -1 no lock at all (the lease ran out); the
+/// waiter to notify or ''}.
 pub(super) const RELEASE_LUA: &str = r"
-CARRY = KEYS[5]
-return release(ARGV[1])
+local code = release(ARGV[1])
+return {code, NOTIFY}
+";
+
+/// Wakes the waiter a grant went to when the script that made it could not declare its wake
+/// list: pushes the grant's message (as `grant_head` would have) if the lock still holds that
+/// waiter's token, the grant key records that grant, and nothing waits in the list yet.
+/// KEYS as [`RELEASE_LUA`]'s, 6 being that waiter's wake list. ARGV: 1 its token.
+/// Returns 1 pushed, 0 not needed any more (the waiter claimed it, or the lock moved on).
+pub(super) const NOTIFY_LUA: &str = r"
+local token = ARGV[1]
+if token == '' or redis.call('GET', LK) ~= token then return 0 end
+local g = redis.call('GET', GK)
+if type(g) ~= 'string' or string.sub(g, 1, #token + 1) ~= token .. ':' then return 0 end
+local fence, at = string.match(string.sub(g, #token + 2), '^(%d+):(%d+)$')
+if not fence or redis.call('EXISTS', HK) == 1 then return 0 end
+redis.call('RPUSH', HK, fence .. ':' .. at .. ':' .. head_token() .. ':' .. carried())
+redis.call('PEXPIRE', HK, math.max(redis.call('PTTL', LK), 1))
+return 1
 ";
 
 /// The operator's escape hatch: deletes the lock whoever holds it (whatever the key holds), and
 /// empties the queue instead of handing the lock on: right after a crash the queue is full of
 /// waiters that died within the last second, and a hand-off would give the lock to one of them
 /// for a whole TTL. Live waiters queue again on their next refresh (a third of a second).
-/// KEYS: 1-4 as in QUEUE_LUA. ARGV: 5 wake prefix.
+/// KEYS: 1-5 as in [`LOCK_PRELUDE`] (6, a wake list, unused). ARGV: 5 wake prefix.
 /// Returns {the token removed or '', waiters removed, damaged entries removed}.
 pub(super) const FORCE_LUA: &str = r"
 local damaged = repair()
@@ -233,7 +267,7 @@ return {holder, #waiters, damaged}
 ";
 
 /// What `status` reports on the queue, read only: {live waiters, entries that are not
-/// lockctl's (a damaged queue)}. KEYS: 1-4 as in QUEUE_LUA.
+/// lockctl's (a damaged queue)}. KEYS: 1-5 as in [`LOCK_PRELUDE`].
 pub(super) const HEALTH_LUA: &str = r"
 local damaged = 0
 for _, key in ipairs({QK, DK}) do
@@ -266,60 +300,68 @@ return 0
 ";
 
 /// Counts the live waiters (those whose deadline has not passed on the server's clock).
-/// KEYS: 4 deadlines (1-3 unused, passed so every key is declared). Returns the count.
+/// KEYS: 4 deadlines (the others unused, passed as to every queue script). Returns the count.
 pub(super) const WAITERS_LUA: &str = r"
 return redis.call('ZCOUNT', DK, '(' .. now_ms(), '+inf')
 ";
 
-/// Names the queue's keys for [`QUEUE_LUA`] in the lock's own scripts: KEYS 1-4 and ARGV 5-6.
-/// A script that takes other keys first (the fenced deduction) names them its own way.
+/// Names the queue's keys for [`QUEUE_LUA`] in the lock's own scripts: KEYS 1-7 (1 the lock,
+/// 2 the fencing counter, 3 the queue, 4 the deadlines, 5 the grant key, 6 the declared wake
+/// list, 7 the carried key if any) and ARGV 5 (the wake prefix). A script that takes other keys
+/// first (the fenced deduction) names them its own way.
 pub(crate) const LOCK_PRELUDE: &str = r"
-local LK, FK, QK, DK = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local WP, GK = ARGV[5], ARGV[6]
+local LK, FK, QK, DK, GK, HK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local WP = ARGV[5]
 ";
 
 /// A script of another module's that ends by releasing the lock, as one step with its own work
 /// (the write and the hand-off travel together): its own `n_keys` keys come first, then the
-/// lock's four and the carried key; its own `n_args` arguments, then the holder's token ('' to
-/// leave the lock held: under Redlock the quorum is given back first), the wake prefix and the
-/// grant key. `body` is the script's own work, ending in a `return`; the whole returns
-/// `{body's reply, release code}`, the code as [`RELEASE_LUA`]'s, 2 when not asked to release,
-/// -2 when the release failed (a damaged fencing counter; the lock then stays with the holder,
-/// whose own release reports why). The body's effects stand whatever the release does.
+/// lock's seven as in [`LOCK_PRELUDE`] (the carried key always: the lock key stands in for
+/// none); its own `n_args` arguments, then the holder's token ('' to leave the lock held: under
+/// Redlock the quorum is given back first) and the wake prefix. `body` is the script's own
+/// work, ending in a `return`; the whole returns `{body's reply, release code, the waiter to
+/// notify or ''}`, the code as [`RELEASE_LUA`]'s, 2 when not asked to release, -2 when the
+/// release failed (a damaged fencing counter; the lock then stays with the holder, whose own
+/// release reports why). The body's effects stand whatever the release does.
 pub(crate) fn releasing(body: &str, preamble: &str, n_keys: usize, n_args: usize) -> String {
     let k = |i: usize| format!("KEYS[{}]", n_keys + i);
     let a = |i: usize| format!("ARGV[{}]", n_args + i);
     format!(
-        "local LK, FK, QK, DK, CK = {}, {}, {}, {}, {}\nlocal TOKEN, WP, GK = {}, {}, {}\n\
+        "local LK, FK, QK, DK, GK, HK, CK = {}, {}, {}, {}, {}, {}, {}\n\
+         local TOKEN, WP = {}, {}\n\
          {QUEUE_LUA}{preamble}\nlocal function work()\n{body}\nend\n{RELEASE_TAIL}",
         k(1),
         k(2),
         k(3),
         k(4),
         k(5),
+        k(6),
+        k(7),
         a(1),
         a(2),
-        a(3)
     )
 }
 
 /// The end of a [`releasing`] script.
 const RELEASE_TAIL: &str = r"
 local r = work()
-if TOKEN == '' then return {r, 2} end
+if TOKEN == '' then return {r, 2, ''} end
 CARRY = CK
 local ok, code = pcall(release, TOKEN)
 if not ok then code = -2 end
-return {r, code}
+return {r, code, NOTIFY}
 ";
 
+/// A lock script: the prelude, the queue's functions, the carried key bound (KEYS[7], if
+/// given), then `body`.
 fn with_queue(body: &str) -> Script {
-    Script::new(&format!("{LOCK_PRELUDE}{QUEUE_LUA}{body}"))
+    Script::new(&format!("{LOCK_PRELUDE}{QUEUE_LUA}CARRY = KEYS[7]\n{body}"))
 }
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(ACQUIRE_LUA));
 pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| with_queue(LEAVE_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(RELEASE_LUA));
+pub(super) static NOTIFY: LazyLock<Script> = LazyLock::new(|| with_queue(NOTIFY_LUA));
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 pub(super) static WAITERS: LazyLock<Script> = LazyLock::new(|| with_queue(WAITERS_LUA));
 pub(super) static FORCE: LazyLock<Script> = LazyLock::new(|| with_queue(FORCE_LUA));

@@ -8,7 +8,7 @@ use redis::Script;
 
 use super::scripts::{ACQUIRE, LEAVE, WAITER_REFRESH};
 use super::watchdog::ExpiryPoker;
-use super::{Lock, Token, release_token};
+use super::{Lock, Token, notify_grantee, release_token};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::redlock::{Quorum, Round};
@@ -44,6 +44,8 @@ pub(super) struct Grant {
     pub(super) fence: u64,
     pub(super) lease_from: Instant,
     pub(super) carried: Option<Carried>,
+    /// The waiter at the head of the queue after this grant, if any.
+    pub(super) next: Option<String>,
 }
 
 /// One answer of the ACQUIRE or LEAVE script, with the local instant the call was sent.
@@ -58,6 +60,10 @@ struct Reply {
     grant_at: i64,
     /// What the grant carried (the scripts' tag; empty when not granted or nothing asked).
     carried: String,
+    /// When granted: the waiter now at the head of the queue ('' for none).
+    next: String,
+    /// When not granted: the waiter this call granted the free lock to, to be woken ('' none).
+    notify: String,
     sent: Instant,
 }
 
@@ -70,6 +76,8 @@ impl Reply {
             server_now: 0,
             grant_at: -1,
             carried: String::new(),
+            next: String::new(),
+            notify: String::new(),
             sent: at,
         }
     }
@@ -90,15 +98,17 @@ impl Reply {
             fence: self.n.max(0) as u64,
             lease_from: from,
             carried: Carried::parse(&self.carried),
+            next: (!self.next.is_empty()).then(|| self.next.clone()),
         }
     }
 
-    /// The grant a wake message (`<fence>:<server ms of the grant>:<carried>`) reports, this
-    /// being the last "not yet": the grant came `grant_at - server_now` ms after this reply's
-    /// clock reading, which came after this call was sent.
+    /// The grant a wake message (`<fence>:<server ms of the grant>:<next>:<carried>`)
+    /// reports, this being the last "not yet": the grant came `grant_at - server_now` ms after
+    /// this reply's clock reading, which came after this call was sent.
     fn woken(&self, payload: &str) -> Grant {
-        let mut parts = payload.splitn(3, ':');
+        let mut parts = payload.splitn(4, ':');
         let (fence, at) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let next = parts.next().filter(|t| !t.is_empty()).map(str::to_string);
         let carried = parts.next().and_then(Carried::parse);
         let mut from = self.sent;
         if let (Ok(at), true) = (at.parse::<i64>(), self.server_now > 0) {
@@ -109,6 +119,7 @@ impl Reply {
             fence: fence.parse().unwrap_or(0),
             lease_from: from,
             carried,
+            next,
         }
     }
 }
@@ -195,6 +206,7 @@ impl Lock {
             if r.granted {
                 return Ok(Some(r.grant(&not_yet)));
             }
+            notify_grantee(conn, &self.keys, &r.notify, self.carry.as_deref());
             not_yet = r;
             if left.is_zero() {
                 if !*queued {
@@ -237,7 +249,7 @@ impl Lock {
     fn block(&self, conn: &mut Conn, token: &Token, block: Duration) -> Result<Option<String>> {
         let woken: Option<(String, String)> = conn.query(
             redis::cmd("BLPOP")
-                .arg(format!("{}{}", self.keys.wake_prefix, token.as_str()))
+                .arg(self.keys.wake_of(token.as_str()))
                 .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
         )?;
         Ok(woken.map(|(_, payload)| payload))
@@ -248,13 +260,14 @@ impl Lock {
     fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
         let ttl_ms = self.options.ttl.as_millis() as u64;
         let sent = Instant::now();
-        let (granted, n, server_now, grant_at, carried): (i64, i64, i64, i64, String) = conn
-            .script(&self.keys.invocation(
+        type Raw = (i64, i64, i64, i64, String, String, String);
+        let (granted, n, server_now, grant_at, carried, next, notify): Raw =
+            conn.script(&self.keys.invocation(
                 script,
                 token.as_str(),
                 ttl_ms,
                 queue,
-                true,
+                &self.keys.wake_of(token.as_str()),
                 self.carry.as_deref(),
             ))?;
         Ok(Reply {
@@ -263,6 +276,8 @@ impl Lock {
             server_now,
             grant_at,
             carried,
+            next,
+            notify,
             sent,
         })
     }
