@@ -210,18 +210,18 @@ def run(lockctl, shop, quick, repeat):
     return "\n".join(lines)
 
 
-def write_section(path, section):
-    """Replaces the section under HEADING in `path` (up to the next `## `), or puts it before
+def write_section(path, section, heading=HEADING):
+    """Replaces the section under `heading` in `path` (up to the next `## `), or puts it before
     the HTTP part (which `--only http` rewrites whole), or at the end."""
     text = open(path).read() if os.path.exists(path) else ""
-    start = text.find(HEADING)
+    start = text.find(heading)
     http = text.find(bench_http.HEADING)
     if start < 0 and http >= 0:
         text = text[:http] + section.rstrip("\n") + "\n\n" + text[http:]
     elif start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = text.find("\n## ", start + len(HEADING))
+        end = text.find("\n## ", start + len(heading))
         text = text[:start] + section.rstrip("\n") + "\n" + (text[end:] if end >= 0 else "")
     with open(path, "w") as f:
         f.write(text)

@@ -65,6 +65,13 @@ pub fn check_text(r: &CheckReport) -> String {
             if q { "reachable" } else { "NOT reachable" }
         );
     }
+    if !r.native.is_empty() {
+        let _ = writeln!(
+            s,
+            "native: {} (compare-and-delete without a script)",
+            r.native.join(", ")
+        );
+    }
     for p in &r.problems {
         let _ = writeln!(s, "problem: {}", advice::finding(p));
     }

@@ -68,6 +68,25 @@ fn check_names_the_server_product_and_version_on_redis_and_valkey() {
             assert_ne!(v["redis_version"], v["version"], "{v}");
             assert!(human.contains("(redis_version "), "{human}");
         }
+        // The native compare-and-delete, probed (COMMAND INFO), not assumed from the name:
+        // Valkey 9 has DELIFEQ, Redis 7.0 has none; and a tested product gets no warning that
+        // it is untested.
+        let has = crate::support::run_ok(
+            std::process::Command::new(crate::support::redis_cli_program()).args([
+                "-p",
+                &server.port.to_string(),
+                "command",
+                "info",
+                "delifeq",
+            ]),
+        );
+        let native = !stdout(&has).trim().is_empty();
+        assert_eq!(v["native"].to_string().contains("DELIFEQ"), native, "{v}");
+        assert_eq!(human.contains("native: DELIFEQ"), native, "{human}");
+        if product == "Valkey" && version.starts_with("9.") {
+            assert!(native, "Valkey 9 has DELIFEQ: {v}");
+        }
+        assert!(!v["warnings"].to_string().contains("not among"), "{v}");
     }
 }
 

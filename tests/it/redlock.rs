@@ -72,6 +72,42 @@ fn with_five_healthy_nodes_the_hammer_passes() {
     }
 }
 
+/// Redlock's release uses the node's native compare-and-delete where it has one (Valkey 9's
+/// DELIFEQ), probed per connection, and the script where it has not (Redis 7.0): on a mixed
+/// quorum, each node's own command counts say which it got, and the sale still passes.
+#[test]
+fn redlock_releases_by_delifeq_on_valkey_and_by_script_on_redis() {
+    let data = RedisServer::start();
+    let valkey = crate::support::valkey_server_program();
+    let nodes: Vec<RedisServer> = vec![
+        RedisServer::start_program(&valkey, &[]),
+        RedisServer::start_program(&valkey, &[]),
+        RedisServer::start_program(&crate::support::redis_server_program(), &[]),
+    ];
+    let (code, v, _) = hammer(&data, &nodes, &["--strategy", "lock"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["bought"], 20);
+    for n in &nodes {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut n.raw())
+            .unwrap();
+        let has_delifeq = {
+            let reply: Vec<redis::Value> = redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg("DELIFEQ")
+                .query(&mut n.raw())
+                .unwrap();
+            !matches!(reply.as_slice(), [redis::Value::Nil])
+        };
+        let delifeq = info.contains("cmdstat_delifeq:calls=");
+        assert_eq!(delifeq, has_delifeq, "port {}: {info}", n.port);
+        if !has_delifeq {
+            assert!(info.contains("cmdstat_evalsha:"), "port {}: {info}", n.port);
+        }
+    }
+}
+
 #[test]
 fn with_two_of_five_nodes_paused_the_hammer_still_sells_everything() {
     let data = RedisServer::start();

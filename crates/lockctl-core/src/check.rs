@@ -47,6 +47,9 @@ pub struct CheckReport {
     pub problems: Vec<Finding>,
     /// Settings that can silently break a lock.
     pub warnings: Vec<Finding>,
+    /// The native lock primitives the server has, which lockctl uses where they replace a
+    /// script (`DELIFEQ`: Valkey 9's compare-and-delete, for Redlock's release).
+    pub native: Vec<String>,
     /// Redlock's nodes (`--lock-node`), each reachable or not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeCheck>,
@@ -164,6 +167,12 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
         }
     }
     warnings.extend(durability_warnings(conn));
+    warnings.extend(product_warnings(conn, &server, &own_version));
+    let native = NATIVE
+        .iter()
+        .filter(|name| conn.has_command(name))
+        .map(|name| name.to_string())
+        .collect();
 
     Ok(CheckReport {
         ok: problems.is_empty(),
@@ -176,6 +185,7 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
         rtt_max_ms: round3(rtts[rtts.len() - 1]),
         problems,
         warnings,
+        native,
         nodes: Vec::new(),
         quorum: None,
     })
@@ -207,6 +217,51 @@ fn durability_warnings(conn: &mut Conn) -> Vec<Finding> {
     }
 
     warnings
+}
+
+/// The native commands `check` asks for: Valkey 9's `DELIFEQ key value` (compare-and-delete)
+/// and Redis 8.4's `DELEX key IFEQ value`. lockctl uses `DELIFEQ` for Redlock's release; no
+/// Redis 8.4 is installable on the machines lockctl is tested on, so `DELEX` is only reported.
+pub const NATIVE: [&str; 2] = ["DELIFEQ", "DELEX"];
+
+/// The products lockctl's tests run on (see the README's compatibility table).
+pub const TESTED: [&str; 2] = ["Redis", "Valkey"];
+
+/// What is known to break locks on `server` (a product name as [`product`] gives it) at
+/// `version`, and that lockctl is not tested on it.
+fn product_warnings(conn: &mut Conn, server: &str, version: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    match server {
+        "Dragonfly" => out.push(Finding::from(
+            "Dragonfly refuses scripts that touch keys they did not declare (unless its Lua flag \
+             allow-undeclared-keys is set); lockctl declares every key, but other clients' lock \
+             scripts (Redisson's among them) may not",
+        )),
+        "Garnet" => out.push(Finding::from(
+            "Garnet's scripting is its own implementation, and a lock release under contention has \
+             been reported to fail on it: hammer a test sale on it before trusting it",
+        )),
+        "Keydb" => {
+            if config(conn, "active-replica").as_deref() == Some("yes")
+                || config(conn, "multi-master").as_deref() == Some("yes")
+            {
+                out.push(Finding::from(
+                    "KeyDB active replication (active-replica or multi-master yes) accepts writes \
+                     on more than one node: two clients can each take the same lock; lock on one \
+                     master",
+                ));
+            }
+        }
+        _ => {}
+    }
+    if !TESTED.contains(&server) {
+        out.push(Finding::from(format!(
+            "{server} {version} is not among the servers lockctl is tested on ({}): the scripts \
+             assume Redis's semantics",
+            TESTED.join(", ")
+        )));
+    }
+    out
 }
 
 /// For `--cluster`: `report` was made on the seed node; adds whether the cluster is healthy.
@@ -242,8 +297,15 @@ fn config(conn: &mut Conn, name: &str) -> Option<String> {
 /// for compatibility; a server naming itself otherwise is named as it says; else Redis.
 pub fn product(field: &dyn Fn(&str) -> Option<String>) -> (String, String) {
     let redis_version = || field("redis_version").unwrap_or_else(|| "unknown".into());
-    if let Some(v) = field("valkey_version") {
-        return ("Valkey".into(), v);
+    // Products that report a redis_version for compatibility and their own beside it.
+    for (name, own) in [
+        ("Valkey", "valkey_version"),
+        ("Dragonfly", "dragonfly_version"),
+        ("Garnet", "garnet_version"),
+    ] {
+        if let Some(v) = field(own) {
+            return (name.into(), v);
+        }
     }
     match field("server_name").filter(|n| !n.is_empty() && n != "redis") {
         Some(name) => {
@@ -256,6 +318,50 @@ pub fn product(field: &dyn Fn(&str) -> Option<String>) -> (String, String) {
         }
         None => ("Redis".into(), redis_version()),
     }
+}
+
+/// A feature that needs a newer server than lockctl's oldest ([`MIN_VERSION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// What needs it, as a message names it.
+    pub feature: &'static str,
+    /// The commands it needs.
+    pub commands: &'static str,
+    /// The oldest `redis_version` that has them.
+    pub version: (u32, u32),
+}
+
+/// The orders worker: it claims a dead worker's orders with XAUTOCLAIM and trims the stream
+/// with XTRIM MINID, both Redis 6.2.
+pub const WORKER_NEEDS: Needs = Needs {
+    feature: "the orders worker",
+    commands: "XAUTOCLAIM and XTRIM MINID",
+    version: (6, 2),
+};
+
+/// Fails with [`Error::TooOld`] when `conn`'s server is older than `needs` says, naming the
+/// server and what to do, instead of the first command it lacks failing obscurely later. A
+/// server whose version cannot be read is let through (its commands will say).
+pub fn require(conn: &mut Conn, needs: Needs) -> Result<()> {
+    let info = conn.info("server")?;
+    let field = |name: &str| info.get::<String>(name);
+    match too_old(&field, needs) {
+        Some((server, version)) => Err(crate::error::Error::TooOld {
+            addr: conn.addr().to_string(),
+            server,
+            version,
+            feature: needs.feature,
+            commands: needs.commands,
+            needs: needs.version,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The server's product and version when its `redis_version` is below what `needs` says.
+fn too_old(field: &dyn Fn(&str) -> Option<String>, needs: Needs) -> Option<(String, String)> {
+    let v = parse_version(&field("redis_version")?)?;
+    (v < needs.version).then(|| product(field))
 }
 
 /// `"7.0.15"` -> `(7, 0)`.
@@ -291,6 +397,41 @@ mod tests {
         assert_eq!(product(&redis), ("Redis".into(), "7.0.15".into()));
         let other = info(&[("redis_version", "7.2.0"), ("server_name", "keydb")]);
         assert_eq!(product(&other), ("Keydb".into(), "7.2.0".into()));
+        let dragonfly = info(&[
+            ("redis_version", "7.4.0"),
+            ("dragonfly_version", "df-v1.30.0"),
+        ]);
+        assert_eq!(
+            product(&dragonfly),
+            ("Dragonfly".into(), "df-v1.30.0".into())
+        );
+    }
+
+    #[test]
+    fn a_feature_names_the_server_too_old_for_it() {
+        let at =
+            |v: &'static str| move |name: &str| (name == "redis_version").then(|| v.to_string());
+        assert_eq!(
+            too_old(&at("6.0.16"), WORKER_NEEDS),
+            Some(("Redis".into(), "6.0.16".into()))
+        );
+        assert_eq!(too_old(&at("6.2.0"), WORKER_NEEDS), None);
+        assert_eq!(too_old(&at("7.0.15"), WORKER_NEEDS), None);
+        assert_eq!(too_old(&at("garbage"), WORKER_NEEDS), None);
+        let e = crate::error::Error::TooOld {
+            addr: "127.0.0.1:6380".into(),
+            server: "Redis".into(),
+            version: "6.0.16".into(),
+            feature: WORKER_NEEDS.feature,
+            commands: WORKER_NEEDS.commands,
+            needs: WORKER_NEEDS.version,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the orders worker needs a server of Redis 6.2 or newer (redis_version), for \
+             XAUTOCLAIM and XTRIM MINID; '127.0.0.1:6380' is Redis 6.0.16: upgrade it, or use \
+             one that is"
+        );
     }
 
     #[test]

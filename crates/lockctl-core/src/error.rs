@@ -245,6 +245,27 @@ pub enum Error {
         advice: String,
     },
 
+    /// The server is older than a feature needs (by its compatibility version,
+    /// `redis_version`, which Valkey also reports).
+    #[error(
+        "{feature} needs a server of Redis {}.{} or newer (redis_version), for {commands}; '{addr}' is {server} {version}: upgrade it, or use one that is",
+        .needs.0, .needs.1
+    )]
+    TooOld {
+        /// The server's `host:port`.
+        addr: String,
+        /// Its product and version, as `check` names them.
+        server: String,
+        /// Its own version.
+        version: String,
+        /// What needs more: "the orders worker".
+        feature: &'static str,
+        /// The commands it needs.
+        commands: &'static str,
+        /// The oldest `redis_version` that has them.
+        needs: (u32, u32),
+    },
+
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
@@ -427,7 +448,7 @@ impl Error {
             Error::BadDbUrl { .. } => ErrorKind::BadUrl,
             Error::WrongTypeKey { .. } | Error::DamagedLock { .. } => ErrorKind::BadData,
             Error::TooManyClients { .. } | Error::TooFewDescriptors { .. } => ErrorKind::Usage,
-            Error::Redis { .. } => ErrorKind::Redis,
+            Error::Redis { .. } | Error::TooOld { .. } => ErrorKind::Redis,
         }
     }
 
@@ -476,6 +497,7 @@ impl Error {
             | Error::WrongTypeKey { .. }
             | Error::TooManyClients { .. }
             | Error::TooFewDescriptors { .. }
+            | Error::TooOld { .. }
             | Error::Internal { .. } => return None,
         })
     }

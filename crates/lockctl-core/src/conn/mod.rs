@@ -39,6 +39,8 @@ pub struct Conn {
     call_timeout: Duration,
     /// Where work on this connection records (see [`Target::with_metrics`]).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Whether the server has the native compare-and-delete `DELIFEQ`, once asked.
+    delifeq: Option<bool>,
 }
 
 enum Inner {
@@ -102,6 +104,25 @@ impl Conn {
             let r = cmd.query(c.inner.like());
             r.map_err(|e| c.map_err(e))
         })
+    }
+
+    /// Whether the server knows the command `name` (`COMMAND INFO` answers nil for one it
+    /// does not). A server that refuses `COMMAND` is taken not to have it.
+    pub fn has_command(&mut self, name: &str) -> bool {
+        let info: Result<Vec<redis::Value>> =
+            self.query(redis::cmd("COMMAND").arg("INFO").arg(name));
+        matches!(info.as_deref(), Ok([first]) if !matches!(first, redis::Value::Nil))
+    }
+
+    /// Whether the server has the native compare-and-delete `DELIFEQ key value` (Valkey 9):
+    /// probed once per connection, then remembered.
+    pub fn has_delifeq(&mut self) -> bool {
+        if let Some(known) = self.delifeq {
+            return known;
+        }
+        let known = self.has_command("DELIFEQ");
+        self.delifeq = Some(known);
+        known
     }
 
     /// `INFO section` (`"server"`, `"clients"`, `""` for the default sections), read by the

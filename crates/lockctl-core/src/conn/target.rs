@@ -296,6 +296,7 @@ impl Target {
             url: self.url.clone(),
             call_timeout: self.options.call_timeout,
             metrics: self.metrics.clone(),
+            delifeq: None,
         };
         conn.set_call_timeout(self.options.call_timeout)?;
         if let (Some(name), None) = (&self.client_name, &conn.cluster) {

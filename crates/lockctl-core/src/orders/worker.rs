@@ -105,6 +105,7 @@ pub fn run(target: &Target, db_url: &str, opts: &WorkerOptions) -> Result<Worker
     db.bound_session(db_url)?;
     let keys: Vec<StockKeys> = opts.skus.iter().map(StockKeys::new).collect();
     let mut conn = target.connect()?;
+    crate::check::require(&mut conn, crate::check::WORKER_NEEDS)?;
     for k in &keys {
         ensure_group(&mut conn, k)?;
     }
