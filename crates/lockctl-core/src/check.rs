@@ -241,16 +241,15 @@ fn product_warnings(conn: &mut Conn, server: &str, version: &str) -> Vec<Finding
             "Garnet's scripting is its own implementation, and a lock release under contention has \
              been reported to fail on it: hammer a test sale on it before trusting it",
         )),
-        "Keydb" => {
+        "Keydb"
             if config(conn, "active-replica").as_deref() == Some("yes")
-                || config(conn, "multi-master").as_deref() == Some("yes")
-            {
-                out.push(Finding::from(
-                    "KeyDB active replication (active-replica or multi-master yes) accepts writes \
-                     on more than one node: two clients can each take the same lock; lock on one \
-                     master",
-                ));
-            }
+                || config(conn, "multi-master").as_deref() == Some("yes") =>
+        {
+            out.push(Finding::from(
+                "KeyDB active replication (active-replica or multi-master yes) accepts writes \
+                 on more than one node: two clients can each take the same lock; lock on one \
+                 master",
+            ));
         }
         _ => {}
     }
