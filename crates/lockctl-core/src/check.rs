@@ -338,7 +338,7 @@ pub const WORKER_NEEDS: Needs = Needs {
     version: (6, 2),
 };
 
-/// Fails with [`Error::TooOld`] when `conn`'s server is older than `needs` says, naming the
+/// Fails with [`Error::TooOld`](crate::error::Error::TooOld) when `conn`'s server is older than `needs` says, naming the
 /// server and what to do, instead of the first command it lacks failing obscurely later. A
 /// server whose version cannot be read is let through (its commands will say).
 pub fn require(conn: &mut Conn, needs: Needs) -> Result<()> {
