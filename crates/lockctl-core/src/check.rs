@@ -338,6 +338,13 @@ pub const WORKER_NEEDS: Needs = Needs {
     version: (6, 2),
 };
 
+/// The hunt's `redis-pause` fault: `CLIENT PAUSE ms WRITE` and `CLIENT UNPAUSE`, Redis 6.2.
+pub const REDIS_PAUSE_NEEDS: Needs = Needs {
+    feature: "the redis-pause fault",
+    commands: "CLIENT PAUSE ... WRITE and CLIENT UNPAUSE",
+    version: (6, 2),
+};
+
 /// Fails with [`Error::TooOld`](crate::error::Error::TooOld) when `conn`'s server is older than `needs` says, naming the
 /// server and what to do, instead of the first command it lacks failing obscurely later. A
 /// server whose version cannot be read is let through (its commands will say).

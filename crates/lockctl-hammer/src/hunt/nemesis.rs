@@ -245,6 +245,10 @@ impl Nemesis {
             .connect()
             .map_err(|e| format!("Redis at {}: {e}", self.redis.addr()))?;
         for kind in kinds {
+            if *kind == FaultKind::RedisPause {
+                lockctl_core::check::require(&mut c, lockctl_core::check::REDIS_PAUSE_NEEDS)
+                    .map_err(|e| format!("{e}; or drop it from --nemesis"))?;
+            }
             let tried = match kind {
                 FaultKind::RedisPause => {
                     c.query::<()>(redis::cmd("CLIENT").arg("PAUSE").arg(1).arg("WRITE"))
