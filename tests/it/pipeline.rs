@@ -534,3 +534,49 @@ fn ctrl_c_on_a_worker_says_it_finishes_its_batch_and_blames_no_server() {
         "{err}"
     );
 }
+
+/// A worker's Redis user without `@dangerous` (INFO among it), as least-privilege accounts are
+/// set up, still persists: the check that the server is new enough lets an unreadable version
+/// through (found by an attack session: the check refused such a worker outright).
+#[test]
+fn a_worker_whose_redis_user_may_not_run_info_still_persists() {
+    let server = RedisServer::start();
+    let db = TestDb::create();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "worker",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@dangerous",
+        ])
+        .query(&mut server.raw())
+        .unwrap();
+    assert_eq!(
+        code(&lockctl(&server.url(), &["db", "init", "--db", &db.url])),
+        0
+    );
+    assert_eq!(code(&lockctl(&server.url(), &["seed", "acl_sku", "3"])), 0);
+    for _ in 0..2 {
+        let out = lockctl(&server.url(), &["buy", "acl_sku", "--queue"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let worker_url = format!("redis://worker:pw@127.0.0.1:{}", server.port);
+    let out = lockctl(
+        &worker_url,
+        &["worker", "--db", &db.url, "--sku", "acl_sku", "--once"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let rows: i64 = db
+        .client()
+        .query_one(
+            "select count(*) from lockctl_orders where sku = 'acl_sku'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 2);
+}

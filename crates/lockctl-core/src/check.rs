@@ -347,9 +347,14 @@ pub const REDIS_PAUSE_NEEDS: Needs = Needs {
 
 /// Fails with [`Error::TooOld`](crate::error::Error::TooOld) when `conn`'s server is older than `needs` says, naming the
 /// server and what to do, instead of the first command it lacks failing obscurely later. A
-/// server whose version cannot be read is let through (its commands will say).
+/// server whose version cannot be read, or a user not allowed to read it, is let through (its
+/// commands will say).
 pub fn require(conn: &mut Conn, needs: Needs) -> Result<()> {
-    let info = conn.info("server")?;
+    // A user that may not run INFO (`-@dangerous`, as least-privilege accounts are set up)
+    // is let through: its commands will say if the server lacks them.
+    let Ok(info) = conn.info("server") else {
+        return Ok(());
+    };
     let field = |name: &str| info.get::<String>(name);
     match too_old(&field, needs) {
         Some((server, version)) => Err(crate::error::Error::TooOld {

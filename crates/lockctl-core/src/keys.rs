@@ -65,6 +65,11 @@ pub struct LockKeys {
     pub deadlines: String,
     /// `dist_lock_wake:<name>:`, followed by a waiter's token: the list it blocks on.
     pub wake_prefix: String,
+    /// `dist_lock_wake:<name>:head`: the list the waiter at the head of an empty queue also
+    /// blocks on, for a grant whose releaser could not know it (`<token>:<message>`).
+    pub head_wake: String,
+    /// `dist_lock_wake:<name>:listener`: the token of the waiter listening on `head_wake`.
+    pub head_listener: String,
     /// `dist_lock_grant:<name>`: the last grant, `<token>:<fence>:<server ms>`, so `status`
     /// can say since when the holder has held the lock.
     pub grant: String,
@@ -79,6 +84,8 @@ impl LockKeys {
             queue: format!("dist_lock_queue:{name}"),
             deadlines: format!("dist_lock_waiting:{name}"),
             wake_prefix: format!("dist_lock_wake:{name}:"),
+            head_wake: format!("dist_lock_wake:{name}:head"),
+            head_listener: format!("dist_lock_wake:{name}:listener"),
             grant: format!("dist_lock_grant:{name}"),
         }
     }
@@ -102,6 +109,8 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         l.queue,
         l.deadlines,
         format!("{}{}", l.wake_prefix, "0".repeat(32)),
+        l.head_wake,
+        l.head_listener,
         l.grant,
     ]
 }

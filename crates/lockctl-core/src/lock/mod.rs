@@ -80,14 +80,16 @@ impl Token {
 }
 
 impl LockKeys {
-    /// The five keys every queue-aware script takes first, in order (see `LOCK_PRELUDE`).
-    pub(crate) fn queue_keys(&self) -> [&str; 5] {
+    /// The seven keys every queue-aware script takes first, in order (see `LOCK_PRELUDE`).
+    pub(crate) fn queue_keys(&self) -> [&str; 7] {
         [
             &self.lock,
             &self.fence,
             &self.queue,
             &self.deadlines,
             &self.grant,
+            &self.head_wake,
+            &self.head_listener,
         ]
     }
 
@@ -123,7 +125,7 @@ impl LockKeys {
         ]
     }
 
-    /// A queue-aware script call: the five keys, the declared wake list `wake`, the key a grant
+    /// A queue-aware script call: the seven keys, the declared wake list `wake`, the key a grant
     /// carries (if any), then the standard arguments.
     fn invocation<'a>(
         &self,

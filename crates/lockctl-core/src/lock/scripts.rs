@@ -34,9 +34,12 @@ use redis::Script;
 /// (Dragonfly, a Valkey cluster's scripts) require. A waiter's wake list is named by its
 /// token, which only the queue knows, so the caller declares the wake list of the waiter it
 /// expects at the head (HK: the `next` its own grant reported, or its own wake list for a
-/// waiter's call); a grant to a waiter whose list was not declared sets the lock all the same
-/// and names that waiter in `NOTIFY`, and the caller pushes its wake message by
-/// [`NOTIFY_LUA`] in a second call. The hand-off is as safe either way (the lock is granted in
+/// waiter's call). A waiter that finds itself at the head of the queue when it queues (the
+/// queue was empty: nobody's grant could name it) says so in the head listener key (HS, its
+/// token, for a waiter lease) and blocks on the head list (HL) too; a grant to it whose own list
+/// was not declared goes to the head list, as `<token>:<message>`. A grant to a waiter that is
+/// neither sets the lock all the same and names that waiter in `NOTIFY`, and the caller pushes
+/// its wake message by [`NOTIFY_LUA`] in a second call. The hand-off is as safe either way (the lock is granted in
 /// the script); a waiter whose message is late finds the lock its own at its next refresh. Every grant also records `<token>:<fence>:<server ms>` in the
 /// grant key, for `status`. `release(token)` is the seed's compare-and-delete with the hand-off.
 /// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
@@ -103,9 +106,16 @@ local function grant_head(now)
       redis.call('SET', GK, token .. ':' .. fence .. ':' .. now)
       redis.call('ZREM', QK, head)
       redis.call('ZREM', DK, head)
+      local message = fence .. ':' .. now .. ':' .. head_token() .. ':' .. carried()
+      local listening = redis.call('GET', HS) == token
+      if listening then redis.call('DEL', HS) end
       if WP .. token == HK then
-        redis.call('RPUSH', HK, fence .. ':' .. now .. ':' .. head_token() .. ':' .. carried())
+        redis.call('RPUSH', HK, message)
         redis.call('PEXPIRE', HK, ttl)
+      elseif listening then
+        redis.call('DEL', HL)
+        redis.call('RPUSH', HL, token .. ':' .. message)
+        redis.call('PEXPIRE', HL, ttl)
       else
         NOTIFY = token
       end
@@ -115,9 +125,16 @@ local function grant_head(now)
   end
   return false
 end
-local function claim(wake)
+local function claim(wake, me)
   local payload = redis.call('LPOP', wake)
   redis.call('DEL', wake)
+  if not payload then
+    local h = redis.call('LINDEX', HL, 0)
+    if h and string.sub(h, 1, #me + 1) == me .. ':' then
+      payload = string.sub(h, #me + 2)
+      redis.call('DEL', HL)
+    end
+  end
   if payload then
     local fence, at, nxt = string.match(payload, '^(%d+):(%d+):(%w*):')
     if fence then return tonumber(fence), tonumber(at), nxt end
@@ -163,62 +180,70 @@ end
 /// place in) the queue when asked to. A free lock with live waiters goes to the oldest of them,
 /// so nobody overtakes the queue, except a client that knows nothing of it (the seed's plain
 /// `SET NX PX`), which may; exclusion holds all the same.
-/// KEYS: 1-5 as in [`LOCK_PRELUDE`], 6 this waiter's wake list, 7 (optional) the key whose
+/// KEYS: 1-7 as in [`LOCK_PRELUDE`], 8 this waiter's wake list, 9 (optional) the key whose
 /// value a grant carries (see [`QUEUE_LUA`]'s `carried`).
 /// ARGV: 1 token, 2 TTL ms, 3 '1' to queue or '0' to try once, 4 waiter lease ms, 5 wake prefix.
 /// Returns {1, fencing token, server ms now, server ms of the grant (-1: unknown), carried,
-/// the next waiter's token or '', ''} when the lock is now ours, {0, the lock's PTTL, server
-/// ms now, 0, '', '', the waiter to notify or ''} when not (a free lock this call granted to
-/// the head of the queue, whose wake list it could not declare).
+/// the next waiter's token or '', '', 0} when the lock is now ours, {0, the lock's PTTL,
+/// server ms now, 0, '', '', the waiter to notify or '' (a free lock this call granted to the
+/// head of the queue, whose wake list it could not declare), 1 when this waiter is at the head
+/// of the queue and now listens on the head list too} when not.
 pub(super) const ACQUIRE_LUA: &str = r"
 local arrival = now_us()
 local now = math.floor(arrival / 1000)
 local me = ARGV[1] .. '/' .. ARGV[2]
 local holder = redis.call('GET', LK)
 if holder == ARGV[1] then
-  local fence, at, nxt = claim(HK)
-  return {1, fence, now, at, carried(), nxt, ''}
+  local fence, at, nxt = claim(HK, ARGV[1])
+  return {1, fence, now, at, carried(), nxt, '', 0}
 end
 if not holder then
   local granted = grant_head(now)
   if granted == ARGV[1] then
-    local fence, at, nxt = claim(HK)
-    return {1, fence, now, at, carried(), nxt, ''}
+    local fence, at, nxt = claim(HK, ARGV[1])
+    return {1, fence, now, at, carried(), nxt, '', 0}
   end
   if not granted then
     local fence = next_fence()
     redis.call('SET', LK, ARGV[1], 'PX', ARGV[2])
     redis.call('SET', GK, ARGV[1] .. ':' .. fence .. ':' .. now)
-    return {1, fence, now, now, carried(), '', ''}
+    return {1, fence, now, now, carried(), '', '', 0}
   end
 end
+local at_head = 0
 if ARGV[3] == '1' then
   redis.call('ZADD', QK, 'NX', arrival, me)
   redis.call('ZADD', DK, now + tonumber(ARGV[4]), me)
+  if redis.call('ZRANK', QK, me) == 0 then
+    redis.call('SET', HS, ARGV[1], 'PX', ARGV[4])
+    at_head = 1
+  end
 end
-return {0, redis.call('PTTL', LK), now, 0, '', '', NOTIFY}
+return {0, redis.call('PTTL', LK), now, 0, '', '', NOTIFY, at_head}
 ";
 
 /// Leaves the queue for good. If the lock was granted to us just before, it is ours.
 /// KEYS as [`ACQUIRE_LUA`]'s. ARGV: 1 token, 2 TTL ms, 5 wake prefix.
-/// Returns {1, fencing token, server ms now, server ms of the grant, carried, next, ''} when
-/// the lock is ours after all, {0, 0, server ms now, 0, '', '', ''} when we left without it.
+/// Returns {1, fencing token, server ms now, server ms of the grant, carried, next, '', 0}
+/// when the lock is ours after all, {0, 0, server ms now, 0, '', '', '', 0} when we left
+/// without it.
 pub(super) const LEAVE_LUA: &str = r"
 local me = ARGV[1] .. '/' .. ARGV[2]
 redis.call('ZREM', QK, me)
 redis.call('ZREM', DK, me)
+if redis.call('GET', HS) == ARGV[1] then redis.call('DEL', HS) end
 if redis.call('GET', LK) == ARGV[1] then
-  local fence, at, nxt = claim(HK)
-  return {1, fence, now_ms(), at, carried(), nxt, ''}
+  local fence, at, nxt = claim(HK, ARGV[1])
+  return {1, fence, now_ms(), at, carried(), nxt, '', 0}
 end
 redis.call('DEL', HK)
-return {0, 0, now_ms(), 0, '', '', ''}
+return {0, 0, now_ms(), 0, '', '', '', 0}
 ";
 
 /// Releases the lock if it still holds this token (the seed's compare-and-delete), handing it
 /// to the oldest live waiter instead of deleting it when anyone waits. A release that finds the
 /// lock gone also hands it over, so waiters need not wait for their next timeout.
-/// KEYS: 1-5 as in [`LOCK_PRELUDE`], 6 the wake list of the waiter expected at the head, 7
+/// KEYS: 1-7 as in [`LOCK_PRELUDE`], 8 the wake list of the waiter expected at the head, 9
 /// (optional) the key whose value the hand-off carries to the next holder. ARGV: 1 token, 5
 /// wake prefix.
 /// Returns {1 released, 0 held by another token, -1 no lock at all (the lease ran out); the
@@ -231,7 +256,7 @@ return {code, NOTIFY}
 /// Wakes the waiter a grant went to when the script that made it could not declare its wake
 /// list: pushes the grant's message (as `grant_head` would have) if the lock still holds that
 /// waiter's token, the grant key records that grant, and nothing waits in the list yet.
-/// KEYS as [`RELEASE_LUA`]'s, 6 being that waiter's wake list. ARGV: 1 its token.
+/// KEYS as [`RELEASE_LUA`]'s, 8 being that waiter's wake list. ARGV: 1 its token.
 /// Returns 1 pushed, 0 not needed any more (the waiter claimed it, or the lock moved on).
 pub(super) const NOTIFY_LUA: &str = r"
 local token = ARGV[1]
@@ -249,7 +274,7 @@ return 1
 /// empties the queue instead of handing the lock on: right after a crash the queue is full of
 /// waiters that died within the last second, and a hand-off would give the lock to one of them
 /// for a whole TTL. Live waiters queue again on their next refresh (a third of a second).
-/// KEYS: 1-5 as in [`LOCK_PRELUDE`] (6, a wake list, unused). ARGV: 5 wake prefix.
+/// KEYS: 1-7 as in [`LOCK_PRELUDE`] (8, a wake list, unused). ARGV: 5 wake prefix.
 /// Returns {the token removed or '', waiters removed, damaged entries removed}.
 pub(super) const FORCE_LUA: &str = r"
 local damaged = repair()
@@ -267,7 +292,7 @@ return {holder, #waiters, damaged}
 ";
 
 /// What `status` reports on the queue, read only: {live waiters, entries that are not
-/// lockctl's (a damaged queue)}. KEYS: 1-5 as in [`LOCK_PRELUDE`].
+/// lockctl's (a damaged queue)}. KEYS: 1-7 as in [`LOCK_PRELUDE`].
 pub(super) const HEALTH_LUA: &str = r"
 local damaged = 0
 for _, key in ipairs({QK, DK}) do
@@ -305,18 +330,19 @@ pub(super) const WAITERS_LUA: &str = r"
 return redis.call('ZCOUNT', DK, '(' .. now_ms(), '+inf')
 ";
 
-/// Names the queue's keys for [`QUEUE_LUA`] in the lock's own scripts: KEYS 1-7 (1 the lock,
-/// 2 the fencing counter, 3 the queue, 4 the deadlines, 5 the grant key, 6 the declared wake
-/// list, 7 the carried key if any) and ARGV 5 (the wake prefix). A script that takes other keys
-/// first (the fenced deduction) names them its own way.
+/// Names the queue's keys for [`QUEUE_LUA`] in the lock's own scripts: KEYS 1-9 (1 the lock,
+/// 2 the fencing counter, 3 the queue, 4 the deadlines, 5 the grant key, 6 the head list, 7 the
+/// head listener, 8 the declared wake list, 9 the carried key if any) and ARGV 5 (the wake
+/// prefix). A script that takes other keys first (the fenced deduction) names them its own way.
 pub(crate) const LOCK_PRELUDE: &str = r"
-local LK, FK, QK, DK, GK, HK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local LK, FK, QK, DK, GK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local HL, HS, HK = KEYS[6], KEYS[7], KEYS[8]
 local WP = ARGV[5]
 ";
 
 /// A script of another module's that ends by releasing the lock, as one step with its own work
 /// (the write and the hand-off travel together): its own `n_keys` keys come first, then the
-/// lock's seven as in [`LOCK_PRELUDE`] (the carried key always: the lock key stands in for
+/// lock's nine as in [`LOCK_PRELUDE`] (the carried key always: the lock key stands in for
 /// none); its own `n_args` arguments, then the holder's token ('' to leave the lock held: under
 /// Redlock the quorum is given back first) and the wake prefix. `body` is the script's own
 /// work, ending in a `return`; the whole returns `{body's reply, release code, the waiter to
@@ -327,7 +353,8 @@ pub(crate) fn releasing(body: &str, preamble: &str, n_keys: usize, n_args: usize
     let k = |i: usize| format!("KEYS[{}]", n_keys + i);
     let a = |i: usize| format!("ARGV[{}]", n_args + i);
     format!(
-        "local LK, FK, QK, DK, GK, HK, CK = {}, {}, {}, {}, {}, {}, {}\n\
+        "local LK, FK, QK, DK, GK = {}, {}, {}, {}, {}\n\
+         local HL, HS, HK, CK = {}, {}, {}, {}\n\
          local TOKEN, WP = {}, {}\n\
          {QUEUE_LUA}{preamble}\nlocal function work()\n{body}\nend\n{RELEASE_TAIL}",
         k(1),
@@ -337,6 +364,8 @@ pub(crate) fn releasing(body: &str, preamble: &str, n_keys: usize, n_args: usize
         k(5),
         k(6),
         k(7),
+        k(8),
+        k(9),
         a(1),
         a(2),
     )
@@ -352,10 +381,10 @@ if not ok then code = -2 end
 return {r, code, NOTIFY}
 ";
 
-/// A lock script: the prelude, the queue's functions, the carried key bound (KEYS[7], if
+/// A lock script: the prelude, the queue's functions, the carried key bound (KEYS[9], if
 /// given), then `body`.
 fn with_queue(body: &str) -> Script {
-    Script::new(&format!("{LOCK_PRELUDE}{QUEUE_LUA}CARRY = KEYS[7]\n{body}"))
+    Script::new(&format!("{LOCK_PRELUDE}{QUEUE_LUA}CARRY = KEYS[9]\n{body}"))
 }
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(ACQUIRE_LUA));

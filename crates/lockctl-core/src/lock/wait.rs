@@ -64,6 +64,8 @@ struct Reply {
     next: String,
     /// When not granted: the waiter this call granted the free lock to, to be woken ('' none).
     notify: String,
+    /// When not granted: this waiter is at the head of the queue and listens on its head list.
+    at_head: bool,
     sent: Instant,
 }
 
@@ -78,6 +80,7 @@ impl Reply {
             carried: String::new(),
             next: String::new(),
             notify: String::new(),
+            at_head: false,
             sent: at,
         }
     }
@@ -156,6 +159,11 @@ impl Lock {
                 Round::Lost { answered } => answered,
             };
             release_token(conn, &self.keys, token)?;
+            // The next round waits with the same token: a wake message pushed late for this
+            // round's grant (a releaser's second call) must not be taken for the next one's.
+            // Nothing can be granted to this token before it queues again.
+            let _: Result<i64> =
+                conn.query(redis::cmd("DEL").arg(self.keys.wake_of(token.as_str())));
             let left = self.options.wait.saturating_sub(started.elapsed());
             if left.is_zero() {
                 // Not a held lock: the nodes that could vote were too few.
@@ -225,7 +233,7 @@ impl Lock {
             if r_pttl_below(&not_yet, block) {
                 self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
             }
-            match self.block(conn, token, block) {
+            match self.block(conn, token, block, not_yet.at_head) {
                 Ok(Some(payload)) => return Ok(Some(not_yet.woken(&payload))),
                 Ok(None) => {}
                 // Stopped and continued (Ctrl-Z, fg) while blocked: the wake, if any, is not
@@ -245,14 +253,38 @@ impl Lock {
             .max(Duration::from_millis(1))
     }
 
-    /// BLPOP on our wake list for up to `block`: the grant's payload, or `None` on timeout.
-    fn block(&self, conn: &mut Conn, token: &Token, block: Duration) -> Result<Option<String>> {
-        let woken: Option<(String, String)> = conn.query(
-            redis::cmd("BLPOP")
-                .arg(self.keys.wake_of(token.as_str()))
-                .arg(format!("{:.3}", block.as_secs_f64().max(0.001))),
-        )?;
-        Ok(woken.map(|(_, payload)| payload))
+    /// BLPOP on our wake list (and, at the head of the queue, on its head list) for up to
+    /// `block`: the grant's payload, or `None` on timeout. A head-list message for another
+    /// waiter (one that joined the head after this one's last refresh) is passed on to its own
+    /// list, and this waiter goes on waiting.
+    fn block(
+        &self,
+        conn: &mut Conn,
+        token: &Token,
+        block: Duration,
+        at_head: bool,
+    ) -> Result<Option<String>> {
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(self.keys.wake_of(token.as_str()));
+        if at_head {
+            cmd.arg(&self.keys.head_wake);
+        }
+        cmd.arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let woken: Option<(String, String)> = conn.query(&cmd)?;
+        let Some((key, payload)) = woken else {
+            return Ok(None);
+        };
+        if key != self.keys.head_wake {
+            return Ok(Some(payload));
+        }
+        match payload.split_once(':') {
+            Some((whose, message)) if whose == token.as_str() => Ok(Some(message.to_string())),
+            Some((whose, _)) => {
+                notify_grantee(conn, &self.keys, whose, self.carry.as_deref());
+                Ok(None)
+            }
+            None => Ok(None),
+        }
     }
 
     /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard
@@ -260,8 +292,8 @@ impl Lock {
     fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
         let ttl_ms = self.options.ttl.as_millis() as u64;
         let sent = Instant::now();
-        type Raw = (i64, i64, i64, i64, String, String, String);
-        let (granted, n, server_now, grant_at, carried, next, notify): Raw =
+        type Raw = (i64, i64, i64, i64, String, String, String, i64);
+        let (granted, n, server_now, grant_at, carried, next, notify, at_head): Raw =
             conn.script(&self.keys.invocation(
                 script,
                 token.as_str(),
@@ -278,6 +310,7 @@ impl Lock {
             carried,
             next,
             notify,
+            at_head: at_head == 1,
             sent,
         })
     }
