@@ -323,7 +323,7 @@ fn run_section(name: &str) {
             // A job started under the lock: the reader's next line assumes it holds it.
             if let Some(name) = re_run_name(&command) {
                 script.push_str(&format!(
-                    "for _ in $(seq 200); do [ \"$(redis-cli -p {} exists 'dist_lock:{name}')\" = 1 ] && break; sleep 0.05; done\n",
+                    "for _ in $(seq 1200); do [ \"$(redis-cli -p {} exists 'dist_lock:{name}')\" = 1 ] && break; sleep 0.05; done\n",
                     place.redis.port
                 ));
             }
