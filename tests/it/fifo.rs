@@ -302,3 +302,47 @@ fn inside(raw: &mut redis::Connection) {
     thread::sleep(Duration::from_micros(100));
     let _: i64 = raw.decr("inside", 1).unwrap();
 }
+
+/// A head list holding something other than a list (hostile data) is named, by key, to the
+/// waiter that meets it, and the escape hatch clears it: the next buyers wait and buy again
+/// (found by an attack session: every waiter that reached the head failed with a bare
+/// WRONGTYPE, and unlock --force left the key in place).
+#[test]
+fn a_damaged_head_list_is_named_and_cleared_by_the_escape_hatch() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    let _: () = server.raw().set("dist_lock_wake:hl:head", "junk").unwrap();
+    let holder = take(
+        &Lock::new(&target, "hl", lock_options(10_000, 0)),
+        &mut conn,
+    );
+    let waiter = Lock::new(&target, "hl", lock_options(10_000, 500));
+    let err = waiter.acquire(&mut conn).unwrap_err().to_string();
+    assert!(err.contains("dist_lock_wake:hl:head"), "{err}");
+    let forced = Lock::new(&target, "hl", lock_options(10_000, 0))
+        .force_unlock(&mut conn)
+        .unwrap();
+    assert_eq!(forced.holder.as_deref(), Some(holder.token()));
+    assert!(
+        !server
+            .raw()
+            .exists::<_, bool>("dist_lock_wake:hl:head")
+            .unwrap()
+    );
+    drop(holder);
+    // Behind a holder again, a waiter at the head hears its grant.
+    let holder = take(
+        &Lock::new(&target, "hl", lock_options(10_000, 0)),
+        &mut conn,
+    );
+    let t2 = target.clone();
+    let waiting = thread::spawn(move || {
+        let mut c = t2.connect().unwrap();
+        let lock = Lock::new(&t2, "hl", lock_options(10_000, 5_000));
+        matches!(lock.acquire(&mut c).unwrap(), Acquire::Acquired(_))
+    });
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(holder.release(&mut conn).unwrap(), Release::Released);
+    assert!(waiting.join().unwrap(), "the waiter never got the lock");
+}

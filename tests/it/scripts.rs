@@ -12,6 +12,8 @@
 //!   the worker, status, the escape hatch and `run` exercises the scripts.
 
 use std::collections::HashSet;
+
+use redis::Commands;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -343,4 +345,123 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
             "no script ran {cmd}: {commands_seen:?}"
         );
     }
+}
+
+/// The lock's own script text, as lockctl sends it: the prelude, the queue's functions, the
+/// carried key bound, then the body named `name` (read from the source, so the test runs the
+/// real scripts step by step).
+fn lock_script(name: &str) -> String {
+    let src = include_str!("../../crates/lockctl-core/src/lock/scripts.rs");
+    let konst = |n: &str| {
+        let open = format!("const {n}: &str = r\"");
+        let start = src.find(&open).unwrap() + open.len();
+        let end = start + src[start..].find("\";\n").unwrap();
+        src[start..end].to_string()
+    };
+    format!(
+        "{}{}CARRY = KEYS[9]\n{}",
+        konst("LOCK_PRELUDE"),
+        konst("QUEUE_LUA"),
+        konst(name)
+    )
+}
+
+/// A grant heard on the head list can never be heard again by the same token: a late second
+/// call (NOTIFY) for it is refused, and claiming the grant takes the head-list message too, so
+/// a Redlock waiter that lost its round and queues again with the same token does not take the
+/// old grant for a new one (found by an attack session, replayed here with the real scripts).
+#[test]
+fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
+    let redis = RedisServer::start();
+    let mut c = redis.raw();
+    let s = "r1";
+    let keys: Vec<String> = [
+        "dist_lock:",
+        "dist_lock_fence:",
+        "dist_lock_queue:",
+        "dist_lock_waiting:",
+        "dist_lock_grant:",
+    ]
+    .iter()
+    .map(|p| format!("{p}{s}"))
+    .chain([
+        format!("dist_lock_wake:{s}:head"),
+        format!("dist_lock_wake:{s}:listener"),
+    ])
+    .collect();
+    let wp = format!("dist_lock_wake:{s}:");
+    let (t, h, u) = ("a".repeat(32), "b".repeat(32), "c".repeat(32));
+    let run = |c: &mut redis::Connection, name: &str, wake: &str, args: &[&str]| -> redis::Value {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(lock_script(name)).arg(keys.len() + 2);
+        cmd.arg(&keys).arg(wake).arg(format!("item:stock:{s}"));
+        cmd.arg(args);
+        cmd.query(c).unwrap()
+    };
+    let _: () = c.set(format!("item:stock:{s}"), 10).unwrap();
+    let wake = |tok: &str| format!("{wp}{tok}");
+    run(
+        &mut c,
+        "ACQUIRE_LUA",
+        &wake(&h),
+        &[&h, "5000", "1", "1000", &wp],
+    );
+    // T queues behind H at rank 0: it listens on the head list.
+    run(
+        &mut c,
+        "ACQUIRE_LUA",
+        &wake(&t),
+        &[&t, "5000", "1", "1000", &wp],
+    );
+    // H releases knowing no next waiter: the grant goes to the head list.
+    run(
+        &mut c,
+        "RELEASE_LUA",
+        &format!("{wp}-"),
+        &[&h, "0", "0", "0", &wp],
+    );
+    let head: Vec<String> = c.lrange(&keys[5], 0, -1).unwrap();
+    assert!(
+        head.len() == 1 && head[0].starts_with(&format!("{t}:")),
+        "{head:?}"
+    );
+    // A late second call for T is refused: the head list already tells it.
+    let pushed = run(&mut c, "NOTIFY_LUA", &wake(&t), &[&t, "0", "0", "0", &wp]);
+    assert_eq!(pushed, redis::Value::Int(0));
+    // T claims at its refresh: the head-list message goes with the claim.
+    run(
+        &mut c,
+        "ACQUIRE_LUA",
+        &wake(&t),
+        &[&t, "5000", "1", "1000", &wp],
+    );
+    assert!(!c.exists::<_, bool>(&keys[5]).unwrap());
+    // T gives the lock back (a lost Redlock round), U takes it, T queues again, same token.
+    run(
+        &mut c,
+        "RELEASE_LUA",
+        &format!("{wp}-"),
+        &[&t, "0", "0", "0", &wp],
+    );
+    run(
+        &mut c,
+        "ACQUIRE_LUA",
+        &wake(&u),
+        &[&u, "5000", "1", "1000", &wp],
+    );
+    run(
+        &mut c,
+        "ACQUIRE_LUA",
+        &wake(&t),
+        &[&t, "5000", "1", "1000", &wp],
+    );
+    let heard: Option<(String, String)> = redis::cmd("BLPOP")
+        .arg(wake(&t))
+        .arg(&keys[5])
+        .arg(0.3)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(heard, None, "T heard a grant while U holds the lock");
+    let holder: String = c.get(&keys[0]).unwrap();
+    assert_eq!(holder, u);
 }

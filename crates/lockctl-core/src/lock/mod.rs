@@ -360,6 +360,8 @@ impl Lock {
             (&k.grant, "string"),
             (&k.queue, "zset"),
             (&k.deadlines, "zset"),
+            (&k.head_wake, "list"),
+            (&k.head_listener, "string"),
         ];
         for (key, want) in expected {
             let found: Result<String> = conn.query(redis::cmd("TYPE").arg(key));

@@ -107,7 +107,8 @@ local function grant_head(now)
       redis.call('ZREM', QK, head)
       redis.call('ZREM', DK, head)
       local message = fence .. ':' .. now .. ':' .. head_token() .. ':' .. carried()
-      local listening = redis.call('GET', HS) == token
+      -- pcall: a listener key of another type (hostile data) is nobody listening.
+      local listening = redis.pcall('GET', HS) == token
       if listening then redis.call('DEL', HS) end
       if WP .. token == HK then
         redis.call('RPUSH', HK, message)
@@ -125,15 +126,18 @@ local function grant_head(now)
   end
   return false
 end
+local function names(h, me)
+  return type(h) == 'string' and string.sub(h, 1, #me + 1) == me .. ':'
+end
 local function claim(wake, me)
   local payload = redis.call('LPOP', wake)
   redis.call('DEL', wake)
-  if not payload then
-    local h = redis.call('LINDEX', HL, 0)
-    if h and string.sub(h, 1, #me + 1) == me .. ':' then
-      payload = string.sub(h, #me + 2)
-      redis.call('DEL', HL)
-    end
+  -- A head-list message naming us goes too, whichever list told us (a second copy may have
+  -- come by NOTIFY): none may outlive the grant it reports.
+  local h = redis.pcall('LINDEX', HL, 0)
+  if names(h, me) then
+    payload = payload or string.sub(h, #me + 2)
+    redis.call('DEL', HL)
   end
   if payload then
     local fence, at, nxt = string.match(payload, '^(%d+):(%d+):(%w*):')
@@ -261,6 +265,7 @@ return {code, NOTIFY}
 pub(super) const NOTIFY_LUA: &str = r"
 local token = ARGV[1]
 if token == '' or redis.call('GET', LK) ~= token then return 0 end
+if names(redis.pcall('LINDEX', HL, 0), token) then return 0 end
 local g = redis.call('GET', GK)
 if type(g) ~= 'string' or string.sub(g, 1, #token + 1) ~= token .. ':' then return 0 end
 local fence, at = string.match(string.sub(g, #token + 2), '^(%d+):(%d+)$')
@@ -273,7 +278,8 @@ return 1
 /// The operator's escape hatch: deletes the lock whoever holds it (whatever the key holds), and
 /// empties the queue instead of handing the lock on: right after a crash the queue is full of
 /// waiters that died within the last second, and a hand-off would give the lock to one of them
-/// for a whole TTL. Live waiters queue again on their next refresh (a third of a second).
+/// for a whole TTL. Live waiters queue again on their next refresh (a third of a second). The
+/// head list and its listener go too (whatever they hold): a wake there is for nobody now.
 /// KEYS: 1-7 as in [`LOCK_PRELUDE`] (8, a wake list, unused). ARGV: 5 wake prefix.
 /// Returns {the token removed or '', waiters removed, damaged entries removed}.
 pub(super) const FORCE_LUA: &str = r"
@@ -285,7 +291,7 @@ if t == 'string' then
 elseif t ~= 'none' then
   holder = 'a ' .. t .. ' (not a lock)'
 end
-redis.call('DEL', LK)
+redis.call('DEL', LK, HL, HS)
 local waiters = redis.call('ZRANGE', QK, 0, -1)
 for _, m in ipairs(waiters) do drop(m) end
 return {holder, #waiters, damaged}
