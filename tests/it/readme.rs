@@ -356,7 +356,7 @@ fn run_section(name: &str) {
         .expect("run bash");
     let deadline = Instant::now() + Duration::from_secs(600);
     let finished = loop {
-        if child.try_wait().unwrap().is_some() {
+        if exited_unreaped(child.id()) {
             break true;
         }
         if Instant::now() > deadline {
@@ -364,7 +364,11 @@ fn run_section(name: &str) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    // Whatever the session left running (servers started with `&`) goes with it.
+    // Whatever the session left running (servers started with `&`) goes with it. The session's
+    // shell is reaped only after: until then its pid, which is the group's id, cannot be given
+    // to another process, so the signals cannot reach a process group that another test's job
+    // made with a reused number (pids wrap at 32768 here; a `lockctl run` job of a concurrent
+    // section was killed that way in CI).
     for sig in ["-TERM", "-KILL"] {
         let _ = Command::new("kill")
             .args([sig, "--", &format!("-{}", child.id())])
@@ -423,6 +427,21 @@ fn run_section(name: &str) {
             "README section {name}: {f}\n(everything it printed, in the README's form: {})",
             saved.display()
         );
+    }
+}
+
+/// Whether process `pid` (a child of this one) has ended, leaving it unreaped (`WNOWAIT`).
+fn exited_unreaped(pid: u32) -> bool {
+    // SAFETY: waitid writes only into the zeroed siginfo it is given.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r == 0 && info.si_pid() != 0
     }
 }
 
