@@ -125,6 +125,12 @@ impl LockKeys {
         ]
     }
 
+    /// A call of a queue script that grants nobody (the escape hatch, the health and waiter
+    /// counts): no token, no wake list of anyone's.
+    fn inspection<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        self.invocation(script, "", 0, false, &self.no_wake(), None)
+    }
+
     /// A queue-aware script call: the seven keys, the declared wake list `wake`, the key a grant
     /// carries (if any), then the standard arguments.
     fn invocation<'a>(
@@ -430,11 +436,7 @@ impl Lock {
     /// lock is handed to nobody: live waiters queue again on their next refresh.
     pub fn force_unlock(&self, conn: &mut Conn) -> Result<Forced> {
         let (holder, waiters, damaged): (String, u64, u64) =
-            conn.script(
-                &self
-                    .keys
-                    .invocation(&FORCE, "", 0, false, &self.keys.no_wake(), None),
-            )?;
+            conn.script(&self.keys.inspection(&FORCE))?;
         // The last grant's record is only read for `status`: one of another type goes too.
         let grant: String = conn.query(redis::cmd("TYPE").arg(&self.keys.grant))?;
         if grant != "none" && grant != "string" {
@@ -449,12 +451,7 @@ impl Lock {
 
     /// The queue's health: live waiters, and entries lockctl did not write.
     pub fn queue_health(&self, conn: &mut Conn) -> Result<QueueHealth> {
-        let (live, damaged): (u64, i64) =
-            conn.script(
-                &self
-                    .keys
-                    .invocation(&HEALTH, "", 0, false, &self.keys.no_wake(), None),
-            )?;
+        let (live, damaged): (u64, i64) = conn.script(&self.keys.inspection(&HEALTH))?;
         Ok(QueueHealth {
             live,
             damaged: damaged.max(0) as u64,
@@ -475,11 +472,7 @@ impl Lock {
 
     /// Clients waiting in the queue right now (live entries only): the wait-queue length.
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
-        conn.script(
-            &self
-                .keys
-                .invocation(&WAITERS, "", 0, false, &self.keys.no_wake(), None),
-        )
+        conn.script(&self.keys.inspection(&WAITERS))
     }
 }
 
