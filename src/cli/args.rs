@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use super::parse::{order_id, user_id, whole};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
+use lockctl_core::stock::buckets::MAX_BUCKETS;
 use lockctl_core::stock::{BatchOptions, BuyOptions, MAX_BATCH, MAX_STOCK, Strategy};
 use lockctl_hammer::Driving;
 
@@ -133,6 +134,12 @@ pub struct PurchaseArgs {
     /// batch: the most purchases decided by one script call.
     #[arg(long, default_value_t = 256, value_parser = whole(1, MAX_BATCH as u64), allow_negative_numbers = true, help_heading = "Purchase")]
     pub batch_max: u64,
+
+    /// Answer "bought" only once N replicas have the deduction (WAIT N after it, for at most
+    /// --timeout-ms); a deduction fewer replicas took in time is reported as an error (it was
+    /// made, and a failover may lose it).
+    #[arg(long, default_value_t = 0, value_parser = whole(0, 100), allow_negative_numbers = true, value_name = "N", help_heading = "Purchase")]
+    pub require_replicas: u64,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +188,11 @@ pub struct HammerArgs {
     /// Redis is used.
     #[arg(long, value_parser = whole(0, MAX_STOCK), allow_negative_numbers = true, help_heading = "Load")]
     pub stock: Option<u64>,
+
+    /// With --stock: split it over K buckets on different cluster masters (as `seed
+    /// --buckets K`).
+    #[arg(long, value_name = "K", requires = "stock", value_parser = whole(1, MAX_BUCKETS as u64), allow_negative_numbers = true, help_heading = "Load")]
+    pub buckets: Option<u64>,
 
     /// Spread purchases over this many simulated users (u0, u1, ...), for --limit (and for
     /// {user} with --url).
@@ -416,6 +428,7 @@ impl PurchaseArgs {
                 window: Duration::from_millis(self.batch_ms),
                 max: self.batch_max as usize,
             },
+            require_replicas: self.require_replicas as u32,
         }
     }
 }

@@ -40,6 +40,7 @@ pub fn args(child: &ChildBuy<'_>) -> Vec<OsString> {
         limit,
         queue,
         batch,
+        require_replicas,
     } = child.buy;
     let ms = |d: &Duration| d.as_millis().to_string();
     let mut a: Vec<OsString> = vec!["--json".into()];
@@ -62,6 +63,9 @@ pub fn args(child: &ChildBuy<'_>) -> Vec<OsString> {
     push(&mut a, "--order-id", child.order_id);
     push(&mut a, "--batch-ms", ms(&batch.window));
     push(&mut a, "--batch-max", batch.max.to_string());
+    if *require_replicas > 0 {
+        push(&mut a, "--require-replicas", require_replicas.to_string());
+    }
     if let Some(l) = limit {
         push(&mut a, "--limit", l.to_string());
         if let Some(u) = child.user {

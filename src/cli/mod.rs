@@ -26,6 +26,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use lockctl_core::conn::{ConnectOptions, TlsFiles};
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::MAX_STOCK;
+use lockctl_core::stock::buckets::MAX_BUCKETS;
 
 /// Flash-sale stock deduction under a Redis distributed lock.
 ///
@@ -216,6 +217,11 @@ pub enum Command {
         /// The new stock, a whole number from 0.
         #[arg(value_parser = whole(0, MAX_STOCK), allow_negative_numbers = true)]
         count: u64,
+        /// Split the stock over K buckets whose keys sit on different masters of a Redis
+        /// Cluster, for one hot SKU: a purchase buys in its user's bucket and borrows from the
+        /// others before it answers sold out (see the README, "Bucketed stock").
+        #[arg(long, value_name = "K", value_parser = whole(1, MAX_BUCKETS as u64), allow_negative_numbers = true)]
+        buckets: Option<u64>,
     },
     /// One purchase, the tutorial's flow: take the lock, read the stock, deduct if enough,
     /// release.

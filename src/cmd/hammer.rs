@@ -103,6 +103,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             requests: args.requests,
             concurrency: args.concurrency,
             stock,
+            buckets: args.buckets.map(|k| k as usize),
             users: args.users,
             users_from: 0,
             progress: None,

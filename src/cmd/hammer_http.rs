@@ -44,6 +44,7 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
         requests: args.requests,
         concurrency: args.concurrency,
         stock: args.stock,
+        buckets: None,
         users: args.users,
         users_from: 0,
         progress: bar.as_ref().map(progress::Bar::counter),

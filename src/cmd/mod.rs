@@ -180,7 +180,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     };
     match cli.command {
         Command::Check => check::run(&ctx, cli.cluster),
-        Command::Seed { sku, count } => seed::run(&ctx, &sku, count),
+        Command::Seed {
+            sku,
+            count,
+            buckets,
+        } => seed::run(&ctx, &sku, count, buckets.map(|k| k as usize)),
         Command::Buy(args) => buy::run(&ctx, args),
         Command::Hammer(args) => hammer::run(&ctx, *args),
         Command::Hunt(args) => hunt::run(&ctx, *args),

@@ -1,20 +1,70 @@
-//! `lockctl seed SKU COUNT`: set the stock and clear the ledger.
+//! `lockctl seed SKU COUNT [--buckets K]`: set the stock and clear the ledger.
 
 use anyhow::Context;
 use serde_json::json;
 
 use lockctl_core::sku::Sku;
 use lockctl_core::stock;
+use lockctl_core::stock::buckets::seed_buckets;
 
 use super::{Ctx, Exit, output};
 
-pub fn run(ctx: &Ctx, sku: &Sku, count: u64) -> anyhow::Result<Exit> {
-    stock::seed(&mut ctx.target.connect()?, sku, count)
-        .with_context(|| format!("could not seed '{sku}'"))?;
+pub fn run(ctx: &Ctx, sku: &Sku, count: u64, buckets: Option<usize>) -> anyhow::Result<Exit> {
+    let mut conn = ctx.target.connect()?;
+    let Some(k) = buckets else {
+        stock::seed(&mut conn, sku, count).with_context(|| format!("could not seed '{sku}'"))?;
+        output(
+            ctx,
+            || format!("seeded {sku}: stock {count}, ledger cleared\n"),
+            || json!({ "sku": sku.as_str(), "stock": count, "ledger_cleared": true }),
+        )?;
+        return Ok(Exit::Ok);
+    };
+    let placed = seed_buckets(&mut conn, sku, count, k)
+        .with_context(|| format!("could not seed '{sku}' over {k} buckets"))?;
+    let mut masters: Vec<&str> = placed.iter().map(|p| p.master.as_str()).collect();
+    masters.sort();
+    masters.dedup();
+    if masters.len() < k {
+        let warning = match ctx.target.is_cluster() {
+            false => format!(
+                "warning: {k} buckets on one server share its one core; buckets spread a sale only over the masters of a Redis Cluster (--cluster)\n"
+            ),
+            true => format!(
+                "warning: the cluster has {} masters, so {k} buckets share them; a bucket beyond the masters adds borrowing, not capacity\n",
+                masters.len()
+            ),
+        };
+        eprint!("{warning}");
+    }
     output(
         ctx,
-        || format!("seeded {sku}: stock {count}, ledger cleared\n"),
-        || json!({ "sku": sku.as_str(), "stock": count, "ledger_cleared": true }),
+        || {
+            let mut s = format!(
+                "seeded {sku}: stock {count} over {k} buckets on {} {}, ledgers cleared\n",
+                masters.len(),
+                if masters.len() == 1 {
+                    "master"
+                } else {
+                    "masters"
+                }
+            );
+            for p in &placed {
+                s.push_str(&format!(
+                    "  bucket {}  {:<24} {:>6} units  slot {:>5}  on {}\n",
+                    p.bucket, p.sku, p.units, p.slot, p.master
+                ));
+            }
+            s
+        },
+        || {
+            json!({
+                "sku": sku.as_str(),
+                "stock": count,
+                "ledger_cleared": true,
+                "buckets": placed,
+            })
+        },
     )?;
     Ok(Exit::Ok)
 }

@@ -130,6 +130,23 @@ pub fn status_text(st: &Status) -> String {
         ),
         (None, None) => {}
     }
+    if let Some(buckets) = &st.buckets {
+        let _ = writeln!(
+            s,
+            "buckets: {}, {} in transit between them",
+            buckets.len(),
+            lockctl_core::units::count(st.in_transit.unwrap_or(0), "unit", "units")
+        );
+        for (i, b) in buckets.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  bucket {i}  {:<24} stock {:>6}  sold {:>6}  seeded {:>6}  moved in {:>5}  out {:>5}",
+                b.sku, b.stock, b.sold, b.seeded, b.moved_in, b.moved_out
+            );
+        }
+        s.push_str("locks: one per bucket (lockctl status '<bucket>' shows one)\n");
+        return s;
+    }
     match &st.lock {
         Some(h) => {
             let _ = write!(

@@ -29,6 +29,24 @@ pub struct StockKeys {
     /// `item:order_dead:<SKU>`: stream entries a worker set aside (not orders, or rows
     /// PostgreSQL refused), whole, with the reason.
     pub dead_letters: String,
+    /// `item:buckets:<SKU>`: with `seed --buckets K`, the bucket map: `v1 <sale nonce>
+    /// <tag>...` (see [`crate::stock::buckets`]).
+    pub buckets: String,
+    /// `item:moves:<SKU>`: of a bucketed SKU, a counter every move of units between its
+    /// buckets increases before and after it delivers, so a sold-out check sees one pass
+    /// happen without a move in it.
+    pub moves: String,
+    /// `item:bucket:<bucket>`: of one bucket, the nonce of the sale it belongs to.
+    pub bucket_sale: String,
+    /// `item:moving:<bucket>`: of one bucket, moves out of it not yet finished: transfer id
+    /// -> `<units> <destination bucket>`.
+    pub moving: String,
+    /// `item:moved_out:<bucket>`: units ever moved out of this bucket in this sale.
+    pub moved_out: String,
+    /// `item:moved_in:<bucket>`: moves delivered into this bucket: transfer id -> units.
+    pub moved_in: String,
+    /// `item:drained:<bucket>`: the sale nonce once a check found every bucket empty.
+    pub drained: String,
     /// `item:sale:<SKU>`: the stream id the current sale starts after, written by `seed`, so
     /// that the books of a sale leave out the rows of earlier sales of the SKU.
     pub sale: String,
@@ -47,6 +65,13 @@ impl StockKeys {
             events: format!("item:order_events:{s}"),
             dead_letters: format!("item:order_dead:{s}"),
             sale: format!("item:sale:{s}"),
+            buckets: format!("item:buckets:{s}"),
+            moves: format!("item:moves:{s}"),
+            bucket_sale: format!("item:bucket:{s}"),
+            moving: format!("item:moving:{s}"),
+            moved_out: format!("item:moved_out:{s}"),
+            moved_in: format!("item:moved_in:{s}"),
+            drained: format!("item:drained:{s}"),
         }
     }
 }
@@ -104,6 +129,13 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.events,
         s.dead_letters,
         s.sale,
+        s.buckets,
+        s.moves,
+        s.bucket_sale,
+        s.moving,
+        s.moved_out,
+        s.moved_in,
+        s.drained,
         l.lock,
         l.fence,
         l.queue,

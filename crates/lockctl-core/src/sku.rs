@@ -22,6 +22,13 @@ impl Sku {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Bucket `tag` of this SKU (see [`crate::stock::buckets`]): `{tag}` then the SKU, so
+    /// that every key of the bucket contains the SKU verbatim and falls in the slot of `tag`.
+    /// Not held to [`MAX_SKU_BYTES`]: the tag is lockctl's, a few bytes.
+    pub(crate) fn bucket(&self, tag: &str) -> Sku {
+        Sku(format!("{{{tag}}}{}", self.0))
+    }
 }
 
 impl fmt::Display for Sku {

@@ -15,6 +15,7 @@ use crate::keys::StockKeys;
 use crate::lock::{Carried, Lock, LockOptions};
 use crate::sku::Sku;
 use crate::stock;
+use crate::stock::buckets::{self, BucketBooks, Buckets};
 
 /// Who holds the lock.
 #[derive(Clone, Debug, Serialize)]
@@ -60,12 +61,108 @@ pub struct Status {
     /// With `--db`: the orders in PostgreSQL and in the stream, against the books.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orders: Option<crate::orders::PipelineBooks>,
+    /// Of a bucketed SKU (`seed --buckets K`): each bucket's books; the totals above add
+    /// them up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<BucketBooks>>,
+    /// Of a bucketed SKU: units moved out of a bucket and not (yet) into another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_transit: Option<i64>,
 }
 
 /// Reads one SKU's state and checks its books. Damaged data (a counter that is not an
 /// integer, a key of the wrong type, queue entries lockctl did not write) is reported as a
 /// problem, not an error, so `status` can say what is wrong.
 pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
+    match Buckets::read(conn, sku) {
+        Ok(Some(b)) => bucketed(conn, target, &b),
+        Ok(None) => one(conn, target, sku, 0),
+        Err(Error::BadData { reason, .. }) => {
+            let mut st = one(conn, target, sku, 0)?;
+            st.problems.push(Finding::from(reason));
+            st.reconciled = Some(false);
+            Ok(st)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The status of a bucketed SKU: each bucket's own (its seed record held against what moved
+/// in and out of it), added up, and the units over all buckets against the count seeded.
+fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
+    let (books, transit) = buckets::books(conn, b)?;
+    let parent = StockKeys::new(&b.sku);
+    let mut problems = Vec::new();
+    let seeded = read_counter(conn, &parent.seeded, &mut problems)?;
+    let (mut stock, mut sold, mut orders, mut qty, mut waiters) = (Some(0i64), 0, 0, 0, 0);
+    let mut unfinished = 0;
+    for (i, (bucket, bb)) in b.skus.iter().zip(&books).enumerate() {
+        let st = one(conn, target, bucket, bb.moved_in - bb.moved_out)?;
+        stock = stock.zip(st.stock).map(|(a, s)| a + s);
+        sold += st.sold;
+        orders += st.ledger_orders;
+        qty += st.ledger_qty;
+        waiters += st.waiters;
+        for p in st.problems {
+            problems.push(Finding::from(format!("bucket {i} ({bucket}): {}", p.text)));
+        }
+        let moving: u64 = conn.query(redis::cmd("HLEN").arg(&StockKeys::new(bucket).moving))?;
+        unfinished += moving;
+        let drained: Option<String> =
+            conn.query(redis::cmd("GET").arg(&StockKeys::new(bucket).drained))?;
+        if drained.is_some_and(|d| d.starts_with(&b.nonce)) && bb.stock > 0 {
+            problems.push(Finding::from(format!(
+                "bucket {i} ({bucket}) holds {} but the sale was found sold out: stranded (did a failover bring back units the old master had sold?)",
+                crate::units::count(bb.stock, "unit", "units")
+            )));
+        }
+    }
+    if transit < 0 {
+        problems.push(Finding::from(format!(
+            "{} moved into buckets that no bucket moved out: created (a failover lost a donor's record of a move)",
+            crate::units::count(-transit, "unit was", "units were")
+        )));
+    } else if transit > 0 && unfinished == 0 {
+        problems.push(Finding::from(format!(
+            "{} moved out of a bucket and never delivered: lost in transit (a failover lost the delivery)",
+            crate::units::count(transit, "unit was", "units were")
+        )));
+    }
+    if let (Some(n), Some(s)) = (seeded, stock)
+        && s + sold + transit != n
+    {
+        problems.push(Finding::from(format!(
+            "over the buckets, stock {s} + sold {sold} + in transit {transit} = {} but {n} was seeded: {} unaccounted for",
+            s + sold + transit,
+            crate::units::count(n - s - sold - transit, "unit", "units")
+        )));
+    }
+    let reconciled = match problems.is_empty() {
+        false => Some(false),
+        true => seeded.and(stock).map(|_| true),
+    };
+    Ok(Status {
+        sku: b.sku.to_string(),
+        stock,
+        seeded,
+        sold,
+        ledger_orders: orders,
+        ledger_qty: qty,
+        reconciled,
+        problems,
+        lock: None,
+        fence: 0,
+        waiters,
+        queue_damaged: 0,
+        orders: None,
+        buckets: Some(books),
+        in_transit: Some(transit),
+    })
+}
+
+/// The status of one SKU (or one bucket, whose seed record is held against `moved`, the units
+/// that moved in less those that moved out).
+fn one(conn: &mut Conn, target: &Target, sku: &Sku, moved: i64) -> Result<Status> {
     let keys = StockKeys::new(sku);
     let mut problems = Vec::new();
     // The ledger is scanned a page at a time (a large one must not stall a live sale), so
@@ -100,7 +197,12 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
     };
     let (holder, fence, queue) = lock_state(conn, target, sku, &mut problems)?;
     let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
-    problems.extend(book_problems(stock, seeded, sold, ledger));
+    problems.extend(book_problems(
+        stock,
+        seeded.map(|n| n + moved),
+        sold,
+        ledger,
+    ));
     let reconciled = if !problems.is_empty() {
         Some(false)
     } else {
@@ -125,6 +227,8 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         waiters: queue.live,
         queue_damaged: queue.damaged + u64::from(queue.wrong_type),
         orders: None,
+        buckets: None,
+        in_transit: None,
     })
 }
 

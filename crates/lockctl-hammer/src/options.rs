@@ -57,6 +57,9 @@ pub struct LoadOptions {
     pub concurrency: u64,
     /// Seed the stock to this first; `None` uses the stock already in Redis. Default: `None`.
     pub stock: Option<u64>,
+    /// With `stock`: seed it over this many buckets (`--buckets K`, see
+    /// [`lockctl_core::stock::buckets`]). Default: `None`, one stock key.
+    pub buckets: Option<usize>,
     /// Spread requests over this many simulated users (`u0`, `u1`, ...). Default: none.
     pub users: Option<u64>,
     /// The first user's number (`u<users_from>`, ...), for requests that must come from users
@@ -114,6 +117,7 @@ impl Default for LoadOptions {
             requests: 100,
             concurrency: 10,
             stock: None,
+            buckets: None,
             users: None,
             users_from: 0,
             progress: None,

@@ -9,9 +9,9 @@ use crate::report::{Subject, Verdict};
 use crate::tally::Tally;
 use lockctl_core::conn::{Conn, Target};
 use lockctl_core::error::{Error, Result};
-use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock;
+use lockctl_core::stock::buckets::{self, Buckets};
 
 /// What the run found in Redis afterwards.
 #[derive(Clone, Debug, Default)]
@@ -169,8 +169,12 @@ pub(super) fn read_back_patiently(
 }
 
 fn read_back(conn: &mut Conn, sku: &Sku, run_id: &str, t: &Tally) -> Result<(i64, LedgerCheck)> {
-    let keys = StockKeys::new(sku);
-    let final_stock = stock::read_stock(conn, sku, &keys)?.ok_or_else(|| Error::Unseeded {
+    // A move its buyer left unfinished (a buyer killed mid-move) is finished first: its
+    // units then count where buyers would have found them.
+    if let Some(b) = Buckets::read(conn, sku)? {
+        buckets::finish_moves(conn, &b)?;
+    }
+    let final_stock = buckets::stock_of(conn, sku)?.ok_or_else(|| Error::Unseeded {
         sku: sku.to_string(),
     })?;
     let prefix = format!("{run_id}-");

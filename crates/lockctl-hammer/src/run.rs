@@ -106,16 +106,33 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.
 fn starting_stock(conn: &mut Conn, opts: &HammerOptions, keys: &StockKeys) -> Result<i64> {
-    match opts.load.stock {
-        Some(n) => {
-            stock::seed(conn, &opts.load.sku, n)?;
+    let sku = &opts.load.sku;
+    match (opts.load.stock, opts.load.buckets) {
+        (Some(n), Some(k)) => {
+            stock::buckets::seed_buckets(conn, sku, n, k)?;
             Ok(n as i64)
         }
-        None => stock::starting_stock_at(conn, &opts.load.sku, &keys.stock)?.ok_or_else(|| {
-            Error::Unseeded {
-                sku: opts.load.sku.to_string(),
+        (Some(n), None) => {
+            stock::seed(conn, sku, n)?;
+            Ok(n as i64)
+        }
+        (None, _) => match stock::buckets::Buckets::read(conn, sku)? {
+            Some(_) => match stock::buckets::stock_of(conn, sku)? {
+                Some(n) if n < 0 => Err(Error::NegativeStock {
+                    sku: sku.to_string(),
+                    key: StockKeys::new(sku).buckets,
+                    value: n,
+                }),
+                n => n.ok_or_else(|| Error::Unseeded {
+                    sku: sku.to_string(),
+                }),
+            },
+            None => {
+                stock::starting_stock_at(conn, sku, &keys.stock)?.ok_or_else(|| Error::Unseeded {
+                    sku: sku.to_string(),
+                })
             }
-        }),
+        },
     }
 }
 

@@ -84,6 +84,10 @@ impl Drop for StockWatch {
 fn read_until(target: &Target, sku: &Sku, key: &str, initial: i64, stop: &AtomicBool) -> Watched {
     let started = Instant::now();
     let mut conn = Reconnecting::new(target);
+    // A bucketed SKU's stock is its buckets' (its own key does not exist).
+    let bucketed = conn
+        .with(|c| stock::buckets::Buckets::read(c, sku))
+        .is_ok_and(|b| b.is_some());
     let mut seen = Watched {
         last: initial,
         rose: None,
@@ -94,7 +98,10 @@ fn read_until(target: &Target, sku: &Sku, key: &str, initial: i64, stop: &Atomic
             return seen;
         }
         // A read that fails (a paused server, bad data) says nothing either way.
-        let Ok(now) = conn.with(|c| stock::read_stock_at(c, sku, key)) else {
+        let Ok(now) = conn.with(|c| match bucketed {
+            true => stock::buckets::stock_of(c, sku),
+            false => stock::read_stock_at(c, sku, key),
+        }) else {
             continue;
         };
         let at = started.elapsed().as_secs_f64();

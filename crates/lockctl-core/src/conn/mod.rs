@@ -86,6 +86,11 @@ impl Conn {
         &self.addr
     }
 
+    /// Whether this is a connection to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// The per-call limit now in force.
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
@@ -265,6 +270,37 @@ impl Conn {
             Err(e) => return Err(self.map_err(e).into_indeterminate()),
         };
         T::from_redis_value(value).map_err(|e| self.map_err(e.into()))
+    }
+
+    /// `WAIT replicas timeout_ms` on the server that holds `key` (on a cluster, the master of
+    /// its slot: the one the writes just made through this connection went to): how many
+    /// replicas have acknowledged every write this connection made there. Never sent again
+    /// after a redirection: a WAIT that moved would count another server's replicas.
+    pub fn wait_replicas(&mut self, key: &str, replicas: u32, timeout: Duration) -> Result<u32> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(timeout.as_millis() as u64);
+        // WAIT blocks for its timeout: the call's own limit must outlast it.
+        let limit = self.call_timeout;
+        let longer = limit + timeout;
+        self.inner
+            .set_timeouts(longer)
+            .map_err(|e| self.map_err(e))?;
+        let acked = match &mut self.inner {
+            Inner::Single(c) => cmd.query::<i64>(c),
+            Inner::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
+                c.route_command(
+                    &cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
+                )
+                .and_then(|v| i64::from_redis_value(v).map_err(RedisError::from))
+            }
+        };
+        let restored = self.inner.set_timeouts(limit);
+        let acked = acked.map_err(|e| self.map_err(e))?;
+        restored.map_err(|e| self.map_err(e))?;
+        Ok(acked.max(0) as u32)
     }
 
     /// Runs a script by EVALSHA, loading it first if the server does not know it.

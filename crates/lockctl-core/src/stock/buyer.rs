@@ -34,6 +34,11 @@ pub struct Buyer {
     lock: Lock,
     options: BuyOptions,
     meters: Option<Meters>,
+    /// The SKU's buckets, once a purchase found it bucketed (see [`crate::stock::buckets`]);
+    /// shared by the clones of this buyer.
+    buckets: Arc<std::sync::RwLock<Option<Arc<bucketed::Bucketed>>>>,
+    /// This buyer buys one bucket of a bucketed SKU: it never looks for buckets itself.
+    in_bucket: bool,
 }
 
 /// This buyer's metrics, looked up once: a purchase then costs two atomic operations (none
@@ -79,6 +84,7 @@ impl Meters {
 }
 
 mod answers;
+mod bucketed;
 
 impl Buyer {
     /// Counts one purchase in the target's metrics, if it has any.
@@ -98,6 +104,8 @@ impl Buyer {
             keys,
             options,
             meters: target.metrics().map(|m| Meters::new(m, sku)),
+            buckets: Arc::default(),
+            in_bucket: false,
         }
     }
 
@@ -166,6 +174,43 @@ impl Buyer {
         user: Option<&str>,
         started: Instant,
     ) -> Result<Purchase> {
+        if let Some(b) = self.bucketed() {
+            return self.buy_bucketed(&b, conn, order_id, user, started);
+        }
+        match self.buy_plain(conn, order_id, user, started) {
+            Err(Error::Unseeded { .. }) if !self.in_bucket => match self.find_buckets(conn)? {
+                Some(b) => self.buy_bucketed(&b, conn, order_id, user, started),
+                None => Err(Error::Unseeded {
+                    sku: self.sku.to_string(),
+                }),
+            },
+            other => other,
+        }
+    }
+
+    /// One purchase of an unbucketed SKU (or of one bucket), and the wait for replicas when
+    /// the options ask for one.
+    fn buy_plain(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
+        let p = self.buy_once(conn, order_id, user, started)?;
+        if let Buy::Bought { .. } = p.outcome {
+            self.replicated(conn)?;
+        }
+        Ok(p)
+    }
+
+    fn buy_once(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
         let user_limit = user.zip(self.options.limit);
         let mut p = self.new_purchase(order_id);
         match self.options.strategy {
@@ -187,7 +232,7 @@ impl Buyer {
             Strategy::Batch => {
                 thread::sleep(self.options.work);
                 self.while_busy(&mut p, started + self.options.work, |p| {
-                    let reply = self.batch_unmetered(conn, &[(order_id, user)])?.pop();
+                    let reply = self.batch_once(conn, &[(order_id, user)])?.pop();
                     *p = reply.ok_or_else(|| conn.unexpected("an empty batch reply".into()))??;
                     Ok(())
                 })?;
@@ -241,6 +286,46 @@ impl Buyer {
     }
 
     fn batch_unmetered(
+        &self,
+        conn: &mut Conn,
+        purchases: &[(&str, Option<&str>)],
+    ) -> Result<Vec<Result<Purchase>>> {
+        if let Some(b) = self.bucketed() {
+            return self.batch_bucketed(&b, conn, purchases);
+        }
+        let answers = self.batch_plain(conn, purchases)?;
+        let unseeded = |a: &Result<Purchase>| matches!(a, Err(Error::Unseeded { .. }));
+        if !self.in_bucket
+            && !answers.is_empty()
+            && answers.iter().all(unseeded)
+            && let Some(b) = self.find_buckets(conn)?
+        {
+            return self.batch_bucketed(&b, conn, purchases);
+        }
+        Ok(answers)
+    }
+
+    /// One group-commit call of an unbucketed SKU (or of one bucket), and one wait for
+    /// replicas after it when the options ask for one and anything was bought.
+    fn batch_plain(
+        &self,
+        conn: &mut Conn,
+        purchases: &[(&str, Option<&str>)],
+    ) -> Result<Vec<Result<Purchase>>> {
+        let mut answers = self.batch_once(conn, purchases)?;
+        let bought =
+            |a: &Result<Purchase>| matches!(a, Ok(p) if matches!(p.outcome, Buy::Bought { .. }));
+        if answers.iter().any(bought)
+            && let Err(e) = self.replicated(conn)
+        {
+            for a in answers.iter_mut().filter(|a| bought(a)) {
+                *a = Err(e.clone());
+            }
+        }
+        Ok(answers)
+    }
+
+    fn batch_once(
         &self,
         conn: &mut Conn,
         purchases: &[(&str, Option<&str>)],
@@ -541,6 +626,9 @@ impl Buyer {
     /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
     /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
     pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
+        if let Some(b) = self.bucketed() {
+            return b.buyers[b.map.home(user, order_id)].atomic_command(order_id, user);
+        }
         let mut cmd = evalsha(&DEDUCT, &self.deduct_keys());
         cmd.arg(&self.deduct_args("", order_id, user, None));
         cmd
@@ -585,6 +673,15 @@ impl Buyer {
             Err(e) => Err(e),
             Ok(r) => self.deduct_outcome(conn, r, limit, &mut p),
         };
+        // The ordinary way finds the SKU's buckets, borrows for a bucket that is short, and
+        // waits for the replicas asked for: none of which one command could do.
+        let bucketed = !self.in_bucket && self.bucketed().is_some();
+        match (&result, bucketed) {
+            (Err(Error::Unseeded { .. }), _) if !self.in_bucket => return Ok(None),
+            (Ok(Buy::SoldOut { .. }), true) if p.replayed.is_none() => return Ok(None),
+            (Ok(Buy::Bought { .. }), _) if self.options.require_replicas > 0 => return Ok(None),
+            _ => {}
+        }
         match result {
             Ok(Buy::Busy) if busy_again => Ok(None),
             Ok(outcome) => {

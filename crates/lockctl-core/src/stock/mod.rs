@@ -18,6 +18,7 @@
 //! file holds the types they share and the plain reads and writes (seed, stock, ledger).
 
 mod batch;
+pub mod buckets;
 mod buyer;
 mod script;
 
@@ -108,6 +109,11 @@ pub struct BuyOptions {
     pub queue: bool,
     /// How the `batch` strategy groups purchases. Default: [`BatchOptions::default`].
     pub batch: BatchOptions,
+    /// Replicas that must have every deduction before its purchase is answered bought
+    /// (`--require-replicas N`: `WAIT N` after the deduction, for at most the call limit). A
+    /// deduction fewer replicas took in time is an indeterminate error: it happened on the
+    /// master, and a failover may lose it. Default: 0, no wait.
+    pub require_replicas: u32,
 }
 
 impl Default for BuyOptions {
@@ -120,6 +126,7 @@ impl Default for BuyOptions {
             limit: None,
             queue: false,
             batch: BatchOptions::default(),
+            require_replicas: 0,
         }
     }
 }
@@ -365,7 +372,7 @@ pub const LUA_EXACT: u64 = (1 << 53) - 1;
 /// earlier sales left in PostgreSQL. One script, so no purchase falls between that id and the
 /// clearing of the ledger.
 /// KEYS: 1 stock, 2 seed record, 3 sold counter, 4 ledger, 5 per-user totals, 6 events
-/// stream, 7 sale. ARGV: 1 the count. Returns the stream id the sale starts after.
+/// stream, 7 sale, 8 bucket map (an unbucketed seed ends a bucketed sale). ARGV: 1 the count. Returns the stream id the sale starts after.
 const SEED_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -382,7 +389,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[3], 0)
-redis.call('DEL', KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[4], KEYS[5], KEYS[8])
 redis.call('SET', KEYS[7], after)
 return after
 ";
@@ -401,6 +408,7 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
         .key(&keys.buyers)
         .key(&keys.events)
         .key(&keys.sale)
+        .key(&keys.buckets)
         .arg(count);
     let seeded: Result<String> = conn.script(&inv);
     match seeded {
@@ -416,6 +424,7 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
                     redis::Cmd::del(&keys.ledger),
                     redis::Cmd::del(&keys.buyers),
                     redis::Cmd::del(&keys.sale),
+                    redis::Cmd::del(&keys.buckets),
                 ],
                 None,
             )?;
@@ -441,7 +450,20 @@ pub fn ledger(conn: &mut Conn, sku: &Sku) -> Result<HashMap<String, i64>> {
 /// reading with HSCAN a page at a time, so a large ledger neither blocks the server nor has to
 /// fit in memory at once. A ledger that is not a hash, or units that are not an integer, are
 /// damaged books ([`Error::BadData`]).
+/// Of a bucketed SKU, every bucket's ledger in turn.
 pub fn scan_ledger(conn: &mut Conn, sku: &Sku, mut visit: impl FnMut(String, i64)) -> Result<()> {
+    match buckets::Buckets::read(conn, sku)? {
+        Some(b) => {
+            for bucket in &b.skus {
+                scan_one_ledger(conn, bucket, &mut visit)?;
+            }
+            Ok(())
+        }
+        None => scan_one_ledger(conn, sku, &mut visit),
+    }
+}
+
+fn scan_one_ledger(conn: &mut Conn, sku: &Sku, visit: &mut impl FnMut(String, i64)) -> Result<()> {
     let keys = StockKeys::new(sku);
     let damaged = |reason: String| Error::BadData {
         sku: sku.to_string(),

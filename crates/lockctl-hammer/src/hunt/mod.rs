@@ -339,6 +339,7 @@ fn round(
         requests: plan.requests,
         concurrency: plan.shape.concurrency(),
         stock: Some(plan.stock),
+        buckets: None,
         users: match plan.shape {
             Shape::DoubleClick { users } => Some(users),
             _ => opts.users,

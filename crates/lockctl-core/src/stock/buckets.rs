@@ -1,0 +1,610 @@
+//! Bucketed stock: one hot SKU's stock split over K buckets on different cluster masters.
+//!
+//! A SKU's keys all live in one slot, so one SKU is served by one master's one core whatever
+//! the cluster's size. `seed SKU N --buckets K` splits N over K buckets; bucket `i` is itself a
+//! SKU, `{<tag>}<SKU>`, whose hash tag is chosen so that its slot is served by the `i`-th
+//! master (round robin when K exceeds the masters). Each bucket keeps the books of an
+//! ordinary SKU (stock, sold counter, ledger, per-user totals, events), so every strategy buys
+//! from a bucket exactly as it buys an unbucketed SKU; the SKU's own keys keep only the bucket
+//! map (`item:buckets:<SKU>`), the count seeded, and a move counter.
+//!
+//! The rules that keep the sale honest:
+//! - **One user, one bucket.** A purchase's home bucket is a hash of its user (of its order id
+//!   when it names none), so a user's purchases, per-user total and order ids are all in one
+//!   bucket and the per-user limit and idempotency stay as atomic as one script.
+//! - **Never sold out while units remain.** A purchase that finds its home bucket short
+//!   borrows: it moves units from the other buckets into its home (half of what a donor has,
+//!   at least what it needs: remainders follow demand), then buys at home. It answers sold out
+//!   only after a pass over every bucket found none to move and saw no move happen meanwhile
+//!   (see [`Buckets::borrow`]); then it marks every bucket drained, so later purchases learn
+//!   it in one call.
+//! - **Units are never created or lost in a move.** A move takes units from the donor and
+//!   records it (`item:moving:<bucket>`, one script), then delivers them to the home, once
+//!   only (`item:moved_in:<bucket>` remembers the move's id), then forgets it at the donor.
+//!   Whoever finds a move unfinished (its mover crashed) finishes it. In every bucket
+//!   `seeded + moved in == stock + sold + moved out`, and over all buckets the moved-out units
+//!   not yet moved in are in transit: `status` counts them.
+
+use super::{MAX_STOCK, parse_stock, read_stock, seed};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::{StockKeys, key_slot};
+use crate::sku::Sku;
+
+/// The most buckets `seed --buckets` makes: each purchase that borrows may visit all of them.
+pub const MAX_BUCKETS: usize = 64;
+
+/// A bucketed SKU's map, as `item:buckets:<SKU>` holds it: `v1 <nonce> <tag> <tag> ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buckets {
+    /// The SKU the buckets split.
+    pub sku: Sku,
+    /// This sale's nonce: a move carries it, and is not delivered into another sale.
+    pub nonce: String,
+    /// Each bucket as a SKU of its own (`{tag}<SKU>`), in order.
+    pub skus: Vec<Sku>,
+}
+
+/// Where `seed --buckets` put a bucket.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Placement {
+    /// The bucket's index.
+    pub bucket: usize,
+    /// The bucket's own SKU, `{tag}<SKU>`.
+    pub sku: String,
+    /// The cluster slot of its keys.
+    pub slot: u16,
+    /// The master serving that slot (`host:port`), as the cluster said when seeding.
+    pub master: String,
+    /// Units seeded into it.
+    pub units: u64,
+}
+
+impl Buckets {
+    /// The map of `sku`, or `None` when it is not bucketed. A map lockctl did not write is
+    /// damaged books ([`Error::BadData`]).
+    pub fn read(conn: &mut Conn, sku: &Sku) -> Result<Option<Buckets>> {
+        let key = StockKeys::new(sku).buckets;
+        let raw: Option<String> = match conn.query(redis::cmd("GET").arg(&key)) {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                return Err(damaged(sku, format!("{key} is not a string")));
+            }
+            other => other?,
+        };
+        let Some(raw) = raw else { return Ok(None) };
+        let mut words = raw.split(' ');
+        let (Some("v1"), Some(nonce)) = (words.next(), words.next()) else {
+            return Err(damaged(sku, bad_map(&key, &raw)));
+        };
+        let tags: Vec<&str> = words.collect();
+        let fine = |t: &&str| {
+            !t.is_empty()
+                && t.len() <= 16
+                && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
+        };
+        if tags.is_empty() || tags.len() > MAX_BUCKETS || !tags.iter().all(fine) || nonce.is_empty()
+        {
+            return Err(damaged(sku, bad_map(&key, &raw)));
+        }
+        Ok(Some(Buckets {
+            sku: sku.clone(),
+            nonce: nonce.to_string(),
+            skus: tags.iter().map(|t| sku.bucket(t)).collect(),
+        }))
+    }
+
+    /// How many buckets.
+    pub fn len(&self) -> usize {
+        self.skus.len()
+    }
+
+    /// Never: a map has at least one bucket.
+    pub fn is_empty(&self) -> bool {
+        self.skus.is_empty()
+    }
+
+    /// The home bucket of a purchase: by its user when it names one (so all of a user's
+    /// purchases, and its per-user total, are in one bucket), by its order id otherwise.
+    /// FNV-1a, so every process and every version agrees.
+    pub fn home(&self, user: Option<&str>, order_id: &str) -> usize {
+        let name = user.unwrap_or(order_id);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % self.skus.len() as u64) as usize
+    }
+
+    /// Makes room for a purchase of `qty` in bucket `home`, whose own stock is short: moves
+    /// units into it from the other buckets. `Ok(Borrowed::Moved)`: buy at home again (units
+    /// arrived, or another buyer moved some meanwhile). `Ok(Borrowed::SoldOut)`: one pass
+    /// over every bucket found fewer than `qty` units at home and none anywhere else, and the
+    /// move counter did not change from before the pass to after it, so no move was under
+    /// way that the pass could have missed. `lock_for(d)` takes bucket `d`'s lock for the lock
+    /// strategies (a donor locked by a holder who read its stock is not taken from).
+    pub fn borrow(
+        &self,
+        conn: &mut Conn,
+        home: usize,
+        qty: u64,
+        lock_for: &mut dyn FnMut(&mut Conn, usize) -> Result<Option<crate::lock::Guard>>,
+    ) -> Result<Borrowed> {
+        let keys: Vec<StockKeys> = self.skus.iter().map(StockKeys::new).collect();
+        let parent = StockKeys::new(&self.sku);
+        let drained: Option<String> = conn.query(redis::cmd("GET").arg(&keys[home].drained))?;
+        if let Some(left) = drained.as_deref().and_then(|d| d.strip_prefix(&self.nonce))
+            && let Some(units) = left.strip_prefix(':').and_then(parse_stock)
+        {
+            return Ok(Borrowed::SoldOut { remaining: units });
+        }
+        let before = self.moves(conn, &parent)?;
+        let mut seen_elsewhere = false;
+        let mut moved = false;
+        let mut total = 0i64;
+        let k = self.skus.len();
+        for d in (1..k).map(|i| (home + i) % k) {
+            let mut took = self.take(conn, &keys, d, home, qty, "")?;
+            if took.status == "locked"
+                && let Some(guard) = lock_for(conn, d)?
+            {
+                let taken = self.take(conn, &keys, d, home, qty, guard.token());
+                let _ = guard.release(conn);
+                took = taken?;
+            }
+            for (id, units, to) in &took.unfinished {
+                self.finish(conn, &keys, &parent, d, id, *units, *to)?;
+            }
+            match took.status.as_str() {
+                "took" => {
+                    self.finish(conn, &keys, &parent, d, &took.id, took.units, home)?;
+                    moved = true;
+                }
+                "locked" => seen_elsewhere = true,
+                "stale" => return Ok(Borrowed::Stale),
+                _ => total += took.left.max(0),
+            }
+        }
+        if moved {
+            return Ok(Borrowed::Moved);
+        }
+        let at_home =
+            read_stock(conn, &self.skus[home], &keys[home])?.ok_or_else(|| Error::Unseeded {
+                sku: self.sku.to_string(),
+            })?;
+        if at_home >= qty as i64 {
+            return Ok(Borrowed::Moved);
+        }
+        let after = self.moves(conn, &parent)?;
+        if seen_elsewhere || after != before {
+            std::thread::sleep(super::buyer::busy_pause());
+            return Ok(Borrowed::Moved);
+        }
+        total += at_home.max(0);
+        let mark = format!("{}:{total}", self.nonce);
+        for key in &keys {
+            conn.query::<()>(redis::cmd("SET").arg(&key.drained).arg(&mark))?;
+        }
+        Ok(Borrowed::SoldOut { remaining: total })
+    }
+
+    /// The move counter of the SKU.
+    fn moves(&self, conn: &mut Conn, parent: &StockKeys) -> Result<i64> {
+        let n: Option<String> = conn.query(redis::cmd("GET").arg(&parent.moves))?;
+        Ok(n.as_deref().and_then(parse_stock).unwrap_or(0))
+    }
+
+    /// Takes units for `home` from bucket `d` (see `TAKE_LUA`), and lists the moves out of
+    /// `d` that are not finished.
+    fn take(
+        &self,
+        conn: &mut Conn,
+        keys: &[StockKeys],
+        d: usize,
+        home: usize,
+        qty: u64,
+        token: &str,
+    ) -> Result<Take> {
+        let id = hex::encode(rand::random::<[u8; 8]>());
+        let lock = crate::keys::LockKeys::new(self.skus[d].as_str()).lock;
+        let reply: (String, i64, i64, Vec<String>) = conn.script(
+            TAKE.key(&keys[d].stock)
+                .key(&keys[d].moving)
+                .key(&keys[d].moved_out)
+                .key(&keys[d].bucket_sale)
+                .key(&lock)
+                .arg(qty)
+                .arg(&id)
+                .arg(home)
+                .arg(&self.nonce)
+                .arg(token),
+        )?;
+        let (status, units, left, pending) = reply;
+        if status == "bad" {
+            return Err(damaged(&self.sku, pending.join(" ")));
+        }
+        let mut unfinished = Vec::new();
+        for pair in pending.chunks(2) {
+            let parsed = match pair {
+                [id, what] => what.split_once(' ').and_then(|(u, to)| {
+                    Some((id.clone(), parse_stock(u)?, to.parse::<usize>().ok()?))
+                }),
+                _ => None,
+            };
+            match parsed {
+                Some((id, u, to)) if u > 0 && to < self.skus.len() => unfinished.push((id, u, to)),
+                _ => {
+                    return Err(damaged(
+                        &self.sku,
+                        format!("{} holds a move lockctl did not write", keys[d].moving),
+                    ));
+                }
+            }
+        }
+        Ok(Take {
+            status,
+            id,
+            units,
+            left,
+            unfinished,
+        })
+    }
+
+    /// Delivers move `id` (`units` out of bucket `from`) into bucket `to`, once, between two
+    /// increments of the move counter, then forgets it at the donor.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        conn: &mut Conn,
+        keys: &[StockKeys],
+        parent: &StockKeys,
+        from: usize,
+        id: &str,
+        units: i64,
+        to: usize,
+    ) -> Result<()> {
+        conn.query::<i64>(redis::cmd("INCR").arg(&parent.moves))?;
+        let delivered: String = conn.script(
+            DELIVER
+                .key(&keys[to].stock)
+                .key(&keys[to].moved_in)
+                .key(&keys[to].bucket_sale)
+                .arg(id)
+                .arg(units)
+                .arg(&self.nonce),
+        )?;
+        if delivered.starts_with("bad") {
+            return Err(damaged(&self.sku, delivered));
+        }
+        conn.query::<i64>(redis::cmd("INCR").arg(&parent.moves))?;
+        conn.query::<i64>(redis::cmd("HDEL").arg(&keys[from].moving).arg(id))?;
+        Ok(())
+    }
+}
+
+/// What [`Buckets::borrow`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Borrowed {
+    /// Buy at home again.
+    Moved,
+    /// Every bucket is short: sold out, with `remaining` units left over all of them.
+    SoldOut {
+        /// Units left over all buckets (fewer than the purchase's).
+        remaining: i64,
+    },
+    /// A bucket belongs to another sale (the SKU was seeded again): read the map again.
+    Stale,
+}
+
+struct Take {
+    status: String,
+    id: String,
+    units: i64,
+    left: i64,
+    unfinished: Vec<(String, i64, usize)>,
+}
+
+fn damaged(sku: &Sku, reason: String) -> Error {
+    Error::BadData {
+        sku: sku.to_string(),
+        reason,
+    }
+}
+
+fn bad_map(key: &str, raw: &str) -> String {
+    let shown: String = raw.chars().take(60).collect();
+    format!(
+        "{key} holds '{}', not a bucket map lockctl wrote",
+        shown.escape_debug()
+    )
+}
+
+/// Takes units from a donor bucket, for a purchase at another.
+/// KEYS: 1 stock, 2 moves out not finished, 3 units moved out, 4 the bucket's sale nonce,
+/// 5 the bucket's lock. ARGV: 1 units needed, 2 the move's id, 3 the destination bucket,
+/// 4 the sale's nonce, 5 the token of the lock the taker holds ('' = none).
+/// Returns {status, units taken, stock left, {id, '<units> <to>', ...} unfinished}:
+/// 'took', 'empty' (nothing to take), 'locked' (another holds the lock: a holder may have
+/// read the stock and be about to write it), 'stale' (another sale), 'bad' (damaged keys).
+/// Takes half of the donor's stock, at least what is needed (all there is, if less).
+const TAKE_LUA: &str = r"
+local pending = redis.call('HGETALL', KEYS[2])
+if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {'stale', 0, 0, pending} end
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) ~= 'string' or not (raw == '0' or string.match(raw, '^%-?[1-9]%d*$')) then
+  return {'bad', 0, 0, {KEYS[1] .. ' is not a stock counter'}}
+end
+local stock = tonumber(raw)
+if stock <= 0 then return {'empty', 0, stock, pending} end
+local holder = redis.call('GET', KEYS[5])
+if holder and holder ~= ARGV[5] then return {'locked', 0, stock, pending} end
+local take = math.min(stock, math.max(tonumber(ARGV[1]), math.floor(stock / 2)))
+redis.call('DECRBY', KEYS[1], take)
+redis.call('HSET', KEYS[2], ARGV[2], string.format('%d %s', take, ARGV[3]))
+redis.call('INCRBY', KEYS[3], take)
+return {'took', take, stock - take, pending}
+";
+
+/// Delivers a move into its destination, once.
+/// KEYS: 1 stock, 2 moves delivered (id -> units), 3 the bucket's sale nonce.
+/// ARGV: 1 the move's id, 2 units, 3 the sale's nonce.
+/// Returns 'done', 'again' (delivered before), 'stale' (the bucket is another sale's now: the
+/// units belonged to a sale that is over) or 'bad: <why>'.
+const DELIVER_LUA: &str = r"
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'stale' end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'again' end
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) ~= 'string' or not (raw == '0' or string.match(raw, '^%-?[1-9]%d*$')) then
+  return 'bad: ' .. KEYS[1] .. ' is not a stock counter'
+end
+redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 'done'
+";
+
+static TAKE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(TAKE_LUA));
+static DELIVER: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(DELIVER_LUA));
+
+/// A master's `host:port` and the slot ranges it serves.
+pub type Master = (String, Vec<(u16, u16)>);
+
+/// The masters of the server `conn` talks to and the slots each serves: on a cluster, from
+/// `CLUSTER SLOTS`; on one server, that server for every slot.
+pub fn masters(conn: &mut Conn) -> Result<Vec<Master>> {
+    if !conn.is_cluster() {
+        return Ok(vec![(conn.addr().to_string(), vec![(0, 16383)])]);
+    }
+    let slots: Vec<redis::Value> = conn.query(redis::cmd("CLUSTER").arg("SLOTS"))?;
+    let mut out: Vec<Master> = Vec::new();
+    for range in slots {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let int = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let (Some(a), Some(b)) = (int(parts.first()), int(parts.get(1))) else {
+            continue;
+        };
+        let Some(redis::Value::Array(node)) = parts.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(redis::Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+            _ => continue,
+        };
+        let Some(port) = int(node.get(1)) else {
+            continue;
+        };
+        let addr = format!("{host}:{port}");
+        let range = (a.clamp(0, 16383) as u16, b.clamp(0, 16383) as u16);
+        match out.iter_mut().find(|(m, _)| *m == addr) {
+            Some((_, ranges)) => ranges.push(range),
+            None => out.push((addr, vec![range])),
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        return Err(conn.unexpected("CLUSTER SLOTS named no master".into()));
+    }
+    Ok(out)
+}
+
+/// Splits `count` over `k` buckets of `sku`, bucket `i` on master `i mod M` (see the module
+/// documentation), and starts a new sale in each. Returns where each bucket went. A bucket
+/// of the SKU's earlier map that the new one does not reuse is emptied (its stock deleted),
+/// so no units are left where nobody looks.
+pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<Vec<Placement>> {
+    if k == 0 || k > MAX_BUCKETS {
+        return Err(Error::internal(format!(
+            "--buckets {k}: a SKU has 1 to {MAX_BUCKETS} buckets"
+        )));
+    }
+    if count > MAX_STOCK {
+        return Err(Error::internal(format!("a stock of at most {MAX_STOCK}")));
+    }
+    let masters = masters(conn)?;
+    let owner = |slot: u16| {
+        masters
+            .iter()
+            .find(|(_, r)| r.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .map(|(m, _)| m.clone())
+    };
+    let mut placed = Vec::with_capacity(k);
+    for i in 0..k {
+        let want = &masters[i % masters.len()].0;
+        let tag = (0..100_000u32)
+            .map(|salt| format!("b{i}.{salt}"))
+            .find(|t| owner(key_slot(t)).as_ref() == Some(want))
+            .ok_or_else(|| conn.unexpected(format!("no slot of master {want} found")))?;
+        let share = count / k as u64 + u64::from((i as u64) < count % k as u64);
+        let bucket = sku.bucket(&tag);
+        placed.push((
+            tag.clone(),
+            Placement {
+                bucket: i,
+                slot: key_slot(&tag),
+                master: want.clone(),
+                sku: bucket.to_string(),
+                units: share,
+            },
+        ));
+    }
+    let old = Buckets::read(conn, sku).ok().flatten();
+    let nonce = hex::encode(rand::random::<[u8; 8]>());
+    for (tag, p) in &placed {
+        let bucket = sku.bucket(tag);
+        let keys = StockKeys::new(&bucket);
+        // The bucket's sale record first: a move of the earlier sale still under way is then
+        // not delivered into this one.
+        conn.query::<()>(redis::cmd("SET").arg(&keys.bucket_sale).arg(&nonce))?;
+        conn.query::<()>(
+            redis::cmd("DEL")
+                .arg(&keys.moving)
+                .arg(&keys.moved_in)
+                .arg(&keys.drained),
+        )?;
+        conn.query::<()>(redis::cmd("SET").arg(&keys.moved_out).arg(0))?;
+        seed(conn, &bucket, p.units)?;
+    }
+    if let Some(old) = old {
+        for b in old
+            .skus
+            .iter()
+            .filter(|b| !placed.iter().any(|(_, p)| p.sku == b.as_str()))
+        {
+            let keys = StockKeys::new(b);
+            conn.query::<()>(redis::cmd("DEL").arg(&keys.stock).arg(&keys.bucket_sale))?;
+        }
+    }
+    let parent = StockKeys::new(sku);
+    let tags: Vec<&str> = placed.iter().map(|(t, _)| t.as_str()).collect();
+    // The SKU's own stock key goes: a reader that knows no buckets finds it unseeded rather
+    // than a wrong count.
+    conn.query::<()>(redis::cmd("DEL").arg(&parent.stock))?;
+    conn.query::<()>(redis::cmd("SET").arg(&parent.seeded).arg(count))?;
+    conn.query::<()>(redis::cmd("SET").arg(&parent.moves).arg(0))?;
+    conn.query::<()>(
+        redis::cmd("SET")
+            .arg(&parent.buckets)
+            .arg(format!("v1 {nonce} {}", tags.join(" "))),
+    )?;
+    Ok(placed.into_iter().map(|(_, p)| p).collect())
+}
+
+/// One bucket's books, as `status` and the hammer add them up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BucketBooks {
+    /// The bucket's own SKU.
+    pub sku: String,
+    /// Its stock.
+    pub stock: i64,
+    /// Units seeded into it.
+    pub seeded: i64,
+    /// Units sold from it.
+    pub sold: i64,
+    /// Units moved out of it.
+    pub moved_out: i64,
+    /// Units moved into it.
+    pub moved_in: i64,
+}
+
+impl BucketBooks {
+    /// Reads one bucket's counters. A counter that is missing reads as 0; one that is not an
+    /// integer is damaged books.
+    pub fn read(conn: &mut Conn, bucket: &Sku) -> Result<BucketBooks> {
+        let keys = StockKeys::new(bucket);
+        let vals: Vec<Option<String>> = conn.query(
+            redis::cmd("MGET")
+                .arg(&keys.stock)
+                .arg(&keys.seeded)
+                .arg(&keys.sold)
+                .arg(&keys.moved_out),
+        )?;
+        let names = [&keys.stock, &keys.seeded, &keys.sold, &keys.moved_out];
+        let mut n = [0i64; 4];
+        for (i, v) in vals.iter().enumerate().take(4) {
+            n[i] = match v.as_deref() {
+                None => 0,
+                Some(s) => parse_stock(s).ok_or_else(|| {
+                    damaged(
+                        bucket,
+                        format!("{} holds '{}', not an integer", names[i], s.escape_debug()),
+                    )
+                })?,
+            };
+        }
+        let delivered: Vec<String> = match conn.query(redis::cmd("HVALS").arg(&keys.moved_in)) {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                return Err(damaged(bucket, format!("{} is not a hash", keys.moved_in)));
+            }
+            other => other?,
+        };
+        let moved_in = delivered.iter().filter_map(|s| parse_stock(s)).sum();
+        Ok(BucketBooks {
+            sku: bucket.to_string(),
+            stock: n[0],
+            seeded: n[1],
+            sold: n[2],
+            moved_out: n[3],
+            moved_in,
+        })
+    }
+}
+
+/// The books of every bucket of `b`, and the units in transit (moved out, not yet moved in).
+pub fn books(conn: &mut Conn, b: &Buckets) -> Result<(Vec<BucketBooks>, i64)> {
+    let each = b
+        .skus
+        .iter()
+        .map(|s| BucketBooks::read(conn, s))
+        .collect::<Result<Vec<_>>>()?;
+    let transit = each.iter().map(|x| x.moved_out - x.moved_in).sum();
+    Ok((each, transit))
+}
+
+/// Finishes every move of `b` left unfinished (its mover stopped between taking and
+/// delivering), so that the stock is where buyers look: what the hammer does before it reads
+/// the books, and what every borrowing purchase does on its way.
+pub fn finish_moves(conn: &mut Conn, b: &Buckets) -> Result<u64> {
+    let keys: Vec<StockKeys> = b.skus.iter().map(StockKeys::new).collect();
+    let parent = StockKeys::new(&b.sku);
+    let mut finished = 0;
+    for d in 0..b.len() {
+        let pending: Vec<(String, String)> =
+            conn.query(redis::cmd("HGETALL").arg(&keys[d].moving))?;
+        for (id, what) in pending {
+            let Some((u, to)) = what.split_once(' ') else {
+                continue;
+            };
+            let (Some(u), Ok(to)) = (parse_stock(u), to.parse::<usize>()) else {
+                continue;
+            };
+            if to < b.len() {
+                b.finish(conn, &keys, &parent, d, &id, u, to)?;
+                finished += 1;
+            }
+        }
+    }
+    Ok(finished)
+}
+
+/// The stock of `sku` as a run's books count it: of a bucketed SKU, the stock of every bucket
+/// plus the units in transit between them (moved out, not yet in: not sold, and not lost
+/// unless a failover lost the delivery), or, when a bucket is below zero, the sum of the
+/// buckets below zero (an oversale that a fuller bucket must not hide). `None` when neither
+/// the SKU nor a bucket map exists.
+pub fn stock_of(conn: &mut Conn, sku: &Sku) -> Result<Option<i64>> {
+    let Some(b) = Buckets::read(conn, sku)? else {
+        return read_stock(conn, sku, &StockKeys::new(sku));
+    };
+    let (each, transit) = books(conn, &b)?;
+    let below: i64 = each.iter().map(|x| x.stock.min(0)).sum();
+    if below < 0 {
+        return Ok(Some(below));
+    }
+    Ok(Some(each.iter().map(|x| x.stock).sum::<i64>() + transit))
+}
