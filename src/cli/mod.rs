@@ -344,6 +344,7 @@ mod tests {
                     window: Duration::from_millis(i as u64),
                     max: 1 + 10 * i,
                 },
+                require_replicas: i as u32 % 3,
             };
             let child = ChildBuy {
                 target: &target,
