@@ -9,6 +9,7 @@ mod adversarial;
 mod aio;
 mod batch;
 mod browser;
+mod buckets;
 mod cli;
 mod cluster;
 mod endpoint;

@@ -33,6 +33,7 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     }
     let initial_stock = starting_stock(&mut conn, opts, &keys)?;
     let incarnation = readback::Incarnation::of(target, &mut conn);
+    let masters_before = bucket_masters(target, &mut conn, opts);
     let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
     let running = match &opts.pipeline {
         Some(p) => Some(pipeline::start(target, opts, p)?),
@@ -54,6 +55,7 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     let readback =
         readback::read_back_patiently(target, &mut conn, &opts.load.sku, &run_id, &tally);
     let restart = incarnation.restart(target);
+    let failovers = failed_over(target, opts, &masters_before);
     let stopped_early = interrupted(&opts.load, made);
     let facts = RunFacts {
         run_id,
@@ -93,7 +95,7 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
         restart: Some(restart),
         server: target.addr().to_string(),
         interrupted: stopped_early.then_some((made, opts.load.requests)),
-        notes: Vec::new(),
+        notes: failovers,
         findings: Vec::new(),
         unjudged: None,
     };
@@ -184,4 +186,53 @@ pub(crate) fn interrupted(load: &LoadOptions, made: u64) -> bool {
             .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed))
+}
+
+/// Of a bucketed SKU on a cluster, the master serving each bucket's slot (empty otherwise).
+fn bucket_masters(target: &Target, conn: &mut Conn, opts: &HammerOptions) -> Vec<Option<String>> {
+    if !target.is_cluster() {
+        return Vec::new();
+    }
+    let Ok(Some(b)) = stock::buckets::Buckets::read(conn, &opts.load.sku) else {
+        return Vec::new();
+    };
+    let Ok(masters) = stock::buckets::masters(conn) else {
+        return Vec::new();
+    };
+    b.skus
+        .iter()
+        .map(|s| {
+            let slot = lockctl_core::keys::key_slot(s.as_str());
+            masters
+                .iter()
+                .find(|(_, r)| r.iter().any(|&(a, z)| a <= slot && slot <= z))
+                .map(|(m, _)| m.clone())
+        })
+        .collect()
+}
+
+/// The buckets whose master changed during the run (a failover), in words: writes the old
+/// master acknowledged and had not yet sent to the replica that took over are gone, and the
+/// verdict's "told it bought but not in the ledger" are those losses.
+fn failed_over(target: &Target, opts: &HammerOptions, before: &[Option<String>]) -> Vec<String> {
+    if before.is_empty() {
+        return Vec::new();
+    }
+    let after = match target.connect() {
+        Ok(mut c) => bucket_masters(target, &mut c, opts),
+        Err(_) => return Vec::new(),
+    };
+    before
+        .iter()
+        .zip(&after)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (a, b))| {
+            format!(
+                "bucket {i}'s master changed during the run, from {} to {} (a failover): deductions the old master acknowledged before its replica had them are lost with it; any order below told it bought but missing from the ledger is such a loss (--require-replicas 1 makes a purchase wait until a replica has it)",
+                a.as_deref().unwrap_or("none"),
+                b.as_deref().unwrap_or("none")
+            )
+        })
+        .collect()
 }

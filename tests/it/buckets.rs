@@ -1,0 +1,458 @@
+//! Bucketed stock (`seed SKU N --buckets K`) on a Redis Cluster of three masters, each with a
+//! replica: sold to zero by every strategy with nothing stranded, per-user limits held, and a
+//! master failed over mid-sale, with and without `--require-replicas`.
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lockctl_core::conn::{ConnectOptions, Target};
+use lockctl_core::keys::{StockKeys, key_slot};
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::buckets::Buckets;
+
+use crate::support::{
+    RedisServer, Streams, code, eventually, json, lockctl, redis_cli_program, run_ok,
+    spawn_lockctl_with, stderr, stdout,
+};
+
+/// Three masters and three replicas, made with `redis-cli --cluster create --cluster-replicas
+/// 1`, with a short node timeout so a failover comes within seconds.
+struct Replicated {
+    nodes: Vec<RedisServer>,
+}
+
+impl Replicated {
+    fn start() -> Replicated {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "1500",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        run_ok(
+            Command::new(redis_cli_program())
+                .args(["--cluster", "create"])
+                .args(&addrs)
+                .args(["--cluster-replicas", "1", "--cluster-yes"]),
+        );
+        let c = Replicated { nodes };
+        let ready = eventually(Duration::from_secs(30), || {
+            c.nodes.iter().all(|n| {
+                let info = |s: &str| -> String {
+                    redis::cmd("INFO")
+                        .arg(s)
+                        .query(&mut n.raw())
+                        .unwrap_or_default()
+                };
+                let cluster: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.raw())
+                    .unwrap_or_default();
+                let repl = info("replication");
+                cluster.contains("cluster_state:ok")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+            })
+        });
+        assert!(ready, "the cluster never came up with its replicas in sync");
+        c
+    }
+
+    fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// The node serving `slot` as master, and its replica.
+    fn master_and_replica(&self, slot: u16) -> (usize, usize) {
+        let master = (0..self.nodes.len())
+            .find(|&i| {
+                let repl = replication(&self.nodes[i]);
+                repl.contains("role:master") && self.serves(i, slot)
+            })
+            .expect("a master serves the slot");
+        let port = self.nodes[master].port;
+        let replica = (0..self.nodes.len())
+            .find(|&i| {
+                let repl = replication(&self.nodes[i]);
+                repl.contains(&format!("master_port:{port}\r"))
+            })
+            .expect("the master has a replica");
+        (master, replica)
+    }
+
+    fn serves(&self, i: usize, slot: u16) -> bool {
+        let nodes: String = try_raw(&self.nodes[i])
+            .and_then(|mut c| redis::cmd("CLUSTER").arg("NODES").query(&mut c).ok())
+            .unwrap_or_default();
+        nodes.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.len() > 8
+                && f[2].contains("myself")
+                && f[8..].iter().any(|r| match r.split_once('-') {
+                    Some((a, b)) => {
+                        a.parse::<u16>().is_ok_and(|a| a <= slot)
+                            && b.parse::<u16>().is_ok_and(|b| slot <= b)
+                    }
+                    None => r.parse::<u16>() == Ok(slot),
+                })
+        })
+    }
+
+    fn target(&self) -> Target {
+        Target::open_cluster(&self.url(), ConnectOptions::default()).unwrap()
+    }
+
+    fn ok(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            try_raw(n)
+                .and_then(|mut c| {
+                    redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query::<String>(&mut c)
+                        .ok()
+                })
+                .is_some_and(|i| i.contains("cluster_state:ok"))
+        })
+    }
+}
+
+/// Each user's units over every bucket of `sku`.
+/// `INFO replication` of node `n`, empty while it does not answer.
+fn replication(n: &RedisServer) -> String {
+    try_raw(n)
+        .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c).ok())
+        .unwrap_or_default()
+}
+
+/// A connection to node `n`, or `None` while it does not answer (killed, or not yet up).
+fn try_raw(n: &RedisServer) -> Option<redis::Connection> {
+    redis::Client::open(n.url()).ok()?.get_connection().ok()
+}
+
+fn per_user(c: &Replicated, sku: &str) -> std::collections::HashMap<String, i64> {
+    let sku: Sku = sku.parse().unwrap();
+    let mut conn = c.target().connect().unwrap();
+    let b = Buckets::read(&mut conn, &sku).unwrap().unwrap();
+    let mut out = std::collections::HashMap::new();
+    for s in &b.skus {
+        let hash: Vec<(String, i64)> = conn
+            .query(redis::cmd("HGETALL").arg(StockKeys::new(s).buyers))
+            .unwrap();
+        for (u, n) in hash {
+            *out.entry(u).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_bucketed_sku_sells_to_zero_on_a_cluster_with_every_strategy() {
+    let c = Replicated::start();
+    let url = c.url();
+    let out = lockctl(
+        &url,
+        &[
+            "--cluster",
+            "--json",
+            "seed",
+            "{hot}",
+            "90",
+            "--buckets",
+            "3",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    let placed = v["buckets"].as_array().unwrap();
+    let mut masters: Vec<&str> = placed
+        .iter()
+        .map(|p| p["master"].as_str().unwrap())
+        .collect();
+    masters.sort();
+    masters.dedup();
+    assert_eq!(masters.len(), 3, "three buckets on three masters: {v}");
+    let units: u64 = placed.iter().map(|p| p["units"].as_u64().unwrap()).sum();
+    assert_eq!(units, 90, "{v}");
+    for p in placed {
+        // The bucket's slot is where its keys are, and its master serves it.
+        let sku = p["sku"].as_str().unwrap();
+        assert_eq!(
+            key_slot(&format!("item:stock:{sku}")),
+            p["slot"].as_u64().unwrap() as u16
+        );
+    }
+    // Even demand (40 users, at most 3 each), then every purchase by one user: all demand
+    // lands in one bucket and the other two must lend theirs.
+    for (users, limit) in [("40", "3"), ("1", "1000")] {
+        let out = lockctl(
+            &url,
+            &[
+                "--cluster",
+                "--json",
+                "hammer",
+                "--sku",
+                "{hot}",
+                "-n",
+                "300",
+                "-c",
+                "12",
+                "--stock",
+                "90",
+                "--buckets",
+                "3",
+                "--users",
+                users,
+                "--limit",
+                limit,
+                "--wait-ms",
+                "5000",
+                "--strategy",
+                "atomic,batch,lock,fenced",
+            ],
+        );
+        assert_eq!(
+            code(&out),
+            0,
+            "users {users}: {}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let v = json(&out);
+        for run in v["runs"].as_array().unwrap() {
+            let seen = format!("users {users}, {}: {run}", run["strategy"]);
+            assert_eq!(run["verdict"], "pass", "{seen}");
+            assert_eq!(run["final_stock"], 0, "stranded stock: {seen}");
+            assert_eq!(run["sold_qty"], 90, "{seen}");
+            assert_eq!(run["errors"], 0, "{seen}");
+        }
+        // The last run's users, over all buckets, each within the limit.
+        let limit: i64 = limit.parse().unwrap();
+        for (user, n) in per_user(&c, "{hot}") {
+            assert!(n <= limit, "user {user} bought {n}, limit {limit}");
+        }
+        let st = lockctl(&url, &["--cluster", "--json", "status", "{hot}"]);
+        let st = json(&st);
+        assert_eq!(st["reconciled"], true, "{st}");
+        assert_eq!(st["stock"], 0, "{st}");
+        assert_eq!(st["in_transit"], 0, "{st}");
+        if users == "1" {
+            let moved: i64 = st["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["moved_in"].as_i64().unwrap())
+                .sum();
+            assert!(
+                moved >= 60,
+                "one user's demand must have borrowed the others' 60: {st}"
+            );
+        }
+    }
+}
+
+/// The nemesis of the failover tests: while a hammer buys, stops the replica of bucket 0's
+/// master, lets purchases land on the master alone, kills the master (kill -9), wakes the
+/// replica and makes it take over. Returns the hammer's output.
+fn fail_over_mid_sale(c: &mut Replicated, sku: &str, extra: &[&str]) -> std::process::Output {
+    let url = c.url();
+    let out = lockctl(&url, &["--cluster", "seed", sku, "6000", "--buckets", "3"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let parsed: Sku = sku.parse().unwrap();
+    let mut conn = c.target().connect().unwrap();
+    let b = Buckets::read(&mut conn, &parsed).unwrap().unwrap();
+    let (master, replica) = c.master_and_replica(key_slot(b.skus[0].as_str()));
+    let mut args = vec![
+        "--cluster",
+        "--timeout-ms",
+        "1000",
+        "--json",
+        "hammer",
+        "--sku",
+        sku,
+        "-n",
+        "3000",
+        "-c",
+        "4",
+        "--users",
+        "60",
+        "--limit",
+        "1000",
+        "--strategy",
+        "atomic",
+        "--work-ms",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    // The hammer's seed node is one the nemesis leaves alone (lockctl knows the cluster by
+    // the node it was given).
+    let seed_node = (0..c.nodes.len())
+        .find(|&i| i != master && i != replica)
+        .unwrap();
+    let hammer = spawn_lockctl_with(&c.nodes[seed_node].url(), &args, Streams::Capture);
+    thread::sleep(Duration::from_millis(800));
+    // Stopped, and cut off: what the master sends from now on never reaches it (a stopped
+    // replica alone would read it all from its socket once woken).
+    c.nodes[replica].signal("STOP");
+    let _: Result<i64, _> = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut c.nodes[master].raw());
+    thread::sleep(Duration::from_millis(600));
+    c.nodes[master].signal("KILL");
+    c.nodes[replica].signal("CONT");
+    let _: Result<(), _> = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut c.nodes[replica].raw());
+    assert!(
+        eventually(Duration::from_secs(30), || c.ok()),
+        "the cluster never recovered from the failover"
+    );
+    // The old master comes back, and rejoins as the new master's replica (its nodes.conf
+    // says which cluster it is in): the purchases that wait for a replica are answered again.
+    c.nodes[master].restart();
+    let started = Instant::now();
+    let out = hammer.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(180),
+        "the hammer hung"
+    );
+    out
+}
+
+#[test]
+fn a_failover_that_loses_acknowledged_purchases_fails_the_hammer_and_names_the_failover() {
+    let mut c = Replicated::start();
+    let out = fail_over_mid_sale(&mut c, "{lost}", &[]);
+    let v = json(&out);
+    let seen = format!("{v}\n{}", stderr(&out));
+    assert_eq!(code(&out), 3, "{seen}");
+    assert_eq!(v["verdict"], "fail", "{seen}");
+    let text = v.to_string();
+    assert!(
+        text.contains("told it bought but is not in the ledger"),
+        "{seen}"
+    );
+    assert!(
+        text.contains("bucket 0's master changed during the run"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn with_require_replicas_a_failover_loses_no_acknowledged_purchase() {
+    let mut c = Replicated::start();
+    let out = fail_over_mid_sale(&mut c, "{kept}", &["--require-replicas", "1"]);
+    let v = json(&out);
+    let seen = format!("{v}\n{}", stderr(&out));
+    assert_eq!(code(&out), 0, "{seen}");
+    assert_eq!(v["verdict"], "pass", "{seen}");
+    assert_eq!(v["oversold"], 0, "{seen}");
+    // The purchases the stopped replica could not confirm were errors, not "bought".
+    assert!(v["errors"].as_u64().unwrap() > 0, "{seen}");
+    assert!(
+        v.to_string()
+            .contains("bucket 0's master changed during the run"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn a_master_paused_mid_sale_oversells_nothing_and_strands_nothing() {
+    let c = Replicated::start();
+    let url = c.url();
+    let out = lockctl(
+        &url,
+        &["--cluster", "seed", "{paused}", "200", "--buckets", "3"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let sku: Sku = "{paused}".parse().unwrap();
+    let mut conn = c.target().connect().unwrap();
+    let b = Buckets::read(&mut conn, &sku).unwrap().unwrap();
+    let (master, _) = c.master_and_replica(key_slot(b.skus[1].as_str()));
+    let hammer = spawn_lockctl_with(
+        &url,
+        &[
+            "--cluster",
+            "--timeout-ms",
+            "300",
+            "--json",
+            "hammer",
+            "--sku",
+            "{paused}",
+            "-n",
+            "400",
+            "-c",
+            "6",
+            "--users",
+            "1",
+            "--limit",
+            "1000",
+            "--strategy",
+            "atomic",
+            "--work-ms",
+            "3",
+        ],
+        Streams::Capture,
+    );
+    thread::sleep(Duration::from_millis(300));
+    // Well under the node timeout: no failover, the master comes back with all it had.
+    c.nodes[master].signal("STOP");
+    thread::sleep(Duration::from_millis(700));
+    c.nodes[master].signal("CONT");
+    let out = hammer.wait_with_output().unwrap();
+    let v = json(&out);
+    let seen = format!("{v}\n{}", stderr(&out));
+    assert_eq!(v["oversold"], 0, "{seen}");
+    assert_ne!(v["verdict"], "fail", "{seen}");
+    // Whatever a timed-out move left unfinished, the hammer finished before its read-back, and
+    // one more purchase after the sale finds every unit sold.
+    let st = json(&lockctl(
+        &url,
+        &["--cluster", "--json", "status", "{paused}"],
+    ));
+    assert_eq!(st["reconciled"], true, "{st}");
+    assert_eq!(st["in_transit"], 0, "{st}");
+    let stock = st["stock"].as_i64().unwrap();
+    let sold = st["sold"].as_i64().unwrap();
+    assert_eq!(stock + sold, 200, "{st}");
+    // Demand (400) exceeded supply (200): once the errors' purchases are counted, what is left
+    // is sold to whoever asks next, from any bucket.
+    for i in 0..stock {
+        let out = lockctl(
+            &url,
+            &[
+                "--cluster",
+                "--json",
+                "buy",
+                "{paused}",
+                "--strategy",
+                "atomic",
+                "--order-id",
+                &format!("after-{i}"),
+            ],
+        );
+        assert_eq!(code(&out), 0, "unit {i} of {stock} left: {}", stderr(&out));
+    }
+    let out = lockctl(
+        &url,
+        &[
+            "--cluster",
+            "--json",
+            "buy",
+            "{paused}",
+            "--strategy",
+            "atomic",
+        ],
+    );
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+}
