@@ -420,7 +420,7 @@ pub fn masters(conn: &mut Conn) -> Result<Vec<Master>> {
 pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<Vec<Placement>> {
     if k == 0 || k > MAX_BUCKETS {
         return Err(Error::internal(format!(
-            "--buckets {k}: a SKU has 1 to {MAX_BUCKETS} buckets"
+            "{k} buckets: a SKU has 1 to {MAX_BUCKETS} buckets"
         )));
     }
     if count > MAX_STOCK {

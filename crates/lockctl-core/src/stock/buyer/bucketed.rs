@@ -185,7 +185,7 @@ impl Buyer {
         Err(Error::Redis {
             addr: conn.addr().to_string(),
             reason: format!(
-                "the deduction was made, but only {acked} of the {want} replicas asked for (--require-replicas {want}) acknowledged it within {} ms: a failover now may lose it",
+                "the deduction was made, but only {acked} of the {want} replicas required acknowledged it within {} ms: a failover now may lose it",
                 limit.as_millis()
             ),
             code: Some("NOREPLICAS".into()),
