@@ -201,13 +201,7 @@ fn bucket_masters(target: &Target, conn: &mut Conn, opts: &HammerOptions) -> Vec
     };
     b.skus
         .iter()
-        .map(|s| {
-            let slot = lockctl_core::keys::key_slot(s.as_str());
-            masters
-                .iter()
-                .find(|(_, r)| r.iter().any(|&(a, z)| a <= slot && slot <= z))
-                .map(|(m, _)| m.clone())
-        })
+        .map(|s| stock::buckets::master_of(&masters, lockctl_core::keys::key_slot(s.as_str())))
         .collect()
 }
 

@@ -177,8 +177,7 @@ impl Buckets {
         }
         let after = self.moves(conn, &parent)?;
         if seen_elsewhere || after != before {
-            std::thread::sleep(super::buyer::busy_pause());
-            return Ok(Borrowed::Moved);
+            return Ok(Borrowed::Unsettled);
         }
         total += at_home.max(0);
         let mark = format!("{}:{total}", self.nonce);
@@ -287,6 +286,8 @@ impl Buckets {
 pub enum Borrowed {
     /// Buy at home again.
     Moved,
+    /// A donor was locked, or a move happened during the pass: pause, then buy at home again.
+    Unsettled,
     /// Every bucket is short: sold out, with `remaining` units left over all of them.
     SoldOut {
         /// Units left over all buckets (fewer than the purchase's).
@@ -413,6 +414,14 @@ pub fn masters(conn: &mut Conn) -> Result<Vec<Master>> {
     Ok(out)
 }
 
+/// The master of `masters` serving `slot`.
+pub fn master_of(masters: &[Master], slot: u16) -> Option<String> {
+    masters
+        .iter()
+        .find(|(_, r)| r.iter().any(|&(a, b)| a <= slot && slot <= b))
+        .map(|(m, _)| m.clone())
+}
+
 /// Splits `count` over `k` buckets of `sku`, bucket `i` on master `i mod M` (see the module
 /// documentation), and starts a new sale in each. Returns where each bucket went. A bucket
 /// of the SKU's earlier map that the new one does not reuse is emptied (its stock deleted),
@@ -427,12 +436,7 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
         return Err(Error::internal(format!("a stock of at most {MAX_STOCK}")));
     }
     let masters = masters(conn)?;
-    let owner = |slot: u16| {
-        masters
-            .iter()
-            .find(|(_, r)| r.iter().any(|&(a, b)| a <= slot && slot <= b))
-            .map(|(m, _)| m.clone())
-    };
+    let owner = |slot: u16| master_of(&masters, slot);
     let mut placed = Vec::with_capacity(k);
     for i in 0..k {
         let want = &masters[i % masters.len()].0;

@@ -80,6 +80,7 @@ impl Buyer {
             }
             match self.borrow_for(&b, conn, home)? {
                 Borrowed::Moved => {}
+                Borrowed::Unsettled => std::thread::sleep(super::busy_pause()),
                 Borrowed::Stale => b = self.buckets_again(conn)?,
                 Borrowed::SoldOut { remaining } => {
                     return Ok(Purchase {
