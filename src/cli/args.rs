@@ -325,8 +325,10 @@ pub struct HttpArgs {
 /// The hammer's flags that mean nothing for an external endpoint, which protects its stock
 /// its own way. (`--lock-node`, often set through LOCKCTL_LOCK_NODES, is ignored rather than
 /// refused; `--cluster` still applies: the stock key is read from a cluster.)
-const LOCK_ONLY: [&str; 10] = [
+const LOCK_ONLY: [&str; 12] = [
     "strategy",
+    "buckets",
+    "require_replicas",
     "ttl_ms",
     "wait_ms",
     "work_ms",

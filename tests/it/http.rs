@@ -578,7 +578,7 @@ fn a_connection_that_never_comes_up_times_out_connecting_and_sent_nothing() {
 #[test]
 fn bad_input_is_refused_with_exit_2_naming_the_value() {
     let redis = RedisServer::start();
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 12] = [
         (
             &["--url", "http://127.0.0.1:1/", "--bought-if", "(x"],
             "--bought-if '(x' is not a valid pattern",
@@ -599,6 +599,16 @@ fn bad_input_is_refused_with_exit_2_naming_the_value() {
         ),
         (
             &["--url", "http://127.0.0.1:1/", "--strategy", "atomic"],
+            "cannot be used with",
+        ),
+        // Buckets and replicas are how lockctl's own buyers keep a cluster's stock: an
+        // endpoint keeps its own.
+        (
+            &["--url", "http://127.0.0.1:1/", "--buckets", "3"],
+            "cannot be used with",
+        ),
+        (
+            &["--url", "http://127.0.0.1:1/", "--require-replicas", "1"],
             "cannot be used with",
         ),
         (
