@@ -2,13 +2,14 @@
 //!
 //! Unlike the in-process metrics (which count what this process did), everything here is read
 //! fresh from Redis at scrape time, without taking any lock, so any number of buying processes
-//! (lockctl, the tutorial's PHP code) show up. Reads are O(1) per SKU: the sold counter stands
-//! in for the ledger, whose full check is `status`'s job; the orders queue is read from the
-//! stream's consumer group (length, orders not yet persisted, age of the oldest).
+//! (lockctl, the tutorial's PHP code) show up. Reads are O(1) per SKU (per bucket of a bucketed
+//! SKU, whose rows carry a `bucket` label): the sold counter stands in for the ledger, whose
+//! full check is `status`'s job; the orders queue is read from the stream's consumer group
+//! (length, orders not yet persisted, age of the oldest).
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -17,6 +18,7 @@ use lockctl_core::conn::{Conn, Target};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::lock::{Lock, LockOptions};
 use lockctl_core::sku::Sku;
+use lockctl_core::stock::buckets::{BucketBooks, Buckets};
 
 /// The exported gauges, in the order [`read_one`] returns their values, with their help text.
 const GAUGES: [(&str, &str); 10] = [
@@ -70,20 +72,27 @@ pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String 
     for sku in skus {
         let label = SkuLabel {
             sku: sku.to_string(),
+            bucket: None,
         };
-        let values = match conn.as_mut() {
-            Some(c) => read_one(c, target, sku),
+        let rows = match conn.as_mut() {
+            Some(c) => read_sku(c, target, sku),
             None => Err(lockctl_core::Error::internal("Redis could not be reached")),
         };
-        if let Err(e) = &values
+        if let Err(e) = &rows
             && (e.is_indeterminate() || e.kind().is_outage())
         {
             *conn = None;
         }
-        errors.get_or_create(&label).set(i64::from(values.is_err()));
-        for (family, v) in families.iter().zip(values.into_iter().flatten()) {
-            if let Some(v) = v {
-                family.get_or_create(&label).set(v);
+        errors.get_or_create(&label).set(i64::from(rows.is_err()));
+        for (bucket, values) in rows.into_iter().flatten() {
+            let label = SkuLabel {
+                bucket,
+                ..label.clone()
+            };
+            for (family, v) in families.iter().zip(values) {
+                if let Some(v) = v {
+                    family.get_or_create(&label).set(v);
+                }
             }
         }
     }
@@ -103,9 +112,51 @@ pub fn scrape(conn: &mut Option<Conn>, target: &Target, skus: &[Sku]) -> String 
     out
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// `sku`, and `bucket` on the rows of a bucketed SKU's buckets (one row per bucket, so that
+/// `sum by (sku)` is the SKU's). Written by hand because the derive writes `bucket=""` for a
+/// `None`, which would put an empty label on every unbucketed SKU's rows.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct SkuLabel {
     sku: String,
+    bucket: Option<String>,
+}
+
+impl EncodeLabelSet for SkuLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let mut labels = vec![("sku", self.sku.as_str())];
+        if let Some(b) = &self.bucket {
+            labels.push(("bucket", b.as_str()));
+        }
+        labels.encode(encoder)
+    }
+}
+
+/// The rows of one SKU: its own (no bucket label), or, of a bucketed SKU, one per bucket,
+/// whose `seeded` is what the bucket was given (seeded, plus moved in, less moved out), so
+/// that each bucket reconciles on its own and the buckets add up to the SKU less what is in
+/// transit between them.
+fn read_sku(
+    conn: &mut Conn,
+    target: &Target,
+    sku: &Sku,
+) -> lockctl_core::Result<Vec<(Option<String>, [Option<f64>; 10])>> {
+    let Some(b) = Buckets::read(conn, sku)? else {
+        return Ok(vec![(None, read_one(conn, target, sku)?)]);
+    };
+    let mut rows = Vec::with_capacity(b.len());
+    for (i, bucket) in b.skus.iter().enumerate() {
+        let books = BucketBooks::read(conn, bucket)?;
+        let mut values = read_one(conn, target, bucket)?;
+        let given = books.seeded + books.moved_in - books.moved_out;
+        values[2] = Some(given as f64);
+        values[3] = Some(if books.stock + books.sold == given {
+            1.0
+        } else {
+            0.0
+        });
+        rows.push((Some(i.to_string()), values));
+    }
+    Ok(rows)
 }
 
 /// stock, sold, seeded, reconciled, held, ttl, waiters (in the order of `scrape`'s rows).

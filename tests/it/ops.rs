@@ -227,12 +227,26 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     lockctl(&url, &["seed", "{a}", "10"]);
     lockctl(&url, &["seed", "b", "5"]);
     lockctl(&url, &["buy", "b"]);
+    // A bucketed SKU: one row per bucket, labelled, adding up to the SKU's.
+    assert_eq!(
+        code(&lockctl(&url, &["seed", "hot", "9", "--buckets", "3"])),
+        0
+    );
+    for user in ["u1", "u2"] {
+        assert_eq!(
+            code(&lockctl(
+                &url,
+                &["buy", "hot", "--user", user, "--limit", "5"]
+            )),
+            0
+        );
+    }
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut exporter = spawn_lockctl(
         &url,
         &[
-            "exporter", "--sku", "{a}", "--sku", "b", "--listen", &listen,
+            "exporter", "--sku", "{a}", "--sku", "b", "--sku", "hot", "--listen", &listen,
         ],
     );
     let mut text = String::new();
@@ -253,6 +267,27 @@ fn the_exporter_reads_each_sku_from_redis_on_every_scrape() {
     assert_eq!(sample(&text, "lockctl_sold{sku=\"b\"}"), Some(1.0));
     assert_eq!(sample(&text, "lockctl_reconciled{sku=\"b\"}"), Some(1.0));
     assert_eq!(sample(&text, "lockctl_lock_held{sku=\"b\"}"), Some(0.0));
+    assert!(
+        !text.contains("bucket=\"\""),
+        "no empty bucket label: {text}"
+    );
+    assert_eq!(sample(&text, "lockctl_stock{sku=\"hot\"}"), None, "{text}");
+    let each = |metric: &str| -> Vec<f64> {
+        (0..3)
+            .map(|i| {
+                sample(&text, &format!("{metric}{{sku=\"hot\",bucket=\"{i}\"}}"))
+                    .unwrap_or_else(|| panic!("no {metric} of bucket {i}: {text}"))
+            })
+            .collect()
+    };
+    assert_eq!(each("lockctl_stock").iter().sum::<f64>(), 7.0, "{text}");
+    assert_eq!(each("lockctl_sold").iter().sum::<f64>(), 2.0, "{text}");
+    assert_eq!(each("lockctl_seeded").iter().sum::<f64>(), 9.0, "{text}");
+    assert_eq!(each("lockctl_reconciled"), vec![1.0; 3], "{text}");
+    assert_eq!(
+        sample(&text, "lockctl_scrape_error{sku=\"hot\"}"),
+        Some(0.0)
+    );
     // Fresh on every scrape.
     server.hold_lock("b", "x", 30_000);
     let _: i64 = server.raw().decr("item:stock:b", 1).unwrap();
@@ -318,4 +353,42 @@ fn status_during_a_live_sale_reconciles_and_catches_a_forged_order_once_quiet() 
         );
         assert_eq!(code(&out), 3);
     }
+}
+
+/// The Grafana dashboard (contrib/grafana-dashboard.json) is JSON Grafana can load, and every
+/// metric its queries name is one lockctl serves (the exporter's gauges, the in-process
+/// metrics): a renamed metric would leave a panel silently empty.
+#[test]
+fn the_dashboard_queries_only_metrics_lockctl_serves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("contrib/grafana-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let served = ["src/scrape.rs", "crates/lockctl-core/src/metrics.rs"]
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .join("\n");
+    let name = regex::Regex::new(r"lockctl_[a-z_]+").unwrap();
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            queries += 1;
+            for m in name.find_iter(expr) {
+                let metric = m.as_str();
+                let base = ["_bucket", "_total", "_count", "_sum"]
+                    .iter()
+                    .find_map(|s| metric.strip_suffix(s))
+                    .unwrap_or(metric);
+                assert!(
+                    served.contains(&format!("\"{base}\"")),
+                    "panel '{}' queries {metric}, which lockctl does not serve",
+                    panel["title"]
+                );
+            }
+        }
+    }
+    assert!(queries > 10, "the dashboard has {queries} queries");
+    assert!(
+        text.contains("bucket!=\\\"\\\""),
+        "the dashboard has the per-bucket panel"
+    );
 }
