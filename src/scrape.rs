@@ -131,15 +131,14 @@ impl EncodeLabelSet for SkuLabel {
     }
 }
 
+/// One row of values (in the order of [`GAUGES`]) and its bucket label, if any.
+type Row = (Option<String>, [Option<f64>; 10]);
+
 /// The rows of one SKU: its own (no bucket label), or, of a bucketed SKU, one per bucket,
 /// whose `seeded` is what the bucket was given (seeded, plus moved in, less moved out), so
 /// that each bucket reconciles on its own and the buckets add up to the SKU less what is in
 /// transit between them.
-fn read_sku(
-    conn: &mut Conn,
-    target: &Target,
-    sku: &Sku,
-) -> lockctl_core::Result<Vec<(Option<String>, [Option<f64>; 10])>> {
+fn read_sku(conn: &mut Conn, target: &Target, sku: &Sku) -> lockctl_core::Result<Vec<Row>> {
     let Some(b) = Buckets::read(conn, sku)? else {
         return Ok(vec![(None, read_one(conn, target, sku)?)]);
     };
