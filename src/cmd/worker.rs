@@ -10,6 +10,7 @@ use lockctl_core::orders::dead;
 use lockctl_core::orders::events::Listener;
 use lockctl_core::orders::worker::{self, WorkerOptions};
 use lockctl_core::sku::Sku;
+use lockctl_core::stock::buckets::with_buckets;
 use lockctl_core::units::count;
 
 use super::{Ctx, Exit, UsageError, output};
@@ -84,14 +85,17 @@ pub(super) fn to_stderr() -> Listener {
     Listener::new(|event| eprintln!("lockctl worker: {event}"))
 }
 
-/// `--requeue-dead`: each SKU's dead letters that hold orders, back on its queue.
+/// `--requeue-dead`: each SKU's dead letters that hold orders, back on its queue (of a
+/// bucketed SKU, each bucket's too: a line per bucket).
 fn requeue_dead(ctx: &Ctx, skus: &[Sku]) -> anyhow::Result<Exit> {
     let mut conn = ctx.target.connect()?;
     let mut per_sku = Vec::new();
-    for sku in skus {
-        let keys = StockKeys::new(sku);
-        let done = dead::requeue(&mut conn, &keys)?;
-        per_sku.push((sku, keys, done));
+    for given in skus {
+        for sku in with_buckets(&mut conn, given)? {
+            let keys = StockKeys::new(&sku);
+            let done = dead::requeue(&mut conn, &keys)?;
+            per_sku.push((sku, keys, done));
+        }
     }
     output(
         ctx,

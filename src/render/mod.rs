@@ -145,8 +145,15 @@ pub fn status_text(st: &Status) -> String {
             );
         }
         s.push_str("locks: one per bucket (lockctl status '<bucket>' shows one)\n");
-        return s;
+    } else {
+        lock_lines(&mut s, st);
     }
+    orders_lines(&mut s, st);
+    s
+}
+
+/// The lock of an unbucketed SKU: its holder and lease, fence and waiters.
+fn lock_lines(s: &mut String, st: &Status) {
     match &st.lock {
         Some(h) => {
             let _ = write!(
@@ -167,6 +174,10 @@ pub fn status_text(st: &Status) -> String {
         None => s.push_str("lock: free\n"),
     }
     let _ = writeln!(s, "fence: {}  waiters: {}", st.fence, st.waiters);
+}
+
+/// The orders pipeline's books (`status --db`).
+fn orders_lines(s: &mut String, st: &Status) {
     if let Some(o) = &st.orders {
         let _ = writeln!(
             s,
@@ -183,7 +194,6 @@ pub fn status_text(st: &Status) -> String {
             let _ = writeln!(s, "sale: entries after {after} (the last seed)");
         }
     }
-    s
 }
 
 /// `status --json`.

@@ -10,6 +10,7 @@ use lockctl_core::conn::{ConnectOptions, Target};
 use lockctl_core::keys::{StockKeys, key_slot};
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::buckets::Buckets;
+use redis::Commands;
 
 use crate::support::{
     RedisServer, Streams, code, eventually, json, lockctl, redis_cli_program, run_ok,
@@ -455,4 +456,124 @@ fn a_master_paused_mid_sale_oversells_nothing_and_strands_nothing() {
         ],
     );
     assert_eq!(code(&out), 3, "{}", stdout(&out));
+}
+
+/// The orders pipeline across buckets (one server is enough: the pipeline is per bucket, and
+/// a bucket is a SKU of its own). A worker started before the SKU was bucketed finds the
+/// buckets' streams by itself; `status --db` adds every bucket's orders up; the hammer's
+/// `--queue --db` verdict holds every order told bought to a row, whichever bucket sold it.
+#[test]
+fn a_bucketed_sales_orders_all_reach_postgresql() {
+    use crate::pipeline::{init, rows};
+    use crate::support::TestDb;
+    let server = RedisServer::start();
+    let url = server.url();
+    let db = TestDb::create();
+    init(&url, &db);
+    // The worker first, on a SKU not yet seeded.
+    let worker = spawn_lockctl_with(
+        &url,
+        &["worker", "--db", &db.url, "--sku", "hotq"],
+        Streams::Discard,
+    );
+    let worker = crate::support::Killed(worker);
+    // Ready once it has made its consumer group on the SKU's own stream: only then is the SKU
+    // bucketed, so the worker must find the buckets later, by itself.
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            server
+                .raw()
+                .exists::<_, bool>("item:order_events:hotq")
+                .unwrap_or(false)
+        }),
+        "the worker never made its group"
+    );
+    let out = lockctl(&url, &["seed", "hotq", "60", "--buckets", "3"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // One user buys everything: all demand lands in one bucket and the others lend theirs.
+    let out = lockctl(
+        &url,
+        &[
+            "--json",
+            "hammer",
+            "--sku",
+            "hotq",
+            "-n",
+            "90",
+            "-c",
+            "6",
+            "--strategy",
+            "atomic",
+            "--queue",
+            "--users",
+            "1",
+            "--limit",
+            "1000",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["bought"], 60, "{}", stdout(&out));
+    let b = {
+        let mut conn = Target::open(&url, ConnectOptions::default())
+            .unwrap()
+            .connect()
+            .unwrap();
+        Buckets::read(&mut conn, &"hotq".parse().unwrap())
+            .unwrap()
+            .unwrap()
+    };
+    let persisted = || b.skus.iter().map(|s| rows(&db, s.as_str()).2).sum::<i64>();
+    assert!(
+        eventually(Duration::from_secs(30), || persisted() == 60),
+        "the worker persisted {} of 60 units (it must find the buckets seeded after it started)",
+        persisted()
+    );
+    drop(worker);
+    let out = lockctl(&url, &["--json", "status", "hotq", "--db", &db.url]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let st = json(&out);
+    assert_eq!(st["orders"]["persisted_units"], 60, "{st}");
+    assert_eq!(st["orders"]["persisted_orders"], 60, "{st}");
+    assert_eq!(st["orders"]["lost"], 0, "{st}");
+    assert_eq!(st["orders"]["queued_units"], 0, "{st}");
+    let text = stdout(&lockctl(&url, &["status", "hotq", "--db", &db.url]));
+    assert!(text.contains("orders: 60 persisted (60 units)"), "{text}");
+
+    // The hammer's own workers and verdict, for every strategy that buys buckets.
+    for strategy in ["atomic", "batch", "lock", "fenced"] {
+        let sku = format!("hq_{strategy}");
+        let out = lockctl(
+            &url,
+            &[
+                "--json",
+                "hammer",
+                "--sku",
+                &sku,
+                "-n",
+                "120",
+                "-c",
+                "8",
+                "--stock",
+                "75",
+                "--buckets",
+                "3",
+                "--strategy",
+                strategy,
+                "--queue",
+                "--db",
+                &db.url,
+                "--workers",
+                "2",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["verdict"], "pass", "{strategy}: {v}");
+        assert_eq!(v["pipeline"]["drained"], true, "{strategy}: {v}");
+        assert_eq!(v["pipeline"]["rows"], 75, "{strategy}: {v}");
+        assert_eq!(v["pipeline"]["row_units"], 75, "{strategy}: {v}");
+        let st = json(&lockctl(&url, &["--json", "status", &sku, "--db", &db.url]));
+        assert_eq!(st["orders"]["persisted_units"], 75, "{strategy}: {st}");
+        assert_eq!(st["reconciled"], true, "{strategy}: {st}");
+    }
 }

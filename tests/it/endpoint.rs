@@ -4,11 +4,11 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{RedisServer, free_port, lockctl, spawn_lockctl};
+use crate::support::{Killed, RedisServer, free_port, lockctl, spawn_lockctl};
 
 /// A plain HTTP/1.1 request; returns the status code, the head and the body.
 fn get(port: u16, path: &str, extra: &str) -> (u16, String, String) {
@@ -40,15 +40,6 @@ fn wait_up(port: u16) {
         thread::sleep(Duration::from_millis(50));
     }
     panic!("the endpoint on port {port} never answered");
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn exporter(url: &str, port: u16, extra: &[&str]) -> Killed {

@@ -10,23 +10,9 @@ use redis::Commands;
 
 use crate::pipeline::{drain, init, queue_orders, rows};
 use crate::support::{
-    RedisServer, Streams, TestDb, code, eventually, json, lockctl, signal, spawn_lockctl_with,
-    stderr, stdout,
+    Killed, RedisServer, Streams, TestDb, code, eventually, json, lockctl, signal,
+    spawn_lockctl_with, stderr, stdout,
 };
-
-/// A child that is continued and killed when the test ends, however it ends: no stopped
-/// process is left behind.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.id().to_string()])
-            .output();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A PostgreSQL role of the test's own (roles are the server's, not the database's), dropped
 /// at the end.
@@ -100,7 +86,7 @@ fn a_login_refused_for_two_seconds_dead_letters_no_paid_order() {
     let db = TestDb::create();
     init(&server.url(), &db);
     let mut role = Role::create(&db);
-    let worker = Running(spawn_lockctl_with(
+    let worker = Killed(spawn_lockctl_with(
         &server.url(),
         &[
             "worker", "--db", &role.db, "--sku", "login", "--batch", "100",
@@ -222,7 +208,7 @@ fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
     queue_orders(&server, "stall", "3000");
     // Worker A inserts its first batch and stops itself before the commit, holding the rows'
     // locks "idle in transaction", as a paused VM or a partition would.
-    let mut a = Running(crate::support::spawn_lockctl_env(
+    let mut a = Killed(crate::support::spawn_lockctl_env(
         &server.url(),
         &[
             "worker", "--db", &db.url, "--sku", "stall", "--batch", "100",
@@ -236,7 +222,7 @@ fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
         "worker A never stopped"
     );
     // Worker B takes A's batch over after 200 ms; the rows are locked by A.
-    let _b = Running(spawn_lockctl_with(
+    let _b = Killed(spawn_lockctl_with(
         &server.url(),
         &[
             "worker",
@@ -304,7 +290,7 @@ fn status_db_raises_no_false_alarm_during_a_live_sale_and_catches_a_forged_row_o
         ],
         Streams::Capture,
     );
-    let mut hammer = Running(hammer);
+    let mut hammer = Killed(hammer);
     let (mut calls, mut alarms) = (0, Vec::new());
     while hammer.0.try_wait().unwrap().is_none() {
         let out = status(&server, &db, "live");
@@ -477,7 +463,7 @@ fn a_trigger_that_fails_with_a_data_sqlstate_dead_letters_no_paid_order() {
                FOR EACH ROW EXECUTE FUNCTION audit();",
         )
         .unwrap();
-    let mut worker = Running(spawn_lockctl_with(
+    let mut worker = Killed(spawn_lockctl_with(
         &server.url(),
         &["worker", "--db", &db.url, "--sku", "trg", "--batch", "50"],
         Streams::Capture,

@@ -231,6 +231,20 @@ pub fn lockctl_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run lockctl")
 }
 
+/// A child that is continued and killed when the test ends, however it ends: no process,
+/// stopped or running, is left behind.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.id().to_string()])
+            .output();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// What a started `lockctl` does with its stdout and stderr.
 #[derive(Clone, Copy, Debug)]
 pub enum Streams {

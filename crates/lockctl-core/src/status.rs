@@ -293,9 +293,14 @@ pub fn with_orders(st: &mut Status, books: crate::orders::PipelineBooks) {
     if books.dead_orders > 0 {
         st.problems.push(
             Finding::from(format!(
-                "{} ({}) set aside in item:order_dead:{sku}: PostgreSQL refused their rows",
+                "{} ({}) set aside in {}: PostgreSQL refused their rows",
                 crate::units::count(books.dead_orders, "order is", "orders are"),
                 crate::units::count(books.dead_units, "unit", "units"),
+                if st.buckets.is_some() {
+                    format!("the dead letters of {sku}'s buckets (item:order_dead:<bucket>)")
+                } else {
+                    format!("item:order_dead:{sku}")
+                },
             ))
             .with_hint(Hint::RequeueDead { sku: sku.clone() }),
         );

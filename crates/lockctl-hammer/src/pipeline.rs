@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use crate::options::{HammerOptions, PipelineOptions, TIMELINE_POINTS};
 use crate::report::PipelineReport;
 use crate::tally::{Bits, Tally};
-use lockctl_core::conn::Target;
+use lockctl_core::conn::{Conn, Target};
 use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::orders::db::Db;
 use lockctl_core::orders::worker::{self, WorkerOptions, WorkerStats};
 use lockctl_core::orders::{ensure_group, queue_state};
+use lockctl_core::sku::Sku;
+use lockctl_core::stock::buckets::with_buckets;
 use lockctl_core::units::{round_to, round3};
 
 /// The running workers and the queue sampler.
@@ -28,6 +30,16 @@ pub(super) struct Running {
     timeline: Arc<Mutex<Vec<[f64; 2]>>>,
     sampling: Arc<AtomicBool>,
     started: Instant,
+    /// The SKUs whose streams and rows the run's orders are in: the SKU's own, and each
+    /// bucket's of a bucketed SKU (a bucket's orders name the bucket).
+    skus: Vec<Sku>,
+}
+
+/// Orders not yet persisted, over every stream of the run.
+fn backlog(conn: &mut Conn, keys: &[StockKeys]) -> Result<u64> {
+    keys.iter()
+        .map(|k| queue_state(conn, k).map(|q| q.backlog()))
+        .sum()
 }
 
 /// Whether the orders database answers and has its schema: asked before the run seeds or
@@ -65,8 +77,12 @@ pub(super) fn check_db(target: &Target, p: &PipelineOptions) -> Result<()> {
 
 /// Starts the workers and the sampler ([`check_db`] has asked the database first).
 pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) -> Result<Running> {
-    let keys = StockKeys::new(&opts.load.sku);
-    ensure_group(&mut target.connect()?, &keys)?;
+    let mut conn = target.connect()?;
+    let skus = with_buckets(&mut conn, &opts.load.sku)?;
+    let keys: Vec<StockKeys> = skus.iter().map(StockKeys::new).collect();
+    for k in &keys {
+        ensure_group(&mut conn, k)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..p.workers.max(1) {
@@ -104,22 +120,23 @@ pub(super) fn start(target: &Target, opts: &HammerOptions, p: &PipelineOptions) 
         timeline,
         sampling,
         started,
+        skus,
     })
 }
 
 /// The queue's backlog every 50 ms (thinned by half whenever the buffer fills).
 fn sample(
     target: &Target,
-    keys: &StockKeys,
+    keys: &[StockKeys],
     timeline: &Mutex<Vec<[f64; 2]>>,
     sampling: &AtomicBool,
     started: Instant,
 ) {
     let mut conn = lockctl_core::conn::Reconnecting::new(target);
     while sampling.load(Ordering::SeqCst) {
-        if let Ok(q) = conn.with(|c| queue_state(c, keys)) {
+        if let Ok(q) = conn.with(|c| backlog(c, keys)) {
             let mut t = timeline.lock().unwrap_or_else(|e| e.into_inner());
-            t.push([started.elapsed().as_secs_f64(), q.backlog() as f64]);
+            t.push([started.elapsed().as_secs_f64(), q as f64]);
             if t.len() >= 2 * TIMELINE_POINTS {
                 let mut keep = false;
                 t.retain(|_| {
@@ -139,42 +156,41 @@ fn sample(
 /// the hammer from an async fn).
 fn run_rows(
     target: &Target,
-    opts: &HammerOptions,
+    skus: &[Sku],
     p: &PipelineOptions,
     run_id: &str,
 ) -> Result<Vec<(String, i64)>> {
     let timeout = target.options().connect_timeout;
     thread::scope(|s| {
         s.spawn(|| {
-            Db::connect(&p.db_url, timeout)?.orders(
-                &p.db_url,
-                opts.load.sku.as_str(),
-                &format!("{run_id}-"),
-            )
+            let mut db = Db::connect(&p.db_url, timeout)?;
+            let mut rows = Vec::new();
+            for sku in skus {
+                rows.extend(db.orders(&p.db_url, sku.as_str(), &format!("{run_id}-"))?.0);
+            }
+            Ok(rows)
         })
         .join()
         .unwrap_or_else(|_| Err(Error::internal("the orders read-back panicked")))
     })
-    .map(|(rows, _)| rows)
 }
 
 pub(super) fn finish(
     running: Running,
     target: &Target,
-    opts: &HammerOptions,
     p: &PipelineOptions,
     buyers_elapsed: Duration,
     run_id: &str,
     t: &Tally,
 ) -> Result<(PipelineReport, Vec<String>)> {
-    let keys = StockKeys::new(&opts.load.sku);
+    let keys: Vec<StockKeys> = running.skus.iter().map(StockKeys::new).collect();
     let drain_started = Instant::now();
     let mut conn = lockctl_core::conn::Reconnecting::new(target);
     let (mut last, mut since) = (u64::MAX, Instant::now());
     let drained = loop {
-        match conn.with(|c| queue_state(c, &keys)) {
-            Ok(q) if q.backlog() == 0 => break true,
-            Ok(q) if q.backlog() < last => (last, since) = (q.backlog(), Instant::now()),
+        match conn.with(|c| backlog(c, &keys)) {
+            Ok(0) => break true,
+            Ok(q) if q < last => (last, since) = (q, Instant::now()),
             _ => {}
         }
         if since.elapsed() > p.patience {
@@ -202,7 +218,7 @@ pub(super) fn finish(
     if let Some(s) = running.sampler {
         let _ = s.join();
     }
-    let rows = run_rows(target, opts, p, run_id)?;
+    let rows = run_rows(target, &running.skus, p, run_id)?;
     let mut violations = failures;
     violations.extend(check_rows(t, run_id, &rows));
     if !drained {

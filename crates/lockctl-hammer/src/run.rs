@@ -78,7 +78,6 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
         (Some(running), Some(p)) => Some(pipeline::finish(
             running,
             target,
-            opts,
             p,
             elapsed,
             &facts.run_id,

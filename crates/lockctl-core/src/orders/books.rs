@@ -56,3 +56,30 @@ pub struct PipelineBooks {
     /// What `item:sale:<SKU>` holds when it is not a stream id (then every row counts).
     pub sale_unreadable: Option<String>,
 }
+
+impl PipelineBooks {
+    /// Adds the books of another SKU (a bucket of the same sale) to these: counts add up, the
+    /// first few lost orders are kept, and a sale record is kept only when both have the same.
+    pub fn add(&mut self, other: PipelineBooks) {
+        if self.sale_after != other.sale_after {
+            self.sale_after = None;
+        }
+        self.persisted_orders += other.persisted_orders;
+        self.persisted_units += other.persisted_units;
+        self.queued_orders += other.queued_orders;
+        self.queued_units += other.queued_units;
+        self.dead_orders += other.dead_orders;
+        self.dead_units += other.dead_units;
+        self.conflicts += other.conflicts;
+        self.doubled += other.doubled;
+        self.lost += other.lost;
+        self.lost_orders.extend(other.lost_orders);
+        self.lost_orders.sort();
+        self.lost_orders.truncate(10);
+        self.overcounted += other.overcounted;
+        self.unknown += other.unknown;
+        if self.sale_unreadable.is_none() {
+            self.sale_unreadable = other.sale_unreadable;
+        }
+    }
+}

@@ -12,18 +12,35 @@ use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::StockKeys;
 use crate::sku::Sku;
+use crate::stock::buckets::Buckets;
 
 /// How long to wait before reading a discrepancy a second time.
 const SECOND_LOOK: Duration = Duration::from_millis(250);
 
 /// Reads the books (see the module's doc), a second time when the first reading found
-/// something lost or unknown, and reports what both readings found.
+/// something lost or unknown, and reports what both readings found. Of a bucketed SKU, the
+/// books of each bucket (a SKU of its own, whose orders and rows name it), added up.
 pub fn pipeline_books(
     conn: &mut Conn,
     db: &mut db::Db,
     db_url: &str,
     sku: &Sku,
 ) -> Result<PipelineBooks> {
+    let Some(b) = Buckets::read(conn, sku)? else {
+        return one_sku(conn, db, db_url, sku);
+    };
+    let mut total: Option<PipelineBooks> = None;
+    for bucket in &b.skus {
+        let books = one_sku(conn, db, db_url, bucket)?;
+        match &mut total {
+            Some(t) => t.add(books),
+            None => total = Some(books),
+        }
+    }
+    Ok(total.unwrap_or_default())
+}
+
+fn one_sku(conn: &mut Conn, db: &mut db::Db, db_url: &str, sku: &Sku) -> Result<PipelineBooks> {
     let first = read(conn, db, db_url, sku)?;
     if first.lost.is_empty() && first.unknown.is_empty() && first.overcounted.is_empty() {
         return Ok(first.books());

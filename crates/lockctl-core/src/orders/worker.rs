@@ -3,7 +3,9 @@
 //! Each round: claim what dead consumers left pending too long (XAUTOCLAIM), else read new
 //! entries (XREADGROUP), move entries that are not orders to the dead-letter stream, persist
 //! the rest in one transaction, commit, acknowledge, and now and then trim what every consumer
-//! has acknowledged. A stop request finishes the batch in hand first.
+//! has acknowledged. A stop request finishes the batch in hand first. A bucketed SKU's orders
+//! are in its buckets' streams, which the worker drains too (looked up at the start, and again
+//! every second for buckets seeded later).
 //!
 //! The one idea that keeps paid orders: an order is dead-lettered only when PostgreSQL refuses
 //! its row for the row's own data, by an allow-list of SQLSTATE classes (`classify`); every
@@ -27,6 +29,7 @@ use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::sku::Sku;
+use crate::stock::buckets::with_buckets;
 
 /// How a worker runs. No `Default`: a worker drains the SKUs it is given, and there is no SKU
 /// to default to; [`WorkerOptions::new`] gives the defaults for the rest.
@@ -103,9 +106,9 @@ pub fn run(target: &Target, db_url: &str, opts: &WorkerOptions) -> Result<Worker
     let mut db = Db::connect(db_url, timeout)?;
     db.require_schema(db_url)?;
     db.bound_session(db_url)?;
-    let keys: Vec<StockKeys> = opts.skus.iter().map(StockKeys::new).collect();
     let mut conn = target.connect()?;
     crate::check::require(&mut conn, crate::check::WORKER_NEEDS)?;
+    let keys = streams(&mut conn, &opts.skus)?;
     for k in &keys {
         ensure_group(&mut conn, k)?;
     }
@@ -119,6 +122,7 @@ pub fn run(target: &Target, db_url: &str, opts: &WorkerOptions) -> Result<Worker
         stats: WorkerStats::default(),
         backoff: Duration::from_millis(50),
         waiting_since: None,
+        looked: Instant::now(),
     };
     w.run_rounds()?;
     Ok(w.stats)
@@ -136,6 +140,22 @@ struct Worker<'a> {
     /// When the current run of failures began (`None` while all is well): for the log and
     /// `lockctl_worker_waiting_seconds`.
     waiting_since: Option<Instant>,
+    /// When the buckets of the SKUs were last looked up (see [`streams`]).
+    looked: Instant,
+}
+
+/// How often a worker looks again for the buckets of its SKUs: a SKU seeded with buckets
+/// after the worker started has its orders in the buckets' streams.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// The streams a worker drains for `skus`: each SKU's own, and the stream of each bucket of a
+/// bucketed SKU (see [`with_buckets`]).
+fn streams(conn: &mut Conn, skus: &[Sku]) -> Result<Vec<StockKeys>> {
+    let mut out = Vec::new();
+    for sku in skus {
+        out.extend(with_buckets(conn, sku)?.iter().map(StockKeys::new));
+    }
+    Ok(out)
 }
 
 /// How attempts at a batch ended.
@@ -159,6 +179,7 @@ impl Worker<'_> {
         // rather than report a drain that did not happen.
         let mut failures = 0;
         while !self.opts.stopped() {
+            self.look_for_buckets();
             let (mut got, mut failed) = (0, false);
             for i in 0..self.keys.len() {
                 match self.round(i) {
@@ -181,6 +202,29 @@ impl Worker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Adds the streams of buckets seeded since the last look (at most every [`LOOK_AGAIN`]).
+    /// A look that fails changes nothing: the rounds report the trouble, and the next look
+    /// tries again.
+    fn look_for_buckets(&mut self) {
+        if self.looked.elapsed() < LOOK_AGAIN {
+            return;
+        }
+        self.looked = Instant::now();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Ok(now) = streams(conn, &self.opts.skus) else {
+            return;
+        };
+        for k in now {
+            if !self.keys.iter().any(|have| have.events == k.events)
+                && ensure_group(conn, &k).is_ok()
+            {
+                self.keys.push(k);
+            }
+        }
     }
 
     /// A failed round: wait and reconnect (Redis restarting, PostgreSQL restarting); an error

@@ -596,6 +596,17 @@ pub fn finish_moves(conn: &mut Conn, b: &Buckets) -> Result<u64> {
     Ok(finished)
 }
 
+/// `sku` and, of a bucketed SKU, each of its buckets: the SKUs whose streams, dead letters and
+/// rows hold its orders (a bucket's orders name the bucket). The SKU's own comes first, and
+/// stays: a sale before the buckets may have left orders in its stream.
+pub fn with_buckets(conn: &mut Conn, sku: &Sku) -> Result<Vec<Sku>> {
+    let mut out = vec![sku.clone()];
+    if let Some(b) = Buckets::read(conn, sku)? {
+        out.extend(b.skus);
+    }
+    Ok(out)
+}
+
 /// The stock of `sku` as a run's books count it: of a bucketed SKU, the stock of every bucket
 /// plus the units in transit between them (moved out, not yet in: not sold, and not lost
 /// unless a failover lost the delivery), or, when a bucket is below zero, the sum of the
