@@ -224,6 +224,32 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
         ok(&[&buy[..], queue].concat());
         ok(&["status", &sku]);
     }
+    // Buckets: one user buys everything, so the other buckets lend theirs (take, deliver,
+    // the move counter, drained marks), under every strategy that buys buckets.
+    for strategy in ["lock", "fenced", "atomic", "batch"] {
+        let sku = format!("scripts_bk_{strategy}");
+        ok(&[
+            "hammer",
+            "--sku",
+            &sku,
+            "-n",
+            "50",
+            "-c",
+            "6",
+            "--stock",
+            "30",
+            "--buckets",
+            "3",
+            "--strategy",
+            strategy,
+            "--users",
+            "1",
+            "--limit",
+            "1000",
+            "--queue",
+        ]);
+        ok(&["status", &sku]);
+    }
     // Leases shorter than the work: expiry, the expiry poker's hand-off, lease_lost.
     ok(&[
         "hammer",

@@ -25,6 +25,7 @@
 //!   `seeded + moved in == stock + sold + moved out`, and over all buckets the moved-out units
 //!   not yet moved in are in transit: `status` counts them.
 
+use super::script::BOOKS_LUA;
 use super::{MAX_STOCK, parse_stock, read_stock, seed};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -193,7 +194,7 @@ impl Buckets {
         Ok(n.as_deref().and_then(parse_stock).unwrap_or(0))
     }
 
-    /// Takes units for `home` from bucket `d` (see `TAKE_LUA`), and lists the moves out of
+    /// Takes units for `home` from bucket `d` (see `TAKE_BODY`), and lists the moves out of
     /// `d` that are not finished.
     fn take(
         &self,
@@ -328,11 +329,14 @@ fn bad_map(key: &str, raw: &str) -> String {
 /// 'took', 'empty' (nothing to take), 'locked' (another holds the lock: a holder may have
 /// read the stock and be about to write it), 'stale' (another sale), 'bad' (damaged keys).
 /// Takes half of the donor's stock, at least what is needed (all there is, if less).
-const TAKE_LUA: &str = r"
+/// The stock must be an integer by the purchase scripts' rule (`is_int` of [`BOOKS_LUA`]:
+/// as Redis writes it, within 2^53), so that a donor is never read otherwise than a purchase
+/// would read it.
+const TAKE_BODY: &str = r"
 local pending = redis.call('HGETALL', KEYS[2])
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {'stale', 0, 0, pending} end
 local raw = redis.pcall('GET', KEYS[1])
-if type(raw) ~= 'string' or not (raw == '0' or string.match(raw, '^%-?[1-9]%d*$')) then
+if type(raw) ~= 'string' or not is_int(raw) then
   return {'bad', 0, 0, {KEYS[1] .. ' is not a stock counter'}}
 end
 local stock = tonumber(raw)
@@ -351,11 +355,11 @@ return {'took', take, stock - take, pending}
 /// ARGV: 1 the move's id, 2 units, 3 the sale's nonce.
 /// Returns 'done', 'again' (delivered before), 'stale' (the bucket is another sale's now: the
 /// units belonged to a sale that is over) or 'bad: <why>'.
-const DELIVER_LUA: &str = r"
+const DELIVER_BODY: &str = r"
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'stale' end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'again' end
 local raw = redis.pcall('GET', KEYS[1])
-if type(raw) ~= 'string' or not (raw == '0' or string.match(raw, '^%-?[1-9]%d*$')) then
+if type(raw) ~= 'string' or not is_int(raw) then
   return 'bad: ' .. KEYS[1] .. ' is not a stock counter'
 end
 redis.call('INCRBY', KEYS[1], ARGV[2])
@@ -364,9 +368,9 @@ return 'done'
 ";
 
 static TAKE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(TAKE_LUA));
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{TAKE_BODY}")));
 static DELIVER: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(DELIVER_LUA));
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{DELIVER_BODY}")));
 
 /// A master's `host:port` and the slot ranges it serves.
 pub type Master = (String, Vec<(u16, u16)>);

@@ -25,7 +25,7 @@ use crate::lock::releasing;
 /// and how many it took before that. A purchase whose event is refused is `bad_data` with
 /// nothing written for it: there is no moment when the stock is gone and the event is not
 /// there, and no event without its sale.
-const BOOKS_LUA: &str = r#"
+pub(crate) const BOOKS_LUA: &str = r#"
 local function is_int(v)
   return v == false or v == nil or v == '0'
     or (string.match(v, '^%-?[1-9]%d*$') ~= nil and string.len(v) <= 17
