@@ -2,7 +2,6 @@
 //! replica: sold to zero by every strategy with nothing stranded, per-user limits held, and a
 //! master failed over mid-sale, with and without `--require-replicas`.
 
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -12,9 +11,9 @@ use lockctl_core::sku::Sku;
 use lockctl_core::stock::buckets::Buckets;
 use redis::Commands;
 
+use crate::cluster::Cluster;
 use crate::support::{
-    RedisServer, Streams, code, eventually, json, lockctl, redis_cli_program, run_ok,
-    spawn_lockctl_with, stderr, stdout,
+    RedisServer, Streams, code, eventually, json, lockctl, spawn_lockctl_with, stderr, stdout,
 };
 
 /// Three masters and three replicas, made with `redis-cli --cluster create --cluster-replicas
@@ -25,46 +24,9 @@ struct Replicated {
 
 impl Replicated {
     fn start() -> Replicated {
-        let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    "1500",
-                ])
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        run_ok(
-            Command::new(redis_cli_program())
-                .args(["--cluster", "create"])
-                .args(&addrs)
-                .args(["--cluster-replicas", "1", "--cluster-yes"]),
-        );
-        let c = Replicated { nodes };
-        let ready = eventually(Duration::from_secs(30), || {
-            c.nodes.iter().all(|n| {
-                let info = |s: &str| -> String {
-                    redis::cmd("INFO")
-                        .arg(s)
-                        .query(&mut n.raw())
-                        .unwrap_or_default()
-                };
-                let cluster: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut n.raw())
-                    .unwrap_or_default();
-                let repl = info("replication");
-                cluster.contains("cluster_state:ok")
-                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
-            })
-        });
-        assert!(ready, "the cluster never came up with its replicas in sync");
-        c
+        Replicated {
+            nodes: Cluster::with_replicas(1, 1500).nodes,
+        }
     }
 
     fn url(&self) -> String {

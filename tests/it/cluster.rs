@@ -17,13 +17,21 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) fn start() -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        Cluster::with_replicas(0, 5000)
+    }
+
+    /// Three masters with `replicas` replicas each (`redis-cli --cluster create
+    /// --cluster-replicas`), ready once every node sees `cluster_state:ok` and every replica's
+    /// link to its master is up. A short `node_timeout_ms` makes a failover come sooner.
+    pub(crate) fn with_replicas(replicas: usize, node_timeout_ms: u64) -> Cluster {
+        let timeout = node_timeout_ms.to_string();
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
-                    "5000",
+                    &timeout,
                 ])
             })
             .collect();
@@ -35,18 +43,26 @@ impl Cluster {
             Command::new(redis_cli_program())
                 .args(["--cluster", "create"])
                 .args(&addrs)
-                .args(["--cluster-replicas", "0", "--cluster-yes"]),
+                .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]),
         );
         let cluster = Cluster { nodes };
-        let ready = eventually(Duration::from_secs(20), || {
+        let ready = eventually(Duration::from_secs(30), || {
             cluster.nodes.iter().all(|n| {
-                redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query::<String>(&mut n.raw())
-                    .is_ok_and(|i| i.contains("cluster_state:ok"))
+                let ask = |cmd: &str, section: &str| -> String {
+                    redis::cmd(cmd)
+                        .arg(section)
+                        .query(&mut n.raw())
+                        .unwrap_or_default()
+                };
+                let repl = ask("INFO", "replication");
+                ask("CLUSTER", "INFO").contains("cluster_state:ok")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
             })
         });
-        assert!(ready, "the cluster never reached cluster_state:ok");
+        assert!(
+            ready,
+            "the cluster never reached cluster_state:ok with its replicas in sync"
+        );
         cluster
     }
 
