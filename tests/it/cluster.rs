@@ -272,8 +272,9 @@ fn buyers_follow_the_slot_when_it_moves_to_another_master_mid_run() {
     assert_eq!(stock, v["final_stock"].as_i64().unwrap());
 }
 
-/// The async API on a cluster: 300 fenced buyers as tasks and 300 through the batch handle,
-/// each on a stock of 100, sell exactly 100 and the books reconcile.
+/// The async API on a cluster: 300 buyers as tasks (fenced, atomic) or through the batch
+/// handle, each on a stock of 100, sell exactly 100 and the books reconcile; on a SKU bucketed
+/// over the three masters too, with nothing left in transit.
 #[test]
 fn async_buyers_sell_exactly_on_a_cluster() {
     use lockctl_core::aio::{AsyncBatch, AsyncBuyer};
@@ -287,15 +288,33 @@ fn async_buyers_sell_exactly_on_a_cluster() {
         .enable_all()
         .build()
         .unwrap();
-    for strategy in [Strategy::Fenced, Strategy::Batch] {
-        let sku = format!("{{aio_{strategy}}}").parse().unwrap();
-        stock::seed(&mut target.connect().unwrap(), &sku, 100).unwrap();
+    // Plain, then bucketed over the three masters with every purchase by one user, so that
+    // all demand lands in one bucket and the async buyers borrow from the other two.
+    for (strategy, buckets) in [
+        (Strategy::Fenced, None),
+        (Strategy::Batch, None),
+        (Strategy::Atomic, Some(3)),
+        (Strategy::Batch, Some(3)),
+        (Strategy::Fenced, Some(3)),
+    ] {
+        let sku = format!("{{aio_{strategy}_{}}}", buckets.unwrap_or(1))
+            .parse()
+            .unwrap();
+        let mut conn = target.connect().unwrap();
+        match buckets {
+            Some(k) => {
+                stock::buckets::seed_buckets(&mut conn, &sku, 100, k).unwrap();
+            }
+            None => stock::seed(&mut conn, &sku, 100).unwrap(),
+        }
+        let user = buckets.map(|_| "one".to_string());
         let options = BuyOptions {
             strategy,
             lock: LockOptions {
                 wait: Duration::from_secs(60),
                 ..LockOptions::default()
             },
+            limit: buckets.map(|_| 1000),
             ..BuyOptions::default()
         };
         let (each, batch) = match strategy {
@@ -305,12 +324,13 @@ fn async_buyers_sell_exactly_on_a_cluster() {
         let bought = runtime.block_on(async {
             let tasks: Vec<_> = (0..300)
                 .map(|i| {
-                    let (each, batch) = (each.clone(), batch.clone());
+                    let (each, batch, user) = (each.clone(), batch.clone(), user.clone());
                     tokio::spawn(async move {
                         let order = format!("o{i}");
+                        let user = user.as_deref();
                         match (each, batch) {
-                            (Some(b), _) => b.buy(&order, None).await,
-                            (_, Some(b)) => b.buy(&order, None).await,
+                            (Some(b), _) => b.buy(&order, user).await,
+                            (_, Some(b)) => b.buy(&order, user).await,
                             _ => unreachable!(),
                         }
                     })
@@ -323,7 +343,7 @@ fn async_buyers_sell_exactly_on_a_cluster() {
             }
             bought
         });
-        assert_eq!(bought, 100, "{strategy}");
+        assert_eq!(bought, 100, "{strategy} {buckets:?}");
         let v = json(&lockctl(
             &cluster.url(),
             &["--cluster", "status", sku.as_str(), "--json"],
@@ -333,5 +353,15 @@ fn async_buyers_sell_exactly_on_a_cluster() {
             (Some(0), Some(true)),
             "{v}"
         );
+        if buckets.is_some() {
+            assert_eq!(v["in_transit"], 0, "{v}");
+            let moved_in: i64 = v["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["moved_in"].as_i64().unwrap())
+                .sum();
+            assert!(moved_in >= 60, "the other buckets lent theirs: {v}");
+        }
     }
 }
