@@ -254,12 +254,9 @@ fn fail_over_mid_sale(c: &mut Replicated, sku: &str, extra: &[&str]) -> std::pro
         "2",
     ];
     args.extend_from_slice(extra);
-    // The hammer's seed node is one the nemesis leaves alone (lockctl knows the cluster by
-    // the node it was given).
-    let seed_node = (0..c.nodes.len())
-        .find(|&i| i != master && i != replica)
-        .unwrap();
-    let hammer = spawn_lockctl_with(&c.nodes[seed_node].url(), &args, Streams::Capture);
+    // The hammer is given the very node the nemesis kills: its new connections must find
+    // the cluster through the nodes it learned.
+    let hammer = spawn_lockctl_with(&c.nodes[master].url(), &args, Streams::Capture);
     thread::sleep(Duration::from_millis(800));
     // Stopped, and cut off: what the master sends from now on never reaches it (a stopped
     // replica alone would read it all from its socket once woken).
@@ -538,4 +535,58 @@ fn a_bucketed_sales_orders_all_reach_postgresql() {
         assert_eq!(st["orders"]["persisted_units"], 75, "{strategy}: {st}");
         assert_eq!(st["reconciled"], true, "{strategy}: {st}");
     }
+}
+
+/// A target given one node of a cluster still connects once that node is dead: each
+/// connection learns the cluster's nodes, and the next starts from them.
+#[test]
+fn a_cluster_target_connects_after_the_node_it_was_given_dies() {
+    let c = Replicated::start();
+    let sku: Sku = "{given}".parse().unwrap();
+    let slot = key_slot(StockKeys::new(&sku).stock.as_str());
+    let (master, replica) = c.master_and_replica(slot);
+    let target = Target::open_cluster(&c.nodes[master].url(), ConnectOptions::default()).unwrap();
+    lockctl_core::stock::seed(&mut target.connect().unwrap(), &sku, 10).unwrap();
+    // The master lockctl was given dies, and its replica takes its slots over.
+    c.nodes[master].signal("KILL");
+    let _: Result<(), _> = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut c.nodes[replica].raw());
+    assert!(
+        eventually(Duration::from_secs(30), || c.serves(replica, slot)
+            && c.ok()),
+        "the replica never took the slot over"
+    );
+    let mut conn = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            conn = target.connect().ok();
+            conn.is_some()
+        }),
+        "no connection once the given node died: {:?}",
+        target.connect().err()
+    );
+    let buyer = lockctl_core::stock::Buyer::new(
+        &target,
+        &sku,
+        lockctl_core::stock::BuyOptions {
+            strategy: lockctl_core::stock::Strategy::Atomic,
+            ..Default::default()
+        },
+    );
+    let mut bought = false;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let c = conn.as_mut().unwrap();
+            bought = matches!(
+                buyer
+                    .buy(c, "after-the-given-node", None)
+                    .map(|p| p.outcome),
+                Ok(lockctl_core::stock::Buy::Bought { .. })
+            );
+            bought
+        }),
+        "no purchase on the new master"
+    );
 }

@@ -21,6 +21,17 @@ pub use holdings::{GiveBack, Held, Holdings};
 pub use options::{ConnectOptions, TlsFiles};
 pub use target::Target;
 
+/// A range of a cluster's slots and the nodes serving it (host, port), the master first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotRange {
+    /// The first slot.
+    pub start: u16,
+    /// The last slot.
+    pub end: u16,
+    /// The master, then its replicas.
+    pub nodes: Vec<(String, u16)>,
+}
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +100,48 @@ impl Conn {
     /// Whether this is a connection to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()
+    }
+
+    /// The cluster's slot ranges and the nodes serving each (`CLUSTER SLOTS`), the master
+    /// first. Entries the server writes otherwise than Redis does are left out.
+    pub fn cluster_slots(&mut self) -> Result<Vec<SlotRange>> {
+        let slots: Vec<redis::Value> = self.query(redis::cmd("CLUSTER").arg("SLOTS"))?;
+        let int = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        for range in slots {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let (Some(a), Some(b)) = (int(parts.first()), int(parts.get(1))) else {
+                continue;
+            };
+            let nodes: Vec<(String, u16)> = parts[2..]
+                .iter()
+                .filter_map(|node| {
+                    let redis::Value::Array(node) = node else {
+                        return None;
+                    };
+                    let host = match node.first() {
+                        Some(redis::Value::BulkString(h)) => String::from_utf8(h.clone()).ok()?,
+                        _ => return None,
+                    };
+                    let port = u16::try_from(int(node.get(1))?).ok()?;
+                    Some((host, port))
+                })
+                .collect();
+            if nodes.is_empty() {
+                continue;
+            }
+            out.push(SlotRange {
+                start: a.clamp(0, 16383) as u16,
+                end: b.clamp(0, 16383) as u16,
+                nodes,
+            });
+        }
+        Ok(out)
     }
 
     /// The per-call limit now in force.

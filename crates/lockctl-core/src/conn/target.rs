@@ -37,14 +37,97 @@ pub struct Target {
 #[derive(Clone)]
 pub(super) enum Client {
     Single(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Arc<Seeds>),
 }
 
 impl Client {
     pub(super) fn open(&self, limit: Duration) -> redis::RedisResult<Inner> {
         match self {
             Client::Single(c) => c.get_connection_with_timeout(limit).map(Inner::Single),
-            Client::Cluster(c) => c.get_connection().map(|c| Inner::Cluster(Box::new(c))),
+            Client::Cluster(s) => s
+                .client()
+                .get_connection()
+                .map(|c| Inner::Cluster(Box::new(c))),
+        }
+    }
+}
+
+/// The nodes a cluster connection starts from: the one given, then every node the cluster
+/// named since (its masters and replicas, learned at each connect), so that a new connection
+/// still finds the cluster when the given node is down (a master killed and failed over). The
+/// driver tries them in order and asks the first that answers for the slots.
+pub(super) struct Seeds {
+    given: redis::ConnectionInfo,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+    /// The nodes learned (host, port), and the client that starts from them.
+    known: std::sync::RwLock<(Vec<(String, u16)>, redis::cluster::ClusterClient)>,
+}
+
+impl Seeds {
+    fn new(
+        given: redis::ConnectionInfo,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> redis::RedisResult<Seeds> {
+        let client = Seeds::build(&given, connect_timeout, call_timeout, &[])?;
+        Ok(Seeds {
+            given,
+            connect_timeout,
+            call_timeout,
+            known: std::sync::RwLock::new((Vec::new(), client)),
+        })
+    }
+
+    fn build(
+        given: &redis::ConnectionInfo,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+        learned: &[(String, u16)],
+    ) -> redis::RedisResult<redis::cluster::ClusterClient> {
+        let mut nodes = vec![given.clone()];
+        for (host, port) in learned {
+            let addr = redis::ConnectionAddr::Tcp(host.clone(), *port);
+            if *given.addr() != addr {
+                nodes.push(given.clone().set_addr(addr));
+            }
+        }
+        // No retries inside the driver: it would send a packet again after a timeout or a
+        // dropped connection, when the first copy may have been applied (a deduction made
+        // twice). Redirections, which a server answers without applying anything, are followed
+        // by `Conn` itself.
+        redis::cluster::ClusterClient::builder(nodes)
+            .retries(0)
+            .connection_timeout(connect_timeout)
+            .response_timeout(call_timeout)
+            .build()
+    }
+
+    pub(super) fn client(&self) -> redis::cluster::ClusterClient {
+        self.known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// Takes the nodes of `slots` as seeds from now on, when they are not the ones known.
+    fn learn(&self, slots: &[super::SlotRange]) {
+        let mut nodes: Vec<(String, u16)> = slots
+            .iter()
+            .flat_map(|r| r.nodes.iter().cloned())
+            .filter(|(host, _)| !host.is_empty() && host != "?")
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        if nodes.is_empty() || known.0 == nodes {
+            return;
+        }
+        if let Ok(client) =
+            Seeds::build(&self.given, self.connect_timeout, self.call_timeout, &nodes)
+        {
+            *known = (nodes, client);
         }
     }
 }
@@ -130,18 +213,14 @@ impl Target {
         let seed = redis::Client::open(url).map_err(bad)?;
         refuse_port_zero(url, seed.get_connection_info().addr())?;
         let addr = seed.get_connection_info().addr().to_string();
-        // No retries inside the driver: it would send a packet again after a timeout or a
-        // dropped connection, when the first copy may have been applied (a deduction made
-        // twice). Redirections, which a server answers without applying anything, are followed
-        // by `Conn` itself.
-        let client = redis::cluster::ClusterClient::builder([url])
-            .retries(0)
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.call_timeout)
-            .build()
-            .map_err(bad)?;
+        let seeds = Seeds::new(
+            seed.get_connection_info().clone(),
+            options.connect_timeout,
+            options.call_timeout,
+        )
+        .map_err(bad)?;
         Ok(Target {
-            client: Client::Cluster(client),
+            client: Client::Cluster(Arc::new(seeds)),
             url: url.into(),
             addr: addr.into(),
             options,
@@ -286,7 +365,7 @@ impl Target {
         }
         .map_err(|e| self.connect_error(e, connect_timeout))?;
         let cluster = match &self.client {
-            Client::Cluster(c) => Some(c.clone()),
+            Client::Cluster(s) => Some(s.client()),
             Client::Single(_) => None,
         };
         let mut conn = Conn {
@@ -299,6 +378,13 @@ impl Target {
             delifeq: None,
         };
         conn.set_call_timeout(self.options.call_timeout)?;
+        if let Client::Cluster(seeds) = &self.client
+            && let Ok(slots) = conn.cluster_slots()
+        {
+            // One more call per connection: connections live long, and the next one must not
+            // depend on the given node being up.
+            seeds.learn(&slots);
+        }
         if let (Some(name), None) = (&self.client_name, &conn.cluster) {
             let _ = conn.query::<()>(redis::cmd("CLIENT").arg("SETNAME").arg(&**name));
         }

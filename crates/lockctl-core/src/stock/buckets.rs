@@ -381,31 +381,11 @@ pub fn masters(conn: &mut Conn) -> Result<Vec<Master>> {
     if !conn.is_cluster() {
         return Ok(vec![(conn.addr().to_string(), vec![(0, 16383)])]);
     }
-    let slots: Vec<redis::Value> = conn.query(redis::cmd("CLUSTER").arg("SLOTS"))?;
     let mut out: Vec<Master> = Vec::new();
-    for range in slots {
-        let redis::Value::Array(parts) = range else {
-            continue;
-        };
-        let int = |v: Option<&redis::Value>| match v {
-            Some(redis::Value::Int(n)) => Some(*n),
-            _ => None,
-        };
-        let (Some(a), Some(b)) = (int(parts.first()), int(parts.get(1))) else {
-            continue;
-        };
-        let Some(redis::Value::Array(node)) = parts.get(2) else {
-            continue;
-        };
-        let host = match node.first() {
-            Some(redis::Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-            _ => continue,
-        };
-        let Some(port) = int(node.get(1)) else {
-            continue;
-        };
+    for r in conn.cluster_slots()? {
+        let (host, port) = &r.nodes[0];
         let addr = format!("{host}:{port}");
-        let range = (a.clamp(0, 16383) as u16, b.clamp(0, 16383) as u16);
+        let range = (r.start, r.end);
         match out.iter_mut().find(|(m, _)| *m == addr) {
             Some((_, ranges)) => ranges.push(range),
             None => out.push((addr, vec![range])),
