@@ -36,7 +36,7 @@ pub struct Target {
 
 #[derive(Clone)]
 pub(super) enum Client {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster(Arc<Seeds>),
 }
 
@@ -185,7 +185,7 @@ impl Target {
         refuse_port_zero(url, client.get_connection_info().addr())?;
         let addr = client.get_connection_info().addr().to_string();
         Ok(Target {
-            client: Client::Single(client),
+            client: Client::Single(Box::new(client)),
             url: url.into(),
             addr: addr.into(),
             options,
