@@ -142,6 +142,52 @@ fn db_init_is_idempotent_and_a_worker_before_it_says_what_to_run() {
     );
 }
 
+/// `hammer --queue --db` of `n` purchases of a stock of `stock`, with two workers: it must
+/// pass, drain, and find one row per unit sold. Returns the report.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn through_postgresql(
+    url: &str,
+    db: &TestDb,
+    sku: &str,
+    strategy: &str,
+    n: &str,
+    c: &str,
+    stock: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let args = [
+        "--json",
+        "hammer",
+        "--sku",
+        sku,
+        "-n",
+        n,
+        "-c",
+        c,
+        "--stock",
+        stock,
+        "--strategy",
+        strategy,
+        "--queue",
+        "--db",
+        &db.url,
+        "--workers",
+        "2",
+    ];
+    let out = lockctl(url, &[&args[..], extra].concat());
+    assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "pass", "{strategy}: {v}");
+    assert_eq!(v["pipeline"]["drained"], true, "{strategy}: {v}");
+    assert_eq!(v["pipeline"]["rows"].to_string(), stock, "{strategy}: {v}");
+    assert_eq!(
+        v["pipeline"]["row_units"].to_string(),
+        stock,
+        "{strategy}: {v}"
+    );
+    v
+}
+
 #[test]
 fn the_hammer_verifies_the_whole_path_into_postgresql_for_every_strategy() {
     let server = RedisServer::start();
@@ -153,33 +199,7 @@ fn the_hammer_verifies_the_whole_path_into_postgresql_for_every_strategy() {
         ("fenced", "300", "150"),
     ] {
         let sku = format!("p-{strategy}");
-        let out = lockctl(
-            &server.url(),
-            &[
-                "--json",
-                "hammer",
-                "--sku",
-                &sku,
-                "-n",
-                n,
-                "-c",
-                "10",
-                "--stock",
-                stock,
-                "--strategy",
-                strategy,
-                "--queue",
-                "--db",
-                &db.url,
-                "--workers",
-                "2",
-            ],
-        );
-        assert_eq!(code(&out), 0, "{strategy}: {}", stderr(&out));
-        let v = json(&out);
-        assert_eq!(v["verdict"], "pass", "{v}");
-        assert_eq!(v["pipeline"]["drained"], true);
-        assert_eq!(v["pipeline"]["rows"].to_string(), stock);
+        through_postgresql(&server.url(), &db, &sku, strategy, n, "10", stock, &[]);
         let (count, distinct, units) = rows(&db, &sku);
         assert_eq!(
             (count, distinct, units.to_string()),
