@@ -63,6 +63,9 @@ struct Waiting {
     since: Instant,
     /// Until when a busy answer is tried again (the purchase's `--wait-ms`).
     until: Instant,
+    /// Of a bucketed SKU, the purchase's home bucket (`None` until the buyer knows the SKU is
+    /// bucketed): a batch is one bucket's purchases.
+    home: Option<usize>,
     answer: Answer,
 }
 
@@ -153,11 +156,13 @@ impl Submitter {
     pub fn submit(&self, order_id: String, user: Option<String>, answer: Answer) {
         let now = Instant::now();
         let wait = self.0.buyer.options().lock.wait;
+        let home = self.0.buyer.home_bucket(&order_id, user.as_deref());
         let w = Waiting {
             order_id,
             user,
             since: now,
             until: now + wait,
+            home,
             answer,
         };
         let mut st = self.0.lock();
@@ -194,14 +199,19 @@ impl Shared {
         let max = opts.max.max(1);
         let mut st = self.lock();
         loop {
-            let n = st.waiting.len();
-            if n == 0 {
+            if st.waiting.is_empty() {
                 if st.closed {
                     return None;
                 }
                 st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
+            // The oldest purchase's bucket, and the purchases waiting for it: one call of a
+            // bucketed SKU goes to one bucket, full, rather than a batch split into a call per
+            // bucket each carrying a few (what a master spends per purchase rises as its calls
+            // carry fewer). Unbucketed, every purchase is of the one group.
+            let home = st.waiting[0].home;
+            let n = st.waiting.iter().filter(|w| w.home == home).count();
             let due = st.waiting[0].since + opts.window;
             let now = Instant::now();
             let take = if n >= max || now >= due || st.closed {
@@ -219,7 +229,20 @@ impl Shared {
             if let Some(k) = take {
                 st.in_flight += 1;
                 st.in_flight_purchases += k;
-                let batch: Vec<Waiting> = st.waiting.drain(..k).collect();
+                let batch: Vec<Waiting> = if n == st.waiting.len() {
+                    st.waiting.drain(..k).collect()
+                } else {
+                    let (mut batch, mut rest) = (Vec::with_capacity(k), VecDeque::new());
+                    for w in st.waiting.drain(..) {
+                        if batch.len() < k && w.home == home {
+                            batch.push(w);
+                        } else {
+                            rest.push_back(w);
+                        }
+                    }
+                    st.waiting = rest;
+                    batch
+                };
                 if !st.waiting.is_empty() {
                     self.changed.notify_one();
                 }

@@ -31,6 +31,11 @@ impl Buyer {
         self.buckets.read().ok()?.clone()
     }
 
+    /// The home bucket of a purchase, once a purchase has found the SKU bucketed.
+    pub(crate) fn home_bucket(&self, order_id: &str, user: Option<&str>) -> Option<usize> {
+        self.bucketed().map(|b| b.map.home(user, order_id))
+    }
+
     /// Reads the SKU's bucket map (after its own stock key was found missing), and keeps it.
     pub(super) fn find_buckets(&self, conn: &mut Conn) -> Result<Option<Arc<Bucketed>>> {
         let Some(map) = Buckets::read(conn, &self.sku)? else {
