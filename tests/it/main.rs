@@ -9,6 +9,7 @@ mod adversarial;
 mod aio;
 mod batch;
 mod browser;
+mod bucket_attack;
 mod buckets;
 mod cli;
 mod cluster;

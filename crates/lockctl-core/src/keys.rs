@@ -47,6 +47,9 @@ pub struct StockKeys {
     pub moved_in: String,
     /// `item:drained:<bucket>`: the sale nonce once a check found every bucket empty.
     pub drained: String,
+    /// `item:retired_buckets:<SKU>`: a set of buckets of earlier sales of the SKU whose orders
+    /// streams still had entries when a seed retired them: the orders worker drains them too.
+    pub retired: String,
     /// `item:sale:<SKU>`: the stream id the current sale starts after, written by `seed`, so
     /// that the books of a sale leave out the rows of earlier sales of the SKU.
     pub sale: String,
@@ -72,6 +75,7 @@ impl StockKeys {
             moved_out: format!("item:moved_out:{s}"),
             moved_in: format!("item:moved_in:{s}"),
             drained: format!("item:drained:{s}"),
+            retired: format!("item:retired_buckets:{s}"),
         }
     }
 }
@@ -136,6 +140,7 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.moved_out,
         s.moved_in,
         s.drained,
+        s.retired,
         l.lock,
         l.fence,
         l.queue,

@@ -336,7 +336,13 @@ impl Shared {
             .map(|w| (w.order_id.as_str(), w.user.as_deref()))
             .collect();
         let answers = self.buyer.batch(c, &purchases);
-        if answers.is_err() {
+        // A failed call (of a bucketed SKU's batch, one answer's) may leave the connection in
+        // any state.
+        let failed = |a: &Result<Purchase>| matches!(a, Err(e) if e.is_indeterminate());
+        if answers
+            .as_ref()
+            .map_or(true, |each| each.iter().any(failed))
+        {
             *conn = None;
         }
         answers

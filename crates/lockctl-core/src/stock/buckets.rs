@@ -133,14 +133,29 @@ impl Buckets {
     ) -> Result<Borrowed> {
         let keys: Vec<StockKeys> = self.skus.iter().map(StockKeys::new).collect();
         let parent = StockKeys::new(&self.sku);
-        let drained: Option<String> = conn.query(redis::cmd("GET").arg(&keys[home].drained))?;
-        if let Some(left) = drained.as_deref().and_then(|d| d.strip_prefix(&self.nonce))
-            && let Some(units) = left.strip_prefix(':').and_then(parse_stock)
+        // The home first, in one call: its keys checked (so that no delivery into it fails
+        // half way), its drained mark read, and the moves out of it that a stopped buyer left
+        // unfinished listed: they are finished here, since nobody else looks at the home's
+        // moves before answering sold out for it.
+        let at = self.home_state(conn, &keys, home)?;
+        if at.stale {
+            return self.stale(conn, &keys[home].bucket_sale);
+        }
+        for (id, units, to) in &at.unfinished {
+            if self.finish(conn, &keys, &parent, home, id, *units, *to)? == Finished::Stale {
+                return self.stale(conn, &keys[*to].bucket_sale);
+            }
+        }
+        // Marked drained: every bucket held fewer than some purchase's quantity. A purchase of
+        // fewer units than were left looks again.
+        if at.unfinished.is_empty()
+            && let Some(units) = at.drained
+            && units < qty as i64
         {
             return Ok(Borrowed::SoldOut { remaining: units });
         }
         let before = self.moves(conn, &parent)?;
-        let mut seen_elsewhere = false;
+        let mut locked = false;
         let mut moved = false;
         let mut total = 0i64;
         let k = self.skus.len();
@@ -154,15 +169,21 @@ impl Buckets {
                 took = taken?;
             }
             for (id, units, to) in &took.unfinished {
-                self.finish(conn, &keys, &parent, d, id, *units, *to)?;
+                if self.finish(conn, &keys, &parent, d, id, *units, *to)? == Finished::Stale {
+                    return self.stale(conn, &keys[*to].bucket_sale);
+                }
             }
             match took.status.as_str() {
                 "took" => {
-                    self.finish(conn, &keys, &parent, d, &took.id, took.units, home)?;
+                    if self.finish(conn, &keys, &parent, d, &took.id, took.units, home)?
+                        == Finished::Stale
+                    {
+                        return self.stale(conn, &keys[home].bucket_sale);
+                    }
                     moved = true;
                 }
-                "locked" => seen_elsewhere = true,
-                "stale" => return Ok(Borrowed::Stale),
+                "locked" => locked = true,
+                "stale" => return self.stale(conn, &keys[d].bucket_sale),
                 _ => total += took.left.max(0),
             }
         }
@@ -176,8 +197,10 @@ impl Buckets {
         if at_home >= qty as i64 {
             return Ok(Borrowed::Moved);
         }
-        let after = self.moves(conn, &parent)?;
-        if seen_elsewhere || after != before {
+        if locked {
+            return Ok(Borrowed::Locked);
+        }
+        if self.moves(conn, &parent)? != before {
             return Ok(Borrowed::Unsettled);
         }
         total += at_home.max(0);
@@ -189,9 +212,99 @@ impl Buckets {
     }
 
     /// The move counter of the SKU.
+    /// Damaged books when the counter holds anything but an integer: checked before any
+    /// units are taken, so that a move never stops half way on it.
     fn moves(&self, conn: &mut Conn, parent: &StockKeys) -> Result<i64> {
-        let n: Option<String> = conn.query(redis::cmd("GET").arg(&parent.moves))?;
-        Ok(n.as_deref().and_then(parse_stock).unwrap_or(0))
+        let n: Option<String> = match conn.query(redis::cmd("GET").arg(&parent.moves)) {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                return Err(damaged(
+                    &self.sku,
+                    format!("{} is not a string", parent.moves),
+                ));
+            }
+            other => other?,
+        };
+        match n.as_deref() {
+            None => Ok(0),
+            Some(v) => parse_stock(v).ok_or_else(|| {
+                damaged(
+                    &self.sku,
+                    format!("{} holds '{}', not an integer", parent.moves, shown(v)),
+                )
+            }),
+        }
+    }
+
+    /// The home bucket's state (see `HOME_BODY`): whether it is this sale's, its drained
+    /// mark's units, and the moves out of it not finished.
+    fn home_state(&self, conn: &mut Conn, keys: &[StockKeys], home: usize) -> Result<Home> {
+        let k = &keys[home];
+        let reply: (String, i64, Vec<String>) = conn.script(
+            HOME.key(&k.stock)
+                .key(&k.moving)
+                .key(&k.moved_in)
+                .key(&k.moved_out)
+                .key(&k.bucket_sale)
+                .key(&k.drained)
+                .arg(&self.nonce),
+        )?;
+        let (status, drained, pending) = reply;
+        if status == "bad" {
+            return Err(damaged(&self.sku, pending.join(" ")));
+        }
+        Ok(Home {
+            stale: status == "stale",
+            drained: (status == "drained").then_some(drained),
+            unfinished: self.unfinished(&pending, &k.moving)?,
+        })
+    }
+
+    /// A bucket was found to belong to another sale (its sale key, `key`, holds another id):
+    /// the SKU was seeded again, and the map is read anew ([`Borrowed::Stale`]). When the map
+    /// still names this sale, the key was damaged: an error, and every record of a move is
+    /// kept, so no unit is dropped on the strength of a damaged key.
+    fn stale(&self, conn: &mut Conn, key: &str) -> Result<Borrowed> {
+        match Buckets::read(conn, &self.sku)? {
+            Some(now) if now.nonce == self.nonce => {
+                let held: Option<String> = conn
+                    .query(redis::cmd("GET").arg(key))
+                    .unwrap_or_else(|_| Some("a value that is not a string".into()));
+                Err(damaged(
+                    &self.sku,
+                    format!(
+                        "{key} holds '{}', not the id of this sale ('{}')",
+                        shown(held.as_deref().unwrap_or("")),
+                        self.nonce
+                    ),
+                ))
+            }
+            _ => Ok(Borrowed::Stale),
+        }
+    }
+
+    /// Parses the unfinished moves a script listed (`id`, `'<units> <to>'`, ...); the
+    /// scripts check the form before they write anything, so a bad one here is damage made
+    /// since.
+    fn unfinished(&self, pending: &[String], key: &str) -> Result<Vec<(String, i64, usize)>> {
+        let mut out = Vec::new();
+        for pair in pending.chunks(2) {
+            let parsed = match pair {
+                [id, what] => what.split_once(' ').and_then(|(u, to)| {
+                    Some((id.clone(), parse_stock(u)?, to.parse::<usize>().ok()?))
+                }),
+                _ => None,
+            };
+            match parsed {
+                Some((id, u, to)) if u > 0 && to < self.skus.len() => out.push((id, u, to)),
+                _ => {
+                    return Err(damaged(
+                        &self.sku,
+                        format!("{key} holds a move lockctl did not write"),
+                    ));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Takes units for `home` from bucket `d` (see `TAKE_BODY`), and lists the moves out of
@@ -223,24 +336,7 @@ impl Buckets {
         if status == "bad" {
             return Err(damaged(&self.sku, pending.join(" ")));
         }
-        let mut unfinished = Vec::new();
-        for pair in pending.chunks(2) {
-            let parsed = match pair {
-                [id, what] => what.split_once(' ').and_then(|(u, to)| {
-                    Some((id.clone(), parse_stock(u)?, to.parse::<usize>().ok()?))
-                }),
-                _ => None,
-            };
-            match parsed {
-                Some((id, u, to)) if u > 0 && to < self.skus.len() => unfinished.push((id, u, to)),
-                _ => {
-                    return Err(damaged(
-                        &self.sku,
-                        format!("{} holds a move lockctl did not write", keys[d].moving),
-                    ));
-                }
-            }
-        }
+        let unfinished = self.unfinished(&pending, &keys[d].moving)?;
         Ok(Take {
             status,
             id,
@@ -262,7 +358,7 @@ impl Buckets {
         id: &str,
         units: i64,
         to: usize,
-    ) -> Result<()> {
+    ) -> Result<Finished> {
         conn.query::<i64>(redis::cmd("INCR").arg(&parent.moves))?;
         let delivered: String = conn.script(
             DELIVER
@@ -277,8 +373,13 @@ impl Buckets {
             return Err(damaged(&self.sku, delivered));
         }
         conn.query::<i64>(redis::cmd("INCR").arg(&parent.moves))?;
+        if delivered == "stale" {
+            // Not delivered: the record stays at the donor until someone who knows the
+            // destination's sale decides (see `Buckets::stale`).
+            return Ok(Finished::Stale);
+        }
         conn.query::<i64>(redis::cmd("HDEL").arg(&keys[from].moving).arg(id))?;
-        Ok(())
+        Ok(Finished::Delivered)
     }
 }
 
@@ -287,8 +388,12 @@ impl Buckets {
 pub enum Borrowed {
     /// Buy at home again.
     Moved,
-    /// A donor was locked, or a move happened during the pass: pause, then buy at home again.
+    /// A move happened during the pass (another buyer's): pause, then buy at home again.
     Unsettled,
+    /// A donor's lock is held by a lock holder, who may have read its stock and be about to
+    /// write it: nothing was taken from it. Pause and try again while the purchase's wait
+    /// lasts; busy after that.
+    Locked,
     /// Every bucket is short: sold out, with `remaining` units left over all of them.
     SoldOut {
         /// Units left over all buckets (fewer than the purchase's).
@@ -296,6 +401,22 @@ pub enum Borrowed {
     },
     /// A bucket belongs to another sale (the SKU was seeded again): read the map again.
     Stale,
+}
+
+/// Whether a move reached its destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finished {
+    /// Delivered (now or before), and forgotten at the donor.
+    Delivered,
+    /// The destination is another sale's: not delivered, the donor's record kept.
+    Stale,
+}
+
+/// The home bucket as a borrowing purchase finds it (see `HOME_BODY`).
+struct Home {
+    stale: bool,
+    drained: Option<i64>,
+    unfinished: Vec<(String, i64, usize)>,
 }
 
 struct Take {
@@ -311,6 +432,15 @@ fn damaged(sku: &Sku, reason: String) -> Error {
         sku: sku.to_string(),
         reason,
     }
+}
+
+/// A value as an error shows it: at most 60 characters, escaped.
+fn shown(raw: &str) -> String {
+    raw.chars()
+        .take(60)
+        .collect::<String>()
+        .escape_debug()
+        .to_string()
 }
 
 fn bad_map(key: &str, raw: &str) -> String {
@@ -333,11 +463,21 @@ fn bad_map(key: &str, raw: &str) -> String {
 /// as Redis writes it, within 2^53), so that a donor is never read otherwise than a purchase
 /// would read it.
 const TAKE_BODY: &str = r"
-local pending = redis.call('HGETALL', KEYS[2])
+local pending = redis.pcall('HGETALL', KEYS[2])
+if pending['err'] then return {'bad', 0, 0, {not_a_hash(KEYS[2])}} end
+for i = 2, #pending, 2 do
+  if not string.match(pending[i], '^[1-9]%d* %d+$') then
+    return {'bad', 0, 0, {KEYS[2] .. ' holds a move lockctl did not write'}}
+  end
+end
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {'stale', 0, 0, pending} end
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) ~= 'string' or not is_int(raw) then
   return {'bad', 0, 0, {KEYS[1] .. ' is not a stock counter'}}
+end
+local out = redis.pcall('GET', KEYS[3])
+if type(out) == 'table' or not is_int(out) then
+  return {'bad', 0, 0, {KEYS[3] .. ' is not an integer'}}
 end
 local stock = tonumber(raw)
 if stock <= 0 then return {'empty', 0, stock, pending} end
@@ -348,6 +488,42 @@ redis.call('DECRBY', KEYS[1], take)
 redis.call('HSET', KEYS[2], ARGV[2], string.format('%d %s', take, ARGV[3]))
 redis.call('INCRBY', KEYS[3], take)
 return {'took', take, stock - take, pending}
+";
+
+/// The home bucket of a borrowing purchase, checked before anything is taken for it, so that
+/// a delivery into it cannot stop half way on a damaged key.
+/// KEYS: 1 stock, 2 moves out not finished, 3 moves delivered, 4 units moved out, 5 the
+/// bucket's sale, 6 the drained mark. ARGV: 1 the sale's nonce.
+/// Returns {status, units the drained mark holds, {id, '<units> <to>', ...} moves out of the
+/// home not finished}: 'ok', 'drained', 'stale' (another sale's), 'bad' (damaged: why).
+const HOME_BODY: &str = r"
+local function bad(why) return {'bad', 0, {why}} end
+local pending = redis.pcall('HGETALL', KEYS[2])
+if pending['err'] then return bad(not_a_hash(KEYS[2])) end
+for i = 2, #pending, 2 do
+  if not string.match(pending[i], '^[1-9]%d* %d+$') then
+    return bad(KEYS[2] .. ' holds a move lockctl did not write')
+  end
+end
+local t = redis.call('TYPE', KEYS[3])['ok']
+if t ~= 'none' and t ~= 'hash' then return bad(not_a_hash(KEYS[3])) end
+if redis.call('GET', KEYS[5]) ~= ARGV[1] then return {'stale', 0, pending} end
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) ~= 'string' or not is_int(raw) then
+  return bad(KEYS[1] .. ' is not a stock counter')
+end
+local out = redis.pcall('GET', KEYS[4])
+if type(out) == 'table' or not is_int(out) then return bad(KEYS[4] .. ' is not an integer') end
+local mark = redis.pcall('GET', KEYS[6])
+if type(mark) == 'table' then return bad(KEYS[6] .. ' is not a string') end
+local ours = ARGV[1] .. ':'
+if mark and string.sub(mark, 1, #ours) == ours then
+  local units = string.sub(mark, #ours + 1)
+  if string.match(units, '^%d+$') and string.len(units) <= 15 then
+    return {'drained', tonumber(units), pending}
+  end
+end
+return {'ok', 0, pending}
 ";
 
 /// Delivers a move into its destination, once.
@@ -369,6 +545,8 @@ return 'done'
 
 static TAKE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{TAKE_BODY}")));
+static HOME: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{HOME_BODY}")));
 static DELIVER: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{DELIVER_BODY}")));
 
@@ -421,13 +599,30 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
     }
     let masters = masters(conn)?;
     let owner = |slot: u16| master_of(&masters, slot);
+    let old = Buckets::read(conn, sku).ok().flatten();
+    let old_tags: Vec<String> = old.iter().flat_map(|b| b.skus.iter().map(tag_of)).collect();
+    // The same buckets as the sale before when the placement comes out the same (a user's home
+    // is then the same bucket in both), else buckets the sale before never used: a process
+    // still holding the old map must not buy in a bucket of the new sale by the old map's
+    // homes (a user in two buckets, and its limit twice over). It finds its old bucket
+    // retired instead, and reads the map again.
+    let pick = |avoid: &[String]| -> Result<Vec<String>> {
+        (0..k)
+            .map(|i| {
+                let want = &masters[i % masters.len()].0;
+                (0..100_000u32)
+                    .map(|salt| format!("b{i}.{salt}"))
+                    .find(|t| owner(key_slot(t)).as_ref() == Some(want) && !avoid.contains(t))
+                    .ok_or_else(|| Error::internal(format!("no slot of master {want} found")))
+            })
+            .collect()
+    };
+    let mut tags = pick(&[])?;
+    if !old_tags.is_empty() && tags != old_tags {
+        tags = pick(&old_tags)?;
+    }
     let mut placed = Vec::with_capacity(k);
-    for i in 0..k {
-        let want = &masters[i % masters.len()].0;
-        let tag = (0..100_000u32)
-            .map(|salt| format!("b{i}.{salt}"))
-            .find(|t| owner(key_slot(t)).as_ref() == Some(want))
-            .ok_or_else(|| conn.unexpected(format!("no slot of master {want} found")))?;
+    for (i, tag) in tags.into_iter().enumerate() {
         let share = count / k as u64 + u64::from((i as u64) < count % k as u64);
         let bucket = sku.bucket(&tag);
         placed.push((
@@ -435,13 +630,12 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
             Placement {
                 bucket: i,
                 slot: key_slot(&tag),
-                master: want.clone(),
+                master: owner(key_slot(&tag)).unwrap_or_default(),
                 sku: bucket.to_string(),
                 units: share,
             },
         ));
     }
-    let old = Buckets::read(conn, sku).ok().flatten();
     let nonce = hex::encode(rand::random::<[u8; 8]>());
     for (tag, p) in &placed {
         let bucket = sku.bucket(tag);
@@ -459,14 +653,8 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
         seed(conn, &bucket, p.units)?;
     }
     if let Some(old) = old {
-        for b in old
-            .skus
-            .iter()
-            .filter(|b| !placed.iter().any(|(_, p)| p.sku == b.as_str()))
-        {
-            let keys = StockKeys::new(b);
-            conn.query::<()>(redis::cmd("DEL").arg(&keys.stock).arg(&keys.bucket_sale))?;
-        }
+        let kept: Vec<&str> = placed.iter().map(|(_, p)| p.sku.as_str()).collect();
+        retire(conn, &old, &kept)?;
     }
     let parent = StockKeys::new(sku);
     let tags: Vec<&str> = placed.iter().map(|(t, _)| t.as_str()).collect();
@@ -481,6 +669,33 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
             .arg(format!("v1 {nonce} {}", tags.join(" "))),
     )?;
     Ok(placed.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The bucket a bucket SKU (`{tag}<SKU>`) is: its tag.
+fn tag_of(bucket: &Sku) -> String {
+    let s = bucket.as_str();
+    s.strip_prefix('{')
+        .and_then(|r| r.split_once('}'))
+        .map(|(t, _)| t.to_string())
+        .unwrap_or_default()
+}
+
+/// Ends the buckets of an earlier sale of a SKU (`old`) that the new sale does not reuse
+/// (`kept`): their stock and sale record go, so a process still buying by the old map finds
+/// them unseeded and reads the map again, and no unit is left where nobody looks. A bucket
+/// whose orders stream still has entries is listed in the SKU's retired set, where the orders
+/// worker finds it (a paid order is never left behind in a stream nobody drains).
+pub fn retire(conn: &mut Conn, old: &Buckets, kept: &[&str]) -> Result<()> {
+    let parent = StockKeys::new(&old.sku);
+    for b in old.skus.iter().filter(|b| !kept.contains(&b.as_str())) {
+        let keys = StockKeys::new(b);
+        conn.query::<()>(redis::cmd("DEL").arg(&keys.stock).arg(&keys.bucket_sale))?;
+        let orders: bool = conn.query(redis::cmd("EXISTS").arg(&keys.events))?;
+        if orders {
+            conn.query::<()>(redis::cmd("SADD").arg(&parent.retired).arg(b.as_str()))?;
+        }
+    }
+    Ok(())
 }
 
 /// One bucket's books, as `status` and the hammer add them up.
@@ -545,11 +760,16 @@ impl BucketBooks {
 
 /// The books of every bucket of `b`, and the units in transit (moved out, not yet moved in).
 pub fn books(conn: &mut Conn, b: &Buckets) -> Result<(Vec<BucketBooks>, i64)> {
+    // Damage in a bucket is the SKU's (a bucket is not seeded on its own).
     let each = b
         .skus
         .iter()
         .map(|s| BucketBooks::read(conn, s))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| match e {
+            Error::BadData { reason, .. } => damaged(&b.sku, reason),
+            other => other,
+        })?;
     let transit = each.iter().map(|x| x.moved_out - x.moved_in).sum();
     Ok((each, transit))
 }
@@ -571,8 +791,8 @@ pub fn finish_moves(conn: &mut Conn, b: &Buckets) -> Result<u64> {
             let (Some(u), Ok(to)) = (parse_stock(u), to.parse::<usize>()) else {
                 continue;
             };
-            if to < b.len() {
-                b.finish(conn, &keys, &parent, d, &id, u, to)?;
+            if to < b.len() && b.finish(conn, &keys, &parent, d, &id, u, to)? == Finished::Delivered
+            {
                 finished += 1;
             }
         }
@@ -587,6 +807,20 @@ pub fn with_buckets(conn: &mut Conn, sku: &Sku) -> Result<Vec<Sku>> {
     let mut out = vec![sku.clone()];
     if let Some(b) = Buckets::read(conn, sku)? {
         out.extend(b.skus);
+    }
+    let retired: Vec<String> =
+        match conn.query(redis::cmd("SMEMBERS").arg(StockKeys::new(sku).retired)) {
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Vec::new(),
+            other => other?,
+        };
+    for r in retired {
+        // Only buckets of this SKU (`{tag}<SKU>`): a hostile member names no other SKU.
+        if let Ok(b) = r.parse::<Sku>()
+            && b.as_str().ends_with(&format!("}}{sku}"))
+            && !out.contains(&b)
+        {
+            out.push(b);
+        }
     }
     Ok(out)
 }

@@ -400,6 +400,9 @@ static SEED: std::sync::LazyLock<redis::Script> =
 /// Sets the stock to `count` and starts a new sale (see `SEED_LUA`).
 pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
+    // An unbucketed seed of a bucketed SKU ends its buckets too (see `buckets::retire`): the
+    // map goes with the seed, and a process still holding it must not sell the old buckets.
+    let old = buckets::Buckets::read(conn, sku).ok().flatten();
     let mut inv = SEED.prepare_invoke();
     inv.key(&keys.stock)
         .key(&keys.seeded)
@@ -430,6 +433,9 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
             )?;
         }
         Err(e) => return Err(e),
+    }
+    if let Some(old) = old {
+        buckets::retire(conn, &old, &[])?;
     }
     if let Some(m) = conn.metrics() {
         m.set_stock(sku.as_str(), count as i64);

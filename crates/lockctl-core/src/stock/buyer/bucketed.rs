@@ -74,10 +74,14 @@ impl Buyer {
             let home = b.map.home(user, order_id);
             let bought = b.buyers[home].buy_plain(conn, order_id, user, started);
             let p = match bought {
-                Err(Error::Unseeded { .. }) => {
-                    b = self.buckets_again(conn)?;
-                    continue;
-                }
+                Err(Error::Unseeded { .. }) => match self.buckets_again(conn)? {
+                    Some(again) => {
+                        b = again;
+                        continue;
+                    }
+                    // Seeded again without buckets: the SKU's own stock is the sale now.
+                    None => return self.as_sku(self.buy_plain(conn, order_id, user, started)),
+                },
                 other => self.as_sku(other)?,
             };
             if p.replayed.is_some() || !matches!(p.outcome, Buy::SoldOut { .. }) {
@@ -86,7 +90,22 @@ impl Buyer {
             match self.borrow_for(&b, conn, home)? {
                 Borrowed::Moved => {}
                 Borrowed::Unsettled => std::thread::sleep(super::busy_pause()),
-                Borrowed::Stale => b = self.buckets_again(conn)?,
+                // A lock holder keeps a donor: busy once the purchase's wait is over, as a
+                // purchase that finds its own bucket's lock held is.
+                Borrowed::Locked => {
+                    let left = self.options.lock.wait.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Ok(Purchase {
+                            outcome: Buy::Busy,
+                            ..p
+                        });
+                    }
+                    std::thread::sleep(super::busy_pause().min(left));
+                }
+                Borrowed::Stale => match self.buckets_again(conn)? {
+                    Some(again) => b = again,
+                    None => return self.as_sku(self.buy_plain(conn, order_id, user, started)),
+                },
                 Borrowed::SoldOut { remaining } => {
                     return Ok(Purchase {
                         outcome: Buy::SoldOut { remaining },
@@ -117,14 +136,13 @@ impl Buyer {
         b.map.borrow(conn, home, self.options.qty, &mut lock_for)
     }
 
-    /// The map read again (the SKU was seeded again since it was read).
-    fn buckets_again(&self, conn: &mut Conn) -> Result<Arc<Bucketed>> {
+    /// The map read again (the SKU was seeded again since it was read); `None` when the SKU
+    /// is no longer bucketed.
+    fn buckets_again(&self, conn: &mut Conn) -> Result<Option<Arc<Bucketed>>> {
         if let Ok(mut slot) = self.buckets.write() {
             *slot = None;
         }
-        self.find_buckets(conn)?.ok_or_else(|| Error::Unseeded {
-            sku: self.sku.to_string(),
-        })
+        self.find_buckets(conn)
     }
 
     /// A bucket's answer as the SKU's: its errors name the SKU the buyer asked for.
@@ -146,6 +164,7 @@ impl Buyer {
         purchases: &[(&str, Option<&str>)],
     ) -> Result<Vec<Result<Purchase>>> {
         let mut answers: Vec<Option<Result<Purchase>>> = vec![None; purchases.len()];
+        let mut failed: Option<Error> = None;
         for (home, buyer) in b.buyers.iter().enumerate() {
             let mine: Vec<usize> = (0..purchases.len())
                 .filter(|&i| b.map.home(purchases[i].1, purchases[i].0) == home)
@@ -154,9 +173,25 @@ impl Buyer {
                 continue;
             }
             let group: Vec<(&str, Option<&str>)> = mine.iter().map(|&i| purchases[i]).collect();
-            let each = buyer.batch_plain(conn, &group)?;
-            for (i, a) in mine.into_iter().zip(each) {
-                answers[i] = Some(a);
+            // A failed call answers its own bucket's purchases and the ones not yet sent (on a
+            // connection that may be broken); what the buckets before it decided (bought,
+            // perhaps) stands.
+            let each = match &failed {
+                Some(e) => Err(e.clone()),
+                None => buyer.batch_plain(conn, &group),
+            };
+            match each {
+                Ok(each) => {
+                    for (i, a) in mine.into_iter().zip(each) {
+                        answers[i] = Some(a);
+                    }
+                }
+                Err(e) => {
+                    for i in mine {
+                        answers[i] = Some(Err(e.clone()));
+                    }
+                    failed = Some(e);
+                }
             }
         }
         let started = Instant::now();
@@ -165,9 +200,12 @@ impl Buyer {
             .zip(purchases)
             .map(|(a, (order_id, user))| match a {
                 Some(Ok(p)) if p.replayed.is_none() && matches!(p.outcome, Buy::SoldOut { .. }) => {
-                    self.buy_bucketed(b, conn, order_id, *user, started)
+                    match &failed {
+                        Some(e) => Err(e.clone()),
+                        None => self.buy_bucketed(b, conn, order_id, *user, started),
+                    }
                 }
-                Some(Err(Error::Unseeded { .. })) => {
+                Some(Err(Error::Unseeded { .. })) if failed.is_none() => {
                     self.buy_bucketed(b, conn, order_id, *user, started)
                 }
                 Some(other) => self.as_sku(other),
