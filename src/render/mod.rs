@@ -130,6 +130,9 @@ pub fn status_text(st: &Status) -> String {
         ),
         (None, None) => {}
     }
+    for w in &st.warnings {
+        let _ = writeln!(s, "warning: {}", advice::finding(w));
+    }
     if let Some(buckets) = &st.buckets {
         let _ = writeln!(
             s,
@@ -200,6 +203,9 @@ fn orders_lines(s: &mut String, st: &Status) {
 pub fn status_json(st: &Status) -> Value {
     let mut v = to_json(st);
     v["problems"] = worded(&st.problems);
+    if !st.warnings.is_empty() {
+        v["warnings"] = worded(&st.warnings);
+    }
     v
 }
 

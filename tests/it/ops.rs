@@ -392,3 +392,31 @@ fn the_dashboard_queries_only_metrics_lockctl_serves() {
         "the dashboard has the per-bucket panel"
     );
 }
+
+#[test]
+fn status_warns_of_a_restart_since_the_seed_and_not_before() {
+    let mut s = RedisServer::start_with(&["--appendonly", "yes"]);
+    let url = s.url();
+    assert_eq!(code(&lockctl(&url, &["seed", "restarted", "10"])), 0);
+    assert_eq!(code(&lockctl(&url, &["buy", "restarted"])), 0);
+    let st = json(&lockctl(&url, &["--json", "status", "restarted"]));
+    assert!(st.get("warnings").is_none(), "{st}");
+    // kill -9 and back from its append-only file: the books survive and add up, but the
+    // server serving them is not the one the sale was seeded on.
+    s.restart();
+    let out = lockctl(&url, &["--json", "status", "restarted"]);
+    assert_eq!(code(&out), 0, "the books still reconcile: {}", stdout(&out));
+    let st = json(&out);
+    assert_eq!(st["reconciled"], true, "{st}");
+    let warned = st["warnings"][0].as_str().unwrap_or_default();
+    assert!(warned.contains("master changed since the seed"), "{st}");
+    let text = stdout(&lockctl(&url, &["status", "restarted"]));
+    assert!(
+        text.contains("warning: its master changed since the seed"),
+        "{text}"
+    );
+    // A new seed is a new sale, served by this server: no warning.
+    assert_eq!(code(&lockctl(&url, &["seed", "restarted", "10"])), 0);
+    let st = json(&lockctl(&url, &["--json", "status", "restarted"]));
+    assert!(st.get("warnings").is_none(), "{st}");
+}

@@ -50,6 +50,10 @@ pub struct StockKeys {
     /// `item:retired_buckets:<SKU>`: a set of buckets of earlier sales of the SKU whose orders
     /// streams still had entries when a seed retired them: the orders worker drains them too.
     pub retired: String,
+    /// `item:origin:<SKU>`: the replication id of the master that served the SKU when it was
+    /// seeded; another id there now means a failover (or a restart) since, which may have lost
+    /// acknowledged purchases (`status` says so).
+    pub origin: String,
     /// `item:sale:<SKU>`: the stream id the current sale starts after, written by `seed`, so
     /// that the books of a sale leave out the rows of earlier sales of the SKU.
     pub sale: String,
@@ -76,6 +80,7 @@ impl StockKeys {
             moved_in: format!("item:moved_in:{s}"),
             drained: format!("item:drained:{s}"),
             retired: format!("item:retired_buckets:{s}"),
+            origin: format!("item:origin:{s}"),
         }
     }
 }
@@ -141,6 +146,7 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.moved_in,
         s.drained,
         s.retired,
+        s.origin,
         l.lock,
         l.fence,
         l.queue,

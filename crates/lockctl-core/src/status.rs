@@ -50,6 +50,11 @@ pub struct Status {
     pub reconciled: Option<bool>,
     /// Every check that failed, in words.
     pub problems: Vec<Finding>,
+    /// What the books cannot show but may have happened: a failover since the seed (the
+    /// purchases its old master acknowledged last may be lost, with their stock, sold count
+    /// and ledger entries together, so the books still add up).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Finding>,
     /// The lock holder, if any.
     pub lock: Option<Holder>,
     /// The last fencing token handed out.
@@ -96,8 +101,13 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
     let seeded = read_counter(conn, &parent.seeded, &mut problems)?;
     let (mut stock, mut sold, mut orders, mut qty, mut waiters) = (Some(0i64), 0, 0, 0, 0);
     let mut unfinished = 0;
+    let mut warnings = Vec::new();
+    let mut marked: Option<i64> = None;
     for (i, (bucket, bb)) in b.skus.iter().zip(&books).enumerate() {
         let st = one(conn, target, bucket, bb.moved_in - bb.moved_out)?;
+        for w in st.warnings {
+            warnings.push(Finding::from(format!("bucket {i} ({bucket}): {}", w.text)));
+        }
         stock = stock.zip(st.stock).map(|(a, s)| a + s);
         sold += st.sold;
         orders += st.ledger_orders;
@@ -108,14 +118,26 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         }
         let moving: u64 = conn.query(redis::cmd("HLEN").arg(&StockKeys::new(bucket).moving))?;
         unfinished += moving;
-        let drained: Option<String> =
-            conn.query(redis::cmd("GET").arg(&StockKeys::new(bucket).drained))?;
-        if drained.is_some_and(|d| d.starts_with(&b.nonce)) && bb.stock > 0 {
-            problems.push(Finding::from(format!(
-                "bucket {i} ({bucket}) holds {} but the sale was found sold out: stranded (did a failover bring back units the old master had sold?)",
-                crate::units::count(bb.stock, "unit", "units")
-            )));
+        // The fewest units a sold-out pass of this sale left (a later pass marks fewer).
+        let mark: Option<String> = conn
+            .query(redis::cmd("GET").arg(&StockKeys::new(bucket).drained))
+            .unwrap_or(None);
+        if let Some(units) = mark
+            .as_deref()
+            .and_then(|m| m.strip_prefix(&format!("{}:", b.nonce)))
+            .and_then(stock::parse_stock)
+        {
+            marked = Some(marked.map_or(units, |m: i64| m.min(units)));
         }
+    }
+    if let (Some(left), Some(s)) = (marked, stock)
+        && s + transit > left
+    {
+        problems.push(Finding::from(format!(
+            "the sale was found sold out with {} left, and the buckets hold {} now: stranded (did a failover bring back units the old master had sold?)",
+            crate::units::count(left, "unit", "units"),
+            s + transit
+        )));
     }
     if transit < 0 {
         problems.push(Finding::from(format!(
@@ -150,6 +172,7 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         ledger_qty: qty,
         reconciled,
         problems,
+        warnings,
         lock: None,
         fence: 0,
         waiters,
@@ -158,6 +181,33 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         buckets: Some(books),
         in_transit: Some(transit),
     })
+}
+
+/// A failover (or a restart) of the master serving `keys` since the seed: the replication id
+/// the seed recorded is not the one serving now.
+fn failover(conn: &mut Conn, keys: &StockKeys) -> Result<Option<Finding>> {
+    let recorded: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.origin)) {
+        Ok(v) => v,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => None,
+        Err(e) => return Err(e),
+    };
+    let Some(recorded) = recorded else {
+        return Ok(None);
+    };
+    let Some(now) = conn.master_replid(&keys.stock)? else {
+        return Ok(None);
+    };
+    Ok((now != recorded).then(|| {
+        Finding::from(format!(
+            "its master changed since the seed (replication id {} then, {} now: a failover or a restart): purchases the old master acknowledged just before may be lost, and the books cannot show it (the stock, sold count and ledger entry went together); hold the orders your buyers were told bought against the ledger",
+            short(&recorded),
+            short(&now)
+        ))
+    }))
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }
 
 /// The status of one SKU (or one bucket, whose seed record is held against `moved`, the units
@@ -196,6 +246,7 @@ fn one(conn: &mut Conn, target: &Target, sku: &Sku, moved: i64) -> Result<Status
         _ => ledger_qty,
     };
     let (holder, fence, queue) = lock_state(conn, target, sku, &mut problems)?;
+    let warnings = failover(conn, &keys)?.into_iter().collect();
     let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
     problems.extend(book_problems(
         stock,
@@ -217,6 +268,7 @@ fn one(conn: &mut Conn, target: &Target, sku: &Sku, moved: i64) -> Result<Status
         ledger_qty,
         reconciled,
         problems,
+        warnings,
         lock: holder.map(|h| Holder {
             token: h.token,
             ttl_ms: h.ttl.as_millis() as u64,

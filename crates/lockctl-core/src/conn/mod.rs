@@ -356,6 +356,39 @@ impl Conn {
         Ok(acked.max(0) as u32)
     }
 
+    /// `INFO replication` of the master serving `key` (on a cluster, the master of its slot):
+    /// its `master_replid`, which changes when a replica is promoted in its place or it
+    /// restarts. `None` where the server does not say (or refuses INFO).
+    pub fn master_replid(&mut self, key: &str) -> Result<Option<String>> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let info: redis::RedisResult<String> = match &mut self.inner {
+            Inner::Single(c) => cmd.query(c),
+            Inner::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
+                c.route_command(
+                    &cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
+                )
+                .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
+            }
+        };
+        let info = match info {
+            Ok(i) => i,
+            Err(e) if e.code() == Some("NOPERM") => return Ok(None),
+            Err(e) => return Err(self.map_err(e)),
+        };
+        // A replica's own id is its master's: only a master's says who has been serving.
+        if !info.lines().any(|l| l.trim() == "role:master") {
+            return Ok(None);
+        }
+        Ok(info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("master_replid:"))
+            .map(str::to_string))
+    }
+
     /// Runs a script by EVALSHA, loading it first if the server does not know it.
     pub fn script<T: FromRedisValue>(&mut self, inv: &redis::ScriptInvocation<'_>) -> Result<T> {
         // The driver loads a script the server lacks and tries once more; a cache flushed again

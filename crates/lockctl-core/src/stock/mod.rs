@@ -437,6 +437,12 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     if let Some(old) = old {
         buckets::retire(conn, &old, &[])?;
     }
+    // Who serves the sale, for `status` to hold against whoever serves it later. A server
+    // that keeps INFO from this user has no record, and no check.
+    match conn.master_replid(&keys.stock)? {
+        Some(id) => conn.query::<()>(redis::cmd("SET").arg(&keys.origin).arg(id))?,
+        None => conn.query::<()>(redis::cmd("DEL").arg(&keys.origin))?,
+    }
     if let Some(m) = conn.metrics() {
         m.set_stock(sku.as_str(), count as i64);
     }
