@@ -306,3 +306,67 @@ fn status_names_units_that_came_back_into_a_sale_found_sold_out() {
         "{st}"
     );
 }
+
+#[test]
+fn a_record_of_a_move_to_no_bucket_is_named_before_any_unit_is_taken() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, "nowhere", "30", "3");
+    let user = user_homed_at(&b, 0);
+    // Bucket 0 sold out by its user, so the next purchase borrows from bucket 1, whose
+    // record of a move names bucket 9 of 3.
+    let donor = StockKeys::new(&b.skus[1]);
+    let mut r = s.raw();
+    let _: i64 = r.hset(&donor.moving, "0123456789abcdef", "1 9").unwrap();
+    let mut last = None;
+    for _ in 0..11 {
+        let out = buy(&url, "nowhere", &user, &[]);
+        if code(&out) != 0 {
+            last = Some(out);
+            break;
+        }
+    }
+    let out = last.expect("bucket 0 never ran short");
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains(&donor.moving), "{}", stderr(&out));
+    let stock: i64 = r.get(&donor.stock).unwrap();
+    assert_eq!(stock, 10, "units were taken out of the donor");
+    let moving: i64 = r.hlen(&donor.moving).unwrap();
+    assert_eq!(moving, 1, "only the damaged record");
+}
+
+#[test]
+fn every_seed_of_a_bucketed_sku_uses_buckets_no_earlier_sale_used() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let maps: Vec<Buckets> = ["3", "2", "3", "3"]
+        .iter()
+        .map(|k| seed(&url, "fresh", "30", k))
+        .collect();
+    for (i, a) in maps.iter().enumerate() {
+        for b in &maps[i + 1..] {
+            assert!(
+                a.skus.iter().all(|x| !b.skus.contains(x)),
+                "a bucket used twice: {:?} and {:?}",
+                a.skus,
+                b.skus
+            );
+        }
+    }
+    // And the ended buckets hold no stock and no books.
+    let mut r = s.raw();
+    for old in maps[..3].iter().flat_map(|m| &m.skus) {
+        let keys = StockKeys::new(old);
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(&keys.stock)
+            .arg(&keys.ledger)
+            .arg(&keys.sold)
+            .arg(&keys.bucket_sale)
+            .query(&mut r)
+            .unwrap();
+        assert_eq!(n, 0, "{old} was not ended");
+    }
+    let st = status(&url, "fresh");
+    assert_eq!(st["stock"], 30, "{st}");
+    assert_eq!(st["reconciled"], true, "{st}");
+}

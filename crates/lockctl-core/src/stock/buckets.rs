@@ -94,6 +94,22 @@ impl Buckets {
         }))
     }
 
+    /// The map of `sku` once it no longer names the sale `nonce`, or as it is after about a
+    /// second: a seed replaces the map last, after it has ended the old sale's buckets, so a
+    /// buyer who finds its bucket ended waits that long for the new map before it calls the
+    /// bucket damaged.
+    pub fn settled(conn: &mut Conn, sku: &Sku, nonce: &str) -> Result<Option<Buckets>> {
+        for _ in 0..20 {
+            match Buckets::read(conn, sku)? {
+                Some(b) if b.nonce == nonce => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                other => return Ok(other),
+            }
+        }
+        Buckets::read(conn, sku)
+    }
+
     /// How many buckets.
     pub fn len(&self) -> usize {
         self.skus.len()
@@ -190,13 +206,19 @@ impl Buckets {
         if moved {
             return Ok(Borrowed::Moved);
         }
-        let at_home =
-            read_stock(conn, &self.skus[home], &keys[home])?.ok_or_else(|| Error::Unseeded {
-                sku: self.sku.to_string(),
-            })?;
-        if at_home >= qty as i64 {
+        // The home again, with the moves out of it: one taken during the pass by a buyer who
+        // then stopped holds units that no bucket's stock shows.
+        let end = self.home_state(conn, &keys, home)?;
+        if end.stale {
+            return self.stale(conn, &keys[home].bucket_sale);
+        }
+        if end.stock >= qty as i64 {
             return Ok(Borrowed::Moved);
         }
+        if !end.unfinished.is_empty() {
+            return Ok(Borrowed::Unsettled);
+        }
+        let at_home = end.stock;
         if locked {
             return Ok(Borrowed::Locked);
         }
@@ -239,16 +261,17 @@ impl Buckets {
     /// mark's units, and the moves out of it not finished.
     fn home_state(&self, conn: &mut Conn, keys: &[StockKeys], home: usize) -> Result<Home> {
         let k = &keys[home];
-        let reply: (String, i64, Vec<String>) = conn.script(
+        let reply: (String, i64, Vec<String>, i64) = conn.script(
             HOME.key(&k.stock)
                 .key(&k.moving)
                 .key(&k.moved_in)
                 .key(&k.moved_out)
                 .key(&k.bucket_sale)
                 .key(&k.drained)
-                .arg(&self.nonce),
+                .arg(&self.nonce)
+                .arg(self.skus.len()),
         )?;
-        let (status, drained, pending) = reply;
+        let (status, drained, pending, stock) = reply;
         if status == "bad" {
             return Err(damaged(&self.sku, pending.join(" ")));
         }
@@ -256,6 +279,7 @@ impl Buckets {
             stale: status == "stale",
             drained: (status == "drained").then_some(drained),
             unfinished: self.unfinished(&pending, &k.moving)?,
+            stock,
         })
     }
 
@@ -264,7 +288,7 @@ impl Buckets {
     /// still names this sale, the key was damaged: an error, and every record of a move is
     /// kept, so no unit is dropped on the strength of a damaged key.
     fn stale(&self, conn: &mut Conn, key: &str) -> Result<Borrowed> {
-        match Buckets::read(conn, &self.sku)? {
+        match Buckets::settled(conn, &self.sku, &self.nonce)? {
             Some(now) if now.nonce == self.nonce => {
                 let held: Option<String> = conn
                     .query(redis::cmd("GET").arg(key))
@@ -330,7 +354,8 @@ impl Buckets {
                 .arg(&id)
                 .arg(home)
                 .arg(&self.nonce)
-                .arg(token),
+                .arg(token)
+                .arg(self.skus.len()),
         )?;
         let (status, units, left, pending) = reply;
         if status == "bad" {
@@ -417,6 +442,7 @@ struct Home {
     stale: bool,
     drained: Option<i64>,
     unfinished: Vec<(String, i64, usize)>,
+    stock: i64,
 }
 
 struct Take {
@@ -451,10 +477,22 @@ fn bad_map(key: &str, raw: &str) -> String {
     )
 }
 
+/// Whether a record of a move, `'<units> <to>'`, is one lockctl writes: units a positive
+/// integer Lua holds exactly, `to` one of the `k` buckets. Checked before a script writes
+/// anything, so a damaged record never stops a move that has taken units.
+const WELL_FORMED: &str = r"
+local function well_formed(v, k)
+  local units, to = string.match(v, '^([1-9]%d*) (%d+)$')
+  return units ~= nil and string.len(units) <= 15 and string.len(to) <= 3
+    and tonumber(to) < tonumber(k)
+end
+";
+
 /// Takes units from a donor bucket, for a purchase at another.
 /// KEYS: 1 stock, 2 moves out not finished, 3 units moved out, 4 the bucket's sale nonce,
 /// 5 the bucket's lock. ARGV: 1 units needed, 2 the move's id, 3 the destination bucket,
-/// 4 the sale's nonce, 5 the token of the lock the taker holds ('' = none).
+/// 4 the sale's nonce, 5 the token of the lock the taker holds ('' = none), 6 how many
+/// buckets there are.
 /// Returns {status, units taken, stock left, {id, '<units> <to>', ...} unfinished}:
 /// 'took', 'empty' (nothing to take), 'locked' (another holds the lock: a holder may have
 /// read the stock and be about to write it), 'stale' (another sale), 'bad' (damaged keys).
@@ -466,7 +504,7 @@ const TAKE_BODY: &str = r"
 local pending = redis.pcall('HGETALL', KEYS[2])
 if pending['err'] then return {'bad', 0, 0, {not_a_hash(KEYS[2])}} end
 for i = 2, #pending, 2 do
-  if not string.match(pending[i], '^[1-9]%d* %d+$') then
+  if not well_formed(pending[i], ARGV[6]) then
     return {'bad', 0, 0, {KEYS[2] .. ' holds a move lockctl did not write'}}
   end
 end
@@ -494,20 +532,22 @@ return {'took', take, stock - take, pending}
 /// a delivery into it cannot stop half way on a damaged key.
 /// KEYS: 1 stock, 2 moves out not finished, 3 moves delivered, 4 units moved out, 5 the
 /// bucket's sale, 6 the drained mark. ARGV: 1 the sale's nonce.
+/// ARGV: 2 how many buckets there are.
 /// Returns {status, units the drained mark holds, {id, '<units> <to>', ...} moves out of the
-/// home not finished}: 'ok', 'drained', 'stale' (another sale's), 'bad' (damaged: why).
+/// home not finished, its stock}: 'ok', 'drained', 'stale' (another sale's), 'bad' (damaged:
+/// why).
 const HOME_BODY: &str = r"
-local function bad(why) return {'bad', 0, {why}} end
+local function bad(why) return {'bad', 0, {why}, 0} end
 local pending = redis.pcall('HGETALL', KEYS[2])
 if pending['err'] then return bad(not_a_hash(KEYS[2])) end
 for i = 2, #pending, 2 do
-  if not string.match(pending[i], '^[1-9]%d* %d+$') then
+  if not well_formed(pending[i], ARGV[2]) then
     return bad(KEYS[2] .. ' holds a move lockctl did not write')
   end
 end
 local t = redis.call('TYPE', KEYS[3])['ok']
 if t ~= 'none' and t ~= 'hash' then return bad(not_a_hash(KEYS[3])) end
-if redis.call('GET', KEYS[5]) ~= ARGV[1] then return {'stale', 0, pending} end
+if redis.call('GET', KEYS[5]) ~= ARGV[1] then return {'stale', 0, pending, 0} end
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) ~= 'string' or not is_int(raw) then
   return bad(KEYS[1] .. ' is not a stock counter')
@@ -520,10 +560,10 @@ local ours = ARGV[1] .. ':'
 if mark and string.sub(mark, 1, #ours) == ours then
   local units = string.sub(mark, #ours + 1)
   if string.match(units, '^%d+$') and string.len(units) <= 15 then
-    return {'drained', tonumber(units), pending}
+    return {'drained', tonumber(units), pending, tonumber(raw)}
   end
 end
-return {'ok', 0, pending}
+return {'ok', 0, pending, tonumber(raw)}
 ";
 
 /// Delivers a move into its destination, once.
@@ -543,10 +583,12 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 'done'
 ";
 
-static TAKE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{TAKE_BODY}")));
-static HOME: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{HOME_BODY}")));
+static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!("{BOOKS_LUA}{WELL_FORMED}{TAKE_BODY}"))
+});
+static HOME: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!("{BOOKS_LUA}{WELL_FORMED}{HOME_BODY}"))
+});
 static DELIVER: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{DELIVER_BODY}")));
 
@@ -601,26 +643,21 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
     let owner = |slot: u16| master_of(&masters, slot);
     let old = Buckets::read(conn, sku).ok().flatten();
     let old_tags: Vec<String> = old.iter().flat_map(|b| b.skus.iter().map(tag_of)).collect();
-    // The same buckets as the sale before when the placement comes out the same (a user's home
-    // is then the same bucket in both), else buckets the sale before never used: a process
-    // still holding the old map must not buy in a bucket of the new sale by the old map's
-    // homes (a user in two buckets, and its limit twice over). It finds its old bucket
-    // retired instead, and reads the map again.
-    let pick = |avoid: &[String]| -> Result<Vec<String>> {
-        (0..k)
-            .map(|i| {
-                let want = &masters[i % masters.len()].0;
-                (0..100_000u32)
-                    .map(|salt| format!("b{i}.{salt}"))
-                    .find(|t| owner(key_slot(t)).as_ref() == Some(want) && !avoid.contains(t))
-                    .ok_or_else(|| Error::internal(format!("no slot of master {want} found")))
-            })
-            .collect()
-    };
-    let mut tags = pick(&[])?;
-    if !old_tags.is_empty() && tags != old_tags {
-        tags = pick(&old_tags)?;
-    }
+    // Buckets no earlier sale used (the search for a tag on each master starts at a random
+    // salt): a process still holding an old map finds its bucket ended, reads the map again
+    // and buys in the new sale, rather than buying in a bucket of the new sale by the old
+    // map's homes (a user in two buckets, its limit twice over). A tag the old map has is
+    // passed over, whatever the chance.
+    let start = rand::random::<u32>() % 1_000_000_000;
+    let tags: Vec<String> = (0..k)
+        .map(|i| {
+            let want = &masters[i % masters.len()].0;
+            (start..start + 100_000)
+                .map(|salt| format!("b{i}.{salt}"))
+                .find(|t| owner(key_slot(t)).as_ref() == Some(want) && !old_tags.contains(t))
+                .ok_or_else(|| Error::internal(format!("no slot of master {want} found")))
+        })
+        .collect::<Result<_>>()?;
     let mut placed = Vec::with_capacity(k);
     for (i, tag) in tags.into_iter().enumerate() {
         let share = count / k as u64 + u64::from((i as u64) < count % k as u64);
@@ -681,15 +718,29 @@ fn tag_of(bucket: &Sku) -> String {
 }
 
 /// Ends the buckets of an earlier sale of a SKU (`old`) that the new sale does not reuse
-/// (`kept`): their stock and sale record go, so a process still buying by the old map finds
-/// them unseeded and reads the map again, and no unit is left where nobody looks. A bucket
+/// (`kept`): their stock and books go, so a process still buying by the old map finds them
+/// unseeded and reads the map again, and no unit is left where nobody looks. A bucket
 /// whose orders stream still has entries is listed in the SKU's retired set, where the orders
 /// worker finds it (a paid order is never left behind in a stream nobody drains).
 pub fn retire(conn: &mut Conn, old: &Buckets, kept: &[&str]) -> Result<()> {
     let parent = StockKeys::new(&old.sku);
     for b in old.skus.iter().filter(|b| !kept.contains(&b.as_str())) {
         let keys = StockKeys::new(b);
+        // The stock first: from then on nothing more is sold there. Then the rest of its books
+        // (no sale uses the bucket again); its orders stream and dead letters stay.
         conn.query::<()>(redis::cmd("DEL").arg(&keys.stock).arg(&keys.bucket_sale))?;
+        conn.query::<()>(
+            redis::cmd("DEL")
+                .arg(&keys.ledger)
+                .arg(&keys.sold)
+                .arg(&keys.seeded)
+                .arg(&keys.buyers)
+                .arg(&keys.moving)
+                .arg(&keys.moved_in)
+                .arg(&keys.moved_out)
+                .arg(&keys.drained)
+                .arg(&keys.origin),
+        )?;
         let orders: bool = conn.query(redis::cmd("EXISTS").arg(&keys.events))?;
         if orders {
             conn.query::<()>(redis::cmd("SADD").arg(&parent.retired).arg(b.as_str()))?;

@@ -74,7 +74,7 @@ impl Buyer {
             let home = b.map.home(user, order_id);
             let bought = b.buyers[home].buy_plain(conn, order_id, user, started);
             let p = match bought {
-                Err(Error::Unseeded { .. }) => match self.buckets_again(conn)? {
+                Err(Error::Unseeded { .. }) => match self.buckets_again(conn, &b.map, home)? {
                     Some(again) => {
                         b = again;
                         continue;
@@ -87,7 +87,7 @@ impl Buyer {
             if p.replayed.is_some() || !matches!(p.outcome, Buy::SoldOut { .. }) {
                 return Ok(p);
             }
-            match self.borrow_for(&b, conn, home)? {
+            match self.borrow_for(&b, conn, home, started)? {
                 Borrowed::Moved => {}
                 Borrowed::Unsettled => std::thread::sleep(super::busy_pause()),
                 // A lock holder keeps a donor: busy once the purchase's wait is over, as a
@@ -102,7 +102,7 @@ impl Buyer {
                     }
                     std::thread::sleep(super::busy_pause().min(left));
                 }
-                Borrowed::Stale => match self.buckets_again(conn)? {
+                Borrowed::Stale => match self.buckets_again(conn, &b.map, home)? {
                     Some(again) => b = again,
                     None => return self.as_sku(self.buy_plain(conn, order_id, user, started)),
                 },
@@ -122,13 +122,20 @@ impl Buyer {
 
     /// Moves units into bucket `home` (see [`Buckets::borrow`]), taking each donor's lock
     /// first for the lock strategies when a holder is there.
-    fn borrow_for(&self, b: &Bucketed, conn: &mut Conn, home: usize) -> Result<Borrowed> {
+    fn borrow_for(
+        &self,
+        b: &Bucketed,
+        conn: &mut Conn,
+        home: usize,
+        started: Instant,
+    ) -> Result<Borrowed> {
         let locks = self.options.strategy.locks();
+        // Each donor's lock within what is left of the purchase's one wait.
         let mut lock_for = |c: &mut Conn, d: usize| -> Result<Option<crate::lock::Guard>> {
             if !locks {
                 return Ok(None);
             }
-            Ok(match b.buyers[d].lock.acquire(c)? {
+            Ok(match b.buyers[d].lock.acquire_since(c, started)? {
                 Acquire::Acquired(g) => Some(g),
                 Acquire::Busy => None,
             })
@@ -138,11 +145,28 @@ impl Buyer {
 
     /// The map read again (the SKU was seeded again since it was read); `None` when the SKU
     /// is no longer bucketed.
-    fn buckets_again(&self, conn: &mut Conn) -> Result<Option<Arc<Bucketed>>> {
+    fn buckets_again(
+        &self,
+        conn: &mut Conn,
+        was: &Buckets,
+        home: usize,
+    ) -> Result<Option<Arc<Bucketed>>> {
         if let Ok(mut slot) = self.buckets.write() {
             *slot = None;
         }
-        self.find_buckets(conn)
+        // A seed in progress replaces the map last: wait for it (about a second at most). A
+        // map that still names the same sale then has a bucket without stock: damaged books,
+        // not a purchase to try again for ever.
+        match Buckets::settled(conn, &self.sku, &was.nonce)? {
+            Some(m) if m == *was => Err(Error::BadData {
+                sku: self.sku.to_string(),
+                reason: format!(
+                    "{} is missing, but bucket {home} is in the map of the sale",
+                    crate::keys::StockKeys::new(&was.skus[home]).stock
+                ),
+            }),
+            _ => self.find_buckets(conn),
+        }
     }
 
     /// A bucket's answer as the SKU's: its errors name the SKU the buyer asked for.
@@ -190,7 +214,10 @@ impl Buyer {
                     for i in mine {
                         answers[i] = Some(Err(e.clone()));
                     }
-                    failed = Some(e);
+                    // Only a connection that may be broken stops the buckets after it.
+                    if e.is_indeterminate() || e.kind().is_outage() {
+                        failed = Some(e);
+                    }
                 }
             }
         }
