@@ -84,12 +84,18 @@ fn a_move_a_killed_buyer_left_out_of_the_home_bucket_is_finished_before_sold_out
 fn a_drained_mark_does_not_refuse_a_purchase_smaller_than_what_is_left() {
     let s = RedisServer::start();
     let url = s.url();
-    seed(&url, "qty", "9", "3");
+    let b = seed(&url, "qty", "9", "3");
     let out = buy(&url, "qty", "u1", &["--qty", "10"]);
     assert_eq!(code(&out), 3, "{}{}", stdout(&out), stderr(&out));
+    // A sold-out answer's `remaining` is what every bucket had.
+    assert_eq!(json(&out)["remaining"], 9, "{}", stdout(&out));
     for user in ["u1", "u2", "u3"] {
         let out = buy(&url, "qty", user, &[]);
         assert_eq!(code(&out), 0, "{user}: {}{}", stdout(&out), stderr(&out));
+        // A bought answer's is what its own bucket has left.
+        let home = &b.skus[b.home(Some(user), "")];
+        let left: i64 = s.raw().get(StockKeys::new(home).stock).unwrap();
+        assert_eq!(json(&out)["remaining"], left, "{user}: {}", stdout(&out));
     }
     assert_eq!(status(&url, "qty")["stock"], 6);
 }
