@@ -376,3 +376,84 @@ fn every_seed_of_a_bucketed_sku_uses_buckets_no_earlier_sale_used() {
     assert_eq!(st["stock"], 30, "{st}");
     assert_eq!(st["reconciled"], true, "{st}");
 }
+
+#[test]
+fn a_home_bucket_below_zero_is_named_and_takes_nothing_from_the_others() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, "below", "3", "3");
+    let user = user_homed_at(&b, 0);
+    assert_eq!(code(&buy(&url, "below", &user, &[])), 0);
+    let home = StockKeys::new(&b.skus[0]);
+    let mut r = s.raw();
+    let _: () = r.set(&home.stock, -1).unwrap();
+    let out = buy(&url, "below", &user, &[]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{} holds -1, below zero", home.stock)),
+        "{}",
+        stderr(&out)
+    );
+    for donor in &b.skus[1..] {
+        let left: i64 = r.get(StockKeys::new(donor).stock).unwrap();
+        assert_eq!(left, 1, "{donor} lent to a bucket below zero");
+    }
+}
+
+#[test]
+fn a_sale_key_of_the_wrong_type_is_named_and_status_finds_a_foreign_one() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, "salekey", "3", "3");
+    let user = user_homed_at(&b, 0);
+    assert_eq!(code(&buy(&url, "salekey", &user, &[])), 0);
+    let donor = StockKeys::new(&b.skus[1]);
+    let mut r = s.raw();
+    let _: () = r.del(&donor.bucket_sale).unwrap();
+    let _: i64 = r.rpush(&donor.bucket_sale, "x").unwrap();
+    let out = buy(&url, "salekey", &user, &[]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{} is not a string", donor.bucket_sale)),
+        "{}",
+        stderr(&out)
+    );
+    // A string, but not this sale's id: status says so (purchases at home still work, so the
+    // books alone would reconcile).
+    let _: () = r.del(&donor.bucket_sale).unwrap();
+    let _: () = r.set(&donor.bucket_sale, "someone-else").unwrap();
+    let out = lockctl(&url, &["--json", "status", "salekey"]);
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    assert!(
+        json(&out)["problems"]
+            .to_string()
+            .contains("not the id of this sale"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn status_names_a_garbage_move_record_and_a_garbage_origin() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, "garb", "30", "3");
+    let mut r = s.raw();
+    let home = StockKeys::new(&b.skus[0]);
+    let _: i64 = r.hset(&home.moved_in, "x", "not-a-number").unwrap();
+    let out = lockctl(&url, &["status", "garb"]);
+    assert_ne!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        format!("{}{}", stdout(&out), stderr(&out)).contains(&home.moved_in),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let _: () = r.del(&home.moved_in).unwrap();
+    let _: () = r.set(&home.origin, "garbage").unwrap();
+    let st = json(&lockctl(&url, &["--json", "status", "garb"]));
+    assert!(
+        st["warnings"].to_string().contains("not a replication id"),
+        "{st}"
+    );
+}

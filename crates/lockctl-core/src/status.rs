@@ -116,8 +116,29 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         for p in st.problems {
             problems.push(Finding::from(format!("bucket {i} ({bucket}): {}", p.text)));
         }
-        let moving: u64 = conn.query(redis::cmd("HLEN").arg(&StockKeys::new(bucket).moving))?;
-        unfinished += moving;
+        let bk = StockKeys::new(bucket);
+        match conn.query::<u64>(redis::cmd("HLEN").arg(&bk.moving)) {
+            Ok(n) => unfinished += n,
+            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+                problems.push(Finding::from(format!(
+                    "bucket {i}: {} is not a hash (moves out of the bucket cannot be read)",
+                    bk.moving
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+        // The bucket's sale: every move and purchase by the map checks it.
+        let sale: Option<String> = conn
+            .query(redis::cmd("GET").arg(&bk.bucket_sale))
+            .unwrap_or_else(|_| Some("a value that is not a string".into()));
+        if sale.as_deref() != Some(b.nonce.as_str()) {
+            problems.push(Finding::from(format!(
+                "bucket {i}: {} holds '{}', not the id of this sale ('{}'): moves into and out of the bucket stop",
+                bk.bucket_sale,
+                sale.unwrap_or_default().escape_debug(),
+                b.nonce
+            )));
+        }
         // The fewest units a sold-out pass of this sale left (a later pass marks fewer).
         let mark: Option<String> = conn
             .query(redis::cmd("GET").arg(&StockKeys::new(bucket).drained))
@@ -188,12 +209,21 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
 fn failover(conn: &mut Conn, keys: &StockKeys) -> Result<Option<Finding>> {
     let recorded: Option<String> = match conn.query(redis::cmd("GET").arg(&keys.origin)) {
         Ok(v) => v,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => None,
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            Some("a value that is not a string".into())
+        }
         Err(e) => return Err(e),
     };
     let Some(recorded) = recorded else {
         return Ok(None);
     };
+    if recorded.len() != 40 || !recorded.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(Some(Finding::from(format!(
+            "{} holds '{}', not a replication id: whether a failover happened since the seed cannot be told",
+            keys.origin,
+            recorded.chars().take(60).collect::<String>().escape_debug()
+        ))));
+    }
     let Some(now) = conn.master_replid(&keys.stock)? else {
         return Ok(None);
     };

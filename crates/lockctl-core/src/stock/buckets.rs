@@ -480,11 +480,29 @@ fn bad_map(key: &str, raw: &str) -> String {
 /// Whether a record of a move, `'<units> <to>'`, is one lockctl writes: units a positive
 /// integer Lua holds exactly, `to` one of the `k` buckets. Checked before a script writes
 /// anything, so a damaged record never stops a move that has taken units.
+/// `sale_of(key, nonce)`: 'ok' when the bucket's sale key holds this sale's id, 'stale' when
+/// another (or none), or why it is damaged. `count_of(key)`: why a stock or moved-out count is
+/// damaged (not an integer as Redis writes one, or below zero: a bucket's books never go
+/// below zero but by an oversale), or nil and its value.
 const WELL_FORMED: &str = r"
 local function well_formed(v, k)
   local units, to = string.match(v, '^([1-9]%d*) (%d+)$')
   return units ~= nil and string.len(units) <= 15 and string.len(to) <= 3
     and tonumber(to) < tonumber(k)
+end
+local function sale_of(key, nonce)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return key .. ' is not a string' end
+  if v ~= nonce then return 'stale' end
+  return 'ok'
+end
+local function count_of(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return key .. ' is not a string' end
+  if not is_int(v) then return key .. ' holds ' .. quoted(v) .. ', not an integer' end
+  local n = tonumber(v or '0')
+  if n < 0 then return key .. ' holds ' .. v .. ', below zero' end
+  return nil, n
 end
 ";
 
@@ -508,17 +526,17 @@ for i = 2, #pending, 2 do
     return {'bad', 0, 0, {KEYS[2] .. ' holds a move lockctl did not write'}}
   end
 end
-if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {'stale', 0, 0, pending} end
-local raw = redis.pcall('GET', KEYS[1])
-if type(raw) ~= 'string' or not is_int(raw) then
-  return {'bad', 0, 0, {KEYS[1] .. ' is not a stock counter'}}
+local sale = sale_of(KEYS[4], ARGV[4])
+if sale == 'stale' then return {'stale', 0, 0, pending} end
+if sale ~= 'ok' then return {'bad', 0, 0, {sale}} end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'bad', 0, 0, {KEYS[1] .. ' is missing'}}
 end
-local out = redis.pcall('GET', KEYS[3])
-if type(out) == 'table' or not is_int(out) then
-  return {'bad', 0, 0, {KEYS[3] .. ' is not an integer'}}
-end
-local stock = tonumber(raw)
-if stock <= 0 then return {'empty', 0, stock, pending} end
+local why, stock = count_of(KEYS[1])
+if why then return {'bad', 0, 0, {why}} end
+why = count_of(KEYS[3])
+if why then return {'bad', 0, 0, {why}} end
+if stock == 0 then return {'empty', 0, stock, pending} end
 local holder = redis.call('GET', KEYS[5])
 if holder and holder ~= ARGV[5] then return {'locked', 0, stock, pending} end
 local take = math.min(stock, math.max(tonumber(ARGV[1]), math.floor(stock / 2)))
@@ -547,23 +565,24 @@ for i = 2, #pending, 2 do
 end
 local t = redis.call('TYPE', KEYS[3])['ok']
 if t ~= 'none' and t ~= 'hash' then return bad(not_a_hash(KEYS[3])) end
-if redis.call('GET', KEYS[5]) ~= ARGV[1] then return {'stale', 0, pending, 0} end
-local raw = redis.pcall('GET', KEYS[1])
-if type(raw) ~= 'string' or not is_int(raw) then
-  return bad(KEYS[1] .. ' is not a stock counter')
-end
-local out = redis.pcall('GET', KEYS[4])
-if type(out) == 'table' or not is_int(out) then return bad(KEYS[4] .. ' is not an integer') end
+local sale = sale_of(KEYS[5], ARGV[1])
+if sale == 'stale' then return {'stale', 0, pending, 0} end
+if sale ~= 'ok' then return bad(sale) end
+if redis.call('EXISTS', KEYS[1]) == 0 then return bad(KEYS[1] .. ' is missing') end
+local why, stock = count_of(KEYS[1])
+if why then return bad(why) end
+why = count_of(KEYS[4])
+if why then return bad(why) end
 local mark = redis.pcall('GET', KEYS[6])
 if type(mark) == 'table' then return bad(KEYS[6] .. ' is not a string') end
 local ours = ARGV[1] .. ':'
 if mark and string.sub(mark, 1, #ours) == ours then
   local units = string.sub(mark, #ours + 1)
   if string.match(units, '^%d+$') and string.len(units) <= 15 then
-    return {'drained', tonumber(units), pending, tonumber(raw)}
+    return {'drained', tonumber(units), pending, stock}
   end
 end
-return {'ok', 0, pending, tonumber(raw)}
+return {'ok', 0, pending, stock}
 ";
 
 /// Delivers a move into its destination, once.
@@ -572,7 +591,9 @@ return {'ok', 0, pending, tonumber(raw)}
 /// Returns 'done', 'again' (delivered before), 'stale' (the bucket is another sale's now: the
 /// units belonged to a sale that is over) or 'bad: <why>'.
 const DELIVER_BODY: &str = r"
-if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 'stale' end
+local sale = sale_of(KEYS[3], ARGV[3])
+if sale ~= 'ok' and sale ~= 'stale' then return 'bad: ' .. sale end
+if sale == 'stale' then return 'stale' end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'again' end
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) ~= 'string' or not is_int(raw) then
@@ -589,8 +610,9 @@ static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
 static HOME: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!("{BOOKS_LUA}{WELL_FORMED}{HOME_BODY}"))
 });
-static DELIVER: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(&format!("{BOOKS_LUA}{DELIVER_BODY}")));
+static DELIVER: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!("{BOOKS_LUA}{WELL_FORMED}{DELIVER_BODY}"))
+});
 
 /// A master's `host:port` and the slot ranges it serves.
 pub type Master = (String, Vec<(u16, u16)>);
@@ -797,7 +819,19 @@ impl BucketBooks {
             }
             other => other?,
         };
-        let moved_in = delivered.iter().filter_map(|s| parse_stock(s)).sum();
+        let mut moved_in = 0;
+        for v in &delivered {
+            moved_in += parse_stock(v).filter(|&n| n > 0).ok_or_else(|| {
+                damaged(
+                    bucket,
+                    format!(
+                        "{} holds '{}', not a count of units moved",
+                        keys.moved_in,
+                        shown(v)
+                    ),
+                )
+            })?;
+        }
         Ok(BucketBooks {
             sku: bucket.to_string(),
             stock: n[0],
