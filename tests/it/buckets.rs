@@ -341,6 +341,16 @@ fn with_require_replicas_a_failover_under_batch_loses_no_acknowledged_purchase()
     kept_through_a_failover("{kept_batch}", "batch");
 }
 
+#[test]
+fn with_require_replicas_a_failover_under_fenced_loses_no_acknowledged_purchase() {
+    kept_through_a_failover("{kept_fenced}", "fenced");
+}
+
+#[test]
+fn with_require_replicas_a_failover_under_lock_loses_no_acknowledged_purchase() {
+    kept_through_a_failover("{kept_lock}", "lock");
+}
+
 /// A failover mid-sale with `--require-replicas 1`: PASS, the purchases the stopped replica
 /// could not confirm are errors, and what the sale has left is then sold to zero.
 fn kept_through_a_failover(sku: &str, strategy: &str) {
