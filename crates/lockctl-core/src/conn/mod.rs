@@ -338,22 +338,32 @@ impl Conn {
         self.inner
             .set_timeouts(longer)
             .map_err(|e| self.map_err(e))?;
-        let acked = match &mut self.inner {
-            Inner::Single(c) => cmd.query::<i64>(c),
-            Inner::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
-                c.route_command(
-                    &cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
-                )
-                .and_then(|v| i64::from_redis_value(v).map_err(RedisError::from))
-            }
-        };
+        let acked = self.on_master_of::<i64>(key, &cmd);
         let restored = self.inner.set_timeouts(limit);
         let acked = acked.map_err(|e| self.map_err(e))?;
         restored.map_err(|e| self.map_err(e))?;
         Ok(acked.max(0) as u32)
+    }
+
+    /// Sends `cmd`, a command about a server rather than a key (WAIT, INFO), to the master
+    /// serving `key`: on a cluster the master of its slot, else the one server.
+    fn on_master_of<T: FromRedisValue>(
+        &mut self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        match &mut self.inner {
+            Inner::Single(c) => cmd.query(c),
+            Inner::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
+                )
+                .and_then(|v| T::from_redis_value(v).map_err(RedisError::from))
+            }
+        }
     }
 
     /// `INFO replication` of the master serving `key` (on a cluster, the master of its slot):
@@ -362,18 +372,7 @@ impl Conn {
     pub fn master_replid(&mut self, key: &str) -> Result<Option<String>> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("replication");
-        let info: redis::RedisResult<String> = match &mut self.inner {
-            Inner::Single(c) => cmd.query(c),
-            Inner::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
-                c.route_command(
-                    &cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
-                )
-                .and_then(|v| String::from_redis_value(v).map_err(RedisError::from))
-            }
-        };
+        let info = self.on_master_of::<String>(key, &cmd);
         let info = match info {
             Ok(i) => i,
             Err(e) if e.code() == Some("NOPERM") => return Ok(None),
