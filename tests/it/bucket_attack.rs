@@ -46,6 +46,18 @@ fn user_homed_at(b: &Buckets, want: usize) -> String {
         .unwrap()
 }
 
+/// A server with `sku` seeded 3 units over 3 buckets, and the user homed at bucket 0 after
+/// its one purchase there: bucket 0 is empty, so that user's next purchase borrows.
+fn home_emptied(sku: &str) -> (RedisServer, String, Buckets, String) {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, sku, "3", "3");
+    let user = user_homed_at(&b, 0);
+    let out = buy(&url, sku, &user, &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    (s, url, b, user)
+}
+
 #[test]
 fn a_move_a_killed_buyer_left_out_of_the_home_bucket_is_finished_before_sold_out() {
     let s = RedisServer::start();
@@ -103,12 +115,7 @@ fn a_drained_mark_does_not_refuse_a_purchase_smaller_than_what_is_left() {
 /// Damage `key`, then make a purchase of bucket `home`'s user borrow: the error names the key,
 /// and every unit is still where the books say.
 fn damaged_key_is_named_and_loses_nothing(sku: &str, key: impl Fn(&Buckets) -> String) {
-    let s = RedisServer::start();
-    let url = s.url();
-    let b = seed(&url, sku, "3", "3");
-    let user = user_homed_at(&b, 0);
-    let out = buy(&url, sku, &user, &[]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (s, url, b, user) = home_emptied(sku);
     let key = key(&b);
     let _: () = s.raw().set(&key, "garbage").unwrap();
     let started = Instant::now();
@@ -152,11 +159,7 @@ fn a_damaged_moved_out_counter_at_a_donor_is_named_before_any_unit_moves() {
 
 #[test]
 fn donors_held_by_a_lock_holder_answer_busy_once_the_wait_is_over() {
-    let s = RedisServer::start();
-    let url = s.url();
-    let b = seed(&url, "held", "3", "3");
-    let user = user_homed_at(&b, 0);
-    assert_eq!(code(&buy(&url, "held", &user, &[])), 0);
+    let (s, url, b, user) = home_emptied("held");
     let mut r = s.raw();
     for d in [1, 2] {
         let _: () = r
@@ -379,11 +382,7 @@ fn every_seed_of_a_bucketed_sku_uses_buckets_no_earlier_sale_used() {
 
 #[test]
 fn a_home_bucket_below_zero_is_named_and_takes_nothing_from_the_others() {
-    let s = RedisServer::start();
-    let url = s.url();
-    let b = seed(&url, "below", "3", "3");
-    let user = user_homed_at(&b, 0);
-    assert_eq!(code(&buy(&url, "below", &user, &[])), 0);
+    let (s, url, b, user) = home_emptied("below");
     let home = StockKeys::new(&b.skus[0]);
     let mut r = s.raw();
     let _: () = r.set(&home.stock, -1).unwrap();
@@ -402,11 +401,7 @@ fn a_home_bucket_below_zero_is_named_and_takes_nothing_from_the_others() {
 
 #[test]
 fn a_sale_key_of_the_wrong_type_is_named_and_status_finds_a_foreign_one() {
-    let s = RedisServer::start();
-    let url = s.url();
-    let b = seed(&url, "salekey", "3", "3");
-    let user = user_homed_at(&b, 0);
-    assert_eq!(code(&buy(&url, "salekey", &user, &[])), 0);
+    let (s, url, b, user) = home_emptied("salekey");
     let donor = StockKeys::new(&b.skus[1]);
     let mut r = s.raw();
     let _: () = r.del(&donor.bucket_sale).unwrap();
