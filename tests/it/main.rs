@@ -7,6 +7,7 @@ mod support;
 
 mod adversarial;
 mod aio;
+mod aio_cancel;
 mod batch;
 mod browser;
 mod bucket_attack;

@@ -109,6 +109,12 @@ impl Guard {
         self.lease.still_valid(self.ttl)
     }
 
+    /// The lease as this holder knows it, shared with the watchdog: what a signal of its loss
+    /// reads without holding the guard.
+    pub(crate) fn lease(&self) -> Arc<Lease> {
+        self.lease.clone()
+    }
+
     /// How much longer the lease can be valid by this process's own clock, as of the last
     /// renewal the server confirmed (zero once a renewal found it lost). Does not wait.
     pub fn remaining_validity(&self) -> Duration {

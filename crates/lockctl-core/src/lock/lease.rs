@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// The lease of one grant, shared by the guard and its watchdog.
 #[derive(Debug)]
-pub(super) struct Lease {
+pub(crate) struct Lease {
     state: Mutex<State>,
     changed: Condvar,
     ttl: Duration,
@@ -36,7 +36,7 @@ pub(super) fn drift_margin(ttl: Duration) -> Duration {
 impl Lease {
     /// A lease of `ttl` that started no earlier than `from`, and that a quorum (Redlock) holds
     /// no later than `quorum_until`.
-    pub(super) fn new(from: Instant, ttl: Duration, quorum_until: Option<Instant>) -> Lease {
+    pub(crate) fn new(from: Instant, ttl: Duration, quorum_until: Option<Instant>) -> Lease {
         let mut valid_until = (from + ttl).checked_sub(drift_margin(ttl)).unwrap_or(from);
         if let Some(q) = quorum_until {
             valid_until = valid_until.min(q);
@@ -88,13 +88,13 @@ impl Lease {
     }
 
     /// Whether a renewal has found the lease gone.
-    pub(super) fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         self.with(|s| s.lost)
     }
 
     /// How much longer the lease can be valid by this process's clock (zero once lost), without
     /// waiting for a renewal in flight.
-    pub(super) fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.lost {
             return Duration::ZERO;

@@ -21,6 +21,7 @@ mod scripts;
 mod wait;
 mod watchdog;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ use redis::Script;
 
 pub use guard::Guard;
 use guard::release_code;
-use lease::Lease;
+pub(crate) use lease::Lease;
 pub use scripts::WAITER_LEASE;
 pub(crate) use scripts::releasing;
 use scripts::{FORCE, HEALTH, NOTIFY, RELEASE, WAITERS};
@@ -290,6 +291,19 @@ impl Lock {
     /// queue of its own, say): the wait is counted from then, so what is left of it is spent
     /// here, and [`Guard::waited`] counts from then. A wait already spent still makes one try.
     pub fn acquire_since(&self, conn: &mut Conn, started: Instant) -> Result<Acquire> {
+        self.acquire_unless(conn, started, &AtomicBool::new(false))
+    }
+
+    /// [`Lock::acquire_since`] for a caller that may stop wanting the lock while it waits:
+    /// once `give_up` is set (by another thread: a dropped async call, say), the waiter leaves
+    /// the queue at its next wake-up, within a third of a second, and is answered busy (or
+    /// given the lock, if it was granted meanwhile: the caller then releases it).
+    pub fn acquire_unless(
+        &self,
+        conn: &mut Conn,
+        started: Instant,
+        give_up: &AtomicBool,
+    ) -> Result<Acquire> {
         let token = Token::random();
         let registration = registry::register(
             &self.target,
@@ -300,9 +314,9 @@ impl Lock {
         )?;
         let outcome = match &self.quorum {
             None => self
-                .wait_for_grant(conn, &token, started)
+                .wait_for_grant(conn, &token, started, give_up)
                 .map(|g| g.map(|g| (g, None))),
-            Some(q) => self.wait_for_quorum(conn, q, &token, started),
+            Some(q) => self.wait_for_quorum(conn, q, &token, started, give_up),
         };
         let result = match outcome {
             Ok(Some(_)) => AcquireResult::Acquired,

@@ -1,6 +1,7 @@
 //! Waiting for the lock: the acquire loop (FIFO queue, wake on grant, expiry poker), Redlock's
 //! rounds on top of it, and what a grant tells its new holder.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -147,10 +148,11 @@ impl Lock {
         q: &Quorum,
         token: &Token,
         started: Instant,
+        give_up: &AtomicBool,
     ) -> Result<Option<(Grant, Option<Instant>)>> {
         let ttl = self.options.ttl;
         loop {
-            let Some(grant) = self.wait_for_grant(conn, token, started)? else {
+            let Some(grant) = self.wait_for_grant(conn, token, started, give_up)? else {
                 return Ok(None);
             };
             let round = Instant::now();
@@ -164,7 +166,7 @@ impl Lock {
             // Nothing can be granted to this token before it queues again.
             let _: Result<i64> =
                 conn.query(redis::cmd("DEL").arg(self.keys.wake_of(token.as_str())));
-            let left = self.options.wait.saturating_sub(started.elapsed());
+            let left = self.left(started, give_up);
             if left.is_zero() {
                 // Not a held lock: the nodes that could vote were too few.
                 if answered < q.majority() {
@@ -188,9 +190,10 @@ impl Lock {
         conn: &mut Conn,
         token: &Token,
         started: Instant,
+        give_up: &AtomicBool,
     ) -> Result<Option<Grant>> {
         let mut queued = false;
-        let outcome = self.wait_in_queue(conn, token, started, &mut queued);
+        let outcome = self.wait_in_queue(conn, token, started, give_up, &mut queued);
         if outcome.is_err() {
             let _ = self.call(conn, &LEAVE, token, false);
             let _ = release_token(conn, &self.keys, token);
@@ -203,13 +206,14 @@ impl Lock {
         conn: &mut Conn,
         token: &Token,
         started: Instant,
+        give_up: &AtomicBool,
         queued: &mut bool,
     ) -> Result<Option<Grant>> {
         let call_timeout = conn.call_timeout();
         // The last answer that said "not yet": any grant came after it was sent.
         let mut not_yet = Reply::before(started);
         loop {
-            let left = self.options.wait.saturating_sub(started.elapsed());
+            let left = self.left(started, give_up);
             let r = self.call(conn, &ACQUIRE, token, !left.is_zero())?;
             if r.granted {
                 return Ok(Some(r.grant(&not_yet)));
@@ -242,6 +246,16 @@ impl Lock {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// What is left of the wait that began at `started`: nothing once the caller has given up
+    /// (an async purchase or scope that was dropped), so a waiter leaves the queue at its next
+    /// wake-up (within `WAITER_REFRESH`) instead of taking a lock nobody will use.
+    fn left(&self, started: Instant, give_up: &AtomicBool) -> Duration {
+        if give_up.load(Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
+        self.options.wait.saturating_sub(started.elapsed())
     }
 
     /// How long one BLPOP may block: until our place needs refreshing, at most what is left

@@ -1,0 +1,402 @@
+//! `lockctl_core::aio` dropped at every await point: under `tokio::time::timeout`, and with the
+//! runtime shut down while calls are in flight. Afterwards the lock is free within its lease
+//! (nothing renews it any more), nobody is left waiting, and the books reconcile; a second
+//! sale of what is left sells exactly the stock.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockctl_core::aio::{AsyncBatch, AsyncBuyer, AsyncLock, using};
+use lockctl_core::lock::{Lock, LockOptions, Release};
+use lockctl_core::sku::Sku;
+use lockctl_core::status;
+use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
+
+use crate::support::{RedisServer, eventually, signal};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `f` on `rt`, given up after `limit`.
+fn cut<F: Future>(
+    rt: &tokio::runtime::Runtime,
+    limit: Duration,
+    f: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    rt.block_on(async { tokio::time::timeout(limit, f).await })
+}
+
+fn lock_options(ttl_ms: u64, wait_ms: u64) -> LockOptions {
+    LockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        ..LockOptions::default()
+    }
+}
+
+fn key_exists(redis: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut redis.raw())
+        .unwrap()
+        == 1
+}
+
+/// The lock `name` is free within `limit`, and stays free (no watchdog renews a key that
+/// comes back), with nobody left in its queue.
+fn assert_freed_within(redis: &RedisServer, name: &str, limit: Duration) {
+    let key = format!("dist_lock:{name}");
+    assert!(
+        eventually(limit, || !key_exists(redis, &key)),
+        "{key} still held {limit:?} after its holder was dropped (PTTL {})",
+        redis::cmd("PTTL")
+            .arg(&key)
+            .query::<i64>(&mut redis.raw())
+            .unwrap()
+    );
+    let lock = Lock::new(&redis.target(), name, LockOptions::default());
+    assert!(
+        eventually(Duration::from_secs(2), || {
+            lock.waiters(&mut redis.conn()).unwrap() == 0
+        }),
+        "waiters left in the queue of {name}"
+    );
+    // Anyone can take it now (within the same limit: a cut acquire may still be granted the
+    // lock on its way out, and gives it back at once).
+    let guard = AsyncLock::new(Lock::new(
+        &redis.target(),
+        name,
+        LockOptions {
+            wait: limit,
+            ..LockOptions::default()
+        },
+    ));
+    let rt = runtime();
+    let g = rt
+        .block_on(guard.acquire())
+        .unwrap()
+        .unwrap_or_else(|| panic!("{name} was taken again after it was freed"));
+    assert_eq!(rt.block_on(guard.release(g)).unwrap(), Release::Released);
+}
+
+/// Attack 1 of the fourth trust round: a `using` scope dropped by a request timeout kept its
+/// lock renewed for ever (its watcher task owned the guard), so every other holder was refused
+/// until the process ended. Dropped in its body, it gives the lock back at once.
+#[test]
+fn a_using_scope_dropped_by_a_timeout_gives_its_lock_back_at_once() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let lock = Lock::new(&redis.target(), "scope_timeout", lock_options(1000, 0));
+    let was_cut = cut(
+        &rt,
+        Duration::from_millis(300),
+        using(lock, |_held| tokio::time::sleep(Duration::from_secs(60))),
+    );
+    assert!(was_cut.is_err(), "the body was not cut by the timeout");
+    // Given back, not left to its lease: well within the 1 s lease.
+    assert_freed_within(&redis, "scope_timeout", Duration::from_millis(700));
+}
+
+/// A `using` scope dropped while it waits in the lock's queue leaves it: when the holder
+/// releases, the lock is not granted to a waiter nobody listens to for a lease.
+#[test]
+fn a_using_scope_dropped_while_it_waits_leaves_the_queue() {
+    let redis = RedisServer::start();
+    let rt = runtime();
+    let target = redis.target();
+    let holder = AsyncLock::new(Lock::new(&target, "scope_wait", lock_options(10_000, 0)));
+    let held = rt.block_on(holder.acquire()).unwrap().unwrap();
+    let lock = Lock::new(&target, "scope_wait", lock_options(10_000, 30_000));
+    let was_cut = cut(
+        &rt,
+        Duration::from_millis(300),
+        using(lock, |_held| async {}),
+    );
+    assert!(was_cut.is_err(), "the scope got a held lock");
+    rt.block_on(holder.release(held)).unwrap();
+    // Without leaving, the waiter would be granted the lock and hold it for its 10 s lease.
+    assert_freed_within(&redis, "scope_wait", Duration::from_secs(2));
+}
+
+/// Many scopes on one lock and on locks of their own, cut at random points (waiting, in the
+/// body, releasing) by timeouts, and then the runtime shut down with the rest in flight: every
+/// lock is free within its lease and stays free.
+#[test]
+fn scopes_cut_at_any_point_or_by_a_runtime_shutdown_free_every_lock() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    for round in 0..3u64 {
+        let rt = runtime();
+        for i in 0..30u64 {
+            let (shared, own) = (
+                Lock::new(&target, "scopes_shared", lock_options(1000, 5000)),
+                Lock::new(&target, &format!("scopes_{i}"), lock_options(1000, 0)),
+            );
+            // Timeouts of 0-59 ms around bodies of 0-29 ms: some cut, some not.
+            let (cut, work) = (
+                Duration::from_millis((i * 7 + round * 13) % 60),
+                Duration::from_millis((i * 11 + round) % 30),
+            );
+            rt.spawn(async move {
+                let body = |_held| tokio::time::sleep(work);
+                let _ = tokio::time::timeout(cut, using(shared, body)).await;
+                let _ = tokio::time::timeout(cut, using(own, body)).await;
+            });
+        }
+        // Let them run a while, then shut the runtime down with the rest in flight. Freed well
+        // within the 1 s lease: given back, not left to run out.
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(40 + round * 30)).await });
+        drop(rt);
+        assert_freed_within(&redis, "scopes_shared", Duration::from_millis(600));
+        for i in 0..30 {
+            assert_freed_within(&redis, &format!("scopes_{i}"), Duration::from_millis(600));
+        }
+    }
+}
+
+/// An `AsyncLock::acquire` dropped while it waits, and one dropped once the lock was granted
+/// (its answer never taken): neither leaves the lock held.
+#[test]
+fn an_acquire_dropped_while_waiting_or_granted_leaves_the_lock_free() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let rt = runtime();
+    let holder = AsyncLock::new(Lock::new(&target, "acq_drop", lock_options(10_000, 0)));
+    let held = rt.block_on(holder.acquire()).unwrap().unwrap();
+    let waiter = AsyncLock::new(Lock::new(&target, "acq_drop", lock_options(10_000, 30_000)));
+    let was_cut = cut(&rt, Duration::from_millis(200), waiter.acquire());
+    assert!(was_cut.is_err());
+    rt.block_on(holder.release(held)).unwrap();
+    assert_freed_within(&redis, "acq_drop", Duration::from_secs(2));
+
+    // Cut after 0-3 ms: on its way, granted on the blocking pool with the answer never taken,
+    // or taken in time (then released here). Never left held.
+    for round in 0..20u64 {
+        let lock = AsyncLock::new(Lock::new(&target, "acq_drop", lock_options(10_000, 0)));
+        let limit = Duration::from_micros(round * 150);
+        if let Ok(Ok(Some(g))) = cut(&rt, limit, lock.acquire()) {
+            rt.block_on(lock.release(g)).unwrap();
+        }
+        assert_freed_within(&redis, "acq_drop", Duration::from_secs(2));
+    }
+    // The runtime shut down with acquires and releases in flight: a grant whose answer was
+    // never taken is given back; a guard the task held is dropped with it, and its lock runs
+    // out with its lease (1 s here), as a dropped guard's does.
+    for round in 0..20u64 {
+        let rt = runtime();
+        let lock = AsyncLock::new(Lock::new(&target, "acq_drop", lock_options(1000, 0)));
+        rt.spawn(async move {
+            if let Ok(Some(g)) = lock.acquire().await {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let _ = lock.release(g).await;
+            }
+        });
+        rt.block_on(async { tokio::time::sleep(Duration::from_micros(round * 150)).await });
+        drop(rt);
+        assert_freed_within(&redis, "acq_drop", Duration::from_millis(1500));
+    }
+}
+
+/// Attack 2 of the fourth trust round: a process stopped 2.5 s inside a scope with a 1 s lease
+/// resumed with `is_lost()` still false, and its body wrote once while the lock key was gone.
+/// The signal now reads the clock on every call. The scope runs in a child (this test binary
+/// again), so that SIGSTOP stops its watchdog thread too, as it stops a real service.
+#[test]
+fn a_scope_stopped_past_its_lease_knows_it_lost_the_lease_the_moment_it_resumes() {
+    if let Ok(url) = std::env::var("LOCKCTL_TEST_PAUSED_SCOPE") {
+        return paused_scope_child(&url);
+    }
+    let redis = RedisServer::start();
+    for attempt in 0..3 {
+        let _: () = redis::cmd("DEL")
+            .arg("paused:safe")
+            .arg("paused:unsafe")
+            .query(&mut redis.raw())
+            .unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "aio_cancel::a_scope_stopped_past_its_lease_knows_it_lost_the_lease_the_moment_it_resumes",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LOCKCTL_TEST_PAUSED_SCOPE", redis.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let holding = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("holding"));
+        assert!(holding, "the child never took the lock");
+        std::thread::sleep(Duration::from_millis(300));
+        signal(child.id(), "STOP");
+        // The lease (1 s) runs out while the child, its watchdog with it, is stopped.
+        assert!(
+            eventually(Duration::from_secs(5), || !key_exists(
+                &redis,
+                "dist_lock:paused"
+            )),
+            "the lock key outlived its lease"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        // A write checked before the stop may land after it: the window between a check and
+        // its write that only a fenced write closes. A write checked after the resume may not.
+        let resumed = unix_ms();
+        signal(child.id(), "CONT");
+        let said: Vec<String> = lines.map_while(Result::ok).collect();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "attempt {attempt}: the child failed: {said:?}"
+        );
+        let count = |k: &str| -> i64 {
+            redis::cmd("GET")
+                .arg(k)
+                .query::<Option<i64>>(&mut redis.raw())
+                .unwrap()
+                .unwrap_or(0)
+        };
+        assert!(count("paused:safe") > 0, "the body never wrote: {said:?}");
+        let unsafe_checks: Vec<u128> = redis::cmd("LRANGE")
+            .arg("paused:unsafe")
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis.raw())
+            .unwrap();
+        assert!(
+            unsafe_checks.iter().all(|&at| at < resumed),
+            "attempt {attempt}: the body checked its lease after it resumed, was told it held, \
+             and wrote with the lock key gone (checks at {unsafe_checks:?}, resumed at \
+             {resumed}): {said:?}"
+        );
+        assert!(unsafe_checks.len() <= 1, "{unsafe_checks:?}");
+        assert!(said.iter().any(|l| l == "lost"), "{said:?}");
+    }
+}
+
+/// The child of the test above: holds `dist_lock:paused` (1 s lease) and writes every 2 ms
+/// while the lease holds; each write counts whether the lock key still existed.
+fn paused_scope_child(url: &str) {
+    let target =
+        lockctl_core::conn::Target::open(url, lockctl_core::conn::ConnectOptions::default())
+            .unwrap();
+    let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let write = redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCR', KEYS[2]) \
+         else return redis.call('RPUSH', KEYS[3], ARGV[1]) end",
+    );
+    let lock = Lock::new(&target, "paused", lock_options(1000, 0));
+    let started = Instant::now();
+    runtime()
+        .block_on(using(lock, |held| async move {
+            println!("holding");
+            while started.elapsed() < Duration::from_secs(20) {
+                // Read before the check: a stop between the two dates the check before it.
+                let checked = unix_ms();
+                if held.lost.is_lost() {
+                    println!("lost");
+                    return;
+                }
+                let _: i64 = write
+                    .key("dist_lock:paused")
+                    .key("paused:safe")
+                    .key("paused:unsafe")
+                    .arg(checked.to_string())
+                    .invoke(&mut raw)
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            println!("never lost");
+        }))
+        .unwrap()
+        .expect("the lock was free");
+}
+
+/// Now, in milliseconds since the Unix epoch: a clock both processes read alike.
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+fn sku(name: &str) -> Sku {
+    name.parse().unwrap()
+}
+
+/// The books of `s` reconcile (every unit seeded is in stock or sold, the ledger agrees),
+/// once purchases still running on the blocking pool have ended.
+fn assert_reconciled(redis: &RedisServer, s: &Sku) -> i64 {
+    let mut last = None;
+    let ok = eventually(Duration::from_secs(5), || {
+        let st = status::status(&mut redis.conn(), &redis.target(), s).unwrap();
+        let ok = st.reconciled == Some(true) && st.lock.is_none() && st.waiters == 0;
+        last = Some(st);
+        ok
+    });
+    let st = last.unwrap();
+    assert!(ok, "{s}: not reconciled or still locked: {st:?}");
+    st.stock.unwrap()
+}
+
+/// Purchases under every strategy (and through the group committer) cut by timeouts of 0-30
+/// ms and then by a runtime shut down with the rest in flight: each purchase was made or not,
+/// never half; the books reconcile, the lock is free, and what is left sells exactly.
+#[test]
+fn purchases_cut_at_any_point_leave_the_books_reconciled_and_the_lock_free() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    for strategy in [
+        Strategy::Lock,
+        Strategy::Fenced,
+        Strategy::Atomic,
+        Strategy::Batch,
+    ] {
+        let s = sku(&format!("cut_{strategy}"));
+        stock::seed(&mut redis.conn(), &s, 100).unwrap();
+        let options = BuyOptions {
+            strategy,
+            lock: lock_options(2000, 5000),
+            ..BuyOptions::default()
+        };
+        let rt = runtime();
+        let batch = AsyncBatch::start(&target, &s, options.clone()).unwrap();
+        let buyer = AsyncBuyer::new(&target, &s, options.clone());
+        for i in 0..300u64 {
+            let (buyer, batch) = (buyer.clone(), batch.clone());
+            let cut = Duration::from_micros((i * 997) % 30_000);
+            rt.spawn(async move {
+                let order = format!("o{i}");
+                if strategy == Strategy::Batch {
+                    let _ = tokio::time::timeout(cut, batch.buy(&order, None)).await;
+                } else {
+                    let _ = tokio::time::timeout(cut, buyer.buy(&order, None)).await;
+                }
+                // The survivors buy again, and are cut by the runtime's end.
+                let _ = buyer.buy(&format!("{order}-again"), None).await;
+            });
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+        drop(rt);
+        drop((buyer, batch));
+        let left = assert_reconciled(&redis, &s);
+        // The rest sells exactly, to zero.
+        let rt = runtime();
+        let buyer = AsyncBuyer::new(&target, &s, options);
+        let mut bought = 0;
+        for i in 0..left + 5 {
+            let p = rt.block_on(buyer.buy(&format!("rest{i}"), None)).unwrap();
+            bought += matches!(p.outcome, Buy::Bought { .. }) as i64;
+        }
+        assert_eq!(bought, left, "{strategy}");
+        assert_eq!(assert_reconciled(&redis, &s), 0, "{strategy}");
+    }
+}
