@@ -434,3 +434,92 @@ fn atomic_async_purchases_are_pipelined_each_its_own_script() {
     assert!(opened <= 3, "{opened} connections");
     assert_sold_out_and_reconciled(&redis, &s);
 }
+
+/// A fenced write (the caller's own command, `Guard::fenced` and `Held::fenced`) runs while
+/// the lock holds the holder's token, and is refused, nothing written, once another holder
+/// has the lock: here the lease ran out and a second holder took it.
+#[test]
+fn a_fenced_write_runs_only_while_the_lock_holds_the_holders_token() {
+    use lockctl_core::lock::{Acquire, Fenced};
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let mut conn = redis.conn();
+    let get = |key: &str| -> Option<String> {
+        redis::cmd("GET").arg(key).query(&mut redis.raw()).unwrap()
+    };
+    // Blocking: written while held, refused after the lease ran out and another took it.
+    let lock = Lock::new(&target, "fw", crate::support::lock_options(300, 0));
+    let Acquire::Acquired(guard) = lock.acquire(&mut conn).unwrap() else {
+        panic!("the lock was free")
+    };
+    let set = |v: &str| redis::cmd("SET").arg("fw:note").arg(v).clone();
+    assert_eq!(
+        guard.fenced(&mut conn, &set("first")).unwrap(),
+        Fenced::Written(redis::Value::Okay)
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    redis.hold_lock("fw", "another-holder", 5000);
+    assert_eq!(
+        guard.fenced(&mut conn, &set("late")).unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(get("fw:note").as_deref(), Some("first"));
+    // A nil reply is a reply.
+    let _: () = redis::cmd("DEL")
+        .arg("dist_lock:fw")
+        .query(&mut redis.raw())
+        .unwrap();
+    let Acquire::Acquired(guard) = lock.acquire(&mut conn).unwrap() else {
+        panic!("the lock was free")
+    };
+    assert_eq!(
+        guard
+            .fenced(&mut conn, redis::cmd("GET").arg("fw:missing"))
+            .unwrap(),
+        Fenced::Written(redis::Value::Nil)
+    );
+    guard.release(&mut conn).unwrap();
+
+    // Async, under `using`: the lock taken over mid-body, the write refused.
+    let lock = Lock::new(&target, "fw_async", LockOptions::default());
+    let (answers, _) = runtime()
+        .block_on(using(lock, |held| {
+            let mut raw = redis.raw();
+            async move {
+                let first = held.fenced(&set("async-first")).await.unwrap();
+                let _: () = redis::cmd("SET")
+                    .arg("dist_lock:fw_async")
+                    .arg("another-holder")
+                    .query(&mut raw)
+                    .unwrap();
+                let late = held.fenced(&set("async-late")).await.unwrap();
+                (first, late)
+            }
+        }))
+        .unwrap()
+        .expect("the lock was free");
+    assert_eq!(
+        answers,
+        (Fenced::Written(redis::Value::Okay), Fenced::LeaseLost)
+    );
+    assert_eq!(get("fw:note").as_deref(), Some("async-first"));
+}
+
+/// `BuyOptions::for_service` suits a service: under the tutorial's lock, 1,000 concurrent
+/// buyers of a stock of 300 take turns in the lock's queue, so all 300 sell and nobody is
+/// turned away busy (with `BuyOptions::default()`, one try each, a first user's service sold
+/// 253 of 300 and turned 747 away).
+#[test]
+fn service_options_queue_buyers_so_nobody_is_turned_away_busy() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let s = sku("aio_service");
+    stock::seed(&mut redis.conn(), &s, 300).unwrap();
+    let buyer = AsyncBuyer::new(&target, &s, BuyOptions::for_service(Strategy::Lock));
+    let answers = in_tasks(1000, |i| {
+        let b = buyer.clone();
+        async move { b.buy(&format!("o{i}"), None).await }
+    });
+    assert_eq!(tally(answers), (300, 700));
+    assert_sold_out_and_reconciled(&redis, &s);
+}

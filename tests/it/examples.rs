@@ -245,3 +245,82 @@ fn the_shop_refuses_what_it_cannot_sell_and_reads_values_decoded() {
     let stock: i64 = redis.raw().get("item:stock:sh").unwrap();
     assert_eq!(stock, 9);
 }
+
+/// The axum example (`examples/axum_service.rs`), started as its docs say, under the hunt
+/// with every fault the facts allow: it sells exactly its stock and passes. Its fenced close
+/// writes the note under the lock, and is refused once the lock is another holder's.
+#[test]
+fn the_axum_example_sells_exactly_its_stock_under_the_hunt() {
+    let redis = RedisServer::start();
+    let port = crate::support::free_port();
+    let serve = format!(
+        "REDIS_URL={} exec {} 127.0.0.1:{port}",
+        redis.url(),
+        example("axum_service").display(),
+    );
+    let url = format!("http://127.0.0.1:{port}/buy/{{sku}}");
+    let out = crate::support::lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "hunt",
+            "--url",
+            &url,
+            "--method",
+            "POST",
+            "--header",
+            "Content-Type: application/json",
+            "--body",
+            r#"{"order_id":"{order}","user":"{user}"}"#,
+            "--bought-if",
+            r#""outcome":"bought""#,
+            "--sold-out-if",
+            r#""outcome":"sold_out""#,
+            "--busy-if",
+            r#""outcome":"busy""#,
+            "--serve",
+            &serve,
+            "--budget",
+            "8s",
+            "--heal-ms",
+            "6000",
+        ],
+    );
+    let said = format!("{}{}", stdout(&out), crate::support::stderr(&out));
+    assert_eq!(crate::support::code(&out), 0, "{said}");
+    let v = crate::support::json(&out);
+    assert!(v["judged"].as_u64().unwrap() >= 3, "{said}");
+
+    // The fenced close, on a service of its own.
+    let child = crate::support::spawn_tool(
+        Command::new(example("axum_service"))
+            .arg(format!("127.0.0.1:{port}"))
+            .env("REDIS_URL", redis.url())
+            .stderr(std::process::Stdio::null()),
+    );
+    let _service = crate::support::Killed(child);
+    let close = || {
+        let mut s = None;
+        crate::support::eventually(std::time::Duration::from_secs(20), || {
+            s = std::net::TcpStream::connect(("127.0.0.1", port)).ok();
+            s.is_some()
+        });
+        let mut s = s.expect("the service never listened");
+        use std::io::{Read, Write};
+        write!(
+            s,
+            "POST /close/sku_886 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let answer = close();
+    assert!(answer.contains(r#"{"written":true}"#), "{answer}");
+    let note: String = redis::cmd("GET")
+        .arg("{sku_886}:closing_note")
+        .query(&mut redis.raw())
+        .unwrap();
+    assert!(note.starts_with("closed under fence "), "{note}");
+}

@@ -25,7 +25,8 @@ use tokio::sync::{OnceCell, Semaphore, oneshot, watch};
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
-use crate::lock::{Acquire, Guard, Lease, Lock, Release};
+use crate::keys::LockKeys;
+use crate::lock::{Acquire, Fenced, Guard, Lease, Lock, Release, fenced_write};
 use crate::sku::Sku;
 use crate::stock::{Batcher, BuyOptions, Buyer, Purchase, Strategy, Submitter};
 
@@ -312,6 +313,27 @@ pub struct Held {
     pub token: String,
     /// Fires when a renewal fails, or when the lease's time is up by this process's clock.
     pub lost: LeaseLoss,
+    keys: Arc<LockKeys>,
+    pool: Pool,
+}
+
+impl Held {
+    /// Runs the body's own Redis command only while the lock still holds this holder's token,
+    /// in one script with the check (as [`Guard::fenced`], on the blocking pool):
+    /// [`Fenced::LeaseLost`], nothing written, once the lease ran out or another holder took
+    /// the lock, however long the task or the process stalled before the write reached Redis.
+    /// [`LeaseLoss`] tells the body when to stop; this makes a write that is already on its
+    /// way safe. Dropped before it was sent, it writes nothing; once sent, it runs or not as
+    /// the script decides.
+    pub async fn fenced(&self, cmd: &redis::Cmd) -> Result<Fenced<redis::Value>> {
+        let (pool, keys, token, cmd) = (
+            self.pool.clone(),
+            self.keys.clone(),
+            self.token.clone(),
+            cmd.clone(),
+        );
+        blocking(move || pool.with(|c| fenced_write(c, &keys, &token, &cmd))).await
+    }
 }
 
 /// Says when the lease may be gone, so the body must stop writing: a renewal failed, or the
@@ -559,6 +581,8 @@ where
             lease: lease.clone(),
             margin,
         },
+        keys: guard.shared_keys(),
+        pool: lock.pool.clone(),
     };
     // Wakes a body waiting on `lost()`: looks every twentieth of the lease, so the signal
     // fires before the lease can have run out. It holds the lease's clock, never the guard,

@@ -58,6 +58,10 @@
 
 #![deny(missing_docs)]
 
+/// The `redis` crate this library is built on, for the commands a caller builds itself
+/// ([`conn::Conn::query`], [`lock::Guard::fenced`]) without a second, mismatched copy.
+pub use redis;
+
 #[cfg(feature = "tokio")]
 pub mod aio;
 pub mod check;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::lease::Lease;
 use super::watchdog::{Renewal, Watchdog};
-use super::{Carried, Release, Token, notify_grantee, release_carrying};
+use super::{Carried, Fenced, Release, Token, fenced_write, notify_grantee, release_carrying};
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::keys::LockKeys;
@@ -107,6 +107,37 @@ impl Guard {
     /// pause between this check and the write reaching Redis, which only a fenced write closes.
     pub fn lease_valid(&self) -> bool {
         self.lease.still_valid(self.ttl)
+    }
+
+    /// Runs the caller's own command `cmd` only while the lock still holds this guard's token,
+    /// in one script with the check: [`Fenced::LeaseLost`] (nothing written) once the lease
+    /// ran out or another holder took the lock, however long this process was paused between
+    /// deciding to write and the write reaching Redis. The command's keys must be on the
+    /// lock's server (in a cluster, in the lock's slot: give the lock name and the keys one
+    /// hash tag, `{order-42}`); a command Redis does not allow in scripts is refused by Redis.
+    ///
+    /// ```
+    /// # let Some(server) = lockctl_core::doc_server::start() else { return Ok(()) };
+    /// use lockctl_core::conn::{ConnectOptions, Target};
+    /// use lockctl_core::lock::{Acquire, Fenced, Lock, LockOptions};
+    /// use lockctl_core::redis;
+    ///
+    /// let target = Target::open(&server.url(), ConnectOptions::default())?;
+    /// let mut conn = target.connect()?;
+    /// let lock = Lock::new(&target, "{report}", LockOptions::default());
+    /// let Acquire::Acquired(guard) = lock.acquire(&mut conn)? else { panic!("held") };
+    /// let written = guard.fenced(&mut conn, redis::cmd("SET").arg("{report}:total").arg(42))?;
+    /// assert_eq!(written, Fenced::Written(redis::Value::Okay));
+    /// guard.release(&mut conn)?;
+    /// # Ok::<(), lockctl_core::Error>(())
+    /// ```
+    pub fn fenced(&self, conn: &mut Conn, cmd: &redis::Cmd) -> Result<Fenced<redis::Value>> {
+        fenced_write(conn, &self.keys, self.token.as_str(), cmd)
+    }
+
+    /// The lock's keys, shared: what a fenced write made without the guard needs.
+    pub(crate) fn shared_keys(&self) -> Arc<LockKeys> {
+        self.keys.clone()
     }
 
     /// The lease as this holder knows it, shared with the watchdog: what a signal of its loss

@@ -64,6 +64,20 @@ impl Default for LockOptions {
     }
 }
 
+impl LockOptions {
+    /// Options that suit a service: a lease of 5 s and a wait of 5 s in the lock's FIFO queue,
+    /// so that concurrent callers take turns instead of being turned away at the first try
+    /// (the default waits zero, one try, as the tutorial does: a service on it answers most
+    /// buyers busy under load). No watchdog: switch it on ([`Lock::with_watchdog`], or
+    /// [`crate::aio::using`], which does) for work that may outlast the lease.
+    pub fn for_service() -> LockOptions {
+        LockOptions {
+            wait: Duration::from_secs(5),
+            ..LockOptions::default()
+        }
+    }
+}
+
 /// A holder's token: 32 lowercase hex characters from 16 random bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Token(pub(crate) String);
@@ -174,6 +188,40 @@ pub enum Release {
     NotOwner,
     /// Nobody holds it: our lease ran out.
     Expired,
+}
+
+/// What a fenced write ([`Guard::fenced`]) did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fenced<T> {
+    /// The lock still held the holder's token: the command ran, and this is its reply.
+    Written(T),
+    /// The lock no longer held the holder's token (the lease ran out, another holder took
+    /// it): the command did not run.
+    LeaseLost,
+}
+
+/// Runs `cmd` only while the lock `keys` names holds `token` (see [`Guard::fenced`]).
+pub(crate) fn fenced_write(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    token: &str,
+    cmd: &redis::Cmd,
+) -> Result<Fenced<redis::Value>> {
+    let mut inv = scripts::FENCED_WRITE.key(&keys.lock);
+    inv.arg(token);
+    for arg in cmd.args_iter() {
+        // A cursor argument (SCAN's) has no place in a write: it goes as 0.
+        match arg {
+            redis::Arg::Simple(bytes) => inv.arg(bytes),
+            _ => inv.arg(0),
+        };
+    }
+    let reply: Vec<redis::Value> = conn.script(&inv)?;
+    Ok(match reply.as_slice() {
+        [redis::Value::Int(1)] => Fenced::Written(redis::Value::Nil),
+        [redis::Value::Int(1), value] => Fenced::Written(value.clone()),
+        _ => Fenced::LeaseLost,
+    })
 }
 
 /// Who holds a lock, as `status` shows it.

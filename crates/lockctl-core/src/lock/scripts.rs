@@ -8,6 +8,18 @@ use std::time::Duration;
 
 use redis::Script;
 
+/// The caller's own command, run only while the lock holds the caller's token: the check and
+/// the write are one script, so no pause of the caller between them can let a write land
+/// after its lease ran out (which a check on the caller's side cannot promise).
+///
+/// KEYS[1] the lock; ARGV[1] the holder's token, ARGV[2..] the command and its arguments.
+/// Returns `{1, reply}` (just `{1}` for a nil reply) after running the command, or `{0}`
+/// without running it when the lock holds another token or none.
+const FENCED_WRITE_LUA: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+return {1, redis.call(unpack(ARGV, 2))}
+";
+
 /// Shared by the scripts that can hand the lock over: waiter bookkeeping and the grant.
 ///
 /// Waiters are members `<token>/<ttl ms>` of two sorted sets: the queue, scored by arrival time
@@ -398,6 +410,7 @@ pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| with_queue(LEAVE_LU
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(RELEASE_LUA));
 pub(super) static NOTIFY: LazyLock<Script> = LazyLock::new(|| with_queue(NOTIFY_LUA));
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+pub(super) static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_WRITE_LUA));
 pub(super) static WAITERS: LazyLock<Script> = LazyLock::new(|| with_queue(WAITERS_LUA));
 pub(super) static FORCE: LazyLock<Script> = LazyLock::new(|| with_queue(FORCE_LUA));
 pub(super) static HEALTH: LazyLock<Script> = LazyLock::new(|| with_queue(HEALTH_LUA));

@@ -131,6 +131,21 @@ impl Default for BuyOptions {
     }
 }
 
+impl BuyOptions {
+    /// Options that suit a service answering buyers (rather than the command line, whose
+    /// defaults follow the tutorial): `strategy`, with the lock's waits queued as
+    /// [`LockOptions::for_service`] says (a buyer waits up to 5 s in the lock's FIFO queue
+    /// instead of being turned away busy at the first try). The rest as
+    /// [`BuyOptions::default`].
+    pub fn for_service(strategy: Strategy) -> BuyOptions {
+        BuyOptions {
+            strategy,
+            lock: LockOptions::for_service(),
+            ..BuyOptions::default()
+        }
+    }
+}
+
 /// How the `batch` strategy groups purchases (see [`Batcher`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchOptions {
