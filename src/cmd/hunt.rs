@@ -52,9 +52,23 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let serve = match &args.serve {
         Some(cmd) => {
             let addr = address_of(http.request.shown_url())?;
-            let served = Served::start(cmd, addr, group.clone(), Some(&signals.requested))
-                .map_err(anyhow::Error::msg)?;
-            Some(Arc::new(Mutex::new(served)))
+            match Served::start(cmd, addr, group.clone(), Some(&signals.requested)) {
+                Ok(served) => Some(Arc::new(Mutex::new(served))),
+                // Stopped by a signal while starting: the signal's code, not an error's.
+                Err(e) => match signals.exit_code() {
+                    Some(code) => {
+                        signals::stopped_before_report(
+                            code,
+                            &format!(
+                                "stopped --serve '{}' while it was starting",
+                                lockctl_core::redact::redact(cmd)
+                            ),
+                        );
+                        return Ok(Exit::Signal(code));
+                    }
+                    None => return Err(anyhow::Error::msg(e)),
+                },
+            }
         }
         None => None,
     };

@@ -59,7 +59,7 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
         };
         let _ = writeln!(s, "  faults    {faults}");
         for u in &h.unknown {
-            let _ = writeln!(s, "  unjudged  {u}");
+            let _ = writeln!(s, "  unjudged  {}", super::terminal(u));
         }
     }
     match &h.failure {
@@ -92,7 +92,7 @@ fn failure_text(
         f.round.number, f.sku, f.round.stock, f.round.requests, f.round.shape
     );
     for v in &f.report.violations {
-        let _ = writeln!(s, "              - {v}");
+        let _ = writeln!(s, "              - {}", super::terminal(v));
     }
     for fault in &f.faults {
         let _ = writeln!(
@@ -100,7 +100,7 @@ fn failure_text(
             "  fault     {} at {:.0} ms: {}",
             fault.fault,
             fault.start.as_secs_f64() * 1000.0,
-            fault.detail
+            super::terminal(&fault.detail)
         );
     }
     let _ = writeln!(s, "  replay    {replay}");

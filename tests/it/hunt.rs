@@ -844,3 +844,102 @@ fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
     );
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }
+
+/// Bytes that drive a terminal: ESC, BEL, CR, and the C1 CSI (U+009B, as UTF-8).
+fn terminal_controls(bytes: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        let c1 = *b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..0xa0).contains(n));
+        if matches!(b, 0x1b | 0x07 | b'\r') || c1 {
+            let from = i.saturating_sub(40);
+            found.push(String::from_utf8_lossy(&bytes[from..(i + 40).min(bytes.len())]).into());
+        }
+    }
+    found
+}
+
+/// An endpoint whose 500 answer is made of terminal escapes (erase the line, move up, a fake
+/// `verdict PASS`) is shown escaped in the hunt's report, and so is the history it wrote when
+/// `judge` reads it again: no byte of it can move the cursor or rewrite a line.
+#[test]
+fn an_answer_made_of_terminal_escapes_cannot_rewrite_the_screen() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/rewrites_the_screen.php", 4);
+    let url = format!("{url}&order={{order}}");
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--budget",
+            "6s",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    );
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 3, "{said}");
+    assert!(stdout(&out).contains("first error"), "{said}");
+    assert!(stdout(&out).contains(r"\u{1b}[2K"), "{said}");
+    for bytes in [&out.stdout, &out.stderr] {
+        assert_eq!(terminal_controls(bytes), Vec::<String>::new(), "{said}");
+    }
+    let judged = lockctl(&redis.url(), &["judge", history.to_str().unwrap()]);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&judged), stderr(&judged));
+    assert_eq!(code(&judged), 3, "{said}");
+    assert!(stdout(&judged).contains(r"\u{1b}[2K"), "{said}");
+    for bytes in [&judged.stdout, &judged.stderr] {
+        assert_eq!(terminal_controls(bytes), Vec::<String>::new(), "{said}");
+    }
+    // JSON stays JSON: the body is there, escaped by JSON's own rules.
+    let judged = lockctl(
+        &redis.url(),
+        &["--json", "judge", history.to_str().unwrap()],
+    );
+    assert!(
+        stdout(&judged).contains(r"\u001b[2K"),
+        "{}",
+        stdout(&judged)
+    );
+}
+
+/// A signal while `--serve`'s system is still starting stops it and exits as the signal says:
+/// 130 for Ctrl-C, 143 for SIGTERM (not 1, an error), with nothing of the system left.
+#[test]
+fn a_signal_while_the_system_starts_exits_with_the_signals_code() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    for (signal, exit) in [("INT", 130), ("TERM", 143)] {
+        let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 1);
+        let serve = format!("sleep 3; {serve}");
+        let child = crate::support::spawn_lockctl_with(
+            &redis.url(),
+            &[
+                "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve,
+            ],
+            crate::support::Streams::Capture,
+        );
+        std::thread::sleep(Duration::from_millis(800));
+        crate::support::signal(child.id(), signal);
+        let out =
+            crate::support::finish_within(child, Duration::from_secs(20), "hunt after a signal");
+        assert_eq!(code(&out), exit, "SIG{signal}: {}", stderr(&out));
+        assert!(stderr(&out).contains("starting"), "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(
+            left_on(port),
+            "",
+            "the system was left running after SIG{signal}"
+        );
+    }
+}
