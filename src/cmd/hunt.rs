@@ -3,7 +3,6 @@
 //! run with every fault undone on every way out, then the report.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
-use lockctl_hammer::hunt::serve::{Served, kill_group_now};
+use lockctl_hammer::hunt::serve::{Reach, Served};
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
@@ -44,15 +43,21 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
-    let (group, slot) = (Arc::new(AtomicI32::new(0)), Arc::default());
-    undo_on_quit(Arc::clone(&slot), Some(group.clone()));
+    let (reach, slot) = (Arc::new(Reach::new()), Arc::default());
+    undo_on_quit(Arc::clone(&slot), Some(reach.clone()));
     let signals = signals::listen(signals::First::Finish(
         "the round, undoing its faults and stopping what --serve started",
     ));
     let serve = match &args.serve {
         Some(cmd) => {
             let addr = address_of(http.request.shown_url())?;
-            match Served::start(cmd, addr, group.clone(), Some(&signals.requested)) {
+            // A daemon the system starts (it leaves the system's tree and group) comes back to
+            // this process when it is orphaned, and so stays in reach to be stopped: the hunt's
+            // process exists for the hunt, so a process-wide setting is its to make.
+            let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(
+                std::process::id() as i32,
+            ));
+            match Served::start(cmd, addr, reach.clone(), Some(&signals.requested)) {
                 Ok(served) => Some(Arc::new(Mutex::new(served))),
                 // Stopped by a signal while starting: the signal's code, not an error's.
                 Err(e) => match signals.exit_code() {
@@ -137,16 +142,16 @@ fn hunt_options(
 }
 
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
-/// killed with its whole group (without waiting for it: a restart may hold it).
-fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, group: Option<Arc<AtomicI32>>) {
+/// killed with its whole group and its strays (without waiting for it: a restart may hold it).
+fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, serve: Option<Arc<Reach>>) {
     signals::on_quit(move || {
         if let Ok(n) = nemesis.try_lock()
             && let Some(n) = n.as_ref()
         {
             n.heal_now();
         }
-        if let Some(g) = &group {
-            kill_group_now(g);
+        if let Some(r) = &serve {
+            r.kill_now();
         }
         Some("undid the hunt's faults and stopped --serve".into())
     });

@@ -943,3 +943,127 @@ fn a_signal_while_the_system_starts_exits_with_the_signals_code() {
         );
     }
 }
+
+/// The processes whose command line holds `marker`, by pgrep (none: "").
+fn running(marker: &str) -> String {
+    let out = Command::new("pgrep")
+        .args(["-af", "--", marker])
+        .output()
+        .unwrap();
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.contains("pgrep"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether something still accepts connections on `port`.
+fn answers_on(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// `--serve` commands whose system starts a daemon: it leaves the system's process group (and
+/// with `env -i` its environment too), and is still stopped with the system, at the end of the
+/// hunt, after one Ctrl-C and after two: no process left, no port bound.
+#[test]
+fn daemons_the_system_starts_are_stopped_with_it() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let redis_server = crate::support::redis_server_program();
+    let dir = tempfile::tempdir().unwrap();
+    // Each a name and the `--serve` command from (port, the plain command, a free port).
+    type Variant<'a> = (&'a str, Box<dyn Fn(u16, &str, u16) -> String + 'a>);
+    let variants: Vec<Variant> = vec![
+        (
+            "redis-server --daemonize yes",
+            Box::new(|_, serve: &str, extra: u16| {
+                format!(
+                    "{} --daemonize yes --port {extra} --save '' --appendonly no --dir {d} --pidfile {d}/r{extra}.pid; {serve}",
+                    redis_server.display(),
+                    d = dir.path().display()
+                )
+            }),
+        ),
+        (
+            "setsid -f php -S",
+            Box::new(|port, serve: &str, _| {
+                let php = serve.replace("exec php", "setsid -f php");
+                format!("{php}; exec sleep 600.{port}")
+            }),
+        ),
+        (
+            "setsid -f env -i php -S",
+            Box::new(|port, serve: &str, _| {
+                let php = serve.replace(
+                    "exec php",
+                    "setsid -f env -i PATH=\"$PATH\" REDIS_PORT=$REDIS_PORT php",
+                );
+                format!(
+                    "export REDIS_PORT={}; {php}; exec sleep 600.{port}",
+                    redis.port
+                )
+            }),
+        ),
+    ];
+    for (name, command) in &variants {
+        for ending in ["end", "ctrl-c", "ctrl-c twice"] {
+            let extra = free_port();
+            let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+            let serve = command(port, &serve, extra);
+            let child = crate::support::spawn_lockctl_with(
+                &redis.url(),
+                &[
+                    "hunt",
+                    "--url",
+                    &url,
+                    "--preset",
+                    "tutorial",
+                    "--serve",
+                    &serve,
+                    "--nemesis",
+                    "none",
+                    "--budget",
+                    "3s",
+                ],
+                crate::support::Streams::Capture,
+            );
+            if ending != "end" {
+                assert!(
+                    crate::support::eventually(Duration::from_secs(15), || answers_on(port)),
+                    "{name}: the system never answered"
+                );
+                std::thread::sleep(Duration::from_millis(300));
+                crate::support::signal(child.id(), "INT");
+                if ending == "ctrl-c twice" {
+                    std::thread::sleep(Duration::from_millis(50));
+                    crate::support::signal(child.id(), "INT");
+                }
+            }
+            let out = crate::support::finish_within(child, Duration::from_secs(30), name);
+            let said = format!("{name}, {ending}: {}{}", stdout(&out), stderr(&out));
+            let expected = if ending == "end" { 0 } else { 130 };
+            assert_eq!(code(&out), expected, "{said}");
+            // A process killed a moment ago may still be on its way out.
+            let gone = crate::support::eventually(Duration::from_secs(3), || {
+                running(&format!("127.0.0.1:{port}")).is_empty()
+                    && running(&format!(":{extra}")).is_empty()
+                    && running(&format!("600.{port}")).is_empty()
+                    && !answers_on(port)
+                    && !answers_on(extra)
+            });
+            assert!(
+                gone,
+                "{said}\nleft: {} {} {}; port {port} answers: {}, port {extra}: {}",
+                running(&format!("127.0.0.1:{port}")),
+                running(&format!(":{extra}")),
+                running(&format!("600.{port}")),
+                answers_on(port),
+                answers_on(extra)
+            );
+        }
+    }
+}
