@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HuntArgs;
 use crate::signals;
-use lockctl::render;
+use lockctl::render::{self, Replay};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::HttpOptions;
@@ -103,7 +103,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if let Some(path) = &args.export_html {
         write_timeline(&report, path)?;
     }
-    print(ctx, &report, &replay_command(seed))?;
+    print(ctx, &report, &replay_command(ctx, seed))?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
@@ -248,7 +248,7 @@ fn system_facts(ctx: &Ctx, args: &HuntArgs) -> anyhow::Result<(HttpOptions, Opti
 }
 
 /// The hunt's report on stdout, as text or JSON.
-fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &str) -> anyhow::Result<()> {
+fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &Replay) -> anyhow::Result<()> {
     if ctx.json {
         emit_json(&render::hunt_json(report, replay))?;
     } else {
@@ -310,7 +310,7 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     let matrix = run_matrix(&ctx.target, &opts);
     nemesis.heal_now();
     let matrix = matrix?;
-    let replay = replay_command(seed);
+    let replay = replay_command(ctx, seed);
     if let Some(path) = &args.export_html {
         std::fs::write(path, render::matrix_html(&matrix, &replay)).map_err(|e| {
             anyhow::anyhow!("could not write the matrix to '{}': {e}", path.display())
@@ -473,8 +473,11 @@ fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
         })
 }
 
-/// This command line with `--seed` set to `seed`, passwords hidden.
-fn replay_command(seed: u64) -> String {
+/// The command that replays this hunt: this command line with `--seed` set to `seed` and the
+/// Redis actually used named (`--redis`, from `REDIS_URL` or the default when the line has
+/// none), each secret in it taken from an environment variable the report names, so that the
+/// line runs as printed.
+fn replay_command(ctx: &Ctx, seed: u64) -> Replay {
     let mut args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--seed") {
         args.drain(i..(i + 2).min(args.len()));
@@ -485,11 +488,73 @@ fn replay_command(seed: u64) -> String {
     if let Some(first) = args.first_mut() {
         *first = "lockctl".into();
     }
-    lockctl_core::redact::redact_command_line(args)
+    let named = args
         .iter()
-        .map(|a| shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+        .any(|a| a == "--redis" || a.starts_with("--redis="));
+    if !named && !args.is_empty() {
+        args.splice(1..1, ["--redis".to_string(), ctx.url.clone()]);
+    }
+    let mut replay = Replay::default();
+    let mut words = Vec::new();
+    let mut flag: Option<String> = None;
+    for arg in &args {
+        let (spans, of) = if arg.starts_with("--") && !arg.contains(['=', ' ']) {
+            flag = Some(arg.clone());
+            (Vec::new(), None)
+        } else if let Some((f, _)) = arg.split_once('=').filter(|(f, _)| f.starts_with("--")) {
+            flag = None;
+            (
+                lockctl_core::redact::secret_spans(None, arg),
+                Some(f.to_string()),
+            )
+        } else {
+            let of = flag.take();
+            (lockctl_core::redact::secret_spans(of.as_deref(), arg), of)
+        };
+        let mut word = String::new();
+        let mut at = 0;
+        for (a, b) in spans
+            .into_iter()
+            .filter(|&(a, b)| !is_placeholder(&arg[a..b]))
+        {
+            if a > at {
+                word.push_str(&shell_quote(&arg[at..a]));
+            }
+            let what = of.as_deref().unwrap_or("the command line");
+            word.push_str(&format!("\"${{{}}}\"", replay.secret(&arg[a..b], what)));
+            at = b;
+        }
+        if at < arg.len() || arg.is_empty() {
+            word.push_str(&shell_quote(&arg[at..]));
+        }
+        words.push(word);
+    }
+    replay.command = words.join(" ");
+    replay
+}
+
+/// A value made of placeholders only (`{order}`, `Bearer {token}`): no secret, and the replay
+/// needs it as it is.
+fn is_placeholder(value: &str) -> bool {
+    let mut rest = value.trim();
+    for scheme in ["Bearer ", "Basic ", "Token "] {
+        if rest.len() > scheme.len() && rest[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            rest = rest[scheme.len()..].trim_start();
+        }
+    }
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        match ["{sku}", "{user}", "{order}", "{n}", "{token}"]
+            .iter()
+            .find(|p| rest.starts_with(*p))
+        {
+            Some(p) => rest = &rest[p.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 fn shell_quote(a: &str) -> String {

@@ -1067,3 +1067,100 @@ fn daemons_the_system_starts_are_stopped_with_it() {
         }
     }
 }
+
+/// The replay line a hunt prints runs as printed, through `sh`, and replays the hunt: the same
+/// seed, the same verdict. Placeholders (`Idempotency-Key: {order}`, `idempotency_key={order}`)
+/// and a user's name in a URL without a password are no secrets and are printed as they are;
+/// the Redis given by `REDIS_URL` is on the line; a real secret (an API key) is read from an
+/// environment variable the report names.
+#[test]
+fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/pg_guarded.php", 4);
+    let serve = format!(
+        "PG_DSN='host=127.0.0.1 dbname={} user=postgres' {serve}",
+        db.name
+    );
+    let url = format!("{url}&user={{user}}&order={{order}}&idempotency_key={{order}}");
+    let args = [
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--header",
+        "Idempotency-Key: {order}",
+        "--header",
+        "X-Api-Key: k1-secret",
+        "--stock-sql",
+        &db.url,
+        "--stock-query",
+        "SELECT qty FROM stock WHERE sku = $1",
+        "--stock-seed",
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+        "--nemesis",
+        "none",
+        "--budget",
+        "3s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 0, "{said}");
+    let text = stdout(&out);
+    let line = |prefix: &str, text: &str| -> String {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{text}"))
+            .trim()
+            .to_string()
+    };
+    let replay = line("replay ", &text);
+    // Nothing of what must run is hidden, and the Redis used is named: checked before the
+    // line runs, so that it never reaches a Redis of the machine's.
+    assert!(!replay.contains("***"), "{replay}");
+    assert!(replay.contains("Idempotency-Key: {order}"), "{replay}");
+    assert!(replay.contains("idempotency_key={order}"), "{replay}");
+    assert!(replay.contains(&db.url), "{replay}");
+    assert!(
+        replay.contains(&format!("--redis {}", redis.url())),
+        "{replay}"
+    );
+    assert!(!text.contains("k1-secret"), "{text}");
+    assert!(
+        line("(set ", &text).starts_with("LOCKCTL_SECRET_1 to the secret in --header"),
+        "{text}"
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_lockctl")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let again = Command::new("sh")
+        .args(["-c", &replay])
+        .env("PATH", path)
+        .env("LOCKCTL_SECRET_1", "k1-secret")
+        .env_remove("REDIS_URL")
+        .env("LOCKCTL_DEFAULT_REDIS_URL", "redis://127.0.0.1:1")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said_again = format!("stdout:\n{}\nstderr:\n{}", stdout(&again), stderr(&again));
+    assert_eq!(code(&again), 0, "{said_again}");
+    let seed = |text: &str| {
+        line("hunt: seed", text)
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(seed(&text), seed(&stdout(&again)), "{said_again}");
+    assert!(
+        line("verdict ", &stdout(&again)).starts_with("PASS"),
+        "{said_again}"
+    );
+}
