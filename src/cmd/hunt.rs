@@ -475,7 +475,7 @@ fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
 
 /// The command that replays this hunt: this command line with `--seed` set to `seed` and the
 /// Redis actually used named (`--redis`, from `REDIS_URL` or the default when the line has
-/// none), each secret in it taken from an environment variable the report names, so that the
+/// none; `--lock-node` from `LOCKCTL_LOCK_NODES`), each secret in it taken from an environment variable the report names, so that the
 /// line runs as printed.
 fn replay_command(ctx: &Ctx, seed: u64) -> Replay {
     let mut args: Vec<String> = std::env::args().collect();
@@ -488,11 +488,24 @@ fn replay_command(ctx: &Ctx, seed: u64) -> Replay {
     if let Some(first) = args.first_mut() {
         *first = "lockctl".into();
     }
-    let named = args
-        .iter()
-        .any(|a| a == "--redis" || a.starts_with("--redis="));
-    if !named && !args.is_empty() {
-        args.splice(1..1, ["--redis".to_string(), ctx.url.clone()]);
+    let named = |flag: &str| {
+        args.iter()
+            .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')))
+    };
+    let mut from_env = Vec::new();
+    if !named("--redis") {
+        from_env.extend(["--redis".to_string(), ctx.url.clone()]);
+    }
+    // The Redlock nodes too, when they came from the environment.
+    if !named("--lock-node")
+        && let Ok(nodes) = std::env::var("LOCKCTL_LOCK_NODES")
+    {
+        for node in nodes.split(',').filter(|n| !n.trim().is_empty()) {
+            from_env.extend(["--lock-node".to_string(), node.trim().to_string()]);
+        }
+    }
+    if !args.is_empty() {
+        args.splice(1..1, from_env);
     }
     let mut replay = Replay::default();
     let mut words = Vec::new();
