@@ -118,6 +118,25 @@ pub fn quit_as_json(on: bool) {
     JSON.store(on, Ordering::SeqCst);
 }
 
+/// Says that a signal (`code`, 128 + its number) stopped the command before it had anything
+/// to report, `what` saying what it stopped: on stderr, and under `--json` as the one object on
+/// stdout, as quitting does.
+pub fn stopped_before_report(code: i32, what: &str) {
+    let n = code - 128;
+    eprintln!("lockctl: {}: {what}", name(n));
+    if JSON.load(Ordering::SeqCst) {
+        use std::io::Write as _;
+        let doc = serde_json::json!({
+            "error": format!("{}: {what}", name(n)),
+            "error_kind": "signal",
+            "signal": n,
+        });
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{doc}");
+        let _ = out.flush();
+    }
+}
+
 fn quit_now(n: i32) -> ! {
     let said: Vec<String> = CLEAN_UPS
         .lock()

@@ -3,14 +3,13 @@
 //! run with every fault undone on every way out, then the report.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HuntArgs;
 use crate::signals;
-use lockctl::render;
+use lockctl::render::{self, Replay};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::HttpOptions;
@@ -19,7 +18,7 @@ use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
-use lockctl_hammer::hunt::serve::{Served, kill_group_now};
+use lockctl_hammer::hunt::serve::{Reach, Served};
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
@@ -44,17 +43,37 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
-    let (group, slot) = (Arc::new(AtomicI32::new(0)), Arc::default());
-    undo_on_quit(Arc::clone(&slot), Some(group.clone()));
+    let (reach, slot) = (Arc::new(Reach::new()), Arc::default());
+    undo_on_quit(Arc::clone(&slot), Some(reach.clone()));
     let signals = signals::listen(signals::First::Finish(
         "the round, undoing its faults and stopping what --serve started",
     ));
     let serve = match &args.serve {
         Some(cmd) => {
             let addr = address_of(http.request.shown_url())?;
-            let served = Served::start(cmd, addr, group.clone(), Some(&signals.requested))
-                .map_err(anyhow::Error::msg)?;
-            Some(Arc::new(Mutex::new(served)))
+            // A daemon the system starts (it leaves the system's tree and group) comes back to
+            // this process when it is orphaned, and so stays in reach to be stopped: the hunt's
+            // process exists for the hunt, so a process-wide setting is its to make.
+            let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(
+                std::process::id() as i32,
+            ));
+            match Served::start(cmd, addr, reach.clone(), Some(&signals.requested)) {
+                Ok(served) => Some(Arc::new(Mutex::new(served))),
+                // Stopped by a signal while starting: the signal's code, not an error's.
+                Err(e) => match signals.exit_code() {
+                    Some(code) => {
+                        signals::stopped_before_report(
+                            code,
+                            &format!(
+                                "stopped --serve '{}' while it was starting",
+                                lockctl_core::redact::redact(cmd)
+                            ),
+                        );
+                        return Ok(Exit::Signal(code));
+                    }
+                    None => return Err(anyhow::Error::msg(e)),
+                },
+            }
         }
         None => None,
     };
@@ -84,7 +103,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if let Some(path) = &args.export_html {
         write_timeline(&report, path)?;
     }
-    print(ctx, &report, &replay_command(seed))?;
+    print(ctx, &report, &replay_command(ctx, seed))?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
@@ -123,16 +142,16 @@ fn hunt_options(
 }
 
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
-/// killed with its whole group (without waiting for it: a restart may hold it).
-fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, group: Option<Arc<AtomicI32>>) {
+/// killed with its whole group and its strays (without waiting for it: a restart may hold it).
+fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, serve: Option<Arc<Reach>>) {
     signals::on_quit(move || {
         if let Ok(n) = nemesis.try_lock()
             && let Some(n) = n.as_ref()
         {
             n.heal_now();
         }
-        if let Some(g) = &group {
-            kill_group_now(g);
+        if let Some(r) = &serve {
+            r.kill_now();
         }
         Some("undid the hunt's faults and stopped --serve".into())
     });
@@ -229,7 +248,7 @@ fn system_facts(ctx: &Ctx, args: &HuntArgs) -> anyhow::Result<(HttpOptions, Opti
 }
 
 /// The hunt's report on stdout, as text or JSON.
-fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &str) -> anyhow::Result<()> {
+fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &Replay) -> anyhow::Result<()> {
     if ctx.json {
         emit_json(&render::hunt_json(report, replay))?;
     } else {
@@ -291,7 +310,7 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     let matrix = run_matrix(&ctx.target, &opts);
     nemesis.heal_now();
     let matrix = matrix?;
-    let replay = replay_command(seed);
+    let replay = replay_command(ctx, seed);
     if let Some(path) = &args.export_html {
         std::fs::write(path, render::matrix_html(&matrix, &replay)).map_err(|e| {
             anyhow::anyhow!("could not write the matrix to '{}': {e}", path.display())
@@ -454,8 +473,11 @@ fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
         })
 }
 
-/// This command line with `--seed` set to `seed`, passwords hidden.
-fn replay_command(seed: u64) -> String {
+/// The command that replays this hunt: this command line with `--seed` set to `seed` and the
+/// Redis actually used named (`--redis`, from `REDIS_URL` or the default when the line has
+/// none; `--lock-node` from `LOCKCTL_LOCK_NODES`), each secret in it taken from an environment variable the report names, so that the
+/// line runs as printed.
+fn replay_command(ctx: &Ctx, seed: u64) -> Replay {
     let mut args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--seed") {
         args.drain(i..(i + 2).min(args.len()));
@@ -466,11 +488,86 @@ fn replay_command(seed: u64) -> String {
     if let Some(first) = args.first_mut() {
         *first = "lockctl".into();
     }
-    lockctl_core::redact::redact_command_line(args)
-        .iter()
-        .map(|a| shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+    let named = |flag: &str| {
+        args.iter()
+            .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')))
+    };
+    let mut from_env = Vec::new();
+    if !named("--redis") {
+        from_env.extend(["--redis".to_string(), ctx.url.clone()]);
+    }
+    // The Redlock nodes too, when they came from the environment.
+    if !named("--lock-node")
+        && let Ok(nodes) = std::env::var("LOCKCTL_LOCK_NODES")
+    {
+        for node in nodes.split(',').filter(|n| !n.trim().is_empty()) {
+            from_env.extend(["--lock-node".to_string(), node.trim().to_string()]);
+        }
+    }
+    if !args.is_empty() {
+        args.splice(1..1, from_env);
+    }
+    let mut replay = Replay::default();
+    let mut words = Vec::new();
+    let mut flag: Option<String> = None;
+    for arg in &args {
+        let (spans, of) = if arg.starts_with("--") && !arg.contains(['=', ' ']) {
+            flag = Some(arg.clone());
+            (Vec::new(), None)
+        } else if let Some((f, _)) = arg.split_once('=').filter(|(f, _)| f.starts_with("--")) {
+            flag = None;
+            (
+                lockctl_core::redact::secret_spans(None, arg),
+                Some(f.to_string()),
+            )
+        } else {
+            let of = flag.take();
+            (lockctl_core::redact::secret_spans(of.as_deref(), arg), of)
+        };
+        let mut word = String::new();
+        let mut at = 0;
+        for (a, b) in spans
+            .into_iter()
+            .filter(|&(a, b)| !is_placeholder(&arg[a..b]))
+        {
+            if a > at {
+                word.push_str(&shell_quote(&arg[at..a]));
+            }
+            let what = of.as_deref().unwrap_or("the command line");
+            word.push_str(&format!("\"${{{}}}\"", replay.secret(&arg[a..b], what)));
+            at = b;
+        }
+        if at < arg.len() || arg.is_empty() {
+            word.push_str(&shell_quote(&arg[at..]));
+        }
+        words.push(word);
+    }
+    replay.command = words.join(" ");
+    replay
+}
+
+/// A value made of placeholders only (`{order}`, `Bearer {token}`): no secret, and the replay
+/// needs it as it is.
+fn is_placeholder(value: &str) -> bool {
+    let mut rest = value.trim();
+    for scheme in ["Bearer ", "Basic ", "Token "] {
+        if rest.len() > scheme.len() && rest[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            rest = rest[scheme.len()..].trim_start();
+        }
+    }
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        match ["{sku}", "{user}", "{order}", "{n}", "{token}"]
+            .iter()
+            .find(|p| rest.starts_with(*p))
+        {
+            Some(p) => rest = &rest[p.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 fn shell_quote(a: &str) -> String {

@@ -323,7 +323,11 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
         Some(lib) => lockctl::advice::with_hint(&format!("{err:#}"), lib.hint().as_ref()),
         None => format!("{err:#}"),
     };
-    eprintln!("lockctl: error: {message}");
+    // A message may quote a system's answer or output: nothing of it may drive the terminal.
+    eprintln!(
+        "lockctl: error: {}",
+        lockctl::render::terminal_lines(&message)
+    );
     // A URL that does not parse is a bad argument like any other.
     let usage = err.is::<UsageError>()
         || err.downcast_ref::<Error>().is_some_and(|e| {

@@ -1,4 +1,7 @@
-//! Text made safe to place in HTML and SVG, for the HTML report and its charts.
+//! Text made safe to show: in HTML and SVG (the HTML report and its charts), and on a terminal
+//! (every string that comes from the system under test or from a history).
+
+use std::borrow::Cow;
 
 /// `s` with the characters HTML gives meaning to written as entities.
 pub(super) fn escape(s: &str) -> String {
@@ -6,4 +9,52 @@ pub(super) fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// `s` with every control character written as Rust writes it in a string literal (`\u{1b}`,
+/// `\r`, `\n`, `\u{9b}`), so that text from outside (an endpoint's answer, a history) cannot
+/// move the cursor, erase a line or start a line of its own. Printable text, Chinese included,
+/// stays as it is.
+pub fn terminal(s: &str) -> Cow<'_, str> {
+    escape_controls(s, false)
+}
+
+/// [`terminal`], keeping line breaks: for messages of several lines (an error quoting a
+/// system's output).
+pub fn terminal_lines(s: &str) -> Cow<'_, str> {
+    escape_controls(s, true)
+}
+
+fn escape_controls(s: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let shown = |c: char| !c.is_control() || (keep_newlines && c == '\n');
+    if s.chars().all(shown) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match shown(c) {
+            true => out.push(c),
+            false => out.extend(c.escape_debug()),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_is_kept() {
+        assert_eq!(
+            terminal("\x1b[2K\x1b[1A\r verdict PASS\x07\u{9b}2J\n"),
+            r"\u{1b}[2K\u{1b}[1A\r verdict PASS\u{7}\u{9b}2J\n"
+        );
+        assert_eq!(
+            terminal("已售罄，拦截请求 \\ 'q'"),
+            "已售罄，拦截请求 \\ 'q'"
+        );
+        assert!(matches!(terminal("plain"), Cow::Borrowed(_)));
+        assert_eq!(terminal_lines("a\x1b[1A\nb\r"), "a\\u{1b}[1A\nb\\r");
+    }
 }

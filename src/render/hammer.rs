@@ -19,14 +19,21 @@ pub fn hammer_text(r: &Report, color: bool) -> String {
     s
 }
 
-/// One aligned row of the text report.
+/// One aligned row of the text report, its control characters escaped: a row may quote an
+/// endpoint's answer or a history.
 fn row(s: &mut String, label: &str, text: String) {
-    let _ = writeln!(s, "  {label:<12}{text}");
+    painted_row(s, label, "", &text);
+}
+
+/// A row that starts with `painted` (lockctl's own colours, shown as they are) and goes on
+/// with `text`, escaped as in [`row`].
+fn painted_row(s: &mut String, label: &str, painted: &str, text: &str) {
+    let _ = writeln!(s, "  {label:<12}{painted}{}", super::terminal(text));
 }
 
 /// The header and what was measured: outcomes, stock, latencies, throughput, notes.
 fn facts_rows(s: &mut String, r: &Report) {
-    let _ = writeln!(s, "{}", header(r));
+    let _ = writeln!(s, "{}", super::terminal(&header(r)));
     let mut outcomes = format!(
         "bought {}  sold out {}  busy {}",
         r.bought, r.sold_out, r.busy
@@ -230,12 +237,12 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
         }
     };
     match r.verdict {
-        Verdict::Pass => row(
+        Verdict::Pass => painted_row(
             s,
             "verdict",
-            format!(
-                "{}: nothing oversold (stock {} -> {}), every request accounted for{}",
-                paint("32", "PASS"),
+            &paint("32", "PASS"),
+            &format!(
+                ": nothing oversold (stock {} -> {}), every request accounted for{}",
                 r.run.initial_stock,
                 opt(r.final_stock),
                 match r.errors {
@@ -248,12 +255,12 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
                 }
             ),
         ),
-        Verdict::Unknown => row(
+        Verdict::Unknown => painted_row(
             s,
             "verdict",
-            format!(
-                "{}: {}",
-                paint("33", "UNKNOWN"),
+            &paint("33", "UNKNOWN"),
+            &format!(
+                ": {}",
                 r.unknown_because
                     .as_deref()
                     .unwrap_or("nothing can be claimed")
@@ -261,12 +268,12 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
         ),
         Verdict::Fail => {
             let n = r.violations.len();
-            row(
+            painted_row(
                 s,
                 "verdict",
-                format!(
-                    "{}: {}",
-                    paint("31", "FAIL"),
+                &paint("31", "FAIL"),
+                &format!(
+                    ": {}",
                     count(n as u64, "invariant violated", "invariants violated")
                 ),
             );
@@ -389,9 +396,11 @@ pub(super) fn verdict_word(v: Verdict) -> &'static str {
     }
 }
 
-/// `text` as a Markdown code span, whatever backticks it holds: the fence is one backtick
+/// `text` as a Markdown code span (its control characters escaped), whatever backticks it holds: the fence is one backtick
 /// longer than the longest run inside, padded with spaces when the text starts or ends with one.
 fn code_span(text: &str) -> String {
+    let text = super::terminal(text);
+    let text = text.as_ref();
     let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -459,7 +468,7 @@ pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .map(move |v| format!("- {}: {v}", r.run.strategy))
+                .map(move |v| format!("- {}: {}", r.run.strategy, super::terminal(v)))
         })
         .collect();
     if !violations.is_empty() {

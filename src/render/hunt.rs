@@ -10,6 +10,52 @@ use lockctl_hammer::Verdict;
 use lockctl_hammer::hunt::HuntReport;
 use lockctl_hammer::hunt::own::Matrix;
 
+/// The command that replays a hunt, and the environment variables it takes its secrets from.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The command line, for `sh`: each secret written as `"${LOCKCTL_SECRET_N}"`.
+    pub command: String,
+    /// Each variable the command reads, with what it must hold (`the secret in --redis`).
+    pub secrets: Vec<(String, String)>,
+    /// The secrets themselves, so that one written twice is one variable; never shown.
+    values: Vec<String>,
+}
+
+impl Replay {
+    /// The variable that carries `value` (found in `flag`), a new one for a new value.
+    pub fn secret(&mut self, value: &str, flag: &str) -> String {
+        if let Some(i) = self.values.iter().position(|v| v == value) {
+            return self.secrets[i].0.clone();
+        }
+        let name = format!("LOCKCTL_SECRET_{}", self.values.len() + 1);
+        self.values.push(value.to_string());
+        self.secrets
+            .push((name.clone(), format!("the secret in {flag}")));
+        name
+    }
+
+    /// The replay's lines of a text report: the command, then what to set first.
+    fn text(&self, s: &mut String) {
+        let _ = writeln!(s, "  replay    {}", self.command);
+        if !self.secrets.is_empty() {
+            let each: Vec<String> = self
+                .secrets
+                .iter()
+                .map(|(name, what)| format!("{name} to {what}"))
+                .collect();
+            let _ = writeln!(s, "            (set {} first)", each.join(", "));
+        }
+    }
+
+    fn json(&self) -> Value {
+        self.secrets
+            .iter()
+            .map(|(name, what)| (name.clone(), Value::from(what.as_str())))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
 fn counts<K: std::fmt::Display>(m: &std::collections::BTreeMap<K, u64>) -> String {
     if m.is_empty() {
         return "none".into();
@@ -21,7 +67,7 @@ fn counts<K: std::fmt::Display>(m: &std::collections::BTreeMap<K, u64>) -> Strin
 }
 
 /// The hunt for a person: what was tried, the verdict, and on a FAIL the round's report.
-pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> String {
+pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> String {
     let mut s = String::new();
     let verdict = match h.verdict {
         Verdict::Pass => "PASS",
@@ -59,7 +105,7 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
         };
         let _ = writeln!(s, "  faults    {faults}");
         for u in &h.unknown {
-            let _ = writeln!(s, "  unjudged  {u}");
+            let _ = writeln!(s, "  unjudged  {}", super::terminal(u));
         }
     }
     match &h.failure {
@@ -71,7 +117,7 @@ pub fn hunt_text(h: &HuntReport, replay: &str, color: bool, quiet: bool) -> Stri
                 _ => "no round's books could be judged".into(),
             };
             let _ = writeln!(s, "  verdict   {}: {why}", paint(verdict));
-            let _ = writeln!(s, "  replay    {replay}");
+            replay.text(&mut s);
         }
     }
     s
@@ -82,7 +128,7 @@ fn failure_text(
     s: &mut String,
     f: &lockctl_hammer::hunt::Failure,
     verdict: &str,
-    replay: &str,
+    replay: &Replay,
     color: bool,
     quiet: bool,
 ) {
@@ -92,7 +138,7 @@ fn failure_text(
         f.round.number, f.sku, f.round.stock, f.round.requests, f.round.shape
     );
     for v in &f.report.violations {
-        let _ = writeln!(s, "              - {v}");
+        let _ = writeln!(s, "              - {}", super::terminal(v));
     }
     for fault in &f.faults {
         let _ = writeln!(
@@ -100,10 +146,10 @@ fn failure_text(
             "  fault     {} at {:.0} ms: {}",
             fault.fault,
             fault.start.as_secs_f64() * 1000.0,
-            fault.detail
+            super::terminal(&fault.detail)
         );
     }
-    let _ = writeln!(s, "  replay    {replay}");
+    replay.text(s);
     if !quiet {
         s.push_str("\nthe failing round:\n");
         s.push_str(&hammer_text(&f.report, color));
@@ -111,7 +157,7 @@ fn failure_text(
 }
 
 /// `hunt --json`.
-pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
+pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
     let failure = h.failure.as_ref().map(|f| {
         json!({
             "round": f.round.number,
@@ -132,7 +178,8 @@ pub fn hunt_json(h: &HuntReport, replay: &str) -> Value {
     json!({
         "verdict": h.verdict,
         "seed": h.seed,
-        "replay": replay,
+        "replay": replay.command,
+        "replay_env": replay.json(),
         "rounds": h.rounds,
         "judged": h.judged,
         "requests": h.requests,
@@ -157,7 +204,7 @@ pub(super) fn verdict_word(v: Verdict) -> &'static str {
 
 /// `hunt --strategy` for a person: the strategy x fault matrix, then each failing cell's first
 /// violation.
-pub fn matrix_text(m: &Matrix, replay: &str) -> String {
+pub fn matrix_text(m: &Matrix, replay: &Replay) -> String {
     let mut columns: Vec<String> = Vec::new();
     for c in &m.cells {
         let name = c
@@ -215,16 +262,17 @@ pub fn matrix_text(m: &Matrix, replay: &str) -> String {
         "  verdict   {} (rounds in parentheses)",
         verdict_word(m.verdict())
     );
-    let _ = writeln!(s, "  replay    {replay}");
+    replay.text(&mut s);
     s
 }
 
 /// `hunt --strategy --json`.
-pub fn matrix_json(m: &Matrix, replay: &str) -> Value {
+pub fn matrix_json(m: &Matrix, replay: &Replay) -> Value {
     json!({
         "verdict": m.verdict(),
         "seed": m.seed,
-        "replay": replay,
+        "replay": replay.command,
+        "replay_env": replay.json(),
         "elapsed_s": m.elapsed.as_secs_f64(),
         "interrupted": m.interrupted,
         "matrix": m.cells.iter().map(|c| json!({
@@ -239,7 +287,7 @@ pub fn matrix_json(m: &Matrix, replay: &str) -> Value {
 }
 
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
-pub fn matrix_html(m: &Matrix, replay: &str) -> String {
+pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
     let mut columns: Vec<Option<lockctl_hammer::hunt::nemesis::FaultKind>> = Vec::new();
     for c in &m.cells {
         if !columns.contains(&c.fault) {
@@ -301,6 +349,6 @@ pub fn matrix_html(m: &Matrix, replay: &str) -> String {
         verdict = verdict_word(m.verdict()),
         seed = m.seed,
         elapsed = m.elapsed.as_secs_f64(),
-        replay = super::escape::escape(replay),
+        replay = super::escape::escape(&replay.command),
     )
 }

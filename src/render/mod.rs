@@ -20,9 +20,10 @@ use serde_json::{Value, json};
 
 use crate::advice;
 
+pub use escape::{terminal, terminal_lines};
 pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
-pub use hunt::{hunt_json, hunt_text, matrix_html, matrix_json, matrix_text};
+pub use hunt::{Replay, hunt_json, hunt_text, matrix_html, matrix_json, matrix_text};
 pub use timeline::timeline_html;
 
 use lockctl_core::Finding;

@@ -844,3 +844,323 @@ fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
     );
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }
+
+/// Bytes that drive a terminal: ESC, BEL, CR, and the C1 CSI (U+009B, as UTF-8).
+fn terminal_controls(bytes: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        let c1 = *b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..0xa0).contains(n));
+        if matches!(b, 0x1b | 0x07 | b'\r') || c1 {
+            let from = i.saturating_sub(40);
+            found.push(String::from_utf8_lossy(&bytes[from..(i + 40).min(bytes.len())]).into());
+        }
+    }
+    found
+}
+
+/// An endpoint whose 500 answer is made of terminal escapes (erase the line, move up, a fake
+/// `verdict PASS`) is shown escaped in the hunt's report, and so is the history it wrote when
+/// `judge` reads it again: no byte of it can move the cursor or rewrite a line.
+#[test]
+fn an_answer_made_of_terminal_escapes_cannot_rewrite_the_screen() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/rewrites_the_screen.php", 4);
+    let url = format!("{url}&order={{order}}");
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--budget",
+            "6s",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    );
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 3, "{said}");
+    assert!(stdout(&out).contains("first error"), "{said}");
+    assert!(stdout(&out).contains(r"\u{1b}[2K"), "{said}");
+    for bytes in [&out.stdout, &out.stderr] {
+        assert_eq!(terminal_controls(bytes), Vec::<String>::new(), "{said}");
+    }
+    let judged = lockctl(&redis.url(), &["judge", history.to_str().unwrap()]);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&judged), stderr(&judged));
+    assert_eq!(code(&judged), 3, "{said}");
+    assert!(stdout(&judged).contains(r"\u{1b}[2K"), "{said}");
+    for bytes in [&judged.stdout, &judged.stderr] {
+        assert_eq!(terminal_controls(bytes), Vec::<String>::new(), "{said}");
+    }
+    // JSON stays JSON: the body is there, escaped by JSON's own rules.
+    let judged = lockctl(
+        &redis.url(),
+        &["--json", "judge", history.to_str().unwrap()],
+    );
+    assert!(
+        stdout(&judged).contains(r"\u001b[2K"),
+        "{}",
+        stdout(&judged)
+    );
+}
+
+/// A signal while `--serve`'s system is still starting stops it and exits as the signal says:
+/// 130 for Ctrl-C, 143 for SIGTERM (not 1, an error), with nothing of the system left.
+#[test]
+fn a_signal_while_the_system_starts_exits_with_the_signals_code() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    for (signal, exit) in [("INT", 130), ("TERM", 143)] {
+        let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 1);
+        let serve = format!("sleep 3; {serve}");
+        let child = crate::support::spawn_lockctl_with(
+            &redis.url(),
+            &[
+                "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve,
+            ],
+            crate::support::Streams::Capture,
+        );
+        std::thread::sleep(Duration::from_millis(800));
+        crate::support::signal(child.id(), signal);
+        let out =
+            crate::support::finish_within(child, Duration::from_secs(20), "hunt after a signal");
+        assert_eq!(code(&out), exit, "SIG{signal}: {}", stderr(&out));
+        assert!(stderr(&out).contains("starting"), "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(
+            left_on(port),
+            "",
+            "the system was left running after SIG{signal}"
+        );
+    }
+}
+
+/// The processes whose command line holds `marker`, by pgrep (none: "").
+fn running(marker: &str) -> String {
+    let out = Command::new("pgrep")
+        .args(["-af", "--", marker])
+        .output()
+        .unwrap();
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.contains("pgrep"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether something still accepts connections on `port`.
+fn answers_on(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// `--serve` commands whose system starts a daemon: it leaves the system's process group (and
+/// with `env -i` its environment too), and is still stopped with the system, at the end of the
+/// hunt, after one Ctrl-C and after two: no process left, no port bound.
+#[test]
+fn daemons_the_system_starts_are_stopped_with_it() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let redis_server = crate::support::redis_server_program();
+    let dir = tempfile::tempdir().unwrap();
+    // Each a name and the `--serve` command from (port, the plain command, a free port).
+    type Variant<'a> = (&'a str, Box<dyn Fn(u16, &str, u16) -> String + 'a>);
+    let variants: Vec<Variant> = vec![
+        (
+            "redis-server --daemonize yes",
+            Box::new(|_, serve: &str, extra: u16| {
+                format!(
+                    "{} --daemonize yes --port {extra} --save '' --appendonly no --dir {d} --pidfile {d}/r{extra}.pid; {serve}",
+                    redis_server.display(),
+                    d = dir.path().display()
+                )
+            }),
+        ),
+        (
+            "setsid -f php -S",
+            Box::new(|port, serve: &str, _| {
+                let php = serve.replace("exec php", "setsid -f php");
+                format!("{php}; exec sleep 600.{port}")
+            }),
+        ),
+        (
+            "setsid -f env -i php -S",
+            Box::new(|port, serve: &str, _| {
+                let php = serve.replace(
+                    "exec php",
+                    "setsid -f env -i PATH=\"$PATH\" REDIS_PORT=$REDIS_PORT php",
+                );
+                format!(
+                    "export REDIS_PORT={}; {php}; exec sleep 600.{port}",
+                    redis.port
+                )
+            }),
+        ),
+    ];
+    for (name, command) in &variants {
+        for ending in ["end", "ctrl-c", "ctrl-c twice"] {
+            let extra = free_port();
+            let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+            let serve = command(port, &serve, extra);
+            let child = crate::support::spawn_lockctl_with(
+                &redis.url(),
+                &[
+                    "hunt",
+                    "--url",
+                    &url,
+                    "--preset",
+                    "tutorial",
+                    "--serve",
+                    &serve,
+                    "--nemesis",
+                    "none",
+                    "--budget",
+                    "3s",
+                ],
+                crate::support::Streams::Capture,
+            );
+            if ending != "end" {
+                assert!(
+                    crate::support::eventually(Duration::from_secs(15), || answers_on(port)),
+                    "{name}: the system never answered"
+                );
+                std::thread::sleep(Duration::from_millis(300));
+                crate::support::signal(child.id(), "INT");
+                if ending == "ctrl-c twice" {
+                    std::thread::sleep(Duration::from_millis(50));
+                    crate::support::signal(child.id(), "INT");
+                }
+            }
+            let out = crate::support::finish_within(child, Duration::from_secs(30), name);
+            let said = format!("{name}, {ending}: {}{}", stdout(&out), stderr(&out));
+            let expected = if ending == "end" { 0 } else { 130 };
+            assert_eq!(code(&out), expected, "{said}");
+            // A process killed a moment ago may still be on its way out.
+            let gone = crate::support::eventually(Duration::from_secs(3), || {
+                running(&format!("127.0.0.1:{port}")).is_empty()
+                    && running(&format!(":{extra}")).is_empty()
+                    && running(&format!("600.{port}")).is_empty()
+                    && !answers_on(port)
+                    && !answers_on(extra)
+            });
+            assert!(
+                gone,
+                "{said}\nleft: {} {} {}; port {port} answers: {}, port {extra}: {}",
+                running(&format!("127.0.0.1:{port}")),
+                running(&format!(":{extra}")),
+                running(&format!("600.{port}")),
+                answers_on(port),
+                answers_on(extra)
+            );
+        }
+    }
+}
+
+/// The replay line a hunt prints runs as printed, through `sh`, and replays the hunt: the same
+/// seed, the same verdict. Placeholders (`Idempotency-Key: {order}`, `idempotency_key={order}`)
+/// and a user's name in a URL without a password are no secrets and are printed as they are;
+/// the Redis given by `REDIS_URL` is on the line; a real secret (an API key) is read from an
+/// environment variable the report names.
+#[test]
+fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/pg_guarded.php", 4);
+    let serve = format!(
+        "PG_DSN='host=127.0.0.1 dbname={} user=postgres' {serve}",
+        db.name
+    );
+    let url = format!("{url}&user={{user}}&order={{order}}&idempotency_key={{order}}");
+    let args = [
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--header",
+        "Idempotency-Key: {order}",
+        "--header",
+        "X-Api-Key: k1-secret",
+        "--stock-sql",
+        &db.url,
+        "--stock-query",
+        "SELECT qty FROM stock WHERE sku = $1",
+        "--stock-seed",
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+        "--nemesis",
+        "none",
+        "--budget",
+        "3s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 0, "{said}");
+    let text = stdout(&out);
+    let line = |prefix: &str, text: &str| -> String {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{text}"))
+            .trim()
+            .to_string()
+    };
+    let replay = line("replay ", &text);
+    // Nothing of what must run is hidden, and the Redis used is named: checked before the
+    // line runs, so that it never reaches a Redis of the machine's.
+    assert!(!replay.contains("***"), "{replay}");
+    assert!(replay.contains("Idempotency-Key: {order}"), "{replay}");
+    assert!(replay.contains("idempotency_key={order}"), "{replay}");
+    assert!(replay.contains(&db.url), "{replay}");
+    assert!(
+        replay.contains(&format!("--redis {}", redis.url())),
+        "{replay}"
+    );
+    assert!(!text.contains("k1-secret"), "{text}");
+    assert!(
+        line("(set ", &text).starts_with("LOCKCTL_SECRET_1 to the secret in --header"),
+        "{text}"
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_lockctl")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let again = Command::new("sh")
+        .args(["-c", &replay])
+        .env("PATH", path)
+        .env("LOCKCTL_SECRET_1", "k1-secret")
+        .env_remove("REDIS_URL")
+        .env("LOCKCTL_DEFAULT_REDIS_URL", "redis://127.0.0.1:1")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said_again = format!("stdout:\n{}\nstderr:\n{}", stdout(&again), stderr(&again));
+    assert_eq!(code(&again), 0, "{said_again}");
+    let seed = |text: &str| {
+        line("hunt: seed", text)
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(seed(&text), seed(&stdout(&again)), "{said_again}");
+    assert!(
+        line("verdict ", &stdout(&again)).starts_with("PASS"),
+        "{said_again}"
+    );
+}

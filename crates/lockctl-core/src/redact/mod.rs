@@ -84,6 +84,107 @@ pub fn redact_command_line<S: AsRef<str>>(args: impl IntoIterator<Item = S>) -> 
     out
 }
 
+/// Where the secrets of one command-line argument are, as byte ranges of `arg`, for a command
+/// line that must still run once each range is filled in again (a replay that takes them from
+/// the environment): `flag` is the flag `arg` is the value of, if any. The same rule as
+/// [`redact_command_line`], with two differences a runnable line needs: a lone word before a
+/// URL's `@` is a user's name (the URL's reader takes it so) and stays; and only a secret's
+/// value is a range, never the text around it (a header's name, a URL's host).
+pub fn secret_spans(flag: Option<&str>, arg: &str) -> Vec<(usize, usize)> {
+    if flag.is_none()
+        && let Some((flag, value)) = flag_and_value(arg)
+    {
+        let offset = flag.len() + 1;
+        return shifted(secret_spans(Some(flag), value), offset);
+    }
+    let name = flag.map(|f| f.trim_start_matches('-'));
+    match name {
+        Some(n) if n.eq_ignore_ascii_case("header") => header_spans(arg),
+        Some(n) if is_secret_flag(n) && !arg.is_empty() => vec![(0, arg.len())],
+        _ => text_spans(arg),
+    }
+}
+
+/// The secret ranges of a `--header` value (`Name: value`, or `Name value` typed without
+/// its colon): a credential header's whole value, or the secrets inside another's.
+fn header_spans(text: &str) -> Vec<(usize, usize)> {
+    let name_end = text
+        .find(|c: char| c == ':' || c.is_whitespace())
+        .unwrap_or(text.len());
+    let after_name = text[name_end..]
+        .strip_prefix(':')
+        .unwrap_or(&text[name_end..]);
+    let value = after_name.trim_start();
+    let start = text.len() - value.len();
+    if name_end < text.len() && is_secret_header(text[..name_end].trim()) {
+        return match value.is_empty() {
+            true => Vec::new(),
+            false => vec![(start, text.len())],
+        };
+    }
+    shifted(text_spans(value), start)
+}
+
+/// The secret ranges of any one value: a credential header's value, a URL's password, the
+/// values of password-like parameters.
+fn text_spans(text: &str) -> Vec<(usize, usize)> {
+    if let Some((name, value)) = header(text, true)
+        && is_secret_header(name)
+    {
+        let shown = value.trim_start();
+        return match shown.is_empty() {
+            true => Vec::new(),
+            false => vec![(text.len() - shown.len(), text.len())],
+        };
+    }
+    let mut spans = Vec::new();
+    // Every URL in the text, not only one that starts it (`--serve 'DB=postgres://u:pw@h ...'`):
+    // from its scheme to the next space or quote.
+    let mut from = 0;
+    while let Some(i) = text[from..].find("://").map(|i| from + i) {
+        let begin = text[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+'))
+            .map_or(0, |j| j + 1);
+        let end = text[i..]
+            .find(|c: char| c.is_whitespace() || c == '\'' || c == '"')
+            .map_or(text.len(), |j| i + j);
+        let url = &text[begin..end];
+        if let Some(start) = scheme_end(url)
+            && let Some(at) = user_info_end(url, start)
+            && let Some(colon) = url[start..at].find(':')
+            && start + colon + 1 < at
+        {
+            spans.push((begin + start + colon + 1, begin + at));
+        }
+        from = end.max(i + 3);
+    }
+    let in_url = text.contains("://");
+    let mut done = 0;
+    while let Some((a, b)) = secret_value(&text[done..], in_url) {
+        let (a, b) = (done + a, done + b);
+        // A parameter inside the user info is the password's, already a range.
+        if a < b && !spans.iter().any(|&(x, y)| a < y && x < b) {
+            spans.push((a, b));
+        }
+        done = match b > a {
+            true => b,
+            false => text[a..]
+                .chars()
+                .next()
+                .map_or(text.len(), |c| a + c.len_utf8()),
+        };
+        if done >= text.len() {
+            break;
+        }
+    }
+    spans.sort_unstable();
+    spans
+}
+
+fn shifted(spans: Vec<(usize, usize)>, by: usize) -> Vec<(usize, usize)> {
+    spans.into_iter().map(|(a, b)| (a + by, b + by)).collect()
+}
+
 /// `text` with the secrets of `source` (a URL, a connection string, a header) removed, in case
 /// a driver's message ever quotes the one or the other: `source` itself where it appears whole,
 /// and each of its secrets, also percent-decoded, wherever it appears.

@@ -245,3 +245,65 @@ fn a_command_line_shows_no_secret_in_any_form() {
         ]
     );
 }
+
+/// The secrets of each argument, as the replay takes them out.
+fn spans_of(flag: Option<&str>, arg: &str) -> Vec<String> {
+    secret_spans(flag, arg)
+        .into_iter()
+        .map(|(a, b)| arg[a..b].to_string())
+        .collect()
+}
+
+#[test]
+fn secret_spans_are_the_secrets_values_and_nothing_around_them() {
+    assert_eq!(spans_of(Some("--redis"), "redis://:pw@h:1"), ["pw"]);
+    assert_eq!(
+        spans_of(Some("--redis"), "redis://u:p%40w@h:1/0"),
+        ["p%40w"]
+    );
+    // A user's name is no secret: the URL's reader takes a lone word for one.
+    assert!(spans_of(Some("--stock-sql"), "postgres://postgres@127.0.0.1/shop").is_empty());
+    assert_eq!(
+        spans_of(
+            None,
+            "--stock-sql=postgres://u:pw@h/d?sslpassword=x&sslmode=require"
+        ),
+        ["pw", "x"]
+    );
+    assert_eq!(
+        spans_of(Some("--header"), "Authorization: Bearer t0k"),
+        ["Bearer t0k"]
+    );
+    assert_eq!(
+        spans_of(Some("--header"), "Authorization Bearer t0k"),
+        ["Bearer t0k"]
+    );
+    assert_eq!(spans_of(None, "--header=Cookie: s=1; t=2"), ["s=1; t=2"]);
+    assert_eq!(
+        spans_of(Some("--header"), "Idempotency-Key: {order}"),
+        ["{order}"]
+    );
+    assert!(spans_of(Some("--header"), "X-Sku: {sku}").is_empty());
+    assert_eq!(
+        spans_of(
+            Some("--url"),
+            "http://h/buy?api_key=k1&idempotency_key={order}&sku={sku}"
+        ),
+        ["k1", "{order}"]
+    );
+    assert_eq!(spans_of(Some("--password"), "pw"), ["pw"]);
+    assert_eq!(spans_of(None, "--api-token=t"), ["t"]);
+    assert!(spans_of(Some("--body"), "email=a@b.com&qty=1").is_empty());
+    assert!(spans_of(Some("--stock-key"), "item:stock:{sku}").is_empty());
+    assert_eq!(
+        spans_of(Some("--url"), "http://h/?password=&token=t"),
+        ["t"]
+    );
+    assert_eq!(
+        spans_of(
+            Some("--serve"),
+            "DB='postgres://u:pw@h/d' R=redis://:rp@h:1 exec php -S 127.0.0.1:8080"
+        ),
+        ["pw", "rp"]
+    );
+}

@@ -1,20 +1,81 @@
 //! The system under test, started by the hunt (`--serve 'CMD'`): a shell command in a process
 //! group of its own, waited for until its address answers, signalled only inside its own tree,
 //! and stopped with everything it started.
+//!
+//! A daemon leaves both the tree and the group (`redis-server --daemonize yes`, `setsid -f`).
+//! Two things keep it in reach: every process the command starts inherits a tag of this system
+//! in its environment ([`TAG_VAR`]), and when this process is a child subreaper (which the
+//! program sets, not this module: it is process-wide) an orphan comes back to it as a child
+//! that was not there before the system started. Both count as the system's ("strays"): they
+//! are paused, killed and stopped with it, and reaped.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use rustix::process::{Pid, Signal, WaitOptions, kill_process, kill_process_group, waitpid};
 
 /// How long a started system may take to answer.
 const READY_WITHIN: Duration = Duration::from_secs(15);
+
+/// The environment variable that tags every process a system started: its value is the
+/// system's [`Reach`] tag.
+pub const TAG_VAR: &str = "LOCKCTL_SERVE_TAG";
+
+/// What it takes to find and kill a system's processes without the [`Served`] itself (a quit
+/// handler that cannot wait for its lock): its process group, its tag, and this process's
+/// children from before it started.
+pub struct Reach {
+    /// The running system's process group; 0 once it is stopped.
+    group: AtomicI32,
+    /// The tag its processes carry in their environment.
+    tag: String,
+    /// This process's children when the system was started: not the system's.
+    before: Mutex<Vec<i32>>,
+}
+
+impl Reach {
+    /// A new, unique tag, and nothing running yet.
+    pub fn new() -> Reach {
+        Reach {
+            group: AtomicI32::new(0),
+            tag: format!("{:032x}", rand::random::<u128>()),
+            before: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Kills the system at once (continued first, so that nothing stays stopped): its process
+    /// group and every stray, for a process that is quitting now and cannot wait for the
+    /// system's lock.
+    pub fn kill_now(&self) {
+        if let Some(g) = Pid::from_raw(self.group.load(Ordering::SeqCst)) {
+            let _ = kill_process_group(g, Signal::CONT);
+            let _ = kill_process_group(g, Signal::KILL);
+        }
+        let before = self
+            .before
+            .try_lock()
+            .map(|b| b.clone())
+            .unwrap_or_default();
+        for pid in strays(&self.tag, &before, None) {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = kill_process(p, Signal::CONT);
+                let _ = kill_process(p, Signal::KILL);
+            }
+        }
+    }
+}
+
+impl Default for Reach {
+    fn default() -> Reach {
+        Reach::new()
+    }
+}
 
 /// A running system under test.
 pub struct Served {
@@ -23,9 +84,9 @@ pub struct Served {
     child: Child,
     log: PathBuf,
     _dir: tempfile::TempDir,
-    /// The running system's process group, shared with whoever must kill it without waiting
-    /// for this value (a quit handler); 0 once it is stopped.
-    group: Arc<AtomicI32>,
+    /// Its process group, tag and this process's other children, shared with whoever must
+    /// kill it without waiting for this value (a quit handler).
+    reach: Arc<Reach>,
     /// Stopped already: nothing of it is signalled again (its pids may be someone else's).
     stopped: bool,
 }
@@ -36,18 +97,22 @@ impl Served {
     pub fn start(
         command: &str,
         addr: SocketAddr,
-        group: Arc<AtomicI32>,
+        reach: Arc<Reach>,
         stop: Option<&AtomicBool>,
     ) -> Result<Served, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
         let log = dir.path().join("serve.log");
         let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
+        if let Ok(mut before) = reach.before.lock() {
+            *before = children_of(me());
+        }
         let child = {
             use std::os::unix::process::CommandExt;
             Command::new("sh")
                 .arg("-c")
                 .arg(command)
+                .env(TAG_VAR, &reach.tag)
                 .process_group(0)
                 .stdin(Stdio::null())
                 .stdout(out)
@@ -55,14 +120,14 @@ impl Served {
                 .spawn()
                 .map_err(|e| format!("could not start --serve '{command}': {e}"))?
         };
-        group.store(child.id() as i32, Ordering::SeqCst);
+        reach.group.store(child.id() as i32, Ordering::SeqCst);
         let mut served = Served {
             command: command.to_string(),
             addr,
             child,
             log,
             _dir: dir,
-            group,
+            reach,
             stopped: false,
         };
         if let Err(e) = served.wait_ready(stop) {
@@ -130,28 +195,32 @@ impl Served {
         Pid::from_raw(self.child.id() as i32)
     }
 
-    /// Every live process of the system's tree (its group and their descendants), the shell
-    /// first. Zombies are left out: they hold nothing. Nothing once it is stopped.
+    /// Every live process of the system: its shell's tree, the shell first, then the strays
+    /// (see the module's note) and their descendants. Zombies are left out: they hold nothing.
+    /// Nothing once it is stopped.
     pub fn processes(&self) -> Vec<i32> {
         if self.stopped {
             return Vec::new();
         }
         let root = self.child.id() as i32;
         let table = process_table();
-        let mut tree = vec![root];
-        let mut i = 0;
-        while i < tree.len() {
-            let parent = tree[i];
-            tree.extend(
-                table
-                    .iter()
-                    .filter(|p| p.ppid == parent && !p.zombie)
-                    .map(|p| p.pid),
-            );
-            i += 1;
+        let mut roots = vec![root];
+        for pid in strays_in(&table, &self.reach.tag, &self.before(), Some(root)) {
+            if !roots.contains(&pid) {
+                roots.push(pid);
+            }
         }
+        let mut tree = descendants(&table, roots);
         tree.retain(|pid| table.iter().any(|p| p.pid == *pid && !p.zombie));
         tree
+    }
+
+    fn before(&self) -> Vec<i32> {
+        self.reach
+            .before
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_default()
     }
 
     /// Sends `signal` to `pid`, only if it is still of this system's tree.
@@ -181,15 +250,17 @@ impl Served {
         {
             thread::sleep(Duration::from_millis(20));
         }
-        let again = Served::start(&self.command, self.addr, self.group.clone(), None)?;
+        let again = Served::start(&self.command, self.addr, self.reach.clone(), None)?;
         let old = std::mem::replace(self, again);
         drop(old);
         Ok(())
     }
 
     /// Stops the system: continued (a stopped process ignores SIGTERM), asked to end, then
-    /// killed with its whole group after two seconds, whether or not its shell is still there
-    /// (a shell that backgrounded the server has exited, its group has not). Once.
+    /// killed after two seconds with its whole group, whether or not its shell is still there
+    /// (a shell that backgrounded the server has exited, its group has not), and with every
+    /// stray (a daemon that left the group); the strays that came back to this process are
+    /// reaped. Once.
     pub fn stop(&mut self) {
         if self.stopped {
             return;
@@ -198,12 +269,17 @@ impl Served {
         if let Some(g) = self.group() {
             let _ = kill_process_group(g, Signal::TERM);
         }
+        for pid in self.processes() {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = kill_process(p, Signal::TERM);
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline && !self.processes().is_empty() {
+            self.reap_strays();
             thread::sleep(Duration::from_millis(20));
         }
-        // Descendants that left the group (a daemonising server) are still of its tree: taken
-        // just before the kill, so that no pid of a process gone meanwhile is signalled.
+        // Taken just before the kill, so that no pid of a process gone meanwhile is signalled.
         let tree = self.processes();
         if let Some(g) = self.group() {
             let _ = kill_process_group(g, Signal::KILL);
@@ -214,28 +290,50 @@ impl Served {
             }
         }
         let _ = self.child.wait();
+        // The shell gone, its children that were left came back to this process (a
+        // subreaper) or to init: strays either way, found by their tag or as new children.
+        let tag = self.reach.tag.clone();
+        let before = self.before();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let left = strays(&tag, &before, None);
+            if left.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            for pid in left {
+                if let Some(p) = Pid::from_raw(pid) {
+                    let _ = kill_process(p, Signal::CONT);
+                    let _ = kill_process(p, Signal::KILL);
+                }
+            }
+            self.reap_strays();
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.reap_strays();
         self.stopped = true;
-        let _ = self.group.compare_exchange(
+        let _ = self.reach.group.compare_exchange(
             self.child.id() as i32,
             0,
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
     }
+
+    /// Reaps every child of this process that ended and is the system's (not the shell, which
+    /// [`Child`] waits for, nor a child from before it started).
+    fn reap_strays(&self) {
+        let (shell, before) = (self.child.id() as i32, self.before());
+        for p in process_table() {
+            if p.ppid == me() && p.zombie && p.pid != shell && !before.contains(&p.pid) {
+                let _ = waitpid(Pid::from_raw(p.pid), WaitOptions::NOHANG);
+            }
+        }
+    }
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// Kills the process group in `group` at once (continued first, so that nothing stays
-/// stopped), for a process that is quitting now and cannot wait for the system's lock.
-pub fn kill_group_now(group: &AtomicI32) {
-    if let Some(g) = Pid::from_raw(group.load(Ordering::SeqCst)) {
-        let _ = kill_process_group(g, Signal::CONT);
-        let _ = kill_process_group(g, Signal::KILL);
     }
 }
 
@@ -246,6 +344,60 @@ pub fn children_of(parent: i32) -> Vec<i32> {
         .filter(|p| p.ppid == parent && !p.zombie)
         .map(|p| p.pid)
         .collect()
+}
+
+/// This process's id.
+fn me() -> i32 {
+    std::process::id() as i32
+}
+
+/// The live strays of the system tagged `tag` (see the module's note), with their
+/// descendants; `shell` (the system's own shell) is not one.
+fn strays(tag: &str, before: &[i32], shell: Option<i32>) -> Vec<i32> {
+    let table = process_table();
+    let roots = strays_in(&table, tag, before, shell);
+    let mut all = descendants(&table, roots);
+    all.retain(|pid| table.iter().any(|p| p.pid == *pid && !p.zombie));
+    all
+}
+
+/// The processes of `table` that carry `tag` in their environment, and (when this process is
+/// a child subreaper) its children that were not `before` the system started; never this
+/// process, nor `shell`.
+fn strays_in(table: &[Proc], tag: &str, before: &[i32], shell: Option<i32>) -> Vec<i32> {
+    let me = me();
+    let subreaper = rustix::process::child_subreaper().is_ok_and(|p| p.is_some());
+    let needle = format!("{TAG_VAR}={tag}");
+    table
+        .iter()
+        .filter(|p| !p.zombie && p.pid != me && Some(p.pid) != shell)
+        .filter(|p| {
+            (subreaper && p.ppid == me && !before.contains(&p.pid)) || tagged(p.pid, &needle)
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Whether `pid`'s environment holds `needle` (`NAME=value`) as one of its entries.
+fn tagged(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == needle.as_bytes()))
+}
+
+/// `roots` and all their descendants in `table`, each once, roots first.
+fn descendants(table: &[Proc], roots: Vec<i32>) -> Vec<i32> {
+    let mut tree = roots;
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        for p in table.iter().filter(|p| p.ppid == parent && !p.zombie) {
+            if !tree.contains(&p.pid) {
+                tree.push(p.pid);
+            }
+        }
+        i += 1;
+    }
+    tree
 }
 
 struct Proc {
