@@ -257,15 +257,24 @@ pub struct HammerArgs {
 /// set apart by a style boundary: `{n}` on a terminal (bold n), and exactly `{n}` once the
 /// styles are stripped (a pipe, a file).
 fn url_help() -> clap::builder::StyledStr {
+    placeholders_help(
+        "Fire HTTP requests at this endpoint instead of lockctl's own buyers, then judge its \
+         answers against its stock in Redis (--redis).",
+        "",
+    )
+}
+
+/// `lead`, then the placeholders' sentence (with `sku_note` after `{sku}`), `{n}` kept whole
+/// (see [`url_help`]).
+pub(super) fn placeholders_help(lead: &str, sku_note: &str) -> clap::builder::StyledStr {
     use std::fmt::Write as _;
     let bold = clap::builder::styling::Style::new().bold();
     let mut help = clap::builder::StyledStr::new();
     let _ = write!(
         help,
-        "Fire HTTP requests at this endpoint instead of lockctl's own buyers, then judge its \
-         answers against its stock in Redis (--redis). Placeholders {{sku}}, {{user}}, \
-         {{order}} (a fresh order id per request) and {{{bold}n{bold:#}}} (the request's \
-         index) are filled in the URL, the headers and the body."
+        "{lead} Placeholders {{sku}}{sku_note}, {{user}}, {{order}} (a fresh order id per \
+         request) and {{{bold}n{bold:#}}} (the request's index) are filled in the URL, the \
+         headers and the body."
     );
     help
 }

@@ -13,12 +13,16 @@ use super::parse::whole;
 #[derive(Debug, Args)]
 pub struct HuntArgs {
     /// The endpoint: one purchase per request. Placeholders {sku} (each round its own),
-    /// {user}, {order} (a fresh order id per request) and {n}.
+    /// {user}, {order} (a fresh order id per request) and {n} (the request's index).
     #[arg(
         long,
         value_name = "URL",
         required_unless_present_any = ["preset", "strategy"],
-        help_heading = "The system"
+        help_heading = "The system",
+        help = super::args::placeholders_help(
+            "The endpoint: one purchase per request.",
+            " (each round its own)",
+        )
     )]
     pub url: Option<String>,
 
@@ -151,8 +155,9 @@ pub struct HuntArgs {
     #[arg(long, help_heading = "The search")]
     pub seed: Option<u64>,
 
-    /// Faults: client-kill, redis-pause, pause-worker, kill-worker (comma-separated), auto
-    /// (every fault the facts allow) or none.
+    /// Faults, comma-separated: client-kill, redis-pause, stall (needs --proxy), pause-worker,
+    /// kill-worker (need --serve), pause-holder (lockctl's own strategies); auto (every fault
+    /// the facts allow) or none.
     #[arg(
         long,
         default_value = "auto",
