@@ -108,7 +108,15 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         for w in st.warnings {
             warnings.push(Finding::from(format!("bucket {i} ({bucket}): {}", w.text)));
         }
-        stock = stock.zip(st.stock).map(|(a, s)| a + s);
+        // A bucket of the map always has a stock key (a missing one with a seed record is
+        // named by `one`): one missing counts 0, and the units it held show as unaccounted.
+        if st.stock.is_none() && st.seeded.is_none() {
+            problems.push(Finding::from(format!(
+                "bucket {i} ({bucket}): {} is missing, and so is its seed record: a bucket of the map with no stock (damaged books)",
+                StockKeys::new(bucket).stock
+            )));
+        }
+        stock = stock.map(|a| a + st.stock.unwrap_or(0));
         sold += st.sold;
         orders += st.ledger_orders;
         qty += st.ledger_qty;
@@ -236,6 +244,19 @@ fn failover(conn: &mut Conn, keys: &StockKeys) -> Result<Option<Finding>> {
     }))
 }
 
+/// A SKU (or bucket) with a seed record and no stock key: the key was deleted since the seed
+/// (no seed, sale or retirement leaves one without the other), and the units it held are gone
+/// from the books. `seeded` is what it should hold with what it sold (with what moved in and
+/// out, for a bucket).
+fn missing_stock(keys: &StockKeys, seeded: i64, sold: i64) -> Finding {
+    Finding::from(format!(
+        "{} is missing, though the seed record {} is there and {sold} sold since: the stock key was deleted (damaged books), {} unaccounted for",
+        keys.stock,
+        keys.seeded,
+        crate::units::count(seeded - sold, "unit", "units")
+    ))
+}
+
 fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
@@ -278,6 +299,9 @@ fn one(conn: &mut Conn, target: &Target, sku: &Sku, moved: i64) -> Result<Status
     let (holder, fence, queue) = lock_state(conn, target, sku, &mut problems)?;
     let warnings = failover(conn, &keys)?.into_iter().collect();
     let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
+    if let (None, Some(n)) = (stock, seeded) {
+        problems.push(missing_stock(&keys, n + moved, sold));
+    }
     problems.extend(book_problems(
         stock,
         seeded.map(|n| n + moved),
