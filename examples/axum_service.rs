@@ -39,7 +39,7 @@ use lockctl_core::aio::{AsyncBuyer, using};
 use lockctl_core::conn::{ConnectOptions, Target};
 use lockctl_core::lock::{Fenced, Lock, LockOptions};
 use lockctl_core::redis;
-use lockctl_core::sku::Sku;
+use lockctl_core::sku::{self, Sku};
 use lockctl_core::stock::{Buy, BuyOptions, Strategy};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -88,9 +88,13 @@ async fn buy(
         Ok(s) => s,
         Err(e) => return bad(e),
     };
-    // The order id becomes part of Redis keys: the same rule as a SKU's name.
-    if let Err(e) = order.order_id.parse::<Sku>() {
-        return bad(format!("order_id: {e}"));
+    // The same rule as the command line's --order-id and --user: names that print as what
+    // they are (no control or invisible characters), of a sane length.
+    if let Err(e) = sku::check_order_id(&order.order_id) {
+        return bad(e);
+    }
+    if let Some(Err(e)) = order.user.as_deref().map(sku::check_user_id) {
+        return bad(e);
     }
     let purchase = shop
         .buyer(&sku)

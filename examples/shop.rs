@@ -7,7 +7,9 @@
 //! - `并发过高，请稍后重试` (turned away: the lock stayed busy for the whole wait, or the user's
 //!   limit is reached);
 //! - 400 for a bad request (a missing or empty sku, order or, with --limit, user; a key given
-//!   twice), 404 for a SKU with no stock, 405 for a method other than GET, 503 when Redis
+//!   twice; an order or user id that `lockctl buy --order-id` / `--user` would refuse: a space,
+//!   a control or invisible character, over 200 bytes, answered as JSON,
+//!   `{"error": "order: 'a b' contains ' '; ...", "order": "a b"}`), 404 for a SKU with no stock, 405 for a method other than GET, 503 when Redis
 //!   failed (the outcome is unknown: retry with the same order id).
 //!
 //! Query values are percent-decoded. Order ids are global, as the ledger keys them: a second
@@ -43,7 +45,7 @@ use lockctl_core::aio::{AsyncBatch, AsyncBuyer};
 use lockctl_core::conn::{ConnectOptions, Target};
 use lockctl_core::error::ErrorKind;
 use lockctl_core::lock::LockOptions;
-use lockctl_core::sku::Sku;
+use lockctl_core::sku::{BadName, Sku, check_order_id, check_user_id};
 use lockctl_core::stock::{Buy, BuyOptions, Purchase, Strategy};
 
 /// The shop's command line.
@@ -101,11 +103,33 @@ struct Shop {
     sellers: std::sync::Mutex<HashMap<Sku, Seller>>,
 }
 
-/// An answer: its status and body.
-type Answer = (StatusCode, String);
+/// An answer: its status, its body, and whether the body is JSON.
+struct Answer {
+    status: StatusCode,
+    body: String,
+    json: bool,
+}
 
 fn answer(status: StatusCode, body: impl Into<String>) -> Answer {
-    (status, body.into())
+    Answer {
+        status,
+        body: body.into(),
+        json: false,
+    }
+}
+
+/// 400 for a value of `field` that lockctl's rule for names refuses (the CLI's own, see
+/// `check_order_id`): a JSON object whose `error` names the value escaped and says why, and
+/// which carries the value itself under `field`.
+fn bad_name(field: &str, value: &str, why: BadName) -> Answer {
+    Answer {
+        status: StatusCode::BAD_REQUEST,
+        body: format!(
+            "{}\n",
+            serde_json::json!({ "error": format!("{field}: {why}"), field: value })
+        ),
+        json: true,
+    }
 }
 
 impl Shop {
@@ -163,7 +187,7 @@ impl Shop {
     async fn buy(&self, query: &str) -> Answer {
         let q = match Query::parse(query, self.options.limit.is_some()) {
             Ok(q) => q,
-            Err(why) => return answer(StatusCode::BAD_REQUEST, format!("{why}\n")),
+            Err(refused) => return refused,
         };
         let seller = match self.seller(&q.sku).await {
             Ok(s) => s,
@@ -201,20 +225,31 @@ struct Query {
 }
 
 impl Query {
-    fn parse(query: &str, needs_user: bool) -> Result<Query, String> {
+    /// The query's purchase, or the 400 that refuses it. An order id or user id is held to the
+    /// rule the CLI holds `--order-id` and `--user` to (lockctl-core's), so the shop sells under
+    /// no id that the tools would refuse to name.
+    fn parse(query: &str, needs_user: bool) -> Result<Query, Answer> {
+        let refuse = |why: String| answer(StatusCode::BAD_REQUEST, format!("{why}\n"));
         let mut found: HashMap<String, String> = HashMap::new();
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             if found.insert(k.to_string(), v.to_string()).is_some() {
-                return Err(format!("{k} is given twice"));
+                return Err(refuse(format!("{k} is given twice")));
             }
         }
         let mut take = |name: &str| found.remove(name).filter(|v| !v.is_empty());
         let (sku, order, user) = (take("sku"), take("order"), take("user"));
-        let sku = sku.ok_or("need sku (and order)")?;
-        let sku = sku.parse::<Sku>().map_err(|e| format!("sku: {e}"))?;
-        let order = order.ok_or("need order: the order id is the idempotency key")?;
+        let sku = sku.ok_or_else(|| refuse("need sku (and order)".into()))?;
+        let sku = sku
+            .parse::<Sku>()
+            .map_err(|e| refuse(format!("sku: {e}")))?;
+        let order = order
+            .ok_or_else(|| refuse("need order: the order id is the idempotency key".into()))?;
+        check_order_id(&order).map_err(|why| bad_name("order", &order, why))?;
+        if let Some(u) = &user {
+            check_user_id(u).map_err(|why| bad_name("user", u, why))?;
+        }
         if needs_user && user.is_none() {
-            return Err("need user: the shop has a per-user limit".into());
+            return Err(refuse("need user: the shop has a per-user limit".into()));
         }
         Ok(Query { sku, order, user })
     }
@@ -224,7 +259,7 @@ async fn handle(
     shop: Arc<Shop>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = match (req.method(), req.uri().path()) {
+    let a = match (req.method(), req.uri().path()) {
         (&Method::GET, "/buy") => shop.buy(req.uri().query().unwrap_or("")).await,
         (_, "/buy") => answer(StatusCode::METHOD_NOT_ALLOWED, "GET /buy?sku=S&order=O\n"),
         _ => answer(
@@ -232,8 +267,14 @@ async fn handle(
             "not found: try GET /buy?sku=S&order=O\n",
         ),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
+    let mut response = Response::new(Full::new(Bytes::from(a.body)));
+    *response.status_mut() = a.status;
+    if a.json {
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+    }
     Ok(response)
 }
 

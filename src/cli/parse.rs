@@ -1,7 +1,7 @@
 //! Parsers for the values a user types: numbers with messages that say what is expected, and
 //! names checked like SKUs.
 
-use lockctl_core::sku::check_name;
+use lockctl_core::sku::{check_name, check_order_id, check_user_id};
 
 /// A whole number from `min` to `max`, with a message that says so (a negative number is
 /// taken as a value, not as a flag, so that it gets this message).
@@ -25,7 +25,9 @@ pub fn whole(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone
 }
 
 pub fn order_id(s: &str) -> Result<String, String> {
-    check_name("an order id", "order-42", s).map(|()| s.to_string())
+    check_order_id(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 pub fn token(s: &str) -> Result<String, String> {
@@ -33,5 +35,7 @@ pub fn token(s: &str) -> Result<String, String> {
 }
 
 pub fn user_id(s: &str) -> Result<String, String> {
-    check_name("a user id", "alice", s).map(|()| s.to_string())
+    check_user_id(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
 }

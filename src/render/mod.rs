@@ -111,6 +111,15 @@ pub fn status_text(st: &Status) -> String {
             lockctl_core::units::count(st.ledger_qty, "unit", "units"),
             lockctl_core::units::count(st.ledger_orders, "order", "orders")
         ),
+        // A seed record without the stock key: damaged books, which the problems name.
+        None if st.seeded.is_some() => format!(
+            "{}: no stock key, seeded {}, sold {} (ledger: {} in {})\n",
+            st.sku,
+            st.seeded.unwrap_or_default(),
+            st.sold,
+            lockctl_core::units::count(st.ledger_qty, "unit", "units"),
+            lockctl_core::units::count(st.ledger_orders, "order", "orders")
+        ),
         None => format!(
             "{}: no stock (a lock name of lockctl run, or a SKU never seeded)\n",
             st.sku

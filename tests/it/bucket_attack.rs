@@ -452,3 +452,45 @@ fn status_names_a_garbage_move_record_and_a_garbage_origin() {
         "{st}"
     );
 }
+
+#[test]
+fn a_bucket_stock_key_deleted_after_a_sale_is_damaged_books_not_an_unseeded_sku() {
+    let s = RedisServer::start();
+    let url = s.url();
+    let b = seed(&url, "gone", "93", "3");
+    let user = user_homed_at(&b, 1);
+    for _ in 0..5 {
+        let out = buy(&url, "gone", &user, &[]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let lost = StockKeys::new(&b.skus[1]);
+    let _: () = s.raw().del(&lost.stock).unwrap();
+    let out = lockctl(&url, &["--json", "status", "gone"]);
+    assert_eq!(code(&out), 3, "{}{}", stdout(&out), stderr(&out));
+    let st = json(&out);
+    assert_eq!(st["reconciled"], false, "{st}");
+    let problems = st["problems"].to_string();
+    assert!(
+        problems.contains(&format!("{} is missing", lost.stock)),
+        "{st}"
+    );
+    assert!(problems.contains("26 units unaccounted for"), "{st}");
+    let out = lockctl(&url, &["status", "gone"]);
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    assert!(!stdout(&out).contains("never seeded"), "{}", stdout(&out));
+    assert!(stdout(&out).contains(&lost.stock), "{}", stdout(&out));
+    // And a SKU without buckets, alike.
+    let out = lockctl(&url, &["seed", "plain", "10"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = buy(&url, "plain", "u1", &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let _: () = s.raw().del("item:stock:plain").unwrap();
+    let out = lockctl(&url, &["status", "plain"]);
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("item:stock:plain is missing"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("never seeded"), "{}", stdout(&out));
+}

@@ -99,7 +99,7 @@ impl Cluster {
 
     /// Moves `slot` and its keys from node `from` to node `to`, the way `redis-cli --cluster
     /// reshard` does: IMPORTING/MIGRATING, MIGRATE in batches, then the new owner everywhere.
-    fn move_slot(&self, slot: u16, from: usize, to: usize) {
+    pub(crate) fn move_slot(&self, slot: u16, from: usize, to: usize) {
         let (from_id, to_id) = (self.node_id(from), self.node_id(to));
         let mut src = self.nodes[from].raw();
         let mut dst = self.nodes[to].raw();
@@ -364,4 +364,39 @@ fn async_buyers_sell_exactly_on_a_cluster() {
             assert!(moved_in >= 60, "the other buckets lent theirs: {v}");
         }
     }
+}
+
+/// A bucket's slot moved to another master as `redis-cli --cluster reshard` moves it: status
+/// says a slot migration (the old master is still a master, with the id the seed recorded),
+/// not a failover or a restart, and the books reconcile.
+#[test]
+fn status_calls_a_planned_slot_migration_a_migration_not_a_failover() {
+    let c = Cluster::start();
+    let url = c.url();
+    let out = lockctl(
+        &url,
+        &[
+            "--cluster",
+            "--json",
+            "seed",
+            "{mig}",
+            "30",
+            "--buckets",
+            "3",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let slot = json(&out)["buckets"][0]["slot"].as_u64().unwrap() as u16;
+    let from = c.owner(slot);
+    c.move_slot(slot, from, (from + 1) % 3);
+    let out = lockctl(&url, &["--cluster", "--json", "status", "{mig}"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let st = json(&out);
+    let warnings = st["warnings"].to_string();
+    assert!(
+        warnings.contains("a slot migration") && warnings.contains("loses no purchase"),
+        "{st}"
+    );
+    assert!(!warnings.contains("a failover or a restart"), "{st}");
+    assert_eq!(st["reconciled"], true, "{st}");
 }

@@ -116,6 +116,21 @@ impl Drop for Shop {
     }
 }
 
+/// Sends `request` (a request line) to `shop` and reads the answer to the end: its status, its
+/// head and its body.
+fn ask(shop: &Shop, request: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", shop.port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(s, "{request}\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
+}
+
 /// `lockctl hammer --url --preset tutorial --json` at `shop` with `args`: a run that exited 0,
 /// as JSON.
 fn hammer_shop(redis: &RedisServer, shop: &Shop, args: &[&str]) -> serde_json::Value {
@@ -196,16 +211,8 @@ fn the_shop_refuses_what_it_cannot_sell_and_reads_values_decoded() {
     assert!(stdout(&out).contains("rc=1"), "{}", stdout(&out));
     let shop = Shop::start(&redis, &["--limit", "1"]);
     let get = |query: &str| -> (u16, String) {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", shop.port)).unwrap();
-        use std::io::{Read, Write};
-        write!(s, "{query}\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let status = text[9..12].parse().unwrap();
-        (
-            status,
-            text.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
-        )
+        let (status, _, body) = ask(&shop, query);
+        (status, body)
     };
     let out = crate::support::lockctl(&redis.url(), &["seed", "sh", "10"]);
     assert_eq!(crate::support::code(&out), 0);
@@ -323,4 +330,52 @@ fn the_axum_example_sells_exactly_its_stock_under_the_hunt() {
         .query(&mut redis.raw())
         .unwrap();
     assert!(note.starts_with("closed under fence "), "{note}");
+
+/// Order ids (and user ids) that the CLI refuses as names are refused by the shop too, by the
+/// same rule: 400 with a JSON error that names the value escaped, and nothing sold.
+#[test]
+fn the_shop_refuses_order_ids_the_cli_refuses_with_a_json_error() {
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let out = crate::support::lockctl(&redis.url(), &["seed", "ids", "10"]);
+    assert_eq!(crate::support::code(&out), 0);
+    let shop = Shop::start(&redis, &[]);
+    let long = "x".repeat(300);
+    for (encoded, shown) in [
+        ("a%20b", "'a b'"),
+        ("a%01b", "'a\\u{1}b'"),
+        ("a%E2%80%8Bb", "'a\\u{200b}b'"),
+        (long.as_str(), "at most 200 bytes"),
+    ] {
+        // The CLI refuses it as --order-id.
+        let raw: String = form_urlencoded::parse(format!("o={encoded}").as_bytes())
+            .next()
+            .unwrap()
+            .1
+            .into_owned();
+        let out = crate::support::lockctl(&redis.url(), &["buy", "ids", "--order-id", &raw]);
+        assert_eq!(crate::support::code(&out), 2, "{raw:?}");
+        let (status, head, body) =
+            ask(&shop, &format!("GET /buy?sku=ids&order={encoded} HTTP/1.1"));
+        assert_eq!(status, 400, "{encoded}: {body}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{head}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        let error = v["error"].as_str().unwrap();
+        assert!(error.contains("order id"), "{body}");
+        assert!(error.contains(shown), "{encoded}: {body}");
+        assert!(!error.chars().any(|c| c.is_control()), "{body}");
+        assert_eq!(v["order"].as_str(), Some(raw.as_str()), "{body}");
+    }
+    let (status, _, body) = ask(&shop, "GET /buy?sku=ids&order=ok-1&user=a%20b HTTP/1.1");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("user id"), "{body}");
+    let stock: i64 = redis.raw().get("item:stock:ids").unwrap();
+    assert_eq!(stock, 10, "a refused order was sold");
+    let (status, _, body) = ask(&shop, "GET /buy?sku=ids&order=ok-1 HTTP/1.1");
+    assert_eq!(status, 200, "{body}");
 }

@@ -37,4 +37,5 @@ mod report;
 mod round_trips;
 mod run;
 mod scripts;
+mod seed_race;
 mod stock;

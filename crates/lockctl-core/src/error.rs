@@ -266,6 +266,19 @@ pub enum Error {
         needs: (u32, u32),
     },
 
+    /// Another seed of the same SKU published its bucket map while this one was seeding: the
+    /// other's map is the sale, and this seed's buckets were ended (or are not reached by
+    /// anyone): none of this seed's stock is on sale.
+    #[error(
+        "another seed of '{sku}' won at the same time, and its stock is the one on sale; this seed's buckets were ended: none of its {count} units is on sale"
+    )]
+    Outrun {
+        /// The SKU.
+        sku: String,
+        /// The units this seed would have put on sale.
+        count: u64,
+    },
+
     /// A failure inside lockctl itself, not in Redis: a thread that would not start, a binary
     /// that cannot be found.
     #[error("{reason}")]
@@ -317,6 +330,8 @@ pub enum ErrorKind {
     NoQuorum,
     /// PostgreSQL failed.
     Database,
+    /// A seed outrun by another seed of the same SKU.
+    Conflict,
     /// A failure inside lockctl itself.
     Internal,
     /// Something this machine lacks: a program that is not installed or cannot be run (a
@@ -341,7 +356,7 @@ pub enum ErrorKind {
 }
 
 /// The kinds with a fixed name, for reading names back.
-const NAMED: [ErrorKind; 19] = [
+const NAMED: [ErrorKind; 20] = [
     ErrorKind::BadUrl,
     ErrorKind::Tls,
     ErrorKind::Refused,
@@ -353,6 +368,7 @@ const NAMED: [ErrorKind; 19] = [
     ErrorKind::Redis,
     ErrorKind::NoQuorum,
     ErrorKind::Database,
+    ErrorKind::Conflict,
     ErrorKind::Internal,
     ErrorKind::Environment,
     ErrorKind::Usage,
@@ -380,6 +396,7 @@ impl ErrorKind {
             ErrorKind::Redis => "redis".into(),
             ErrorKind::NoQuorum => "no_quorum".into(),
             ErrorKind::Database => "database".into(),
+            ErrorKind::Conflict => "conflict".into(),
             ErrorKind::Internal => "internal".into(),
             ErrorKind::Environment => "environment".into(),
             ErrorKind::Usage => "usage".into(),
@@ -443,6 +460,7 @@ impl Error {
             Error::BadStock { .. } | Error::NegativeStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
+            Error::Outrun { .. } => ErrorKind::Conflict,
             Error::NoQuorum { .. } => ErrorKind::NoQuorum,
             Error::Database { .. } => ErrorKind::Database,
             Error::BadDbUrl { .. } => ErrorKind::BadUrl,
@@ -498,6 +516,7 @@ impl Error {
             | Error::TooManyClients { .. }
             | Error::TooFewDescriptors { .. }
             | Error::TooOld { .. }
+            | Error::Outrun { .. }
             | Error::Internal { .. } => return None,
         })
     }

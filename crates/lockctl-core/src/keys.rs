@@ -54,6 +54,10 @@ pub struct StockKeys {
     /// seeded; another id there now means a failover (or a restart) since, which may have lost
     /// acknowledged purchases (`status` says so).
     pub origin: String,
+    /// `item:seed_gen:<SKU>`: a hash of seed generations, `taken` (every seed takes the next)
+    /// and `published` (the seed whose stock is on sale): a bucketed seed publishes its map only
+    /// if no later seed published first, so two seeds racing leave one sale, not a mix.
+    pub seed_gen: String,
     /// `item:sale:<SKU>`: the stream id the current sale starts after, written by `seed`, so
     /// that the books of a sale leave out the rows of earlier sales of the SKU.
     pub sale: String,
@@ -81,6 +85,7 @@ impl StockKeys {
             drained: format!("item:drained:{s}"),
             retired: format!("item:retired_buckets:{s}"),
             origin: format!("item:origin:{s}"),
+            seed_gen: format!("item:seed_gen:{s}"),
         }
     }
 }
@@ -147,6 +152,7 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
         s.drained,
         s.retired,
         s.origin,
+        s.seed_gen,
         l.lock,
         l.fence,
         l.queue,

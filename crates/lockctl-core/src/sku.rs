@@ -76,6 +76,22 @@ pub fn check_name(what: &str, example: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A name refused by [`check_name`]'s rule, in words that name it (escaped) and say why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadName(String);
+
+/// The rule for an order id (the idempotency key), wherever one comes from: the command
+/// line's order id, a shop's request. [`check_name`]'s rule, said of an order id.
+pub fn check_order_id(s: &str) -> Result<(), BadName> {
+    check_name("an order id", "order-42", s).map_err(BadName)
+}
+
+/// The rule for a user id, as [`check_order_id`] for order ids.
+pub fn check_user_id(s: &str) -> Result<(), BadName> {
+    check_name("a user id", "alice", s).map_err(BadName)
+}
+
 /// Characters that print as nothing or reorder the text around them: Unicode's format
 /// characters (category Cf: zero-width spaces and joiners, bidirectional controls, the byte
 /// order mark, the soft hyphen, tags) and the other blanks that are not whitespace (the

@@ -108,7 +108,15 @@ fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
         for w in st.warnings {
             warnings.push(Finding::from(format!("bucket {i} ({bucket}): {}", w.text)));
         }
-        stock = stock.zip(st.stock).map(|(a, s)| a + s);
+        // A bucket of the map always has a stock key (a missing one with a seed record is
+        // named by `one`): one missing counts 0, and the units it held show as unaccounted.
+        if st.stock.is_none() && st.seeded.is_none() {
+            problems.push(Finding::from(format!(
+                "bucket {i} ({bucket}): {} is missing, and so is its seed record: a bucket of the map with no stock (damaged books)",
+                StockKeys::new(bucket).stock
+            )));
+        }
+        stock = stock.map(|a| a + st.stock.unwrap_or(0));
         sold += st.sold;
         orders += st.ledger_orders;
         qty += st.ledger_qty;
@@ -227,13 +235,57 @@ fn failover(conn: &mut Conn, keys: &StockKeys) -> Result<Option<Finding>> {
     let Some(now) = conn.master_replid(&keys.stock)? else {
         return Ok(None);
     };
-    Ok((now != recorded).then(|| {
-        Finding::from(format!(
-            "its master changed since the seed (replication id {} then, {} now: a failover or a restart): purchases the old master acknowledged just before may be lost, and the books cannot show it (the stock, sold count and ledger entry went together); hold the orders your buyers were told bought against the ledger",
-            short(&recorded),
-            short(&now)
-        ))
-    }))
+    if now == recorded {
+        return Ok(None);
+    }
+    // A slot migration moves the keys to another master and leaves the old one a master, with
+    // its replication id: then nothing acknowledged was lost by the change.
+    if let Some((from, to)) = migrated(conn, &keys.stock, &recorded)? {
+        return Ok(Some(Finding::from(format!(
+            "its slot moved since the seed, from {from} to {to}: a slot migration ({from} is still a master, with the replication id recorded at the seed, {}), which loses no purchase; a failover of {to} since then cannot be told from it",
+            short(&recorded)
+        ))));
+    }
+    Ok(Some(Finding::from(format!(
+        "its master changed since the seed (replication id {} then, {} now, and no master has the old one: a failover or a restart, perhaps after a slot migration): purchases the old master acknowledged just before may be lost, and the books cannot show it (the stock, sold count and ledger entry went together); hold the orders your buyers were told bought against the ledger",
+        short(&recorded),
+        short(&now)
+    ))))
+}
+
+/// On a cluster, the master that has the replication id `recorded` (the one that served `key`
+/// at the seed) and the one serving `key` now, when they differ: the slot migrated. `None`
+/// when no master has that id (on one server, always).
+fn migrated(conn: &mut Conn, key: &str, recorded: &str) -> Result<Option<(String, String)>> {
+    if !conn.is_cluster() {
+        return Ok(None);
+    }
+    let masters = buckets::masters(conn)?;
+    let Some(serving) = buckets::master_of(&masters, crate::keys::key_slot(key)) else {
+        return Ok(None);
+    };
+    for (addr, ranges) in &masters {
+        let Some(&(first, _)) = ranges.first() else {
+            continue;
+        };
+        if *addr != serving && conn.master_replid_at(first)?.as_deref() == Some(recorded) {
+            return Ok(Some((addr.clone(), serving)));
+        }
+    }
+    Ok(None)
+}
+
+/// A SKU (or bucket) with a seed record and no stock key: the key was deleted since the seed
+/// (no seed, sale or retirement leaves one without the other), and the units it held are gone
+/// from the books. `seeded` is what it should hold with what it sold (with what moved in and
+/// out, for a bucket).
+fn missing_stock(keys: &StockKeys, seeded: i64, sold: i64) -> Finding {
+    Finding::from(format!(
+        "{} is missing, though the seed record {} is there and {sold} sold since: the stock key was deleted (damaged books), {} unaccounted for",
+        keys.stock,
+        keys.seeded,
+        crate::units::count(seeded - sold, "unit", "units")
+    ))
 }
 
 fn short(id: &str) -> &str {
@@ -278,6 +330,9 @@ fn one(conn: &mut Conn, target: &Target, sku: &Sku, moved: i64) -> Result<Status
     let (holder, fence, queue) = lock_state(conn, target, sku, &mut problems)?;
     let warnings = failover(conn, &keys)?.into_iter().collect();
     let ledger = ledger_ok.then_some((ledger_orders, ledger_units));
+    if let (None, Some(n)) = (stock, seeded) {
+        problems.push(missing_stock(&keys, n + moved, sold));
+    }
     problems.extend(book_problems(
         stock,
         seeded.map(|n| n + moved),

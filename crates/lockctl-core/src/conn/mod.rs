@@ -352,11 +352,20 @@ impl Conn {
         key: &str,
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<T> {
+        self.on_master_of_slot(crate::keys::key_slot(key), cmd)
+    }
+
+    /// Sends `cmd` to the master serving `slot` (on one server, to that server).
+    fn on_master_of_slot<T: FromRedisValue>(
+        &mut self,
+        slot: u16,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
         match &mut self.inner {
             Inner::Single(c) => cmd.query(c),
             Inner::Cluster(c) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let to = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
+                let to = Route::new(slot, SlotAddr::Master);
                 c.route_command(
                     cmd,
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(to)),
@@ -370,9 +379,14 @@ impl Conn {
     /// its `master_replid`, which changes when a replica is promoted in its place or it
     /// restarts. `None` where the server does not say (or refuses INFO).
     pub fn master_replid(&mut self, key: &str) -> Result<Option<String>> {
+        self.master_replid_at(crate::keys::key_slot(key))
+    }
+
+    /// [`Conn::master_replid`] of the master serving `slot`.
+    pub fn master_replid_at(&mut self, slot: u16) -> Result<Option<String>> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("replication");
-        let info = self.on_master_of::<String>(key, &cmd);
+        let info = self.on_master_of_slot::<String>(slot, &cmd);
         let info = match info {
             Ok(i) => i,
             Err(e) if e.code() == Some("NOPERM") => return Ok(None),

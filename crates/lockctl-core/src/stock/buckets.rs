@@ -73,9 +73,16 @@ impl Buckets {
             other => other?,
         };
         let Some(raw) = raw else { return Ok(None) };
+        Buckets::parse(sku, &raw).map(Some)
+    }
+
+    /// The map `raw` of `sku`, as `item:buckets:<SKU>` holds it; one lockctl did not write is
+    /// damaged books ([`Error::BadData`]).
+    pub fn parse(sku: &Sku, raw: &str) -> Result<Buckets> {
+        let key = StockKeys::new(sku).buckets;
         let mut words = raw.split(' ');
         let (Some("v1"), Some(nonce)) = (words.next(), words.next()) else {
-            return Err(damaged(sku, bad_map(&key, &raw)));
+            return Err(damaged(sku, bad_map(&key, raw)));
         };
         let tags: Vec<&str> = words.collect();
         let fine = |t: &&str| {
@@ -85,19 +92,19 @@ impl Buckets {
         };
         if tags.is_empty() || tags.len() > MAX_BUCKETS || !tags.iter().all(fine) || nonce.is_empty()
         {
-            return Err(damaged(sku, bad_map(&key, &raw)));
+            return Err(damaged(sku, bad_map(&key, raw)));
         }
-        Ok(Some(Buckets {
+        Ok(Buckets {
             sku: sku.clone(),
             nonce: nonce.to_string(),
             skus: tags.iter().map(|t| sku.bucket(t)).collect(),
-        }))
+        })
     }
 
     /// The map of `sku` once it no longer names the sale `nonce`, or as it is after about a
-    /// second: a seed replaces the map last, after it has ended the old sale's buckets, so a
-    /// buyer who finds its bucket ended waits that long for the new map before it calls the
-    /// bucket damaged.
+    /// second: a bucketed seed publishes its map and then ends the old sale's buckets, but an
+    /// operator (or a seed of another version) may end them first, so a buyer who finds its
+    /// bucket ended waits that long for the new map before it calls the bucket damaged.
     pub fn settled(conn: &mut Conn, sku: &Sku, nonce: &str) -> Result<Option<Buckets>> {
         for _ in 0..20 {
             match Buckets::read(conn, sku)? {
@@ -652,6 +659,14 @@ pub fn master_of(masters: &[Master], slot: u16) -> Option<String> {
 /// documentation), and starts a new sale in each. Returns where each bucket went. A bucket
 /// of the SKU's earlier map that the new one does not reuse is emptied (its stock deleted),
 /// so no units are left where nobody looks.
+///
+/// Atomic with respect to every other seed of the SKU, although the buckets live on several
+/// masters and no one script can write them all: the seed takes the next seed generation
+/// first, writes its buckets where nobody looks yet (their tags are new), then publishes its
+/// map, its count and its move counter in one script on the SKU's own slot, only if no seed
+/// of a later generation published first. A seed that finds one did ends its own buckets and
+/// fails with [`Error::Outrun`]; two seeds one after the other in that script's order are
+/// two seeds, the later one's sale replacing the earlier's.
 pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<Vec<Placement>> {
     if k == 0 || k > MAX_BUCKETS {
         return Err(Error::internal(format!(
@@ -695,6 +710,18 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
             },
         ));
     }
+    let parent = StockKeys::new(sku);
+    let generation: i64 = match conn.query(
+        redis::cmd("HINCRBY")
+            .arg(&parent.seed_gen)
+            .arg("taken")
+            .arg(1),
+    ) {
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
+            return Err(damaged(sku, format!("{} is not a hash", parent.seed_gen)));
+        }
+        other => other?,
+    };
     let nonce = hex::encode(rand::random::<[u8; 8]>());
     for (tag, p) in &placed {
         let bucket = sku.bucket(tag);
@@ -711,23 +738,100 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
         conn.query::<()>(redis::cmd("SET").arg(&keys.moved_out).arg(0))?;
         seed(conn, &bucket, p.units)?;
     }
-    if let Some(old) = old {
+    let tags: Vec<&str> = placed.iter().map(|(t, _)| t.as_str()).collect();
+    let map = format!("v1 {nonce} {}", tags.join(" "));
+    let (outcome, replaced): (String, String) = conn.script(
+        PUBLISH
+            .key(&parent.seed_gen)
+            .key(&parent.buckets)
+            .key(&parent.seeded)
+            .key(&parent.moves)
+            .key(&parent.stock)
+            .arg(generation)
+            .arg(&map)
+            .arg(count),
+    )?;
+    let ours: Vec<Sku> = placed.iter().map(|(t, _)| sku.bucket(t)).collect();
+    match outcome.as_str() {
+        "published" => {}
+        "outrun" => {
+            end_unpublished(conn, &ours, &nonce)?;
+            return Err(Error::Outrun {
+                sku: sku.to_string(),
+                count,
+            });
+        }
+        _ => return Err(damaged(sku, replaced)),
+    }
+    if let Ok(old) = Buckets::parse(sku, &replaced) {
         let kept: Vec<&str> = placed.iter().map(|(_, p)| p.sku.as_str()).collect();
         retire(conn, &old, &kept)?;
     }
-    let parent = StockKeys::new(sku);
-    let tags: Vec<&str> = placed.iter().map(|(t, _)| t.as_str()).collect();
-    // The SKU's own stock key goes: a reader that knows no buckets finds it unseeded rather
-    // than a wrong count.
-    conn.query::<()>(redis::cmd("DEL").arg(&parent.stock))?;
-    conn.query::<()>(redis::cmd("SET").arg(&parent.seeded).arg(count))?;
-    conn.query::<()>(redis::cmd("SET").arg(&parent.moves).arg(0))?;
-    conn.query::<()>(
-        redis::cmd("SET")
-            .arg(&parent.buckets)
-            .arg(format!("v1 {nonce} {}", tags.join(" "))),
-    )?;
     Ok(placed.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Publishes a bucketed seed: its map, its count and a move counter at zero, and the SKU's
+/// own stock key deleted (a reader that knows no buckets finds it unseeded rather than a wrong
+/// count), all at once, unless a seed of the same or a later generation published first.
+/// KEYS: 1 seed generations, 2 bucket map, 3 seed record, 4 move counter, 5 the SKU's stock.
+/// ARGV: 1 this seed's generation, 2 its map, 3 its count.
+/// Returns {'published', the map replaced or ''}, {'outrun', ''} or {'bad', why}.
+const PUBLISH_LUA: &str = r"
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'none' and t ~= 'hash' then return {'bad', KEYS[1] .. ' is not a hash'} end
+local last = tonumber(redis.call('HGET', KEYS[1], 'published') or '0') or 0
+if last >= tonumber(ARGV[1]) then return {'outrun', ''} end
+local old = redis.pcall('GET', KEYS[2])
+if type(old) ~= 'string' then old = '' end
+redis.call('HSET', KEYS[1], 'published', ARGV[1])
+redis.call('DEL', KEYS[5])
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('SET', KEYS[4], 0)
+redis.call('SET', KEYS[2], ARGV[2])
+return {'published', old}
+";
+
+static PUBLISH: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(PUBLISH_LUA));
+
+/// Ends a bucket of a seed that was never published, if it is still that seed's.
+/// KEYS: 1 the bucket's sale nonce, then every book of the bucket (not its orders stream or
+/// dead letters). ARGV: 1 the seed's nonce. Returns 1 when ended, 0 when the bucket is not
+/// that seed's (another sale's, by a chance of tags).
+const END_UNPUBLISHED_LUA: &str = r"
+local sale = redis.pcall('GET', KEYS[1])
+if sale ~= ARGV[1] then return 0 end
+redis.call('DEL', unpack(KEYS))
+return 1
+";
+
+static END_UNPUBLISHED: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(END_UNPUBLISHED_LUA));
+
+/// Ends the buckets of a seed outrun by another (see [`seed_buckets`]): nobody can buy there
+/// (no map names them), and nothing is left behind that looks like stock.
+fn end_unpublished(conn: &mut Conn, buckets: &[Sku], nonce: &str) -> Result<()> {
+    for b in buckets {
+        let k = StockKeys::new(b);
+        conn.script::<i64>(
+            END_UNPUBLISHED
+                .key(&k.bucket_sale)
+                .key(&k.stock)
+                .key(&k.seeded)
+                .key(&k.sold)
+                .key(&k.ledger)
+                .key(&k.buyers)
+                .key(&k.sale)
+                .key(&k.moving)
+                .key(&k.moved_in)
+                .key(&k.moved_out)
+                .key(&k.drained)
+                .key(&k.origin)
+                .key(&k.seed_gen)
+                .arg(nonce),
+        )?;
+    }
+    Ok(())
 }
 
 /// The bucket a bucket SKU (`{tag}<SKU>`) is: its tag.
@@ -761,7 +865,8 @@ pub fn retire(conn: &mut Conn, old: &Buckets, kept: &[&str]) -> Result<()> {
                 .arg(&keys.moved_in)
                 .arg(&keys.moved_out)
                 .arg(&keys.drained)
-                .arg(&keys.origin),
+                .arg(&keys.origin)
+                .arg(&keys.seed_gen),
         )?;
         let orders: bool = conn.query(redis::cmd("EXISTS").arg(&keys.events))?;
         if orders {

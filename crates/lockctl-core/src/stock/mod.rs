@@ -386,8 +386,12 @@ pub const LUA_EXACT: u64 = (1 << 53) - 1;
 /// clock; its entries will have ids from now on). The books of this sale leave out the rows
 /// earlier sales left in PostgreSQL. One script, so no purchase falls between that id and the
 /// clearing of the ledger.
+/// The seed is a seed generation of its own (see [`crate::keys::StockKeys::seed_gen`]): a
+/// bucketed seed that started before it does not publish its map after it.
 /// KEYS: 1 stock, 2 seed record, 3 sold counter, 4 ledger, 5 per-user totals, 6 events
-/// stream, 7 sale, 8 bucket map (an unbucketed seed ends a bucketed sale). ARGV: 1 the count. Returns the stream id the sale starts after.
+/// stream, 7 sale, 8 bucket map (an unbucketed seed ends a bucketed sale), 9 seed generations.
+/// ARGV: 1 the count. Returns the stream id the sale starts after and the bucket map it
+/// replaced ('' when none), whose buckets the caller ends.
 const SEED_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -401,12 +405,16 @@ if redis.call('TYPE', KEYS[6])['ok'] == 'stream' then
     end
   end
 end
+local old = redis.pcall('GET', KEYS[8])
+if type(old) ~= 'string' then old = '' end
+local g = redis.pcall('HINCRBY', KEYS[9], 'taken', 1)
+if type(g) == 'number' then redis.call('HSET', KEYS[9], 'published', g) end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[3], 0)
 redis.call('DEL', KEYS[4], KEYS[5], KEYS[8])
 redis.call('SET', KEYS[7], after)
-return after
+return {after, old}
 ";
 
 static SEED: std::sync::LazyLock<redis::Script> =
@@ -417,7 +425,9 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
     let keys = StockKeys::new(sku);
     // An unbucketed seed of a bucketed SKU ends its buckets too (see `buckets::retire`): the
     // map goes with the seed, and a process still holding it must not sell the old buckets.
-    let old = buckets::Buckets::read(conn, sku).ok().flatten();
+    // The map is the one the script replaced (a bucketed seed may publish one meanwhile);
+    // without scripts, the one read before.
+    let mut old = buckets::Buckets::read(conn, sku).ok().flatten();
     let mut inv = SEED.prepare_invoke();
     inv.key(&keys.stock)
         .key(&keys.seeded)
@@ -427,10 +437,11 @@ pub fn seed(conn: &mut Conn, sku: &Sku, count: u64) -> Result<()> {
         .key(&keys.events)
         .key(&keys.sale)
         .key(&keys.buckets)
+        .key(&keys.seed_gen)
         .arg(count);
-    let seeded: Result<String> = conn.script(&inv);
+    let seeded: Result<(String, String)> = conn.script(&inv);
     match seeded {
-        Ok(_) => {}
+        Ok((_, replaced)) => old = buckets::Buckets::parse(sku, &replaced).ok(),
         // A user not allowed scripts still seeds, as before sales were recorded (in one
         // MULTI, without a sale record: its books then hold every row of the SKU).
         Err(Error::Redis { code: Some(c), .. }) if c == "NOPERM" => {
