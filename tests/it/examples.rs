@@ -330,6 +330,7 @@ fn the_axum_example_sells_exactly_its_stock_under_the_hunt() {
         .query(&mut redis.raw())
         .unwrap();
     assert!(note.starts_with("closed under fence "), "{note}");
+}
 
 /// Order ids (and user ids) that the CLI refuses as names are refused by the shop too, by the
 /// same rule: 400 with a JSON error that names the value escaped, and nothing sold.
