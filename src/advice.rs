@@ -41,6 +41,7 @@ pub fn words(hint: &Hint) -> String {
         Hint::RedisUrl { flag } => format!("see {}", flag.unwrap_or("--redis")),
         Hint::StartRedis => "is redis-server running? start one with: redis-server --daemonize yes (apt-get install redis-server), or point --redis at one".into(),
         Hint::RedisAddress => "check the host and port in --redis".into(),
+        Hint::UnknownHost => "no such host: check the host name in --redis".into(),
         Hint::RedisHandshake => "see --redis".into(),
         Hint::Credentials => "check the user and password in --redis".into(),
         Hint::ConnectTimeout => "see --connect-timeout-ms".into(),

@@ -483,9 +483,13 @@ impl Error {
     }
 
     /// What would fix this failure, when lockctl knows: data for the caller to word.
+    ///
+    /// A host that does not resolve is told apart from a server that is down (the resolver's
+    /// words are all the driver passes on: glibc's and musl's).
     pub fn hint(&self) -> Option<Hint> {
         Some(match self {
             Error::BadUrl { flag, .. } => Hint::RedisUrl { flag: *flag },
+            Error::Connect { reason, .. } if unresolved(reason) => Hint::UnknownHost,
             Error::Connect { .. } => Hint::StartRedis,
             Error::NotRedis { .. } => Hint::RedisAddress,
             Error::Refused { .. } => Hint::RedisHandshake,
@@ -602,4 +606,15 @@ mod tests {
         assert_eq!(ErrorKind::from_name("from_the_future"), ErrorKind::Unknown);
         assert_eq!(ErrorKind::from_name("http_x"), ErrorKind::Unknown);
     }
+}
+
+/// Whether a connect failure's reason is the resolver's "no such host".
+fn unresolved(reason: &str) -> bool {
+    [
+        "failed to lookup address",
+        "Name or service not known",
+        "Name does not resolve",
+    ]
+    .iter()
+    .any(|w| reason.contains(w))
 }

@@ -17,6 +17,8 @@ pub enum Hint {
     StartRedis,
     /// What answers is not Redis: check the host and port.
     RedisAddress,
+    /// The Redis address names a host that does not resolve: check its spelling.
+    UnknownHost,
     /// The server refused the handshake: check the URL's database and options.
     RedisHandshake,
     /// The server refused the credentials: check the user and password.

@@ -24,6 +24,9 @@ pub const TUTORIAL_PATH: &str = "/run_demo.php?sku={sku}";
 /// The body bytes kept for matching; the rest of a long answer is read and dropped.
 pub const KEPT_BODY: usize = 64 * 1024;
 
+/// How much of a body an error message shows (the start of it, on one line).
+pub const SHOWN_BODY: usize = 200;
+
 /// The three patterns, compiled.
 #[derive(Clone, Debug, Default)]
 pub struct Classifier {
@@ -140,7 +143,7 @@ impl Classifier {
 
 /// The start of a body, on one line, for an error message.
 fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    let text = String::from_utf8_lossy(&body[..body.len().min(SHOWN_BODY)]);
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let short: String = one_line.chars().take(80).collect();
     if short.is_empty() {

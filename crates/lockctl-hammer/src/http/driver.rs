@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::{self, Receiver, channel};
 
-use super::classify::{Classifier, KEPT_BODY};
+use super::classify::{Classifier, KEPT_BODY, SHOWN_BODY};
 use super::request::{RequestSpec, Vars};
 use super::socket::{
     Link, connect, failure, is_self_connect, nobody_there, still_open, unacknowledged,
@@ -153,7 +153,8 @@ fn metronome(
 /// What the connection tasks share.
 struct Shared {
     plan: Plan,
-    /// Whether answers are read for classification (not when nothing is judged).
+    /// Whether answers are kept whole for classification (when nothing is judged, only what
+    /// an error message shows of them).
     keep_body: bool,
     sku: String,
     users: Option<u64>,
@@ -458,12 +459,13 @@ async fn exchange(
     *stage = Stage::Sending(written);
     send_rest(&mut link.stream, &wire.request, written, stage).await?;
     *stage = Stage::Sent;
-    let keep = sh.keep_body;
+    // Unjudged answers keep what an error message shows of them (an HTTP 400's words).
+    let kept = if sh.keep_body { KEPT_BODY } else { SHOWN_BODY };
     let body = &mut wire.body;
     body.clear();
     let mut sink = |data: &[u8]| {
-        if keep && body.len() < KEPT_BODY {
-            body.extend_from_slice(&data[..data.len().min(KEPT_BODY - body.len())]);
+        if body.len() < kept {
+            body.extend_from_slice(&data[..data.len().min(kept - body.len())]);
         }
     };
     let head_request = sh.plan.spec.is_head();
