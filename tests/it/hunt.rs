@@ -238,6 +238,37 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
     ));
 }
 
+/// A correct idempotent endpoint that loses 3 answers in 4 after the sale (503, "retry with
+/// the same order id"): a retry's stored "bought" is the earlier request's sale, made before
+/// a slower request was told "sold out", and no under-sale; under faults, a liveness probe
+/// that sold the last unit with its answer lost makes the next probe's "sold out" true, not
+/// an under-sale (issue 40, item 3).
+#[test]
+fn a_sale_answered_to_a_retry_after_its_first_answer_was_lost_is_no_under_sale() {
+    let redis = RedisServer::start();
+    let script = "tests/fixtures/hunt/retry_answer_lost.php";
+    let fixed = [
+        "--idempotent",
+        "--nemesis",
+        "none",
+        "--rate",
+        "100",
+        "--stock",
+        "3",
+        "-n",
+        "12",
+        "--budget",
+        "25s",
+    ];
+    let faults = ["--idempotent", "--heal-ms", "3000", "--budget", "15s"];
+    for flags in [&fixed[..], &faults[..]] {
+        let (exit, v, said) = hunt(&redis, script, &Env::default(), flags);
+        assert_eq!(exit, 0, "{flags:?}: {said}");
+        assert_eq!(v["verdict"], "pass", "{said}");
+        assert!(v["judged"].as_u64().unwrap() >= 10, "{said}");
+    }
+}
+
 #[test]
 fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
     let redis = RedisServer::start();
