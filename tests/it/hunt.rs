@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl, stderr,
-    stdout,
+    Killed, RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl,
+    stderr, stdout,
 };
 
 /// What the hunt's `php -S` serves: the repository, so that both the tutorial's PHP
@@ -438,6 +438,59 @@ fn orders_dropped_on_their_way_to_the_database_are_lost_orders() {
             false => assert_passed(result),
         }
     }
+}
+
+/// A correct endpoint whose orders reach PostgreSQL up to 1.5 s after its answers (a Redis
+/// list, and a consumer that flushes it every 1.5 s) passes: its rows are judged at rest,
+/// read again for up to --heal-ms (issue 40, item 4). The negative control: the consumer drops
+/// every fourth order, and the hunt finds the lost orders all the same.
+#[test]
+fn orders_written_a_moment_later_are_judged_at_rest_and_a_lost_one_still_fails() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE orders (order_id text PRIMARY KEY, sku text NOT NULL, qty int NOT NULL, user_id text NOT NULL)")
+        .unwrap();
+    let dsn = format!("host=127.0.0.1 dbname={} user=postgres", db.name);
+    let flusher = |lose: &str| {
+        Killed(
+            Command::new("php")
+                .arg(Path::new(FIXTURES).join("tests/fixtures/hunt/orders_flusher.php"))
+                .env("REDIS_PORT", redis.port.to_string())
+                .env("PG_DSN", &dsn)
+                .env("LOSE_EVERY", lose)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let env = Env {
+        pg_dsn: Some(dsn.clone()),
+        ..Env::default()
+    };
+    let orders = [
+        "--orders-sql",
+        &db.url,
+        "--orders-query",
+        "SELECT order_id, qty, user_id FROM orders WHERE sku = $1",
+        "--nemesis",
+        "none",
+        "--heal-ms",
+        "4000",
+    ];
+    let script = "tests/fixtures/hunt/orders_queued.php";
+    let late = flusher("0");
+    let (exit, v, said) = hunt(&redis, script, &env, &[&PASS[..], &orders].concat());
+    assert_eq!(exit, 0, "{said}");
+    assert_eq!(v["verdict"], "pass", "{said}");
+    assert!(v["judged"].as_u64().unwrap() >= 2, "{said}");
+    drop(late);
+    let _losing = flusher("4");
+    assert_found(
+        hunt(&redis, script, &env, &[&FIND[..], &orders].concat()),
+        "lost orders",
+    );
 }
 
 #[test]

@@ -487,8 +487,12 @@ fn strike(
     })
 }
 
-/// The promises checked beyond the books: the per-user limit, the order rows, and that the
-/// system sells again after the faults are undone.
+/// How often order rows that disagree with the answers are read again.
+const ORDERS_REREAD: Duration = Duration::from_millis(250);
+
+/// The promises checked beyond the books: the per-user limit, the order rows (at rest: read
+/// again while they disagree, for at most the heal), and that the system sells again after
+/// the faults are undone.
 fn findings(
     target: &Target,
     opts: &HuntOptions,
@@ -501,6 +505,7 @@ fn findings(
     let mut v = Vec::new();
     let mut unjudged = None;
     let qty = http.qty;
+    let stopping = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     if let (Some(users), Some(limit)) = (load.users, opts.limit) {
         v.extend(checks::user_limit(
             &history.samples,
@@ -511,8 +516,9 @@ fn findings(
         ));
     }
     if let Some(orders) = &opts.orders {
-        // At rest: a system that writes its orders a moment after it answers is read again
-        // while the rows still disagree, at most three times 300 ms apart.
+        // At rest: a system that writes its orders a moment after it answers (a queue, and a
+        // consumer that flushes every second or two) is read again while the rows disagree
+        // with the answers, every 250 ms, for at most the heal; what disagrees then counts.
         let check = || {
             orders
                 .db
@@ -527,12 +533,13 @@ fn findings(
                     )
                 })
         };
+        let deadline = Instant::now() + opts.heal;
         let mut found = check();
-        for _ in 0..3 {
-            if matches!(&found, Ok(f) if f.is_empty()) {
+        while !matches!(&found, Ok(f) if f.is_empty()) && !stopping() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
-            }
-            thread::sleep(Duration::from_millis(300));
+            };
+            thread::sleep(ORDERS_REREAD.min(left));
             found = check();
         }
         match found {
@@ -542,10 +549,9 @@ fn findings(
         }
     }
     // An interrupted round proves nothing about liveness: its probes would not be sent.
-    let stopping = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     if report.verdict != Verdict::Unknown
         && !report.interrupted
-        && !stopping
+        && !stopping()
         && let Some(stalled) = stalled(target, opts, load, http, healed)
     {
         v.push(stalled);
