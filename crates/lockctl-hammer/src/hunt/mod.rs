@@ -10,9 +10,11 @@
 //!
 //! Layout: `plan` (the schedule), `liveness` (the stock at rest, the probe after a heal), `nemesis` (faults and their undoing), `serve` (the system's
 //! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
-//! rows), `own` (lockctl's own strategies under the same nemesis: the matrix).
+//! rows), `own` (lockctl's own strategies under the same nemesis: the matrix), `clean` (what the
+//! hunt created in the user's stores, removed at the end).
 
 pub mod checks;
+pub mod clean;
 mod liveness;
 pub mod nemesis;
 pub mod own;
@@ -116,6 +118,9 @@ pub struct HuntOptions {
     pub nemesis: Nemesis,
     /// Once set, no new round starts and the round under way starts no new request.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The rounds' SKUs, each added as its round starts, whatever the hunt comes to: what the
+    /// hunt creates in the system's stores is under these ([`clean`]).
+    pub skus: Arc<Mutex<Vec<Sku>>>,
 }
 
 /// The first round that broke a promise.
@@ -161,6 +166,9 @@ pub struct HuntReport {
     pub last: Option<Box<(Report, Option<Box<History>>)>>,
     /// Why the first rounds that could not be judged could not (at most five).
     pub unknown: Vec<String>,
+    /// What the hunt created in the system's stores and removed at the end (`None`: kept, or
+    /// not looked for).
+    pub cleaned: Option<clean::Cleaned>,
 }
 
 /// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
@@ -187,6 +195,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         failure: None,
         last: None,
         unknown: Vec::new(),
+        cleaned: None,
     };
     let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     while started.elapsed() < opts.budget {
@@ -329,6 +338,9 @@ fn round(
     planner: &mut Planner,
 ) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
+    if let Ok(mut skus) = opts.skus.lock() {
+        skus.push(sku.clone());
+    }
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
     let healing = Healing::default();
