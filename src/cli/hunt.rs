@@ -90,6 +90,17 @@ pub struct HuntArgs {
     )]
     pub stock_seed: Option<String>,
 
+    /// Deletes a stock row the hunt created (its probe's and its rounds' SKUs, nothing else) at
+    /// the end: the SKU its one parameter [default: derived from a --stock-query of the form
+    /// SELECT ... FROM table WHERE column = $1].
+    #[arg(
+        long,
+        value_name = "SQL",
+        requires = "stock_sql",
+        help_heading = "The system"
+    )]
+    pub stock_clean: Option<String>,
+
     /// The orders land in this database: postgres://... or mysql://...
     #[arg(
         long,
@@ -169,6 +180,11 @@ pub struct HuntArgs {
     /// After the faults are undone, with stock left, a sale must come within this many ms.
     #[arg(long, default_value_t = 10_000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The search")]
     pub heal_ms: u64,
+
+    /// Keep what the hunt created in the system's stores (its SKUs' stock rows and Redis keys)
+    /// instead of removing it at the end.
+    #[arg(long, help_heading = "The search")]
+    pub keep: bool,
 
     /// The most requests a round has in flight.
     #[arg(short = 'c', long = "concurrency", default_value_t = 16, value_parser = whole(2, 1000), allow_negative_numbers = true, help_heading = "The search")]

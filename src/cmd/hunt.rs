@@ -11,9 +11,11 @@ use crate::cli::HuntArgs;
 use crate::signals;
 use lockctl::render::{self, Replay};
 use lockctl_core::lock::LockOptions;
+use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
+use lockctl_hammer::hunt::clean::{self, Cleaned};
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::plan::Fixed;
@@ -36,7 +38,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if !args.strategy.is_empty() {
         return run_own(ctx, &args, faults);
     }
-    let (http, orders) = system_facts(ctx, &args)?;
+    let (http, orders, stock_rows) = system_facts(ctx, &args)?;
     // The proxy before the system, which connects through it.
     let proxy = match &args.proxy {
         Some(listen) => Some(Arc::new(start_proxy(ctx, listen)?)),
@@ -96,7 +98,11 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
     let result = hunt::run(&target, &opts);
     drop(_cleanup);
-    let report = result?;
+    // The system is stopped: what the hunt created can go, whatever the hunt came to.
+    let skus: Vec<Sku> = opts.skus.lock().map(|s| s.clone()).unwrap_or_default();
+    let cleaned = (!args.keep).then(|| remove_created(&target, &args, stock_rows.as_ref(), &skus));
+    let mut report = result?;
+    report.cleaned = cleaned;
     if let Some(path) = &args.history {
         write_history(&report, path)?;
     }
@@ -138,7 +144,51 @@ fn hunt_options(
         },
         nemesis: nemesis.clone(),
         stop: Some(signals.requested.clone()),
+        skus: Arc::default(),
     }
+}
+
+/// Where the stock rows the hunt creates are, and how to delete one.
+struct StockRows {
+    db: Arc<SqlDb>,
+    /// The delete (`--stock-clean`, or derived from `--stock-query`); `None`: none is known.
+    clean: Option<String>,
+    /// The facts check's probe SKU, when its row is still there.
+    probe: Option<String>,
+}
+
+/// Removes what the hunt created: the keys on --redis that contain one of its rounds' SKUs,
+/// and the stock rows of its SKUs in --stock-sql (when a delete is known); what is left is
+/// said, with how to remove it.
+fn remove_created(
+    target: &lockctl_core::conn::Target,
+    args: &HuntArgs,
+    stock: Option<&StockRows>,
+    skus: &[Sku],
+) -> Cleaned {
+    let mut cleaned = Cleaned::default();
+    match clean::remove_keys(target, skus, args.stock_key.as_deref()) {
+        Ok(n) => cleaned.keys = n,
+        // With the stock in SQL, --redis may be nobody's: nothing of the hunt's is there.
+        Err(_) if stock.is_some() => {}
+        Err(e) => cleaned.left.push(format!(
+            "the keys of the hunt's SKUs on --redis could not be removed: {e}"
+        )),
+    }
+    let Some(stock) = stock else {
+        return cleaned;
+    };
+    let mut names: Vec<String> = stock.probe.iter().cloned().collect();
+    names.extend(skus.iter().map(|s| s.to_string()));
+    match &stock.clean {
+        Some(statement) => clean::delete_rows(&stock.db, statement, &names, &mut cleaned),
+        None if names.is_empty() => {}
+        None => cleaned.left.push(format!(
+            "the stock rows of the hunt's SKUs ({}) are left in --stock-sql: --stock-query is not of the form SELECT ... FROM table WHERE column = $1, so which rows are the hunt's cannot be told; give --stock-clean 'DELETE FROM ... WHERE ... = $1' to have them removed",
+            clean::skus_in_words(&names)
+        )),
+    }
+    cleaned
 }
 
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
@@ -226,8 +276,12 @@ fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::R
     Ok(())
 }
 
-/// The system's answers, stock and orders, each checked before any request is sent.
-fn system_facts(ctx: &Ctx, args: &HuntArgs) -> anyhow::Result<(HttpOptions, Option<OrdersSql>)> {
+/// The system's answers, stock and orders, each checked before any request is sent; and where
+/// the stock rows the hunt creates are.
+fn system_facts(
+    ctx: &Ctx,
+    args: &HuntArgs,
+) -> anyhow::Result<(HttpOptions, Option<OrdersSql>, Option<StockRows>)> {
     let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
     if !http.classifier.judges() {
         return Err(UsageError(
@@ -237,14 +291,17 @@ fn system_facts(ctx: &Ctx, args: &HuntArgs) -> anyhow::Result<(HttpOptions, Opti
     }
     http.stock_key = args.stock_key.clone();
     let probe = format!("{}-probe", args.sku);
+    let mut rows = None;
     if let Some(url) = &args.stock_sql {
-        http.store = Some(stock_store(ctx, args, url, &probe)?);
+        let (store, stock) = stock_store(ctx, args, url, &probe)?;
+        http.store = Some(store);
+        rows = Some(stock);
     }
     let orders = match (&args.orders_sql, &args.orders_query) {
         (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
         _ => None,
     };
-    Ok((http, orders))
+    Ok((http, orders, rows))
 }
 
 /// The hunt's report on stdout, as text or JSON.
@@ -405,8 +462,14 @@ fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
 }
 
 /// The SQL stock, checked before any request: the seed and the query must work on a probe SKU
-/// and read back what was set.
-fn stock_store(ctx: &Ctx, args: &HuntArgs, url: &str, probe: &str) -> anyhow::Result<Store> {
+/// and read back what was set; then the probe's row is deleted (unless --keep), which checks the
+/// delete the hunt ends with.
+fn stock_store(
+    ctx: &Ctx,
+    args: &HuntArgs,
+    url: &str,
+    probe: &str,
+) -> anyhow::Result<(Store, StockRows)> {
     let db = SqlDb::connect(url, ctx.options.connect_timeout)
         .map_err(|e| UsageError(format!("--stock-sql: {e}")))?;
     let (query, seed) = (
@@ -432,11 +495,49 @@ fn stock_store(ctx: &Ctx, args: &HuntArgs, url: &str, probe: &str) -> anyhow::Re
             return Err(UsageError(format!("--stock-query '{query}': {e}")).into());
         }
     }
-    Ok(Store(Arc::new(SqlStock {
-        db: Arc::new(db),
-        query,
-        seed,
-    })))
+    let db = Arc::new(db);
+    let mut rows = StockRows {
+        db: db.clone(),
+        clean: None,
+        probe: Some(probe.to_string()),
+    };
+    match (&args.stock_clean, args.keep) {
+        (Some(clean), true) => rows.clean = Some(clean.clone()),
+        (Some(clean), false) => match db.delete(clean, probe) {
+            Ok(n) if n > 0 => {
+                rows.clean = Some(clean.clone());
+                rows.probe = None;
+            }
+            Ok(_) => {
+                return Err(UsageError(format!(
+                    "--stock-clean '{clean}' deleted no row of the probe SKU '{probe}' that --stock-seed had just set: it must delete the SKU's stock row, the SKU its one parameter"
+                ))
+                .into());
+            }
+            Err(e) => {
+                return Err(UsageError(format!(
+                    "--stock-clean '{clean}' failed on the probe SKU '{probe}': {e}"
+                ))
+                .into());
+            }
+        },
+        // Derived, it is used only once it deleted the probe's row, and only that.
+        (None, keep) => {
+            if let Some(clean) = clean::delete_for(&query) {
+                match keep {
+                    true => rows.clean = Some(clean),
+                    false => {
+                        if db.delete(&clean, probe).is_ok_and(|n| n == 1) {
+                            rows.clean = Some(clean);
+                            rows.probe = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let store = Store(Arc::new(SqlStock { db, query, seed }));
+    Ok((store, rows))
 }
 
 /// The orders database, its query tried on the probe SKU before any request.

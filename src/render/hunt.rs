@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::hammer::{hammer_json, hammer_text};
+use lockctl_core::units::count;
 use lockctl_hammer::Verdict;
 use lockctl_hammer::hunt::HuntReport;
 use lockctl_hammer::hunt::own::Matrix;
@@ -104,6 +105,24 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
             }
         };
         let _ = writeln!(s, "  faults    {faults}");
+        if let Some(c) = &h.cleaned {
+            let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
+                .into_iter()
+                .filter(|(n, ..)| *n > 0)
+                .map(|(n, one, many)| count(n, one, many))
+                .collect();
+            let cleaned = match removed.is_empty() {
+                true => "nothing the hunt created was left to remove".to_string(),
+                false => format!(
+                    "removed {} the hunt created; --keep keeps them",
+                    removed.join(" and ")
+                ),
+            };
+            let _ = writeln!(s, "  cleaned   {cleaned}");
+            for left in &c.left {
+                let _ = writeln!(s, "  left      {left}");
+            }
+        }
         for u in &h.unknown {
             let _ = writeln!(s, "  unjudged  {}", super::terminal(u));
         }
@@ -189,6 +208,11 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
         "faults_tried": h.faults_tried,
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
+        "cleaned": h.cleaned.as_ref().map(|c| json!({
+            "rows": c.rows,
+            "keys": c.keys,
+            "left": c.left,
+        })),
         "failure": failure,
     })
 }

@@ -309,3 +309,69 @@ fn a_history_records_one_run() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("one strategy"), "{}", stderr(&out));
 }
+
+/// A history line is read no further than a cap (1 MiB, and room for the last line's ledger
+/// as the operations before it need): one of the cap and a byte is refused with exit 2, naming
+/// the line and the cap (a 200 MB line used to cost a gigabyte); a ledger of 120,000 sales,
+/// more than 1 MiB on one line after the operations that account for it, is judged.
+#[test]
+fn a_line_beyond_the_cap_is_refused_and_a_ledger_its_operations_account_for_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 1 << 20;
+    let long = dir.path().join("long.jsonl");
+    let mut text = String::from("{\"type\":\"info\",\"f\":\"facts\",\"value\":\"");
+    text.push_str(&"x".repeat(cap + 1 - text.len() - 2));
+    text.push_str("\"}\n");
+    assert_eq!(
+        text.len(),
+        cap + 2,
+        "a line of the cap and one byte, then its end"
+    );
+    std::fs::write(&long, &text).unwrap();
+    let (exit, _, said) = judge(&long);
+    assert_eq!(exit, 2, "{said}");
+    assert!(said.contains("line 1: longer than 1048576 bytes"), "{said}");
+    // One byte less is a line of the cap: read, and refused only for what it says.
+    std::fs::write(&long, text.replacen("xx", "x", 1)).unwrap();
+    let (exit, _, said) = judge(&long);
+    assert_eq!(exit, 2, "{said}");
+    assert!(!said.contains("longer than"), "{said}");
+
+    let n = 120_000u64;
+    let mut text = serde_json::json!({"type": "info", "f": "facts", "process": "lockctl",
+        "time": 0, "index": 0, "value": {"version": 1, "stock_before": n,
+        "elapsed_ns": 1_000_000_000u64, "client_cpu_ns": null, "users": null,
+        "server": "127.0.0.1:1", "client_max_rss_mb": null,
+        "facts": {"concurrency": 1, "initial_stock": n, "mode": "threads", "qty": 1,
+            "redlock_nodes": null, "requests": n, "run_id": "hbig", "seeded": true,
+            "sku": "big", "strategy": "atomic", "ttl_ms": 5000, "wait_ms": 5000,
+            "watchdog": false, "work_ms": 0}}})
+    .to_string();
+    text.push('\n');
+    let mut ledger = String::new();
+    for i in 0..n {
+        let t = 1000 + 2 * i;
+        text.push_str(&format!(
+            "{{\"type\":\"invoke\",\"f\":\"buy\",\"process\":0,\"time\":{t},\"index\":0,\"value\":{{\"request\":{i}}}}}\n{{\"type\":\"ok\",\"f\":\"buy\",\"process\":0,\"time\":{},\"index\":0,\"value\":{{\"request\":{i},\"answer\":\"bought\",\"latency_ns\":1,\"remaining\":{}}}}}\n",
+            t + 1,
+            n - i - 1
+        ));
+        ledger.push_str(&format!("{}[{i},1]", if i == 0 { "" } else { "," }));
+    }
+    let read = format!(
+        "{{\"type\":\"info\",\"f\":\"read\",\"process\":\"lockctl\",\"time\":{},\"index\":0,\"value\":{{\"error\":null,\"findings\":[],\"http\":null,\"interrupted\":null,\"ledger\":[{ledger}],\"notes\":[],\"pipeline\":null,\"restart\":\"no\",\"stock_after\":0,\"unjudged\":null,\"went_up\":null}}}}\n",
+        1000 + 2 * n
+    );
+    assert!(read.len() > cap, "the ledger's line is beyond 1 MiB");
+    text.push_str(&read);
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(&big, text).unwrap();
+    let (exit, v, said) = judge(&big);
+    assert_eq!(exit, 0, "{}", &said[..said.len().min(2000)]);
+    assert_eq!(
+        v["runs"][0]["ledger_orders"],
+        n,
+        "{}",
+        &said[..said.len().min(2000)]
+    );
+}

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl, stderr,
-    stdout,
+    Killed, RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl,
+    stderr, stdout,
 };
 
 /// What the hunt's `php -S` serves: the repository, so that both the tutorial's PHP
@@ -238,6 +238,37 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
     ));
 }
 
+/// A correct idempotent endpoint that loses 3 answers in 4 after the sale (503, "retry with
+/// the same order id"): a retry's stored "bought" is the earlier request's sale, made before
+/// a slower request was told "sold out", and no under-sale; under faults, a liveness probe
+/// that sold the last unit with its answer lost makes the next probe's "sold out" true, not
+/// an under-sale (issue 40, item 3).
+#[test]
+fn a_sale_answered_to_a_retry_after_its_first_answer_was_lost_is_no_under_sale() {
+    let redis = RedisServer::start();
+    let script = "tests/fixtures/hunt/retry_answer_lost.php";
+    let fixed = [
+        "--idempotent",
+        "--nemesis",
+        "none",
+        "--rate",
+        "100",
+        "--stock",
+        "3",
+        "-n",
+        "12",
+        "--budget",
+        "25s",
+    ];
+    let faults = ["--idempotent", "--heal-ms", "3000", "--budget", "15s"];
+    for flags in [&fixed[..], &faults[..]] {
+        let (exit, v, said) = hunt(&redis, script, &Env::default(), flags);
+        assert_eq!(exit, 0, "{flags:?}: {said}");
+        assert_eq!(v["verdict"], "pass", "{said}");
+        assert!(v["judged"].as_u64().unwrap() >= 10, "{said}");
+    }
+}
+
 #[test]
 fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
     let redis = RedisServer::start();
@@ -407,6 +438,59 @@ fn orders_dropped_on_their_way_to_the_database_are_lost_orders() {
             false => assert_passed(result),
         }
     }
+}
+
+/// A correct endpoint whose orders reach PostgreSQL up to 1.5 s after its answers (a Redis
+/// list, and a consumer that flushes it every 1.5 s) passes: its rows are judged at rest,
+/// read again for up to --heal-ms (issue 40, item 4). The negative control: the consumer drops
+/// every fourth order, and the hunt finds the lost orders all the same.
+#[test]
+fn orders_written_a_moment_later_are_judged_at_rest_and_a_lost_one_still_fails() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE orders (order_id text PRIMARY KEY, sku text NOT NULL, qty int NOT NULL, user_id text NOT NULL)")
+        .unwrap();
+    let dsn = format!("host=127.0.0.1 dbname={} user=postgres", db.name);
+    let flusher = |lose: &str| {
+        Killed(
+            Command::new("php")
+                .arg(Path::new(FIXTURES).join("tests/fixtures/hunt/orders_flusher.php"))
+                .env("REDIS_PORT", redis.port.to_string())
+                .env("PG_DSN", &dsn)
+                .env("LOSE_EVERY", lose)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let env = Env {
+        pg_dsn: Some(dsn.clone()),
+        ..Env::default()
+    };
+    let orders = [
+        "--orders-sql",
+        &db.url,
+        "--orders-query",
+        "SELECT order_id, qty, user_id FROM orders WHERE sku = $1",
+        "--nemesis",
+        "none",
+        "--heal-ms",
+        "4000",
+    ];
+    let script = "tests/fixtures/hunt/orders_queued.php";
+    let late = flusher("0");
+    let (exit, v, said) = hunt(&redis, script, &env, &[&PASS[..], &orders].concat());
+    assert_eq!(exit, 0, "{said}");
+    assert_eq!(v["verdict"], "pass", "{said}");
+    assert!(v["judged"].as_u64().unwrap() >= 2, "{said}");
+    drop(late);
+    let _losing = flusher("4");
+    assert_found(
+        hunt(&redis, script, &env, &[&FIND[..], &orders].concat()),
+        "lost orders",
+    );
 }
 
 #[test]
@@ -1163,4 +1247,177 @@ fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
         line("verdict ", &stdout(&again)).starts_with("PASS"),
         "{said_again}"
     );
+}
+
+/// The SKUs of the rows in `table` of the MariaDB database `db`, in order.
+fn my_skus(db: &TestMyDb, table: &str) -> Vec<String> {
+    let out = run_ok(
+        Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-u", "root", "-N", "-e"])
+            .arg(format!("SELECT sku FROM {}.{table} ORDER BY sku", db.name)),
+    );
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
+/// The SKUs of the rows of `stock` in the PostgreSQL database `db`, in order.
+fn pg_skus(db: &TestDb) -> Vec<String> {
+    db.client()
+        .query("SELECT sku FROM stock ORDER BY sku", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The keys on `redis`, in order.
+fn keys(redis: &RedisServer) -> Vec<String> {
+    let mut k: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.raw()).unwrap();
+    k.sort();
+    k
+}
+
+/// A hunt removes what it created in the system's stores when it ends (issue 40, item 8): the
+/// probe's and every round's stock row in PostgreSQL and MariaDB (the delete derived from a
+/// simple --stock-query, or given as --stock-clean), and every Redis key that names a round's
+/// SKU; nothing else (a row and keys of other SKUs stay, another hunt's included). --keep keeps
+/// them, and rows no delete is known for are named as left, with the flag that removes them.
+#[test]
+fn a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them() {
+    let redis = RedisServer::start();
+    let mut raw = redis.raw();
+    let others = [
+        "item:stock:sku_886",
+        "item:stock:hunt-0a0b0c-1",
+        "hunt-probe",
+    ];
+    for k in others {
+        let _: () = redis::cmd("SET").arg(k).arg(5).query(&mut raw).unwrap();
+    }
+    let short = ["--budget", "2s", "--heal-ms", "2000"];
+
+    // Stock in Redis: the round's stock keys and the system's own order keys go.
+    let (exit, v, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/retry_replays.php",
+        &Env::default(),
+        &[&short[..], &["--idempotent"]].concat(),
+    );
+    assert_eq!(exit, 0, "{said}");
+    assert!(v["cleaned"]["keys"].as_u64().unwrap() > 0, "{said}");
+    let mut expected = others.map(String::from).to_vec();
+    expected.sort();
+    assert_eq!(keys(&redis), expected, "{said}");
+    let (_, v, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/retry_replays.php",
+        &Env::default(),
+        &[&short[..], &["--idempotent", "--keep"]].concat(),
+    );
+    assert!(v["cleaned"].is_null(), "{said}");
+    assert!(keys(&redis).len() > others.len(), "{said}");
+
+    // Stock in PostgreSQL.
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL); INSERT INTO stock VALUES ('sku_886', 5)")
+        .unwrap();
+    let env = Env {
+        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+        ..Env::default()
+    };
+    let seed =
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty";
+    let pg = |query: &'static str, extra: &[&'static str]| {
+        let flags = [
+            &short[..],
+            &[
+                "--stock-sql",
+                &db.url,
+                "--stock-query",
+                query,
+                "--stock-seed",
+                seed,
+            ],
+            extra,
+        ]
+        .concat();
+        hunt(&redis, "tests/fixtures/hunt/pg_guarded.php", &env, &flags)
+    };
+    let simple = "SELECT qty FROM stock WHERE sku = $1";
+    let (exit, v, said) = pg(simple, &[]);
+    assert_eq!(exit, 0, "{said}");
+    assert!(v["cleaned"]["rows"].as_u64().unwrap() >= 1, "{said}");
+    assert_eq!(pg_skus(&db), ["sku_886"], "{said}");
+    let (_, _, said) = pg(simple, &["--keep"]);
+    let kept = pg_skus(&db);
+    assert!(
+        kept.contains(&"hunt-probe".to_string()) && kept.len() > 2,
+        "{kept:?} {said}"
+    );
+    db.client()
+        .batch_execute("DELETE FROM stock WHERE sku <> 'sku_886'")
+        .unwrap();
+    // A query the hunt cannot tell the rows of: they are left, and said so.
+    let guarded = "SELECT qty FROM stock WHERE sku = $1 AND qty >= 0";
+    let (exit, v, said) = pg(guarded, &[]);
+    assert_eq!(exit, 0, "{said}");
+    let left = v["cleaned"]["left"].to_string();
+    assert!(
+        left.contains("hunt-probe") && left.contains("--stock-clean"),
+        "{left}"
+    );
+    assert!(pg_skus(&db).len() > 2, "{said}");
+    db.client()
+        .batch_execute("DELETE FROM stock WHERE sku <> 'sku_886'")
+        .unwrap();
+    let clean = ["--stock-clean", "DELETE FROM stock WHERE sku = $1"];
+    let (exit, v, said) = pg(guarded, &clean);
+    assert_eq!(exit, 0, "{said}");
+    assert_eq!(v["cleaned"]["left"], serde_json::json!([]), "{said}");
+    assert_eq!(pg_skus(&db), ["sku_886"], "{said}");
+    // A --stock-clean that deletes nothing of the probe is refused before any request.
+    let (exit, _, said) = pg(
+        simple,
+        &[
+            "--stock-clean",
+            "DELETE FROM stock WHERE sku = 'none' AND sku <> $1",
+        ],
+    );
+    assert_eq!(exit, 2, "{said}");
+    assert!(said.contains("--stock-clean"), "{said}");
+
+    // Stock in MariaDB.
+    let my = TestMyDb::create();
+    my.exec("CREATE TABLE stock (sku VARCHAR(200) PRIMARY KEY, qty INT NOT NULL); INSERT INTO stock VALUES ('sku_886', 5)");
+    let env = Env {
+        mysql_db: Some(my.name.clone()),
+        ..Env::default()
+    };
+    let mariadb = |extra: &[&str]| {
+        let flags = [
+            &short[..],
+            &[
+                "--stock-sql",
+                &my.url,
+                "--stock-query",
+                "SELECT qty FROM stock WHERE sku = ?",
+                "--stock-seed",
+                "REPLACE INTO stock VALUES (?, ?)",
+            ],
+            extra,
+        ]
+        .concat();
+        hunt(&redis, "tests/fixtures/hunt/my_guarded.php", &env, &flags)
+    };
+    let (exit, v, said) = mariadb(&[]);
+    assert_eq!(exit, 0, "{said}");
+    assert!(v["cleaned"]["rows"].as_u64().unwrap() >= 1, "{said}");
+    assert_eq!(my_skus(&my, "stock"), ["sku_886"], "{said}");
+    let (_, _, said) = mariadb(&["--keep"]);
+    assert!(my_skus(&my, "stock").len() > 2, "{said}");
+    // Nothing of other SKUs was ever touched (a fresh connection: client-kill took the first).
+    for k in others {
+        let v: Option<i64> = redis::cmd("GET").arg(k).query(&mut redis.raw()).unwrap();
+        assert_eq!(v, Some(5), "{k}");
+    }
 }

@@ -144,7 +144,8 @@ fn undersold(facts: &RunFacts, t: &Tally, final_stock: i64) -> Option<String> {
 
 /// A "sold out" answered before a request later answered "bought" was even sent. The stock
 /// only goes down, so at the sold-out answer there was still at least what that later sale
-/// took: the answer was false (or the sale was). Only answers strictly ordered in time count
+/// took: the answer was false (or the sale was). A sale answered to a retry counts from the
+/// first send of its order ([`crate::tally::Sale`]). Only answers strictly ordered in time count
 /// ([`crate::tally::Precedence`]), and only when nothing says the stock went up in between
 /// (`went_up`, from [`crate::watch::went_up`]); otherwise the pair is a note, not a
 /// violation. Returns the violation or the note.
@@ -152,13 +153,26 @@ pub(super) fn sold_out_before_a_sale(
     t: &Tally,
     went_up: Option<&str>,
 ) -> (Option<String>, Option<String>) {
-    let Some(((answered, s), (sent, b))) = t.precedence.sold_out_before_a_sale() else {
+    let Some(((answered, s), sale)) = t.sold_out_before_a_sale() else {
         return (None, None);
     };
+    let b = sale.answered;
+    let sale_in_words = match sale.first == b {
+        true => format!(
+            "before request {b} was sent (at {} ms), which was answered \"bought\"",
+            millis(sale.sent)
+        ),
+        // The sale may have been made by the first request of the order, whose answer was
+        // lost: it counts from then.
+        false => format!(
+            "before request {} was sent (at {} ms), whose order was answered \"bought\" (to request {b}, of the same order id)",
+            sale.first,
+            millis(sale.sent)
+        ),
+    };
     let pair = format!(
-        "request {s} was answered \"sold out\" at {} ms, before request {b} was sent (at {} ms), which was answered \"bought\"",
-        millis(answered),
-        millis(sent)
+        "request {s} was answered \"sold out\" at {} ms, {sale_in_words}",
+        millis(answered)
     );
     match went_up {
         None => (

@@ -6,7 +6,7 @@
 //! a hundred thousand: samples are folded in as they arrive and never kept. The order of the
 //! answers in time is kept the same way, as two extremes ([`Precedence`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -87,24 +87,38 @@ pub struct Tally {
     pub(super) told_bought: Bits,
     /// Requests whose failure may have deducted anyway.
     pub(super) maybe_applied: Bits,
-    /// The first "sold out" answer and the last "bought" request sent.
-    pub(super) precedence: Precedence,
+    /// The first "sold out" answer and the last sale's order sent.
+    precedence: Precedence,
+    /// Orders of two requests, held until both have come.
+    pairs: Pairs,
     timeline: Timeline,
     /// Every record as it came, when a history is kept ([`Tally::keeping`]).
     kept: Option<Vec<Sample>>,
 }
 
-/// The earliest "sold out" answer and the latest request answered "bought", by the run's
-/// clock. Some "sold out" came before some sale was even asked for exactly when the first of
-/// those answers came before the last of those requests was sent, so these two extremes
-/// decide it, whatever the number of requests: a comparison a request, folded in with the
-/// rest of the tally.
+/// The earliest "sold out" answer and the latest sale, by the run's clock. Some "sold out"
+/// came before some sale was even asked for exactly when the first of those answers came
+/// before the last of those sales was sent, so these two extremes decide it, whatever the
+/// number of requests: a comparison a request, folded in with the rest of the tally.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Precedence {
     /// When the first "sold out" answer had come (its `at`), and its request.
     first_sold_out: Option<(Duration, u64)>,
-    /// When the last request answered "bought" was sent (its `sent`), and that request.
-    last_bought: Option<(Duration, u64)>,
+    /// The sale whose order was sent last.
+    last_sale: Option<Sale>,
+}
+
+/// A request answered "bought", and when its order was first asked for: a sale answered to a
+/// retry may have been made by an earlier request of the same order (whose answer was lost),
+/// so it counts from the earliest send of any request of that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sale {
+    /// When the order's first request was sent.
+    pub sent: Duration,
+    /// That request.
+    pub first: u64,
+    /// The request answered "bought".
+    pub answered: u64,
 }
 
 impl Precedence {
@@ -115,19 +129,91 @@ impl Precedence {
         }
     }
 
-    /// Request `index`, sent at `sent`, was answered "bought".
+    /// Request `index`, sent at `sent`, was answered "bought" (the only request of its order).
     pub fn bought(&mut self, sent: Duration, index: u64) {
-        if self.last_bought.is_none_or(|last| (sent, index) > last) {
-            self.last_bought = Some((sent, index));
+        self.sale(Sale {
+            sent,
+            first: index,
+            answered: index,
+        });
+    }
+
+    /// A sale, counted from when its order was first sent.
+    pub fn sale(&mut self, sale: Sale) {
+        if self.last_sale.is_none_or(|last| sale > last) {
+            self.last_sale = Some(sale);
         }
     }
 
-    /// A "sold out" answered strictly before a request later answered "bought" was sent:
-    /// `((answered at, request), (sent at, request))`. Answers that overlap in time say
-    /// nothing of their order, so they never count.
-    pub fn sold_out_before_a_sale(&self) -> Option<((Duration, u64), (Duration, u64))> {
-        let (sold_out, bought) = (self.first_sold_out?, self.last_bought?);
-        (sold_out.0 < bought.0).then_some((sold_out, bought))
+    /// A "sold out" answered strictly before an order later answered "bought" was first sent:
+    /// `((answered at, request), sale)`. Answers that overlap in time say nothing of their
+    /// order, so they never count.
+    pub fn sold_out_before_a_sale(&self) -> Option<((Duration, u64), Sale)> {
+        let (sold_out, sale) = (self.first_sold_out?, self.last_sale?);
+        (sold_out.0 < sale.sent).then_some((sold_out, sale))
+    }
+}
+
+/// The orders of two requests (a request and its retry), each held until both have come:
+/// their sale counts from the earlier send of the two ([`Sale`]).
+#[derive(Debug, Default)]
+struct Pairs {
+    /// Every `every`-th request retries the one before it; `None`: no retries.
+    every: Option<u64>,
+    /// The requests of the run.
+    requests: u64,
+    /// The order's first request to come (by its original's index): when it was sent, which
+    /// request it was, and whether it was a sale.
+    waiting: HashMap<u64, (Duration, u64, bool)>,
+}
+
+impl Pairs {
+    /// The original request of `index`'s order, when that order has two requests.
+    fn order_of(&self, index: u64) -> Option<u64> {
+        let every = self.every?;
+        let base = crate::options::original_of(Some(every), index);
+        let retried = base != index
+            || (index + 1 < self.requests
+                && crate::options::original_of(Some(every), index + 1) == index);
+        retried.then_some(base)
+    }
+
+    /// Request `index`, sent at `sent`, came (a sale when `sale`): the sales it completes (no
+    /// allocation: this is on every request's path).
+    fn came(&mut self, index: u64, sent: Duration, sale: bool) -> [Option<Sale>; 2] {
+        let alone = |sent, index| Sale {
+            sent,
+            first: index,
+            answered: index,
+        };
+        let Some(base) = self.order_of(index) else {
+            return [sale.then(|| alone(sent, index)), None];
+        };
+        let Some((other_sent, other, other_sale)) = self.waiting.remove(&base) else {
+            self.waiting.insert(base, (sent, index, sale));
+            return [None, None];
+        };
+        let (first_sent, first) = (sent, index).min((other_sent, other));
+        let of = |sold: bool, answered| {
+            sold.then_some(Sale {
+                sent: first_sent,
+                first,
+                answered,
+            })
+        };
+        [of(sale, index), of(other_sale, other)]
+    }
+
+    /// The sales of orders whose other request never came, each from its own send.
+    fn unpaired(&self) -> impl Iterator<Item = Sale> + '_ {
+        self.waiting
+            .values()
+            .filter(|(.., sale)| *sale)
+            .map(|&(sent, index, _)| Sale {
+                sent,
+                first: index,
+                answered: index,
+            })
     }
 }
 
@@ -164,6 +250,10 @@ impl Tally {
             told_bought: Bits::new(requests),
             maybe_applied: Bits::new(requests),
             precedence: Precedence::default(),
+            pairs: Pairs {
+                requests,
+                ..Pairs::default()
+            },
             timeline: Timeline::default(),
             kept: None,
         }
@@ -176,6 +266,24 @@ impl Tally {
             self.kept = Some(Vec::new());
         }
         self
+    }
+
+    /// The same tally, for a run where every `every`-th request retries the one before it
+    /// with the same order id (`None`: no retries): a sale counts from the earliest send of
+    /// its order ([`Sale`]).
+    pub fn retrying(mut self, every: Option<u64>) -> Tally {
+        self.pairs.every = every.filter(|k| *k >= 2);
+        self
+    }
+
+    /// A "sold out" answered before an order later answered "bought" was first sent
+    /// ([`Precedence::sold_out_before_a_sale`]), orders whose retry never came included.
+    pub fn sold_out_before_a_sale(&self) -> Option<((Duration, u64), Sale)> {
+        let mut p = self.precedence;
+        for sale in self.pairs.unpaired() {
+            p.sale(sale);
+        }
+        p.sold_out_before_a_sale()
     }
 
     /// Every record folded in, in the order they came, when this tally keeps them.
@@ -200,6 +308,7 @@ impl Tally {
         if let Some(h) = s.lock_hold {
             record(&mut self.hold, h);
         }
+        let mut sale = false;
         match &s.ended {
             Ended::Done {
                 outcome,
@@ -214,7 +323,7 @@ impl Tally {
                     } else {
                         self.told_bought.set(s.index);
                         self.timeline.add(s.at, *remaining);
-                        self.precedence.bought(s.sent, s.index);
+                        sale = true;
                     }
                     self.lease_overrun += u64::from(*overran_lease);
                 }
@@ -231,7 +340,7 @@ impl Tally {
                 Some(Outcome::Bought) => {
                     self.bought += 1;
                     self.told_bought.set(s.index);
-                    self.precedence.bought(s.sent, s.index);
+                    sale = true;
                     if let Some(stock) = remaining {
                         self.timeline.add(s.at, *stock);
                     }
@@ -260,6 +369,9 @@ impl Tally {
                     self.first_error = Some((s.at, message.clone(), hint.clone()));
                 }
             }
+        }
+        for sale in self.pairs.came(s.index, s.sent, sale).into_iter().flatten() {
+            self.precedence.sale(sale);
         }
     }
 
@@ -358,7 +470,95 @@ mod tests {
         p.sold_out(ms(9), 5);
         assert_eq!(
             p.sold_out_before_a_sale(),
-            Some(((ms(5), 1), (Duration::from_micros(5001), 4)))
+            Some((
+                (ms(5), 1),
+                Sale {
+                    sent: Duration::from_micros(5001),
+                    first: 4,
+                    answered: 4
+                }
+            ))
+        );
+    }
+
+    fn sample(index: u64, sent_ms: u64, at_ms: u64, ended: Ended) -> Sample {
+        Sample {
+            index,
+            ended,
+            latency: Duration::from_millis(at_ms - sent_ms),
+            lock_wait: None,
+            lock_hold: None,
+            sent: Duration::from_millis(sent_ms),
+            at: Duration::from_millis(at_ms),
+        }
+    }
+
+    fn answer(outcome: Outcome) -> Ended {
+        Ended::Answered {
+            outcome: Some(outcome),
+            remaining: None,
+        }
+    }
+
+    fn lost() -> Ended {
+        Ended::Failed {
+            kind: ErrorKind::Http(503),
+            indeterminate: true,
+            message: "HTTP 503: retry with the same order id".into(),
+            hint: None,
+        }
+    }
+
+    /// Every other request retries the one before it (orders 0-1, 2-3, 4-5): request 3 is
+    /// told "sold out" at 49 ms; order 4-5 was first sent at 40 ms (its answer lost), and its
+    /// retry, sent at 50 ms, is told "bought". The sale may be request 4's, made before the
+    /// stock ran out.
+    #[test]
+    fn a_sale_answered_to_a_retry_counts_from_the_first_send_of_its_order() {
+        let records = [
+            sample(3, 30, 49, answer(Outcome::SoldOut)),
+            sample(5, 50, 52, answer(Outcome::Bought)),
+            sample(4, 40, 41, lost()),
+        ];
+        let mut retrying = Tally::new(6, 1).retrying(Some(2));
+        let mut not = Tally::new(6, 1);
+        for s in &records {
+            retrying.add(s);
+            not.add(s);
+        }
+        assert_eq!(retrying.sold_out_before_a_sale(), None);
+        assert!(
+            not.sold_out_before_a_sale().is_some(),
+            "without retries it is one"
+        );
+    }
+
+    #[test]
+    fn a_real_under_sell_is_still_found_when_requests_are_retried() {
+        // Order 4-5 first sent at 50 ms, after "sold out" came at 49 ms: a new sale.
+        let mut t = Tally::new(6, 1).retrying(Some(2));
+        for s in [
+            sample(3, 30, 49, answer(Outcome::SoldOut)),
+            sample(5, 55, 58, answer(Outcome::Bought)),
+            sample(4, 50, 51, lost()),
+        ] {
+            t.add(&s);
+        }
+        assert_eq!(
+            t.sold_out_before_a_sale().map(|(_, sale)| sale),
+            Some(Sale {
+                sent: Duration::from_millis(50),
+                first: 4,
+                answered: 5
+            })
+        );
+        // An order whose retry never came counts from its own send.
+        let mut t = Tally::new(6, 1).retrying(Some(2));
+        t.add(&sample(3, 30, 49, answer(Outcome::SoldOut)));
+        t.add(&sample(4, 50, 51, answer(Outcome::Bought)));
+        assert_eq!(
+            t.sold_out_before_a_sale().map(|(_, sale)| sale.answered),
+            Some(4)
         );
     }
 

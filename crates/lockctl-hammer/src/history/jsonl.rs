@@ -25,6 +25,16 @@ use lockctl_core::stock::{Buy, Outcome};
 /// The version of the history's shape, in its first line.
 const VERSION: u64 = 1;
 
+/// The longest line a history may have (1 MiB), beyond the room its last line's ledger needs:
+/// a longer line is refused before it is read whole (parsed, it would cost several times its
+/// length in memory).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// The room the last line may take for each operation line before it: a ledger row
+/// (`[request,units],`, at most 20 bytes within lockctl's bounds) for each request, whose
+/// invoke and completion are two lines.
+const LEDGER_BYTES_PER_OP: usize = 32;
+
 /// A history that cannot be read: the line, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {reason}")]
@@ -269,21 +279,45 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
     let mut samples = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
     let mut lines_read = 0;
-    for (n, text) in input.lines().enumerate() {
-        let line = n + 1;
-        lines_read = line;
+    let (mut input, mut buf, mut ops) = (input, Vec::new(), 0usize);
+    loop {
+        let line = lines_read + 1;
         let fail = |reason: String| HistoryError { line, reason };
-        let text = text.map_err(|e| fail(format!("cannot be read: {e}")))?;
+        // Read no further than the cap (and the line's end): a line read whole costs several
+        // times its length once parsed.
+        let cap = MAX_LINE + ops * LEDGER_BYTES_PER_OP;
+        buf.clear();
+        let got = io::Read::take(&mut input, cap as u64 + 2)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| fail(format!("cannot be read: {e}")))?;
+        if got == 0 {
+            break;
+        }
+        lines_read = line;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+        }
+        if buf.len() > cap {
+            return Err(fail(format!(
+                "longer than {cap} bytes, the most a line of this history may be ({MAX_LINE} bytes, 1 MiB, and {LEDGER_BYTES_PER_OP} more for each operation before it, room for the ledger of the last line)"
+            )));
+        }
+        let text = std::str::from_utf8(&buf)
+            .map_err(|_| fail("cannot be read: it is not UTF-8".into()))?;
         if text.trim().is_empty() {
             continue;
         }
+        ops += usize::from(facts.is_some());
         if last.is_some() {
             return Err(fail(
                 "an operation after the last line (f: \"read\")".into(),
             ));
         }
         let op: Op =
-            serde_json::from_str(&text).map_err(|e| fail(format!("not an operation: {e}")))?;
+            serde_json::from_str(text).map_err(|e| fail(format!("not an operation: {e}")))?;
         let Some(fv) = &facts else {
             facts = Some(first_line(&op).map_err(fail)?);
             continue;

@@ -152,7 +152,7 @@ impl History {
     /// The verdict again, from this history alone: the same pure judgement a live run makes.
     pub fn judge(&self) -> Report {
         let f = &self.facts;
-        let mut tally = Tally::new(f.requests, f.qty);
+        let mut tally = Tally::new(f.requests, f.qty).retrying(f.retry_every);
         for s in &self.samples {
             tally.add(s);
         }

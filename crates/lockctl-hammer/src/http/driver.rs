@@ -77,7 +77,9 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         abandon: AtomicBool::new(false),
         start: Instant::now(),
         books: Mutex::new(Driven {
-            tally: Tally::new(load.requests, qty).keeping(load.history),
+            tally: Tally::new(load.requests, qty)
+                .keeping(load.history)
+                .retrying(load.retries),
             service: plan.rate.map(|_| new_histogram()),
             late: 0,
             max_lag: Duration::ZERO,

@@ -67,7 +67,8 @@ pub(super) fn stock_reader(
 
 /// With stock left after the round, single requests until one buys, for at most `heal` from
 /// when the faults were undone: a system that only answers busy or fails meanwhile has
-/// stalled (a lock that outlived its holder, say). `None` when it sold, or nothing was left.
+/// stalled (a lock that outlived its holder, say). `None` when it sold (a probe was answered
+/// "bought", or the stock fell), or nothing was left.
 pub(super) fn stalled(
     target: &Target,
     opts: &HuntOptions,
@@ -108,7 +109,13 @@ pub(super) fn stalled(
             users_from: 1_000_000 + tries,
             ..probe.clone()
         };
-        match http::run(target, &probe, &probe_http) {
+        let answer = http::run(target, &probe, &probe_http);
+        // A probe whose answer was lost (a timeout, a 503) may have sold all the same: the
+        // stock fell, so the system sells again (and a later "sold out" may be true).
+        if !matches!(&answer, Ok(r) if r.bought > 0) && read().is_some_and(|now| now < left) {
+            return None;
+        }
+        match answer {
             Ok(r) if r.bought > 0 => return None,
             Ok(r) if r.sold_out > 0 => {
                 return Some(format!(

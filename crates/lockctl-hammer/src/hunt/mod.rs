@@ -10,9 +10,11 @@
 //!
 //! Layout: `plan` (the schedule), `liveness` (the stock at rest, the probe after a heal), `nemesis` (faults and their undoing), `serve` (the system's
 //! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
-//! rows), `own` (lockctl's own strategies under the same nemesis: the matrix).
+//! rows), `own` (lockctl's own strategies under the same nemesis: the matrix), `clean` (what the
+//! hunt created in the user's stores, removed at the end).
 
 pub mod checks;
+pub mod clean;
 mod liveness;
 pub mod nemesis;
 pub mod own;
@@ -116,6 +118,9 @@ pub struct HuntOptions {
     pub nemesis: Nemesis,
     /// Once set, no new round starts and the round under way starts no new request.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The rounds' SKUs, each added as its round starts, whatever the hunt comes to: what the
+    /// hunt creates in the system's stores is under these ([`clean`]).
+    pub skus: Arc<Mutex<Vec<Sku>>>,
 }
 
 /// The first round that broke a promise.
@@ -161,6 +166,9 @@ pub struct HuntReport {
     pub last: Option<Box<(Report, Option<Box<History>>)>>,
     /// Why the first rounds that could not be judged could not (at most five).
     pub unknown: Vec<String>,
+    /// What the hunt created in the system's stores and removed at the end (`None`: kept, or
+    /// not looked for).
+    pub cleaned: Option<clean::Cleaned>,
 }
 
 /// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
@@ -187,6 +195,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         failure: None,
         last: None,
         unknown: Vec::new(),
+        cleaned: None,
     };
     let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     while started.elapsed() < opts.budget {
@@ -329,6 +338,9 @@ fn round(
     planner: &mut Planner,
 ) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
+    if let Ok(mut skus) = opts.skus.lock() {
+        skus.push(sku.clone());
+    }
     let start = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
     let healing = Healing::default();
@@ -487,8 +499,12 @@ fn strike(
     })
 }
 
-/// The promises checked beyond the books: the per-user limit, the order rows, and that the
-/// system sells again after the faults are undone.
+/// How often order rows that disagree with the answers are read again.
+const ORDERS_REREAD: Duration = Duration::from_millis(250);
+
+/// The promises checked beyond the books: the per-user limit, the order rows (at rest: read
+/// again while they disagree, for at most the heal), and that the system sells again after
+/// the faults are undone.
 fn findings(
     target: &Target,
     opts: &HuntOptions,
@@ -501,6 +517,7 @@ fn findings(
     let mut v = Vec::new();
     let mut unjudged = None;
     let qty = http.qty;
+    let stopping = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     if let (Some(users), Some(limit)) = (load.users, opts.limit) {
         v.extend(checks::user_limit(
             &history.samples,
@@ -511,8 +528,9 @@ fn findings(
         ));
     }
     if let Some(orders) = &opts.orders {
-        // At rest: a system that writes its orders a moment after it answers is read again
-        // while the rows still disagree, at most three times 300 ms apart.
+        // At rest: a system that writes its orders a moment after it answers (a queue, and a
+        // consumer that flushes every second or two) is read again while the rows disagree
+        // with the answers, every 250 ms, for at most the heal; what disagrees then counts.
         let check = || {
             orders
                 .db
@@ -527,12 +545,13 @@ fn findings(
                     )
                 })
         };
+        let deadline = Instant::now() + opts.heal;
         let mut found = check();
-        for _ in 0..3 {
-            if matches!(&found, Ok(f) if f.is_empty()) {
+        while !matches!(&found, Ok(f) if f.is_empty()) && !stopping() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
-            }
-            thread::sleep(Duration::from_millis(300));
+            };
+            thread::sleep(ORDERS_REREAD.min(left));
             found = check();
         }
         match found {
@@ -542,10 +561,9 @@ fn findings(
         }
     }
     // An interrupted round proves nothing about liveness: its probes would not be sent.
-    let stopping = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     if report.verdict != Verdict::Unknown
         && !report.interrupted
-        && !stopping
+        && !stopping()
         && let Some(stalled) = stalled(target, opts, load, http, healed)
     {
         v.push(stalled);

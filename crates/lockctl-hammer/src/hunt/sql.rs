@@ -24,6 +24,11 @@ enum Conn {
     My(Box<mysql::Conn>),
 }
 
+/// A statement the database refused or could not run, in its words.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SqlError(pub String);
+
 /// One order row: its id, units and, when the query returns a third column, its user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderRow {
@@ -192,6 +197,20 @@ impl SqlDb {
                     .map_err(|e| e.to_string())
             }
         })
+    }
+
+    /// `statement` with the SKU as its one parameter (a delete): the rows it affected.
+    pub fn delete(&self, statement: &str, sku: &str) -> Result<u64, SqlError> {
+        self.with(|conn| match conn {
+            Conn::Pg(c) => c.execute(statement, &[&sku]).map_err(|e| pg_error(&e)),
+            Conn::My(c) => {
+                use mysql::prelude::Queryable;
+                c.exec_drop(statement, (sku,))
+                    .map(|()| c.affected_rows())
+                    .map_err(|e| e.to_string())
+            }
+        })
+        .map_err(SqlError)
     }
 
     /// `query` with the SKU as its one parameter: rows of (order id, units[, user]).
