@@ -158,7 +158,18 @@ async fn close(State(shop): State<Shop>, Path(sku): Path<String>) -> Answer {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // Errors print as the sentences they are (Display), not in `Debug` form.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("axum_service: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let listen = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:8080".into());
@@ -172,7 +183,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/buy/{sku}", post(buy))
         .route("/close/{sku}", post(close))
         .with_state(shop);
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     eprintln!("axum_service: listening on {listen}");
     axum::serve(listener, app).await?;
     Ok(())

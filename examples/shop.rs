@@ -278,8 +278,19 @@ async fn handle(
     Ok(response)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+/// Errors print as the sentences they are (Display), once, with the program's name; not as
+/// the `Debug` form a `main` that returns `Result` would print.
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shop: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if matches!(args.strategy, Strategy::Lock | Strategy::Naive) {
         return Err(format!(
             "--strategy {}: the shop sells with batch, atomic or fenced; {} writes without \

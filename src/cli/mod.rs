@@ -48,6 +48,7 @@ pub struct Cli {
         global = true,
         env = "REDIS_URL",
         hide_env_values = true,
+        value_parser = parse::redis_url,
         help_heading = "Connection"
     )]
     pub redis: Option<String>,

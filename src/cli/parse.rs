@@ -39,3 +39,17 @@ pub fn user_id(s: &str) -> Result<String, String> {
         .map(|()| s.to_string())
         .map_err(|e| e.to_string())
 }
+
+/// A Redis URL as typed, or as `REDIS_URL` holds it: anything but nothing (an empty
+/// `REDIS_URL=` is a setting left half-done, not a URL to parse). The URL itself is read later,
+/// where its errors can hide a password.
+pub fn redis_url(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "the Redis URL is empty (is REDIS_URL set to an empty string? unset it, or \
+                    give --redis redis://host:port)"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
+}

@@ -262,31 +262,59 @@ fn someone_answers(url: &str, options: &ConnectOptions) -> bool {
 pub fn parse_failed(e: clap::Error) -> ExitCode {
     let usage = e.use_stderr();
     if usage && std::env::args_os().any(|a| a == "--json") {
-        let reason = e.kind().as_str().unwrap_or("invalid arguments").to_string();
+        // clap's own sentence ("invalid value 'abc' for '--qty <QTY>': ..."), not its kind's
+        // name: the first paragraph of its message, without the "error: " it starts with.
+        let text = shown(&e).unwrap_or_else(|| e.to_string());
+        let first = text.split("\n\n").next().unwrap_or_default();
+        let reason = first.trim().trim_start_matches("error: ");
+        let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
         let _ = emit_json(&ErrorJson::new(reason, ErrorKind::Usage, false));
     }
-    print_parse_error(&e);
+    match shown(&e) {
+        Some(text) => {
+            let _ = match e.use_stderr() {
+                true => io::stderr().write_all(text.as_bytes()),
+                false => io::stdout().write_all(text.as_bytes()),
+            };
+        }
+        None => {
+            let _ = e.print();
+        }
+    }
     if usage { Exit::Usage } else { Exit::Ok }.into()
 }
 
+/// How clap's usage line names --redis when it has a value.
+const ENV_REDIS_USAGE: &str = " --redis <REDIS>";
+
 /// clap's message, which quotes the argument it stumbled on: an unquoted `--db host=h
 /// password=pw` makes `password=pw` an unexpected argument. When an argument holds a secret,
-/// the message is shown with every argument as a report shows it (and without colour: the
-/// plain text is what gets rewritten); otherwise clap prints it as it always does.
-fn print_parse_error(e: &clap::Error) {
+/// the message as shown, with every argument as a report shows it (and without colour: the
+/// plain text is what gets rewritten); `None` when nothing needs hiding (clap prints it as it
+/// always does).
+fn shown(e: &clap::Error) -> Option<String> {
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let shown = redact_command_line(&args);
+    let redacted = redact_command_line(&args);
     let mut changed: Vec<(&String, &String)> =
-        args.iter().zip(&shown).filter(|(a, s)| a != s).collect();
-    if changed.is_empty() {
-        let _ = e.print();
-        return;
+        args.iter().zip(&redacted).filter(|(a, s)| a != s).collect();
+    // clap's usage line names the arguments it was given, and a value from the environment
+    // counts: with REDIS_URL set, `lockctl buy` would read "Usage: lockctl buy --redis <REDIS>
+    // <SKU>", as if --redis were required.
+    let typed_redis = args
+        .iter()
+        .any(|a| a == "--redis" || a.starts_with("--redis="));
+    let env_usage = !typed_redis && e.to_string().contains(ENV_REDIS_USAGE);
+    if changed.is_empty() && !env_usage {
+        return None;
     }
     // The longest first, so that an argument that contains another is replaced whole.
     changed.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
     let mut text = e.to_string();
+    if env_usage {
+        text = text.replace(ENV_REDIS_USAGE, "");
+    }
     for (arg, redacted) in &changed {
         text = text.replace(arg.as_str(), redacted);
     }
@@ -294,10 +322,7 @@ fn print_parse_error(e: &clap::Error) {
     for (arg, _) in &changed {
         text = scrub(&text, arg);
     }
-    let _ = match e.use_stderr() {
-        true => io::stderr().write_all(text.as_bytes()),
-        false => io::stdout().write_all(text.as_bytes()),
-    };
+    Some(text)
 }
 
 /// A command that failed: one line on stderr (and one JSON object on stdout under `--json`);

@@ -524,3 +524,139 @@ fn database_url_in_the_environment_leaves_a_plain_hammer_alone() {
         "{err}"
     );
 }
+
+/// The first user's list of messages (the service issue), each fixed: `hunt --help` keeps
+/// `{n}` whole and names every fault; a usage line never names --redis as if it were required
+/// because REDIS_URL is set; a host that does not resolve is not "is redis-server running?";
+/// `--json` usage errors carry clap's own sentence; an empty REDIS_URL says so.
+#[test]
+fn help_and_usage_messages_say_what_the_user_typed() {
+    let help = stdout(&lockctl("redis://127.0.0.1:1", &["hunt", "--help"]));
+    assert!(
+        help.contains("and {n} (the request's index) are filled in the URL"),
+        "{help}"
+    );
+    for fault in [
+        "client-kill",
+        "redis-pause",
+        "stall",
+        "pause-worker",
+        "kill-worker",
+        "pause-holder",
+    ] {
+        assert!(
+            help.contains(fault),
+            "--nemesis help misses {fault}:\n{help}"
+        );
+    }
+
+    // REDIS_URL is set (lockctl() sets it): the usage line is the one without it.
+    let out = lockctl("redis://127.0.0.1:1", &["buy"]);
+    assert_says(&out, 2, &["Usage: lockctl buy <SKU>"]);
+    assert!(
+        !stderr(&out).contains("--redis <REDIS>"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = lockctl("redis://no-such-host.invalid:6379", &["check"]);
+    assert_says(
+        &out,
+        1,
+        &[
+            "'no-such-host.invalid:6379'",
+            "no such host: check the host name in --redis",
+        ],
+    );
+    assert!(
+        !stderr(&out).contains("is redis-server running"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = lockctl(
+        "redis://127.0.0.1:1",
+        &["--json", "buy", "sku", "--qty", "abc"],
+    );
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        json(&out)["error"],
+        "invalid value 'abc' for '--qty <QTY>': must be a whole number from 1 to 1000000, not 'abc'"
+    );
+    let out = lockctl("redis://127.0.0.1:1", &["--json", "buy"]);
+    assert_eq!(
+        json(&out)["error"],
+        "the following required arguments were not provided: <SKU>"
+    );
+
+    let out = lockctl("", &["check"]);
+    assert_says(
+        &out,
+        2,
+        &[
+            "the Redis URL is empty",
+            "is REDIS_URL set to an empty string? unset it",
+        ],
+    );
+}
+
+/// `hammer --url` with no pattern to judge by: an HTTP 400's body is shown in its error, not
+/// "(empty body)".
+#[test]
+fn an_unjudged_error_answer_shows_its_body() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.php"),
+        "<?php http_response_code(400); echo 'sku must be numeric';",
+    )
+    .unwrap();
+    let port = crate::support::free_port();
+    let php = crate::support::spawn_tool(
+        Command::new("php")
+            .args(["-S", &format!("127.0.0.1:{port}"), "-t"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let _php = crate::support::Killed(php);
+    assert!(crate::support::eventually(
+        std::time::Duration::from_secs(10),
+        || { std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() }
+    ));
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hammer",
+            "--url",
+            &format!("http://127.0.0.1:{port}/bad.php"),
+            "-n",
+            "3",
+            "-c",
+            "1",
+        ],
+    );
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("HTTP 400: 'sku must be numeric'"), "{text}");
+    assert!(!text.contains("(empty body)"), "{text}");
+}
+
+/// The shop prints its errors as sentences, once, not in `Debug` form.
+#[test]
+fn the_shop_prints_its_errors_as_sentences() {
+    let exe = std::env::current_exe().unwrap();
+    let shop = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/shop");
+    let out = Command::new(shop)
+        .args(["--redis", "bogus", "--listen", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stderr(&out),
+        "shop: error: invalid Redis URL 'bogus': it has no scheme; expected redis://host:port[/db], rediss://host:port (TLS) or redis+unix:///path/to/socket\n"
+    );
+}

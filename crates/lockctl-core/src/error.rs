@@ -586,6 +586,17 @@ pub const INTERRUPTED: &str = "EINTR";
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether a connect failure's reason is the resolver's "no such host".
+fn unresolved(reason: &str) -> bool {
+    [
+        "failed to lookup address",
+        "Name or service not known",
+        "Name does not resolve",
+    ]
+    .iter()
+    .any(|w| reason.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::ErrorKind;
@@ -606,15 +617,4 @@ mod tests {
         assert_eq!(ErrorKind::from_name("from_the_future"), ErrorKind::Unknown);
         assert_eq!(ErrorKind::from_name("http_x"), ErrorKind::Unknown);
     }
-}
-
-/// Whether a connect failure's reason is the resolver's "no such host".
-fn unresolved(reason: &str) -> bool {
-    [
-        "failed to lookup address",
-        "Name or service not known",
-        "Name does not resolve",
-    ]
-    .iter()
-    .any(|w| reason.contains(w))
 }
