@@ -396,13 +396,17 @@ pub fn output(
     json: impl FnOnce() -> Value,
 ) -> io::Result<()> {
     if ctx.json {
-        emit_json(&json())
-    } else if ctx.quiet {
+        return emit_json(&json());
+    }
+    // The text may quote what is stored in Redis (a lock holder's token, a damaged key's
+    // value): nothing of it may drive the terminal.
+    let t = text();
+    let t = lockctl::render::terminal_lines(&t);
+    if ctx.quiet {
         // The result line only: the first, where every command puts its outcome.
-        let t = text();
         emit(&format!("{}\n", t.lines().next().unwrap_or("")))
     } else {
-        emit(&text())
+        emit(&t)
     }
 }
 

@@ -930,7 +930,7 @@ fn a_failed_restart_is_lockctls_error_and_a_short_heal_still_probes() {
 }
 
 /// Bytes that drive a terminal: ESC, BEL, CR, and the C1 CSI (U+009B, as UTF-8).
-fn terminal_controls(bytes: &[u8]) -> Vec<String> {
+pub(crate) fn terminal_controls(bytes: &[u8]) -> Vec<String> {
     let mut found = Vec::new();
     for (i, b) in bytes.iter().enumerate() {
         let c1 = *b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..0xa0).contains(n));

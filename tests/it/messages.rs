@@ -660,3 +660,23 @@ fn the_shop_prints_its_errors_as_sentences() {
         "shop: error: invalid Redis URL 'bogus': it has no scheme; expected redis://host:port[/db], rediss://host:port (TLS) or redis+unix:///path/to/socket\n"
     );
 }
+
+/// What is stored in Redis cannot drive the terminal through `status` or `unlock`: a lock
+/// holder's token made of terminal escapes (a fake line, a screen cleared) is shown escaped.
+#[test]
+fn a_lock_token_made_of_escapes_is_shown_escaped() {
+    let redis = RedisServer::start();
+    lockctl(&redis.url(), &["seed", "esc", "5"]);
+    let token = "\u{1b}[2J\u{1b}[1Areconciled: yes\u{7}\r";
+    let _: () = redis.raw().set("dist_lock:esc", token).unwrap();
+    for args in [&["status", "esc"][..], &["unlock", "esc", "--force"][..]] {
+        let out = lockctl(&redis.url(), args);
+        let found = crate::hunt::terminal_controls(&out.stdout);
+        assert!(found.is_empty(), "{args:?} printed controls: {found:?}");
+        assert!(
+            stdout(&out).contains("\\u{1b}[2J"),
+            "{args:?}: {}",
+            stdout(&out)
+        );
+    }
+}
