@@ -22,11 +22,11 @@ use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
 use lockctl_hammer::hunt::serve::{Reach, Served};
 use lockctl_hammer::hunt::sql::SqlDb;
-use lockctl_hammer::hunt::{self, HuntOptions, OrdersSql, SqlStock};
+use lockctl_hammer::hunt::{self, HuntOptions, OnRound, OrdersSql, RoundSeen, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
-    let faults = faults(&args)?;
+    let faults = faults(&args, ctx.redis_named)?;
     for (flag, path) in [
         ("--history", &args.history),
         ("--export-html", &args.export_html),
@@ -86,6 +86,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         nemesis = nemesis.with_proxy(p.clone());
     }
     nemesis.check(&faults).map_err(UsageError)?;
+    warn_of_outsiders(ctx, &args, &faults, &nemesis);
     if let Ok(mut s) = slot.lock() {
         *s = Some(nemesis.clone());
     }
@@ -95,7 +96,8 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         serve: serve.clone(),
     };
     let seed = args.seed.unwrap_or_else(rand::random);
-    let opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    let mut opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    opts.on_round = live_lines(ctx);
     let result = hunt::run(&target, &opts);
     drop(_cleanup);
     // The system is stopped: what the hunt created can go, whatever the hunt came to.
@@ -145,7 +147,44 @@ fn hunt_options(
         nemesis: nemesis.clone(),
         stop: Some(signals.requested.clone()),
         skus: Arc::default(),
+        on_round: None,
     }
+}
+
+/// One line on stderr per round as it ends, when stderr is a terminal (not with `--json` or
+/// `-q`): the round, its shape and faults, its verdict, the hunt so far and the time left. A
+/// hunt is otherwise silent for its whole budget.
+fn live_lines(ctx: &Ctx) -> Option<OnRound> {
+    use std::io::IsTerminal;
+    if ctx.json || ctx.quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    Some(Arc::new(|r: &RoundSeen| {
+        let faults = match r.faults.as_slice() {
+            [] => "no fault".to_string(),
+            f => f
+                .iter()
+                .map(|(name, took)| match took {
+                    true => name.clone(),
+                    false => format!("{name} (no effect)"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let verdict = match r.verdict {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Unknown => "not judged",
+        };
+        let left = r.budget.saturating_sub(r.elapsed).as_secs();
+        eprintln!(
+            "hunt: round {} · {} · {} · {faults} · {verdict} · {} judged · {left} s left",
+            r.number,
+            r.shape,
+            lockctl_core::units::count(r.requests, "request", "requests"),
+            r.judged,
+        );
+    }))
 }
 
 /// Where the stock rows the hunt creates are, and how to delete one.
@@ -402,8 +441,70 @@ fn start_proxy(ctx: &Ctx, listen: &str) -> anyhow::Result<Proxy> {
     Ok(Proxy::start(listen, upstream).map_err(UsageError)?)
 }
 
-/// The faults `--nemesis` names, checked against the facts.
-fn faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
+/// Before the first fault: the clients of the Redis that its faults would touch beyond the
+/// system under test, named on stderr (the address, and the process when this machine holds
+/// the connection), so that a Redis shared with someone else is known before it is paused.
+fn warn_of_outsiders(ctx: &Ctx, args: &HuntArgs, faults: &[FaultKind], nemesis: &Nemesis) {
+    let redis_faults: Vec<&str> = faults
+        .iter()
+        .filter(|k| k.faults_redis())
+        .map(|k| k.name())
+        .collect();
+    if redis_faults.is_empty() {
+        return;
+    }
+    let outsiders = nemesis.outsiders();
+    if outsiders.is_empty() {
+        return;
+    }
+    let named: Vec<String> = outsiders
+        .iter()
+        .take(5)
+        .map(|o| match &o.owner {
+            Some(w) => format!("{} (pid {}, {})", o.addr, w.pid, w.command),
+            None => o.addr.clone(),
+        })
+        .collect();
+    let more = match outsiders.len() {
+        n if n > 5 => format!(", and {} more", n - 5),
+        _ => String::new(),
+    };
+    let whose = match args.serve {
+        Some(_) => "outside the system under test (not started by --serve)",
+        None => "that lockctl cannot tell are the system's (no --serve names its processes)",
+    };
+    let message = format!(
+        "Redis at {} has {} {whose}: {}{more}; {} act on them too",
+        ctx.target.addr(),
+        lockctl_core::units::count(outsiders.len() as u64, "client", "clients"),
+        named.join(", "),
+        redis_faults.join(" and "),
+    );
+    eprintln!("lockctl: warning: {}", lockctl::render::terminal(&message));
+}
+
+/// The faults `--nemesis` names, checked against the facts. A fault on the Redis server
+/// itself (`client-kill`, `redis-pause`) needs that Redis named (`redis_named`: `--redis` or
+/// `REDIS_URL`): `auto` leaves them out otherwise, and naming one is a usage error, so that
+/// nothing faults whatever happens to answer at the default address.
+fn faults(args: &HuntArgs, redis_named: bool) -> anyhow::Result<Vec<FaultKind>> {
+    let mut list = named_faults(args)?;
+    if !redis_named {
+        if let Some(k) = list.iter().find(|k| k.faults_redis())
+            && args.nemesis != "auto"
+        {
+            return Err(UsageError(format!(
+                "--nemesis {} acts on a Redis server (every client of it), and no Redis was named: lockctl never faults a Redis by default; name the system's with --redis URL (or REDIS_URL)",
+                k.name()
+            ))
+            .into());
+        }
+        list.retain(|k| !k.faults_redis());
+    }
+    Ok(list)
+}
+
+fn named_faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
     let serve = args.serve.is_some();
     let own = !args.strategy.is_empty();
     let list = match args.nemesis.as_str() {

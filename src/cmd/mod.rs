@@ -101,6 +101,9 @@ pub struct Ctx {
     pub color: ColorArg,
     /// The `--redis` URL as given (for a seed node of a cluster that must be asked directly).
     pub url: String,
+    /// Whether the user named the Redis (`--redis` or `REDIS_URL`), rather than it being the
+    /// default: only a named Redis is ever faulted.
+    pub redis_named: bool,
     /// The private redis-server this run uses, if any: stopped when the command ends.
     _private: Option<PrivateRedis>,
 }
@@ -176,6 +179,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         quiet: cli.quiet,
         color: cli.color,
         url,
+        redis_named: cli.redis.is_some(),
         _private: private,
     };
     match cli.command {

@@ -1421,3 +1421,168 @@ fn a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them() {
         assert_eq!(v, Some(5), "{k}");
     }
 }
+
+/// The hunt faults only a Redis the user named (`--redis` or `REDIS_URL`): with neither, a
+/// fault on the Redis server is a usage error when asked for by name, and `auto` leaves the
+/// Redis faults out; the run goes on with the others. (The default is moved to a private
+/// server here, as it would be 6379.)
+#[test]
+fn only_a_named_redis_is_faulted() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 4);
+    for fault in ["redis-pause", "client-kill"] {
+        let out = crate::support::lockctl_unconfigured(
+            &redis.url(),
+            tmp.path(),
+            &[
+                "hunt",
+                "--url",
+                &url,
+                "--preset",
+                "tutorial",
+                "--nemesis",
+                fault,
+            ],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no Redis was named: lockctl never faults a Redis by default"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = crate::support::lockctl_unconfigured(
+        &redis.url(),
+        tmp.path(),
+        &[
+            "--json", "hunt", "--url", &url, "--preset", "tutorial", "--serve", &serve, "--budget",
+            "4s", "--seed", "7",
+        ],
+    )
+    .output()
+    .unwrap();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).expect(&said);
+    let tried = v["faults_tried"].as_object().cloned().unwrap_or_default();
+    assert!(
+        !tried.contains_key("redis-pause") && !tried.contains_key("client-kill"),
+        "{said}"
+    );
+    assert!(!tried.is_empty(), "no fault was tried at all: {said}");
+}
+
+/// Before the first fault on a Redis, its clients that are not the system's are named: here a
+/// client this test holds (neither lockctl's nor started by --serve).
+#[test]
+fn a_redis_with_clients_outside_the_system_is_named_before_it_is_faulted() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let mut bystander = redis.raw();
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("bystander")
+        .query(&mut bystander)
+        .unwrap();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 4);
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "redis-pause",
+            "--budget",
+            "2s",
+        ],
+    );
+    let err = stderr(&out);
+    let me = format!("(pid {}, ", std::process::id());
+    assert!(
+        err.contains("lockctl: warning: Redis at ")
+            && err.contains("outside the system under test (not started by --serve)")
+            && err.contains(&me)
+            && err.contains("redis-pause act on them too"),
+        "{err}"
+    );
+    // Without a bystander, no warning.
+    drop(bystander);
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "redis-pause",
+            "--budget",
+            "2s",
+        ],
+    );
+    assert!(
+        !stderr(&out).contains("warning: Redis at"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// On a terminal the hunt prints one line per round as it ends (round, shape, requests,
+/// faults, verdict, rounds judged, time left); not when stderr is not a terminal, nor with
+/// --json. The terminal is `script`'s pseudo-terminal.
+#[test]
+fn on_a_terminal_each_round_is_a_live_line() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 4);
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let line = format!(
+        "{} hunt --url {} --preset tutorial --serve {} --budget 3s --nemesis none",
+        env!("CARGO_BIN_EXE_lockctl"),
+        quoted(&url),
+        quoted(&serve)
+    );
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("REDIS_URL", redis.url())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("hunt: round 1 · ")
+            && shown.contains(" judged · ")
+            && shown.contains(" s left"),
+        "{shown}"
+    );
+    // Not a terminal: no live line, on either stream.
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--budget",
+            "2s",
+            "--nemesis",
+            "none",
+        ],
+    );
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!said.contains("hunt: round 1 · "), "{said}");
+}

@@ -18,6 +18,7 @@ pub mod clean;
 mod liveness;
 pub mod nemesis;
 pub mod own;
+pub mod owners;
 pub mod plan;
 pub mod proxy;
 pub mod serve;
@@ -121,7 +122,33 @@ pub struct HuntOptions {
     /// The rounds' SKUs, each added as its round starts, whatever the hunt comes to: what the
     /// hunt creates in the system's stores is under these ([`clean`]).
     pub skus: Arc<Mutex<Vec<Sku>>>,
+    /// Told of every round as it ends (a live display); `None`: nobody watches.
+    pub on_round: Option<OnRound>,
 }
+
+/// One round as it ended, with the hunt so far: what a live display shows.
+#[derive(Clone, Debug)]
+pub struct RoundSeen {
+    /// The round's number, from 1.
+    pub number: u64,
+    /// Its load shape (`burst`, `rate`, `double-click`).
+    pub shape: &'static str,
+    /// Its requests.
+    pub requests: u64,
+    /// Its faults: each one's name and whether it took effect.
+    pub faults: Vec<(String, bool)>,
+    /// Its verdict; `Unknown` for a round that could not be judged.
+    pub verdict: Verdict,
+    /// Rounds judged so far, this one included.
+    pub judged: u64,
+    /// How long the hunt has run.
+    pub elapsed: Duration,
+    /// The hunt's budget.
+    pub budget: Duration,
+}
+
+/// What is told of each round as it ends ([`HuntOptions::on_round`]).
+pub type OnRound = Arc<dyn Fn(&RoundSeen) + Send + Sync>;
 
 /// The first round that broke a promise.
 pub struct Failure {
@@ -226,11 +253,16 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
                 if hunt.unknown.len() < 5 {
                     hunt.unknown.push(format!("round {}: {e}", plan.number));
                 }
+                tell(opts, &plan, 0, &[], Verdict::Unknown, &hunt, started);
                 continue;
             }
             Err(RoundEnd::Failed(e)) => return Err(e),
         };
-        if hunt.add(plan, report, history, faults, sku) {
+        let (requests, verdict) = (report.run.requests, report.verdict);
+        let seen = (plan.clone(), faults.clone());
+        let failed = hunt.add(plan, report, history, faults, sku);
+        tell(opts, &seen.0, requests, &seen.1, verdict, &hunt, started);
+        if failed {
             break;
         }
     }
@@ -239,6 +271,31 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     }
     hunt.elapsed = started.elapsed();
     Ok(hunt)
+}
+
+/// Tells the watcher, if any, of a round that ended.
+fn tell(
+    opts: &HuntOptions,
+    plan: &Round,
+    requests: u64,
+    faults: &[Fault],
+    verdict: Verdict,
+    hunt: &HuntReport,
+    started: Instant,
+) {
+    let Some(on_round) = &opts.on_round else {
+        return;
+    };
+    on_round(&RoundSeen {
+        number: plan.number,
+        shape: plan.shape.name(),
+        requests,
+        faults: faults.iter().map(|f| (f.fault.clone(), f.took)).collect(),
+        verdict,
+        judged: hunt.judged,
+        elapsed: started.elapsed(),
+        budget: opts.budget,
+    });
 }
 
 impl HuntReport {

@@ -74,6 +74,12 @@ impl FaultKind {
         self == FaultKind::Stall
     }
 
+    /// Whether it acts on the Redis server itself (every client of it is touched), so that it
+    /// needs that Redis named by the user, never a default.
+    pub fn faults_redis(self) -> bool {
+        matches!(self, FaultKind::ClientKill | FaultKind::RedisPause)
+    }
+
     /// Whether it is done to lockctl's own buyers (`hunt --strategy`) only.
     pub fn own_only(self) -> bool {
         self == FaultKind::PauseHolder
@@ -113,6 +119,16 @@ pub struct Nemesis {
     proxy: Option<Arc<super::proxy::Proxy>>,
     /// Set by a heal, cleared at a round's start: no fault is done while it is set.
     closed: Arc<Mutex<bool>>,
+}
+
+/// A client of the hunt's Redis that is neither lockctl's nor, as far as this machine can
+/// tell, the system under test's: a Redis fault touches it too.
+#[derive(Clone, Debug)]
+pub struct Outsider {
+    /// Its address as the server lists it (`ip:port`).
+    pub addr: String,
+    /// The process on this machine that holds the connection, when one was found.
+    pub owner: Option<super::owners::Owner>,
 }
 
 /// What a heal undid, and what it could not.
@@ -272,6 +288,52 @@ impl Nemesis {
             }
         }
         Ok(())
+    }
+
+    /// The clients of the Redis that a Redis fault would touch beyond the system under test:
+    /// every client but lockctl's own connections and replicas, less those held by the
+    /// `--serve` processes (found through `/proc`; without `--serve`, none is known to be the
+    /// system's). Best effort: a Redis that cannot be asked has none listed.
+    pub fn outsiders(&self) -> Vec<Outsider> {
+        let Ok(mut c) = self.redis.connect() else {
+            return Vec::new();
+        };
+        let Ok(list) = c.query::<String>(redis::cmd("CLIENT").arg("LIST")) else {
+            return Vec::new();
+        };
+        let me = std::process::id() as i32;
+        let mut clients = Vec::new();
+        for line in list.lines() {
+            let field = |k: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+            };
+            let ours = field("name").is_some_and(|n| n.starts_with(OWN_NAME));
+            let replica = field("flags").is_some_and(|f| f.contains('S') || f.contains('M'));
+            if let (Some(addr), false, false) = (field("addr"), ours, replica) {
+                clients.push(addr.to_string());
+            }
+        }
+        let parsed: Vec<std::net::SocketAddr> =
+            clients.iter().filter_map(|a| a.parse().ok()).collect();
+        let owners = super::owners::owners(&parsed);
+        let system: Vec<i32> = self
+            .serve
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.processes()))
+            .unwrap_or_default();
+        clients
+            .into_iter()
+            .map(|addr| {
+                let owner = addr.parse().ok().and_then(|a| owners.get(&a).cloned());
+                Outsider { addr, owner }
+            })
+            .filter(|o| {
+                !o.owner
+                    .as_ref()
+                    .is_some_and(|w| w.pid == me || system.contains(&w.pid))
+            })
+            .collect()
     }
 
     /// Undoes what can be undone at once, for a process that is quitting now.

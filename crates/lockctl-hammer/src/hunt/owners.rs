@@ -1,0 +1,74 @@
+//! Which process on this machine holds a TCP connection: how the hunt tells the clients of a
+//! Redis that belong to the system under test (its `--serve` processes) from the ones that do
+//! not, before it faults that Redis. Read from `/proc` through the procfs crate: the socket's
+//! inode from `/proc/net/tcp` (and `tcp6`) by its local address, then the process with a file
+//! descriptor on that inode.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// A connection's owner: its pid and its command name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The process id.
+    pub pid: i32,
+    /// Its command name (`/proc/PID/comm`).
+    pub command: String,
+}
+
+/// The owners of the TCP connections whose local ends are `addrs` (as a server lists its
+/// clients' addresses), for those this machine holds and this process may look at. An address
+/// with no owner found is left out: another machine's, or a process of another user's.
+pub fn owners(addrs: &[SocketAddr]) -> HashMap<SocketAddr, Owner> {
+    let mut inodes: HashMap<u64, SocketAddr> = HashMap::new();
+    let tables = [procfs::net::tcp(), procfs::net::tcp6()];
+    for entry in tables.into_iter().flatten().flatten() {
+        if addrs.contains(&entry.local_address) {
+            inodes.insert(entry.inode, entry.local_address);
+        }
+    }
+    let mut found = HashMap::new();
+    if inodes.is_empty() {
+        return found;
+    }
+    let Ok(all) = procfs::process::all_processes() else {
+        return found;
+    };
+    for p in all.flatten() {
+        let Ok(fds) = p.fd() else { continue };
+        for fd in fds.flatten() {
+            if let procfs::process::FDTarget::Socket(inode) = fd.target
+                && let Some(addr) = inodes.get(&inode)
+            {
+                let command = p.stat().map(|s| s.comm).unwrap_or_default();
+                found.insert(
+                    *addr,
+                    Owner {
+                        pid: p.pid,
+                        command,
+                    },
+                );
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_of_this_process_is_found_as_its_own() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let local = client.local_addr().unwrap();
+        let found = owners(&[local]);
+        assert_eq!(
+            found.get(&local).map(|o| o.pid),
+            Some(std::process::id() as i32)
+        );
+        let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert!(owners(&[nobody]).is_empty());
+    }
+}
