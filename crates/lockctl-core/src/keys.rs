@@ -12,7 +12,7 @@ use crate::sku::Sku;
 /// starts, so no SKU's key can equal another SKU's key of a different kind.
 #[derive(Clone, Debug)]
 pub struct StockKeys {
-    /// `item:stock:<SKU>`: the counter, a string integer, as in the seed.
+    /// `item:stock:<SKU>`: the counter, a string integer, as in the tutorial.
     pub stock: String,
     /// `item:orders:<SKU>`: hash of order id -> units deducted under that order id.
     pub ledger: String,
@@ -94,7 +94,7 @@ impl StockKeys {
 /// lock's key can equal another lock's key of a different kind.
 #[derive(Clone, Debug)]
 pub struct LockKeys {
-    /// `dist_lock:<name>`: the lock itself, as in the seed.
+    /// `dist_lock:<name>`: the lock itself, as in the tutorial.
     pub lock: String,
     /// `dist_lock_fence:<name>`: the fencing counter, one INCR per grant.
     pub fence: String,

@@ -19,7 +19,7 @@ use lockctl_core::stock::BuyOptions;
 pub enum Mode {
     /// Worker threads in this process, one connection each.
     Threads,
-    /// Each purchase is a child `lockctl buy` process, like the seed's "several terminals".
+    /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
     Procs,
     /// Each purchase is an HTTP request to someone's endpoint (`hammer --url`).
     Http,
@@ -32,7 +32,7 @@ pub enum Driving {
     /// Worker threads in this process, one connection each.
     #[default]
     Threads,
-    /// Each purchase is a child process (`lockctl buy`), like the seed's "several terminals".
+    /// Each purchase is a child process (`lockctl buy`), like the tutorial's "several terminals".
     Procs,
 }
 

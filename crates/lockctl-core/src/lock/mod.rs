@@ -1,12 +1,12 @@
-//! A lease-based Redis lock, compatible with the seed's PHP `DistributedLock`.
+//! A lease-based Redis lock, compatible with the tutorial's PHP `DistributedLock`.
 //!
 //! The lock is the key `dist_lock:<name>` holding its owner's token (32 hex characters from 16
-//! random bytes), set with `NX` and `PX`, exactly as the seed does, so a lock taken by the PHP
+//! random bytes), set with `NX` and `PX`, exactly as the tutorial does, so a lock taken by the PHP
 //! client and one taken here exclude each other. What makes it correct is that nothing but the
 //! owner ever touches a held lock: release and renewal are scripts that compare the token and act
 //! in one atomic step, and Redis runs one script at a time.
 //!
-//! Beyond the seed, every grant also takes the next number from `dist_lock_fence:<name>` in the
+//! Beyond the tutorial, every grant also takes the next number from `dist_lock_fence:<name>` in the
 //! same script (a fencing token: a store downstream can refuse writes carrying an older number),
 //! the release says whether the lease had already run out, and an optional watchdog renews the
 //! lease while the owner lives. This module knows nothing of stock.
@@ -46,9 +46,9 @@ use crate::redlock::Quorum;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockOptions {
     /// Lease length: the lock frees itself this long after the last grant or renewal.
-    /// Default: 5000 ms, as in the seed's demo.
+    /// Default: 5000 ms, as in the tutorial's demo.
     pub ttl: Duration,
-    /// How long to keep trying when the lock is held. Default: zero, one try, as in the seed.
+    /// How long to keep trying when the lock is held. Default: zero, one try, as in the tutorial.
     pub wait: Duration,
     /// Renew the lease every TTL/3 while the guard lives. Default: off.
     pub watchdog: bool,

@@ -53,7 +53,7 @@ return {1, redis.call(unpack(ARGV, 2))}
 /// neither sets the lock all the same and names that waiter in `NOTIFY`, and the caller pushes
 /// its wake message by [`NOTIFY_LUA`] in a second call. The hand-off is as safe either way (the lock is granted in
 /// the script); a waiter whose message is late finds the lock its own at its next refresh. Every grant also records `<token>:<fence>:<server ms>` in the
-/// grant key, for `status`. `release(token)` is the seed's compare-and-delete with the hand-off.
+/// grant key, for `status`. `release(token)` is the tutorial's compare-and-delete with the hand-off.
 /// A member that does not parse as `<token>/<ttl ms>`, or that has no deadline, is not a
 /// waiter lockctl wrote: `grant_head` drops it rather than fail on it (one hostile `ZADD`
 /// must not lock a SKU out), and `repair` drops every such member at once. The fencing
@@ -194,7 +194,7 @@ end
 
 /// Takes the lock if it is free and nobody is queued ahead; otherwise joins (or refreshes a
 /// place in) the queue when asked to. A free lock with live waiters goes to the oldest of them,
-/// so nobody overtakes the queue, except a client that knows nothing of it (the seed's plain
+/// so nobody overtakes the queue, except a client that knows nothing of it (the tutorial's plain
 /// `SET NX PX`), which may; exclusion holds all the same.
 /// KEYS: 1-7 as in [`LOCK_PRELUDE`], 8 this waiter's wake list, 9 (optional) the key whose
 /// value a grant carries (see [`QUEUE_LUA`]'s `carried`).
@@ -256,7 +256,7 @@ redis.call('DEL', HK)
 return {0, 0, now_ms(), 0, '', '', '', 0}
 ";
 
-/// Releases the lock if it still holds this token (the seed's compare-and-delete), handing it
+/// Releases the lock if it still holds this token (the tutorial's compare-and-delete), handing it
 /// to the oldest live waiter instead of deleting it when anyone waits. A release that finds the
 /// lock gone also hands it over, so waiters need not wait for their next timeout.
 /// KEYS: 1-7 as in [`LOCK_PRELUDE`], 8 the wake list of the waiter expected at the head, 9

@@ -135,7 +135,7 @@ fn r_pttl_below(r: &Reply, block: Duration) -> bool {
 
 impl Lock {
     /// Redlock's acquire loop. The lock key on the data node comes first, through its FIFO
-    /// queue: it keeps single-node clients such as the seed's PHP code excluded, gives the
+    /// queue: it keeps single-node clients such as the tutorial's PHP code excluded, gives the
     /// fenced write a token to check where the stock lives, and lets lockctl's buyers take
     /// turns instead of splitting the votes (simultaneous Redlock rounds that each win a
     /// minority, release, and retry are Redlock's known livelock). Then a majority of the lock

@@ -1,13 +1,13 @@
-//! Stock deduction: the seed's purchase and the strategies that fix or break it.
+//! Stock deduction: the tutorial's purchase and the strategies that fix or break it.
 //!
-//! The stock is `item:stock:<SKU>`, a string integer, as in the seed. Every deduction also
+//! The stock is `item:stock:<SKU>`, a string integer, as in the tutorial. Every deduction also
 //! records the order in a per-SKU ledger (`item:orders:<SKU>`, order id -> units deducted), in
 //! the same transaction or script as the deduction, so that stock consumed and ledger sum agree
 //! whatever crashes: that equality is what the hammer and `status` check.
 //!
 //! The one idea that makes each strategy correct (or not):
 //! - `lock` reads then writes under the lock, which is safe only while the lease outlives the
-//!   work; past it (the seed's homework) two buyers read the same stock.
+//!   work; past it (the tutorial's homework) two buyers read the same stock.
 //! - `fenced` makes the write itself check the lease: one script deducts only while the lock
 //!   still holds this buyer's token, so an expired buyer deducts nothing.
 //! - `atomic` needs no lock: one script reads, checks and writes, and Redis runs scripts one at
@@ -93,7 +93,7 @@ impl fmt::Display for Strategy {
 /// How to buy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuyOptions {
-    /// Default: [`Strategy::Lock`], the seed's flow.
+    /// Default: [`Strategy::Lock`], the tutorial's flow.
     pub strategy: Strategy,
     /// Units per purchase. Default: 1.
     pub qty: u64,
