@@ -96,6 +96,7 @@ pub const DEFAULT_ROOM: usize = 16;
 ///
 /// ```
 /// # let Some(server) = lockctl_core::doc_server::start() else { return };
+/// # let url = server.url();
 /// use std::time::Duration;
 /// use lockctl_core::aio::AsyncBuyer;
 /// use lockctl_core::conn::{ConnectOptions, Target};
@@ -104,7 +105,8 @@ pub const DEFAULT_ROOM: usize = 16;
 ///
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// # rt.block_on(async {
-/// let target = Target::open(&server.url(), ConnectOptions::default())?;
+/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
+/// let target = Target::open(&url, ConnectOptions::default())?;
 /// let sku = "sku_886".parse().unwrap();
 /// stock::seed(&mut target.connect()?, &sku, 10)?;
 /// let options = BuyOptions {
@@ -254,13 +256,15 @@ async fn submit(submitter: &Submitter, order_id: &str, user: Option<&str>) -> Re
 ///
 /// ```
 /// # let Some(server) = lockctl_core::doc_server::start() else { return };
+/// # let url = server.url();
 /// use lockctl_core::aio::AsyncBatch;
 /// use lockctl_core::conn::{ConnectOptions, Target};
 /// use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
 ///
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// # rt.block_on(async {
-/// let target = Target::open(&server.url(), ConnectOptions::default())?;
+/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
+/// let target = Target::open(&url, ConnectOptions::default())?;
 /// let sku = "sku_886".parse().unwrap();
 /// stock::seed(&mut target.connect()?, &sku, 2)?;
 /// let batch = AsyncBatch::start(
@@ -445,13 +449,15 @@ impl Drop for AbortOnDrop {
 ///
 /// ```
 /// # let Some(server) = lockctl_core::doc_server::start() else { return };
+/// # let url = server.url();
 /// use lockctl_core::aio::AsyncLock;
 /// use lockctl_core::conn::{ConnectOptions, Target};
 /// use lockctl_core::lock::{Lock, LockOptions, Release};
 ///
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// # rt.block_on(async {
-/// let target = Target::open(&server.url(), ConnectOptions::default())?;
+/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
+/// let target = Target::open(&url, ConnectOptions::default())?;
 /// let lock = AsyncLock::new(Lock::new(&target, "nightly_report", LockOptions::default()));
 /// let guard = lock.acquire().await?.expect("nobody else holds it");
 /// // A second try finds it held (the default wait is one try).
@@ -536,13 +542,15 @@ impl AsyncLock {
 ///
 /// ```
 /// # let Some(server) = lockctl_core::doc_server::start() else { return };
+/// # let url = server.url();
 /// use lockctl_core::aio::using;
 /// use lockctl_core::conn::{ConnectOptions, Target};
 /// use lockctl_core::lock::{Lock, LockOptions, Release};
 ///
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// # rt.block_on(async {
-/// let target = Target::open(&server.url(), ConnectOptions::default())?;
+/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
+/// let target = Target::open(&url, ConnectOptions::default())?;
 /// let lock = Lock::new(&target, "nightly_report", LockOptions::default());
 /// let held = using(lock, |mut held| async move {
 ///     tokio::select! {

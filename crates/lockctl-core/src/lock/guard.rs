@@ -118,11 +118,13 @@ impl Guard {
     ///
     /// ```
     /// # let Some(server) = lockctl_core::doc_server::start() else { return Ok(()) };
+    /// # let url = server.url();
     /// use lockctl_core::conn::{ConnectOptions, Target};
     /// use lockctl_core::lock::{Acquire, Fenced, Lock, LockOptions};
     /// use lockctl_core::redis;
     ///
-    /// let target = Target::open(&server.url(), ConnectOptions::default())?;
+    /// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
+    /// let target = Target::open(&url, ConnectOptions::default())?;
     /// let mut conn = target.connect()?;
     /// let lock = Lock::new(&target, "{report}", LockOptions::default());
     /// let Acquire::Acquired(guard) = lock.acquire(&mut conn)? else { panic!("held") };
