@@ -124,17 +124,23 @@ pub fn quit_as_json(on: bool) {
 pub fn stopped_before_report(code: i32, what: &str) {
     let n = code - 128;
     eprintln!("lockctl: {}: {what}", name(n));
-    if JSON.load(Ordering::SeqCst) {
-        use std::io::Write as _;
-        let doc = serde_json::json!({
-            "error": format!("{}: {what}", name(n)),
-            "error_kind": "signal",
-            "signal": n,
-        });
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{doc}");
-        let _ = out.flush();
+    signal_json(n, what);
+}
+
+/// Under `--json`, the one object on stdout for a run ended by signal `n`.
+fn signal_json(n: i32, what: &str) {
+    if !JSON.load(Ordering::SeqCst) {
+        return;
     }
+    use std::io::Write as _;
+    let doc = serde_json::json!({
+        "error": format!("{}: {what}", name(n)),
+        "error_kind": "signal",
+        "signal": n,
+    });
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{doc}");
+    let _ = out.flush();
 }
 
 fn quit_now(n: i32) -> ! {
@@ -147,21 +153,11 @@ fn quit_now(n: i32) -> ! {
     if !said.is_empty() {
         eprintln!("lockctl: {}: {}; quitting", name(n), said.join("; "));
     }
-    if JSON.load(Ordering::SeqCst) {
-        use std::io::Write as _;
-        let what = match said.is_empty() {
-            true => "quitting".to_string(),
-            false => said.join("; "),
-        };
-        let doc = serde_json::json!({
-            "error": format!("{}: {what}", name(n)),
-            "error_kind": "signal",
-            "signal": n,
-        });
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{doc}");
-        let _ = out.flush();
-    }
+    let what = match said.is_empty() {
+        true => "quitting".to_string(),
+        false => said.join("; "),
+    };
+    signal_json(n, &what);
     std::process::exit(128 + n);
 }
 
