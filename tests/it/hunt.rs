@@ -1249,6 +1249,69 @@ fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
     );
 }
 
+/// A value with control characters (an escape, a tab, a carriage return, a C1 CSI, a line
+/// break) in the replay line: it was printed raw, so the terminal coloured the rest of the line
+/// and a copy of it was not the command that ran. It is shown with nothing a terminal acts on
+/// but the line break, and `sh` reads it back as the very arguments of the hunt.
+#[test]
+fn a_replay_line_with_control_characters_shows_none_and_runs_as_printed() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+    let url = format!("{url}&order={{order}}");
+    let body = "a\x1b[31mred\tb\r\u{9b}2J c\n'd' $HOME {order}\x07";
+    let args = [
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--method",
+        "POST",
+        "--body",
+        body,
+        "--nemesis",
+        "none",
+        "--budget",
+        "1s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "stdout:\n{text}\nstderr:\n{}", stderr(&out));
+    let replay = text
+        .split_once("  replay    ")
+        .unwrap_or_else(|| panic!("no replay in:\n{text}"))
+        .1
+        .trim_end();
+    assert!(
+        !replay.contains(|c: char| c.is_control() && c != '\n'),
+        "{replay:?}"
+    );
+    // A `lockctl` that prints the arguments it was given, each ended by a NUL.
+    let dir = tempfile::tempdir().unwrap();
+    let shim = dir.path().join("lockctl");
+    std::fs::write(&shim, "#!/bin/sh\nprintf '%s\\0' \"$@\"\n").unwrap();
+    run_ok(Command::new("chmod").arg("+x").arg(&shim));
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let ran = run_ok(Command::new("sh").args(["-c", replay]).env("PATH", path));
+    let given: Vec<String> = String::from_utf8(ran.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect();
+    let seed = given.last().unwrap().clone();
+    let mut expected = vec!["--redis".to_string(), redis.url()];
+    expected.extend(args.iter().map(|a| a.to_string()));
+    expected.extend(["--seed".to_string(), seed]);
+    assert_eq!(given, expected, "{replay}");
+}
+
 /// The SKUs of the rows in `table` of the MariaDB database `db`, in order.
 fn my_skus(db: &TestMyDb, table: &str) -> Vec<String> {
     let out = run_ok(
