@@ -772,7 +772,39 @@ fn is_placeholder(value: &str) -> bool {
     true
 }
 
+/// `a` as one shell word that `sh` reads back as `a`. A control character other than a line
+/// break is written as `"$(printf '\033')"` (its bytes in octal, as POSIX printf reads them),
+/// so that the line shows nothing a terminal acts on (an escape that colours or erases, a
+/// carriage return, a tab a copy turns into spaces) and still runs as printed; a line break
+/// stays inside its quotes.
 fn shell_quote(a: &str) -> String {
+    let raw = |c: char| c.is_control() && c != '\n';
+    if !a.contains(raw) {
+        return quote_printable(a);
+    }
+    let mut out = String::new();
+    let mut rest = a;
+    while !rest.is_empty() {
+        let printable = rest.find(raw).unwrap_or(rest.len());
+        if printable > 0 {
+            out.push_str(&quote_printable(&rest[..printable]));
+        }
+        rest = &rest[printable..];
+        let controls = rest.find(|c: char| !raw(c)).unwrap_or(rest.len());
+        if controls > 0 {
+            let octal: String = rest[..controls]
+                .bytes()
+                .map(|b| format!("\\{b:03o}"))
+                .collect();
+            out.push_str(&format!("\"$(printf '{octal}')\""));
+        }
+        rest = &rest[controls..];
+    }
+    out
+}
+
+/// `a` (no control character but line breaks) as one shell word.
+fn quote_printable(a: &str) -> String {
     if !a.is_empty()
         && a.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))

@@ -291,6 +291,11 @@ pub fn parse_failed(e: clap::Error) -> ExitCode {
 /// How clap's usage line names --redis when it has a value.
 const ENV_REDIS_USAGE: &str = " --redis <REDIS>";
 
+/// A line of clap's message that is a usage line (`Usage: lockctl buy ...`).
+fn is_usage_line(line: &str) -> bool {
+    line.trim_start().starts_with("Usage:")
+}
+
 /// clap's message, which quotes the argument it stumbled on: an unquoted `--db host=h
 /// password=pw` makes `password=pw` an unexpected argument. When an argument holds a secret,
 /// the message as shown, with every argument as a report shows it (and without colour: the
@@ -309,7 +314,11 @@ fn shown(e: &clap::Error) -> Option<String> {
     let typed_redis = args
         .iter()
         .any(|a| a == "--redis" || a.starts_with("--redis="));
-    let env_usage = !typed_redis && e.to_string().contains(ENV_REDIS_USAGE);
+    // Only a usage line, never the help's list of options, which names every flag.
+    let env_usage = !typed_redis
+        && e.to_string()
+            .lines()
+            .any(|l| is_usage_line(l) && l.contains(ENV_REDIS_USAGE));
     if changed.is_empty() && !env_usage {
         return None;
     }
@@ -317,7 +326,13 @@ fn shown(e: &clap::Error) -> Option<String> {
     changed.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
     let mut text = e.to_string();
     if env_usage {
-        text = text.replace(ENV_REDIS_USAGE, "");
+        text = text
+            .split_inclusive('\n')
+            .map(|l| match is_usage_line(l) {
+                true => l.replace(ENV_REDIS_USAGE, ""),
+                false => l.to_string(),
+            })
+            .collect();
     }
     for (arg, redacted) in &changed {
         text = text.replace(arg.as_str(), redacted);

@@ -1152,6 +1152,45 @@ fn daemons_the_system_starts_are_stopped_with_it() {
     }
 }
 
+/// A system of a few hundred processes (a pool of workers, or a supervisor that keeps starting
+/// them) is stopped in seconds: the stop looked at the whole process tree once per process,
+/// in time quadratic in the tree each look, so 400 processes took 22 s to stop and a respawning
+/// supervisor kept a Ctrl-C'd hunt running for more than ten minutes.
+#[test]
+fn a_system_of_hundreds_of_processes_is_stopped_in_seconds() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+    let marker = format!("60{port}");
+    let serve = format!("for i in $(seq 600); do sleep {marker} & done; {serve}");
+    let started = Instant::now();
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--budget",
+            "1s",
+        ],
+    );
+    let took = started.elapsed();
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 0, "{said}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the hunt took {took:?}\n{said}"
+    );
+    assert_eq!(running(&format!("sleep {marker}")), "", "{said}");
+    assert_eq!(left_on(port), "", "{said}");
+}
+
 /// The replay line a hunt prints runs as printed, through `sh`, and replays the hunt: the same
 /// seed, the same verdict. Placeholders (`Idempotency-Key: {order}`, `idempotency_key={order}`)
 /// and a user's name in a URL without a password are no secrets and are printed as they are;
@@ -1247,6 +1286,69 @@ fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
         line("verdict ", &stdout(&again)).starts_with("PASS"),
         "{said_again}"
     );
+}
+
+/// A value with control characters (an escape, a tab, a carriage return, a C1 CSI, a line
+/// break) in the replay line: it was printed raw, so the terminal coloured the rest of the line
+/// and a copy of it was not the command that ran. It is shown with nothing a terminal acts on
+/// but the line break, and `sh` reads it back as the very arguments of the hunt.
+#[test]
+fn a_replay_line_with_control_characters_shows_none_and_runs_as_printed() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+    let url = format!("{url}&order={{order}}");
+    let body = "a\x1b[31mred\tb\r\u{9b}2J c\n'd' $HOME {order}\x07";
+    let args = [
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--method",
+        "POST",
+        "--body",
+        body,
+        "--nemesis",
+        "none",
+        "--budget",
+        "1s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "stdout:\n{text}\nstderr:\n{}", stderr(&out));
+    let replay = text
+        .split_once("  replay    ")
+        .unwrap_or_else(|| panic!("no replay in:\n{text}"))
+        .1
+        .trim_end();
+    assert!(
+        !replay.contains(|c: char| c.is_control() && c != '\n'),
+        "{replay:?}"
+    );
+    // A `lockctl` that prints the arguments it was given, each ended by a NUL.
+    let dir = tempfile::tempdir().unwrap();
+    let shim = dir.path().join("lockctl");
+    std::fs::write(&shim, "#!/bin/sh\nprintf '%s\\0' \"$@\"\n").unwrap();
+    run_ok(Command::new("chmod").arg("+x").arg(&shim));
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let ran = run_ok(Command::new("sh").args(["-c", replay]).env("PATH", path));
+    let given: Vec<String> = String::from_utf8(ran.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect();
+    let seed = given.last().unwrap().clone();
+    let mut expected = vec!["--redis".to_string(), redis.url()];
+    expected.extend(args.iter().map(|a| a.to_string()));
+    expected.extend(["--seed".to_string(), seed]);
+    assert_eq!(given, expected, "{replay}");
 }
 
 /// The SKUs of the rows in `table` of the MariaDB database `db`, in order.

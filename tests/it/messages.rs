@@ -680,3 +680,40 @@ fn a_lock_token_made_of_escapes_is_shown_escaped() {
         );
     }
 }
+
+/// Taking --redis out of a usage line when REDIS_URL gave it took it out of the help's list of
+/// options too, with or without REDIS_URL: `lockctl --help` showed a blank where the flag is,
+/// so a reader could not learn its name. The help names it; a usage error's line still does not.
+#[test]
+fn the_help_names_the_redis_flag_with_or_without_redis_url() {
+    let bin = env!("CARGO_BIN_EXE_lockctl");
+    for with_env in [true, false] {
+        for args in [
+            &["--help"][..],
+            &["-h"],
+            &["status", "--help"],
+            &["hunt", "-h"],
+        ] {
+            let mut cmd = Command::new(bin);
+            cmd.args(args).env_remove("NO_COLOR");
+            match with_env {
+                true => cmd.env("REDIS_URL", "redis://127.0.0.1:1"),
+                false => cmd.env_remove("REDIS_URL"),
+            };
+            let out = cmd.output().unwrap();
+            assert_eq!(code(&out), 0, "{}", stderr(&out));
+            assert!(
+                stdout(&out).contains("--redis <REDIS>"),
+                "lockctl {args:?} (REDIS_URL set: {with_env}) does not name --redis:\n{}",
+                stdout(&out)
+            );
+        }
+    }
+    let out = lockctl("redis://127.0.0.1:1", &["buy"]);
+    assert_says(&out, 2, &["Usage: lockctl buy <SKU>"]);
+    assert!(
+        !stderr(&out).contains("--redis <REDIS>"),
+        "{}",
+        stderr(&out)
+    );
+}

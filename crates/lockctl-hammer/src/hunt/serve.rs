@@ -9,6 +9,7 @@
 //! that was not there before the system started. Both count as the system's ("strays"): they
 //! are paused, killed and stopped with it, and reaped.
 
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -210,9 +211,7 @@ impl Served {
                 roots.push(pid);
             }
         }
-        let mut tree = descendants(&table, roots);
-        tree.retain(|pid| table.iter().any(|p| p.pid == *pid && !p.zombie));
-        tree
+        live(&table, descendants(&table, roots))
     }
 
     fn before(&self) -> Vec<i32> {
@@ -229,13 +228,17 @@ impl Served {
             && Pid::from_raw(pid).is_some_and(|p| kill_process(p, signal).is_ok())
     }
 
-    /// Continues every stopped process of the tree.
+    /// Continues every stopped process of the tree: one look at the tree, each of its
+    /// processes signalled (not a look per process, which a system of a few hundred processes
+    /// made last minutes).
     pub fn continue_all(&self) {
         if let Some(g) = self.group() {
             let _ = kill_process_group(g, Signal::CONT);
         }
         for pid in self.processes() {
-            self.signal(pid, Signal::CONT);
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = kill_process(p, Signal::CONT);
+            }
         }
     }
 
@@ -356,9 +359,14 @@ fn me() -> i32 {
 fn strays(tag: &str, before: &[i32], shell: Option<i32>) -> Vec<i32> {
     let table = process_table();
     let roots = strays_in(&table, tag, before, shell);
-    let mut all = descendants(&table, roots);
-    all.retain(|pid| table.iter().any(|p| p.pid == *pid && !p.zombie));
-    all
+    live(&table, descendants(&table, roots))
+}
+
+/// `pids` without the ones that are not live processes of `table` (gone, or zombies).
+fn live(table: &[Proc], mut pids: Vec<i32>) -> Vec<i32> {
+    let alive: HashSet<i32> = table.iter().filter(|p| !p.zombie).map(|p| p.pid).collect();
+    pids.retain(|pid| alive.contains(pid));
+    pids
 }
 
 /// The processes of `table` that carry `tag` in their environment, and (when this process is
@@ -384,15 +392,20 @@ fn tagged(pid: i32, needle: &str) -> bool {
         .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == needle.as_bytes()))
 }
 
-/// `roots` and all their descendants in `table`, each once, roots first.
+/// `roots` and all their descendants in `table`, each once, roots first: in time linear in
+/// the table, whatever the number of processes a system started.
 fn descendants(table: &[Proc], roots: Vec<i32>) -> Vec<i32> {
-    let mut tree = roots;
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for p in table.iter().filter(|p| !p.zombie) {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let mut seen: HashSet<i32> = HashSet::new();
+    let mut tree: Vec<i32> = roots.into_iter().filter(|r| seen.insert(*r)).collect();
     let mut i = 0;
     while i < tree.len() {
-        let parent = tree[i];
-        for p in table.iter().filter(|p| p.ppid == parent && !p.zombie) {
-            if !tree.contains(&p.pid) {
-                tree.push(p.pid);
+        for &pid in children.get(&tree[i]).map_or(&[][..], Vec::as_slice) {
+            if seen.insert(pid) {
+                tree.push(pid);
             }
         }
         i += 1;
