@@ -559,8 +559,13 @@ fn strike(
 /// How often order rows that disagree with the answers are read again.
 const ORDERS_REREAD: Duration = Duration::from_millis(250);
 
+/// How long order rows that came late are watched once they agree, at least: a consumer that
+/// flushes every second or two writes a redelivered order's second row a flush later.
+const ORDERS_SETTLE: Duration = Duration::from_secs(2);
+
 /// The promises checked beyond the books: the per-user limit, the order rows (at rest: read
-/// again while they disagree, for at most the heal), and that the system sells again after
+/// again while they disagree, and a while after they come to agree if they came late, for at
+/// most the heal), and that the system sells again after
 /// the faults are undone.
 fn findings(
     target: &Target,
@@ -602,12 +607,28 @@ fn findings(
                     )
                 })
         };
-        let deadline = Instant::now() + opts.heal;
+        // Rows that came late are watched a while longer once they agree (ORDERS_SETTLE, or
+        // as long as they took to come): a consumer that delivers at least once writes its
+        // duplicate a flush later. Rows that agree at the first read are at rest already.
+        let (started, deadline) = (Instant::now(), Instant::now() + opts.heal);
         let mut found = check();
-        while !matches!(&found, Ok(f) if f.is_empty()) && !stopping() {
+        let mut agreed: Option<(Instant, Duration)> = None;
+        let mut late = false;
+        loop {
+            if matches!(&found, Ok(f) if f.is_empty()) {
+                let (at, lag) = *agreed.get_or_insert((Instant::now(), started.elapsed()));
+                if !late || at.elapsed() >= lag.max(ORDERS_SETTLE) {
+                    break;
+                }
+            } else {
+                (agreed, late) = (None, true);
+            }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
+            if stopping() {
+                break;
+            }
             thread::sleep(ORDERS_REREAD.min(left));
             found = check();
         }
