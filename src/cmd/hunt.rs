@@ -105,13 +105,14 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let cleaned = (!args.keep).then(|| remove_created(&target, &args, stock_rows.as_ref(), &skus));
     let mut report = result?;
     report.cleaned = cleaned;
+    let replay = replay_command(ctx, seed);
     if let Some(path) = &args.history {
-        write_history(&report, path)?;
+        write_history(&report, &replay, path)?;
     }
     if let Some(path) = &args.export_html {
-        write_timeline(&report, path)?;
+        write_timeline(&report, &replay, path)?;
     }
-    print(ctx, &report, &replay_command(ctx, seed))?;
+    print(ctx, &report, &replay)?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
@@ -283,15 +284,35 @@ fn writable(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
     })
 }
 
-/// The failing round's timeline (or the last round's) as an HTML page at `path`.
-fn write_timeline(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::Result<()> {
-    let round = match (&report.failure, &report.last) {
-        (Some(f), _) => f.history.as_deref().map(|h| (h, &f.report)),
-        (None, Some(last)) => last.1.as_deref().map(|h| (h, &last.0)),
-        (None, None) => None,
+/// The failing round's history (or the last round's), with the hunt's seed and replay, and
+/// its report.
+fn round_of<'a>(
+    report: &'a hunt::HuntReport,
+    replay: &Replay,
+) -> Option<(lockctl_hammer::history::History, &'a lockctl_hammer::Report)> {
+    let (h, r, round) = match (&report.failure, &report.last) {
+        (Some(f), _) => (f.history.as_deref()?, &f.report, Some(f.round.number)),
+        (None, Some(last)) => (last.1.as_deref()?, &last.0, None),
+        (None, None) => return None,
     };
-    if let Some((h, r)) = round {
-        std::fs::write(path, render::timeline_html(h, r)).map_err(|e| {
+    let mut h = h.clone();
+    h.hunt = Some(lockctl_hammer::history::HuntOrigin {
+        seed: report.seed,
+        round,
+        replay: replay.command.clone(),
+        set_first: replay.secrets.clone(),
+    });
+    Some((h, r))
+}
+
+/// The failing round's timeline (or the last round's) as an HTML page at `path`.
+fn write_timeline(
+    report: &hunt::HuntReport,
+    replay: &Replay,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    if let Some((h, r)) = round_of(report, replay) {
+        std::fs::write(path, render::timeline_html(&h, r)).map_err(|e| {
             anyhow::anyhow!("could not write the timeline to '{}': {e}", path.display())
         })?;
     }
@@ -299,15 +320,14 @@ fn write_timeline(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::
 }
 
 /// The failing round's history (or the last round's) as JSON Lines at `path`.
-fn write_history(report: &hunt::HuntReport, path: &std::path::Path) -> anyhow::Result<()> {
-    let history = match (&report.failure, &report.last) {
-        (Some(f), _) => f.history.as_deref(),
-        (None, Some(last)) => last.1.as_deref(),
-        (None, None) => None,
-    };
-    if let Some(h) = history {
+fn write_history(
+    report: &hunt::HuntReport,
+    replay: &Replay,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    if let Some((h, _)) = round_of(report, replay) {
         let mut out = Vec::new();
-        lockctl_hammer::history::write(h, &mut out)?;
+        lockctl_hammer::history::write(&h, &mut out)?;
         std::fs::write(path, out).map_err(|e| {
             anyhow::anyhow!("could not write the history to '{}': {e}", path.display())
         })?;

@@ -368,6 +368,63 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
     );
 }
 
+/// A stock kept in PostgreSQL is read during the round too, on a connection of lockctl's own:
+/// the failing round's history keeps the reads (`read-stock` of the observer), and its
+/// timeline draws the stock from them.
+#[test]
+fn a_stock_in_postgresql_is_read_while_the_round_goes_and_drawn_from_the_reads() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let env = Env {
+        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+        ..Env::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (history, page) = (dir.path().join("h.jsonl"), dir.path().join("h.html"));
+    let (exit, _, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/pg_read_then_write.php",
+        &env,
+        &[
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty FROM stock WHERE sku = $1",
+            "--stock-seed",
+            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+            "--nemesis",
+            "none",
+            "--budget",
+            "40s",
+            "--stock",
+            "20",
+            "-n",
+            "40",
+            "--history",
+            history.to_str().unwrap(),
+            "--export-html",
+            page.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(exit, 3, "{said}");
+    let reads = std::fs::read_to_string(&history)
+        .unwrap()
+        .matches(r#""f":"read-stock","process":"observer""#)
+        .count();
+    assert!(
+        reads >= 4,
+        "two reads at least, an invoke and an ok each: {reads}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("the stock, read by lockctl during the round"),
+        "{html}"
+    );
+}
+
 #[test]
 fn stock_in_mariadb_decremented_without_a_guard_goes_negative_and_a_guard_passes() {
     let redis = RedisServer::start();

@@ -98,7 +98,10 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
         findings: Vec::new(),
         unjudged: None,
     };
-    let history = History::of(&evidence, opts.load.users).map(Box::new);
+    let history = History::of(&evidence, opts.load.users).map(|mut h| {
+        h.stock_reads = watched.reads_since(started);
+        Box::new(h)
+    });
     Ok(Recorded {
         report: conclude(evidence),
         history,

@@ -5,19 +5,27 @@
 //!
 //! What it cannot see: stock put back and sold again between two reads. The hammer assumes,
 //! as it does for its other books, that nobody else writes the SKU's stock during its run.
+//!
+//! Each read that finds the stock changed is kept, with when it was sent and answered (at most
+//! [`MAX_STOCK_READS`]): the timeline draws the stock from them, whatever the answers say. A
+//! stock kept elsewhere than Redis (a SQL table) is read the same way on a connection of its
+//! own ([`start_store`]), for the timeline only.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::history::{MAX_STOCK_READS, StockRead};
+use crate::http::Store;
 use crate::readback::Restart;
 use lockctl_core::conn::{Reconnecting, Target};
 use lockctl_core::sku::Sku;
 use lockctl_core::stock;
 
-/// How often the stock is read.
-pub const EVERY: Duration = Duration::from_millis(50);
+/// How often the stock is read: often enough to draw a hunt's round of a few tens of
+/// milliseconds; one GET on a connection of its own, and only the changes are kept.
+pub const EVERY: Duration = Duration::from_millis(10);
 
 /// The running reader.
 pub(super) struct StockWatch {
@@ -33,6 +41,37 @@ pub(super) struct Watched {
     last: i64,
     /// The first time it went up or went missing, in words.
     rose: Option<String>,
+    /// Each read that found the stock changed: sent, answered, the stock.
+    reads: Vec<(Instant, Instant, i64)>,
+}
+
+impl Watched {
+    fn new(initial: i64) -> Watched {
+        Watched {
+            last: initial,
+            rose: None,
+            reads: Vec::new(),
+        }
+    }
+
+    /// Keeps a read that found `stock`, when it is a change (and there is room).
+    fn keep(&mut self, sent: Instant, stock: i64) {
+        if stock != self.last && self.reads.len() < MAX_STOCK_READS {
+            self.reads.push((sent, Instant::now(), stock));
+        }
+    }
+
+    /// The reads kept, timed from `origin` (the run's start).
+    pub(super) fn reads_since(&self, origin: Instant) -> Vec<StockRead> {
+        self.reads
+            .iter()
+            .map(|&(sent, at, stock)| StockRead {
+                sent: sent.saturating_duration_since(origin),
+                at: at.saturating_duration_since(origin),
+                stock,
+            })
+            .collect()
+    }
 }
 
 /// Starts reading `key` (the stock of `sku`, which was `initial` at the start).
@@ -53,10 +92,7 @@ pub(super) fn start(target: &Target, sku: &Sku, key: &str, initial: i64) -> Stoc
 impl StockWatch {
     /// Stops reading, and says what was seen (nothing, when the reader could not start).
     pub(super) fn finish(mut self) -> Watched {
-        let nothing = Watched {
-            last: self.initial,
-            rose: None,
-        };
+        let nothing = Watched::new(self.initial);
         match self.halt() {
             Some(r) => r.join().unwrap_or(nothing),
             None => nothing,
@@ -88,15 +124,13 @@ fn read_until(target: &Target, sku: &Sku, key: &str, initial: i64, stop: &Atomic
     let bucketed = conn
         .with(|c| stock::buckets::Buckets::read(c, sku))
         .is_ok_and(|b| b.is_some());
-    let mut seen = Watched {
-        last: initial,
-        rose: None,
-    };
+    let mut seen = Watched::new(initial);
     loop {
         thread::park_timeout(EVERY);
         if stop.load(Ordering::SeqCst) {
             return seen;
         }
+        let sent = Instant::now();
         // A read that fails (a paused server, bad data) says nothing either way.
         let Ok(now) = conn.with(|c| match bucketed {
             true => stock::buckets::stock_of(c, sku),
@@ -118,8 +152,57 @@ fn read_until(target: &Target, sku: &Sku, key: &str, initial: i64, stop: &Atomic
             _ => {}
         }
         if let Some(n) = now {
+            seen.keep(sent, n);
             seen.last = n;
         }
+    }
+}
+
+/// The reads of a stock kept in a store of the caller's, going on.
+pub(super) struct StoreWatch {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Watched>>,
+}
+
+/// Starts reading the stock of `sku` in `store` (`initial` at the start), on a connection of
+/// its own when the store can open one; `None` when it cannot (nothing is drawn from reads).
+pub(super) fn start_store(store: &Store, sku: &Sku, initial: i64) -> Option<StoreWatch> {
+    let own = store.0.observer()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Watched::new(initial)));
+    let (halt, kept, sku) = (stop.clone(), seen.clone(), sku.clone());
+    thread::Builder::new()
+        .name("lockctl-stock-reads".into())
+        .spawn(move || {
+            while !halt.load(Ordering::SeqCst) {
+                thread::sleep(EVERY);
+                let sent = Instant::now();
+                if let Ok(n) = own.read(&sku)
+                    && !halt.load(Ordering::SeqCst)
+                    && let Ok(mut seen) = kept.lock()
+                {
+                    seen.keep(sent, n);
+                    seen.last = n;
+                }
+            }
+        })
+        .ok()?;
+    Some(StoreWatch { stop, seen })
+}
+
+impl StoreWatch {
+    /// Stops reading and says what was seen, without waiting for a read under way (a store's
+    /// read may take as long as its database lets it: the run does not wait on it).
+    pub(super) fn finish(self) -> Watched {
+        self.stop.store(true, Ordering::SeqCst);
+        let seen = self.seen.lock().map(|s| s.clone());
+        seen.unwrap_or_else(|p| p.into_inner().clone())
+    }
+}
+
+impl Drop for StoreWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -148,10 +231,7 @@ mod tests {
 
     #[test]
     fn any_sign_of_stock_put_back_is_named_and_none_means_none() {
-        let quiet = Watched {
-            last: 4,
-            rose: None,
-        };
+        let quiet = Watched::new(4);
         assert_eq!(went_up(&Restart::No, &quiet, 0), None);
         assert_eq!(went_up(&Restart::No, &quiet, 4), None);
         assert!(went_up(&Restart::No, &quiet, 5).unwrap().contains("above"));
@@ -163,8 +243,8 @@ mod tests {
         );
         assert!(went_up(&Restart::Untold, &quiet, 0).is_some());
         let rose = Watched {
-            last: 2,
             rose: Some("the stock went up from 1 to 9".into()),
+            ..Watched::new(2)
         };
         assert!(went_up(&Restart::No, &rose, 0).unwrap().contains("went up"));
     }

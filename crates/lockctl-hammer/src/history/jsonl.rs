@@ -6,6 +6,9 @@
 //! completion adds the answer. `ok` is a sale; `fail` is an answer that sold nothing, or a
 //! failure that cannot have deducted; `info` is a failure whose effect is unknown (it may have
 //! deducted). The first line (`f: "facts"`) and the last (`f: "read"`) are lockctl's own.
+//! The stock lockctl read during the run is `f: "read-stock"` of `process: "observer"`: an
+//! `invoke` when the read was sent (`value` null) and an `ok` when it was answered (`value`
+//! the stock), as Jepsen records a register's reads; the judgement does not use them.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -15,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Fault, History, ReadBack};
+use super::{Fault, History, HuntOrigin, MAX_STOCK_READS, ReadBack, StockRead};
 use crate::options::Mode;
 use crate::readback::Restart;
 use crate::report::{Ended, HttpFacts, PipelineReport, RunFacts, Sample};
@@ -68,6 +71,9 @@ struct FactsValue {
     users: Option<u64>,
     server: String,
     client_max_rss_mb: Option<f64>,
+    /// The hunt the round was part of (absent from a hammer's history, and from older ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hunt: Option<HuntOrigin>,
 }
 
 /// The last line's value.
@@ -115,6 +121,17 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
             lines.push((ns(stop), 2, "stop".into(), "nemesis".into(), value));
         }
     }
+    for r in &h.stock_reads {
+        let observer = Value::from(OBSERVER);
+        lines.push((
+            ns(r.sent),
+            1,
+            "invoke".into(),
+            observer.clone(),
+            Value::Null,
+        ));
+        lines.push((ns(r.at), 0, "ok".into(), observer, r.stock.into()));
+    }
     // By time; at one moment, what ended before what began, so a lane is free again.
     lines.sort_by_key(|l| (l.0, l.1));
     let facts = FactsValue {
@@ -126,6 +143,7 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
         users: h.users,
         server: h.server.clone(),
         client_max_rss_mb: h.client_max_rss_mb,
+        hunt: h.hunt.clone(),
     };
     let mut index = 0;
     let mut line = |out: &mut dyn Write, kind: &str, f: &str, process: Value, time, value| {
@@ -146,6 +164,7 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
     for (time, _, kind, process, value) in lines {
         let (kind, f) = match process.as_str() {
             Some("nemesis") => ("info".to_string(), kind),
+            Some(OBSERVER) => (kind, READ_STOCK.to_string()),
             _ => (kind, "buy".to_string()),
         };
         line(out, &kind, &f, process, time, value)?;
@@ -161,10 +180,21 @@ pub fn write(h: &History, out: &mut impl Write) -> io::Result<()> {
         pipeline: h.pipeline.clone(),
         http: h.http.clone(),
     };
-    let end = h.samples.iter().map(|s| ns(s.at)).max().unwrap_or(0);
+    let end = h
+        .samples
+        .iter()
+        .map(|s| ns(s.at))
+        .chain(h.stock_reads.iter().map(|r| ns(r.at)))
+        .max()
+        .unwrap_or(0);
     line(out, "info", "read", lockctl, end, to_value(&read)?)?;
     out.flush()
 }
+
+/// The process of lockctl's own reads of the stock during the run.
+const OBSERVER: &str = "observer";
+/// Their `f`.
+const READ_STOCK: &str = "read-stock";
 
 fn to_value(v: &impl Serialize) -> io::Result<Value> {
     serde_json::to_value(v).map_err(io::Error::other)
@@ -205,7 +235,7 @@ fn request_value(h: &History, index: u64) -> Value {
         "request": index,
         "sku": f.sku,
         "qty": f.qty,
-        "order": format!("{}-{}", f.run_id, h.original_of(index)),
+        "order": h.order_of(index),
         "user": h.user_of(index),
     })
 }
@@ -278,6 +308,8 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
     let mut sent: HashMap<u64, u64> = HashMap::new();
     let mut samples = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
+    let mut reads: Vec<StockRead> = Vec::new();
+    let mut reading: Option<u64> = None;
     let mut lines_read = 0;
     let (mut input, mut buf, mut ops) = (input, Vec::new(), 0usize);
     loop {
@@ -329,6 +361,20 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
                 last = Some((line, v));
             }
             (_, Some("nemesis")) => nemesis(&mut faults, &op).map_err(fail)?,
+            (READ_STOCK, Some(OBSERVER)) => match op.kind.as_str() {
+                "invoke" => reading = Some(op.time),
+                // A read that failed, or one past the most kept, is left out.
+                _ => match (op.value.as_i64(), reading.take()) {
+                    (Some(stock), Some(sent)) if reads.len() < MAX_STOCK_READS => {
+                        reads.push(StockRead {
+                            sent: Duration::from_nanos(sent),
+                            at: Duration::from_nanos(op.time),
+                            stock,
+                        });
+                    }
+                    _ => {}
+                },
+            },
             ("buy", _) if op.kind == "invoke" => {
                 sent.insert(request_of(&op.value).map_err(fail)?, op.time);
             }
@@ -362,6 +408,8 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
         samples,
         faults,
         read_back: rv.read_back,
+        stock_reads: reads,
+        hunt: fv.hunt,
         went_up: rv.went_up,
         restart: rv.restart,
         server: fv.server,

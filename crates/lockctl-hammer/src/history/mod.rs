@@ -7,8 +7,11 @@
 //! one line per operation (`invoke` when a request was sent; `ok`, `fail` or `info` when it
 //! ended), faults as operations of `process: "nemesis"`, and a last line with what was read
 //! back (the stock after, the ledger's rows). `process` is a lane: a request never shares its
-//! lane with another in flight, as Jepsen's processes never do.
+//! lane with another in flight, as Jepsen's processes never do. The stock lockctl read while
+//! the run went (each change it saw) is kept as reads of `process: "observer"` (`f:
+//! "read-stock"`): drawn on the timeline, never part of the judgement.
 
+mod blame;
 mod jsonl;
 
 use std::time::Duration;
@@ -22,6 +25,7 @@ use crate::report::{HttpFacts, PipelineReport, Report, RunFacts, Sample};
 use crate::tally::Tally;
 use lockctl_core::error::Error;
 
+pub use blame::{Blamed, blamed};
 pub use jsonl::{HistoryError, lanes, read, write};
 
 /// One fault done to the system during a run (by the hunt's nemesis), healed by `stop`.
@@ -46,6 +50,33 @@ fn yes() -> bool {
     true
 }
 
+/// One read of the stock while the run went, by lockctl's own observer (a connection of its
+/// own): when it was sent and answered, from the start of the run, and what it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StockRead {
+    /// When the read was sent.
+    pub sent: Duration,
+    /// When it was answered.
+    pub at: Duration,
+    /// The stock it found.
+    pub stock: i64,
+}
+
+/// The hunt a round's history came from: what replays it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HuntOrigin {
+    /// The hunt's seed.
+    pub seed: u64,
+    /// The round's number in the hunt (`None`: not known, the last round judged).
+    #[serde(default)]
+    pub round: Option<u64>,
+    /// The command that replays the hunt, as its report printed it (secrets as variables).
+    pub replay: String,
+    /// The variables the command reads, each with what it must hold.
+    #[serde(default)]
+    pub set_first: Vec<(String, String)>,
+}
+
 /// What was read back after the run, as the judgement needs it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadBack {
@@ -57,6 +88,10 @@ pub struct ReadBack {
     /// lockctl's own buyers: this run's ledger entries (request, units).
     pub ledger: Option<Vec<(u64, i64)>>,
 }
+
+/// The most stock reads a history keeps (a change at every read for over a minute and a half); reads
+/// beyond are not kept.
+pub const MAX_STOCK_READS: usize = 10_000;
 
 /// A run's report, with its history when the load kept one ([`crate::LoadOptions::history`]).
 pub struct Recorded {
@@ -79,6 +114,11 @@ pub struct History {
     pub faults: Vec<Fault>,
     /// What was read back after the run.
     pub read_back: ReadBack,
+    /// The stock as lockctl read it while the run went: each read that found it changed, in
+    /// time order (at most [`MAX_STOCK_READS`]); empty when nothing was read.
+    pub stock_reads: Vec<StockRead>,
+    /// The hunt this round was part of, when it was one: its seed and replay.
+    pub hunt: Option<HuntOrigin>,
     /// Why the stock may have gone up during the run, if anything says so
     /// ([`Evidence::went_up`]).
     pub went_up: Option<String>,
@@ -136,6 +176,8 @@ impl History {
             samples,
             faults: Vec::new(),
             read_back,
+            stock_reads: Vec::new(),
+            hunt: None,
             went_up: ev.went_up.clone(),
             restart: ev.restart.clone(),
             server: ev.server.clone(),
@@ -195,10 +237,21 @@ impl History {
         }
     }
 
-    /// The user of request `index`, as the load named it.
+    /// The user of request `index`, as the load named it: of `users` when they were given;
+    /// otherwise an endpoint's request is a user of its own (`{user}` is `u<request>`), and
+    /// lockctl's own buyer none.
     pub fn user_of(&self, index: u64) -> Option<String> {
         let base = self.original_of(index);
-        self.users.map(|k| format!("u{}", base % k.max(1)))
+        match (self.users, self.facts.mode) {
+            (Some(k), _) => Some(format!("u{}", base % k.max(1))),
+            (None, crate::options::Mode::Http) => Some(format!("u{base}")),
+            (None, _) => None,
+        }
+    }
+
+    /// The order id request `index` carried (a retry, its first request's).
+    pub fn order_of(&self, index: u64) -> String {
+        format!("{}-{}", self.facts.run_id, self.original_of(index))
     }
 
     /// The request whose order id request `index` carries (itself, or the one it retried).

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::HttpOptions;
 use crate::evidence::Books;
+use crate::history::StockRead;
 use crate::options::LoadOptions;
 use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
 use crate::watch;
@@ -25,6 +26,12 @@ pub trait StockStore: Send + Sync {
     fn read(&self, sku: &Sku) -> std::result::Result<i64, String>;
     /// Where the stock is, for the report (a URL without its password, and the query).
     fn shown(&self) -> String;
+    /// The same store on a connection of its own, to read the stock while the run goes;
+    /// `None` (the default) when it has none to give: the stock is then read only before
+    /// and after the run.
+    fn observer(&self) -> Option<Box<dyn StockStore>> {
+        None
+    }
 }
 
 /// A caller's stock store, shared.
@@ -49,6 +56,7 @@ pub(super) enum Opened {
     Store {
         store: Store,
         initial: i64,
+        watch: Option<watch::StoreWatch>,
     },
 }
 
@@ -70,6 +78,7 @@ pub(super) fn open(
         return Ok(Opened::Store {
             store: store.clone(),
             initial,
+            watch: watch::start_store(store, &load.sku, initial),
         });
     }
     let mut conn = target.connect()?;
@@ -104,12 +113,14 @@ impl Opened {
     }
 
     /// The books after the run, as evidence: the stock (or why it could not be read), signs
-    /// of stock put back, and whether Redis restarted.
+    /// of stock put back, and whether Redis restarted; and the reads of the stock that found
+    /// it changed while the run went, timed from `origin`.
     pub(super) fn close(
         self,
         target: &Target,
         sku: &Sku,
-    ) -> (Books, Option<String>, Option<Restart>) {
+        origin: Instant,
+    ) -> (Books, Option<String>, Option<Restart>, Vec<StockRead>) {
         match self {
             Opened::Redis {
                 mut conn,
@@ -125,13 +136,15 @@ impl Opened {
                     Ok(f) => watch::went_up(&restart, &watched, *f),
                     Err(_) => None,
                 };
-                (Books::Stock(read), went_up, Some(restart))
+                let reads = watched.reads_since(origin);
+                (Books::Stock(read), went_up, Some(restart), reads)
             }
-            Opened::Store { store, .. } => {
+            Opened::Store { store, watch, .. } => {
+                let reads = watch.map_or_else(Vec::new, |w| w.finish().reads_since(origin));
                 let read = patiently(|| store.0.read(sku)).map_err(|e| Error::Endpoint {
                     reason: format!("the stock in {}: {e}", store.0.shown()),
                 });
-                (Books::Stock(read), None, None)
+                (Books::Stock(read), None, None, reads)
             }
         }
     }

@@ -52,6 +52,8 @@ pub(super) struct Plan {
     /// The bound on each request, connecting included.
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// The run's clock: answers are timed from it.
+    pub start: Instant,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
@@ -75,7 +77,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         next: AtomicU64::new(0),
         due: rx.map(tokio::sync::Mutex::new),
         abandon: AtomicBool::new(false),
-        start: Instant::now(),
+        start: plan.start,
         books: Mutex::new(Driven {
             tally: Tally::new(load.requests, qty)
                 .keeping(load.history)

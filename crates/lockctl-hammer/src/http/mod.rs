@@ -84,6 +84,8 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         true => Some(books::open(target, load, http, &key)?),
         false => None,
     };
+    // The run's clock, which the answers and the stock reads are both timed from.
+    let started = Instant::now();
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
@@ -92,8 +94,8 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         rate: http.rate,
         timeout: http.timeout,
         connect_timeout: http.connect_timeout,
+        start: started,
     };
-    let started = Instant::now();
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;
     let elapsed = started.elapsed();
@@ -114,9 +116,9 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         client_cpu,
         ..RunFacts::of_load(load, http.qty)
     };
-    let (books, went_up, restart) = match books {
-        Some(opened) => opened.close(target, &load.sku),
-        None => (Books::Unjudged, None, None),
+    let (books, went_up, restart, reads) = match books {
+        Some(opened) => opened.close(target, &load.sku, started),
+        None => (Books::Unjudged, None, None, Vec::new()),
     };
     let evidence = Evidence {
         facts: &facts,
@@ -140,6 +142,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
     report.http = Some(http_facts(http, judged.then_some(stock_at), &driven));
     let history = history.map(|mut h| {
         h.http = report.http.clone();
+        h.stock_reads = reads;
         Box::new(h)
     });
     Ok(Recorded { report, history })

@@ -84,6 +84,15 @@ impl StockStore for SqlStock {
     fn shown(&self) -> String {
         format!("{} ({})", self.db.shown(), self.query)
     }
+
+    fn observer(&self) -> Option<Box<dyn StockStore>> {
+        let db = self.db.another().ok()?;
+        Some(Box::new(SqlStock {
+            db: Arc::new(db),
+            query: self.query.clone(),
+            seed: self.seed.clone(),
+        }))
+    }
 }
 
 /// What the hunt is told. No `Default`: every hunt is of a system the caller names (its URL

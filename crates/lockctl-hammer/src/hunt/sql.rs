@@ -52,6 +52,11 @@ impl SqlDb {
         })
     }
 
+    /// The same database on a connection of its own.
+    pub fn another(&self) -> Result<SqlDb, String> {
+        SqlDb::connect(&self.url, self.timeout)
+    }
+
     /// `f` on the connection; when it fails, once more on a fresh connection (the server may
     /// have dropped the old one), and the first error if that cannot be had.
     fn with<T>(&self, f: impl Fn(&mut Conn) -> Result<T, String>) -> Result<T, String> {
