@@ -52,6 +52,8 @@ pub(super) struct Plan {
     /// The bound on each request, connecting included.
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// What `{user}` is.
+    pub users: super::ids::Ids,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
@@ -317,8 +319,8 @@ fn ids(sh: &Shared, i: u64) -> (String, String) {
     }
     let base = crate::options::original_of(sh.retries, i);
     let user = match sh.users {
-        Some(k) => format!("u{}", sh.users_from + base % k.max(1)),
-        None => format!("u{}", sh.users_from + base),
+        Some(k) => sh.plan.users.name(sh.users_from + base % k.max(1)),
+        None => sh.plan.users.name(sh.users_from + base),
     };
     (format!("{}-{base}", sh.plan.run_id), user)
 }
