@@ -137,7 +137,7 @@ impl Wanted {
             Wanted::Json(want) => v == want,
             Wanted::Text(text) => match v {
                 serde_json::Value::String(s) => s == text,
-                other => other.to_string() == *text,
+                other => other.to_string().as_str() == text.as_str(),
             },
         }
     }

@@ -155,7 +155,9 @@ fn names_one(key: &str, names: &BTreeSet<&str>) -> bool {
                 let end = at + n.len();
                 let starts_digit = n.as_bytes()[0].is_ascii_digit();
                 let ends_digit = n.as_bytes()[n.len() - 1].is_ascii_digit();
-                !(starts_digit && at > 0 && digit_at(at - 1)) && !(ends_digit && digit_at(end))
+                let longer_before = starts_digit && at > 0 && digit_at(at - 1);
+                let longer_after = ends_digit && digit_at(end);
+                !longer_before && !longer_after
             })
         })
 }
