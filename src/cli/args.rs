@@ -308,17 +308,29 @@ pub struct HttpArgs {
     #[arg(long, value_name = "TEXT", requires = "http")]
     pub body: Option<String>,
 
-    /// An answer whose body matches this pattern sold --qty units (checked first).
-    #[arg(long, value_name = "REGEX", requires = "http")]
-    pub bought_if: Option<String>,
+    /// An answer that sold --qty units (tried first). A regex over the body,
+    /// status:CODE[,CODE...], or json:/POINTER=VALUE (RFC 6901 pointer into a JSON body;
+    /// VALUE compared as JSON, else as text); repeat it and every form must hold.
+    #[arg(long, value_name = "FORM", requires = "http")]
+    pub bought_if: Vec<String>,
 
-    /// An answer whose body matches this pattern said sold out (checked second).
-    #[arg(long, value_name = "REGEX", requires = "http")]
-    pub sold_out_if: Option<String>,
+    /// An answer that said sold out (tried second); forms as --bought-if.
+    #[arg(long, value_name = "FORM", requires = "http")]
+    pub sold_out_if: Vec<String>,
 
-    /// An answer whose body matches this pattern said busy, try again (checked third).
-    #[arg(long, value_name = "REGEX", requires = "http")]
-    pub busy_if: Option<String>,
+    /// An answer that said busy, try again (tried third); forms as --bought-if.
+    #[arg(long, value_name = "FORM", requires = "http")]
+    pub busy_if: Vec<String>,
+
+    /// An answer that said a rule refused the purchase (one per user, say): nothing sold,
+    /// nothing owed (tried fourth); forms as --bought-if.
+    #[arg(long, value_name = "FORM", requires = "http")]
+    pub refused_if: Vec<String>,
+
+    /// An answer that said the purchase failed: it must not have deducted, and a sale behind
+    /// it is a finding (tried fifth); forms as --bought-if.
+    #[arg(long, value_name = "FORM", requires = "http")]
+    pub failed_if: Vec<String>,
 
     /// The Redis key of the stock the endpoint deducts [default: item:stock:<SKU>].
     #[arg(long, value_name = "KEY", requires = "http")]

@@ -46,17 +46,47 @@ pub struct HuntArgs {
     #[arg(long, value_name = "TEXT", help_heading = "The system")]
     pub body: Option<String>,
 
-    /// An answer that matches this regex sold the request's units.
-    #[arg(long, value_name = "REGEX", help_heading = "The system")]
-    pub bought_if: Option<String>,
+    /// An answer that sold the request's units (tried first). A regex over the body,
+    /// status:CODE[,CODE...], or json:/POINTER=VALUE (RFC 6901 pointer into a JSON body; VALUE
+    /// compared as JSON, else as text: json:/code=0, json:/msg="sold out"); repeat it and every
+    /// form must hold.
+    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    pub bought_if: Vec<String>,
 
-    /// An answer that matches this regex says the stock ran out.
-    #[arg(long, value_name = "REGEX", help_heading = "The system")]
-    pub sold_out_if: Option<String>,
+    /// An answer that says the stock ran out (tried second); forms as --bought-if.
+    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    pub sold_out_if: Vec<String>,
 
-    /// An answer that matches this regex turned the buyer away (try again).
-    #[arg(long, value_name = "REGEX", help_heading = "The system")]
-    pub busy_if: Option<String>,
+    /// An answer that turned the buyer away, try again (tried third); forms as --bought-if.
+    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    pub busy_if: Vec<String>,
+
+    /// An answer that says a rule refused the purchase (one per user, say): nothing sold,
+    /// nothing owed, not under-selling (tried fourth); forms as --bought-if.
+    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    pub refused_if: Vec<String>,
+
+    /// An answer that says the purchase failed: it must not have deducted; stock or an order
+    /// row behind it is a finding, "told it failed, but sold" (tried fifth); forms as
+    /// --bought-if.
+    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    pub failed_if: Vec<String>,
+
+    /// The order id the service made, taken from each bought answer: json:/POINTER or a regex
+    /// with one group. The orders check matches rows by it instead of {order}; with neither,
+    /// it counts rows (per user, when the query returns a user and the request names one)
+    /// against the bought answers.
+    #[arg(long, value_name = "PATTERN", help_heading = "The system")]
+    pub order_from: Option<String>,
+
+    /// What {sku} is: text (<sku>-<tag>-<round>), int (a number no earlier round or hunt
+    /// used) or uuid (a fresh v4 UUID); SQL parameters are bound with the type.
+    #[arg(long, value_enum, default_value = "text", help_heading = "The system")]
+    pub sku_format: IdFormatArg,
+
+    /// What {user} is: text (u0, u1, ...), int or uuid (each hunt's own).
+    #[arg(long, value_enum, default_value = "text", help_heading = "The system")]
+    pub user_format: IdFormatArg,
 
     /// The Redis key of the stock the system deducts, {sku} standing for the round's SKU
     /// [default: item:stock:{sku}].
@@ -237,8 +267,32 @@ impl HuntArgs {
             bought_if: self.bought_if.clone(),
             sold_out_if: self.sold_out_if.clone(),
             busy_if: self.busy_if.clone(),
+            refused_if: self.refused_if.clone(),
+            failed_if: self.failed_if.clone(),
             stock_key: None,
             rate: None,
+        }
+    }
+}
+
+/// `--sku-format`, `--user-format`: what an identity is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IdFormatArg {
+    /// Text, as lockctl names things.
+    Text,
+    /// A whole number.
+    Int,
+    /// A v4 UUID.
+    Uuid,
+}
+
+impl From<IdFormatArg> for lockctl_hammer::http::ids::IdFormat {
+    fn from(f: IdFormatArg) -> Self {
+        use lockctl_hammer::http::ids::IdFormat;
+        match f {
+            IdFormatArg::Text => IdFormat::Text,
+            IdFormatArg::Int => IdFormat::Int,
+            IdFormatArg::Uuid => IdFormat::Uuid,
         }
     }
 }

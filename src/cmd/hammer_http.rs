@@ -3,7 +3,9 @@
 //! hammer of lockctl's own buyers.
 
 use lockctl_hammer::LoadOptions;
-use lockctl_hammer::http::{self, Classifier, HttpOptions, RequestSpec, TUTORIAL_PATH};
+use lockctl_hammer::http::{
+    self, AnswerClass, BadPattern, Classifier, HttpOptions, Patterns, RequestSpec, TUTORIAL_PATH,
+};
 
 use std::io::IsTerminal;
 
@@ -85,16 +87,18 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
     };
     let request =
         RequestSpec::new(&a.method, &url, &a.headers, a.body.as_deref()).map_err(UsageError)?;
-    let patterns = (
-        a.bought_if.as_deref(),
-        a.sold_out_if.as_deref(),
-        a.busy_if.as_deref(),
-    );
+    let patterns = Patterns {
+        bought: a.bought_if.clone(),
+        sold_out: a.sold_out_if.clone(),
+        busy: a.busy_if.clone(),
+        refused: a.refused_if.clone(),
+        failed: a.failed_if.clone(),
+    };
     let classifier = match tutorial {
-        true => Classifier::tutorial(patterns.0, patterns.1, patterns.2),
-        false => Classifier::new(patterns.0, patterns.1, patterns.2),
+        true => Classifier::tutorial(&patterns),
+        false => Classifier::new(&patterns),
     }
-    .map_err(UsageError)?;
+    .map_err(|e| UsageError(bad_pattern(&e)))?;
     if let Some(key) = &a.stock_key
         && (key.is_empty() || key.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
@@ -114,7 +118,21 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
         connect_timeout: ctx.options.connect_timeout,
         // Only the units each "bought" answer stands for: the endpoint buys its own way.
         qty,
+        users: http::ids::Ids::text_users(),
     })
+}
+
+/// A form that cannot be read, worded with its flag.
+pub(super) fn bad_pattern(e: &BadPattern) -> String {
+    let flag = match e.class {
+        Some(AnswerClass::Bought) => "--bought-if",
+        Some(AnswerClass::SoldOut) => "--sold-out-if",
+        Some(AnswerClass::Busy) => "--busy-if",
+        Some(AnswerClass::Refused) => "--refused-if",
+        Some(AnswerClass::Failed) => "--failed-if",
+        None => "--order-from",
+    };
+    format!("{flag} {e}")
 }
 
 /// `http://host:port` or `http://host:port/`: a URL with no path or query of its own.

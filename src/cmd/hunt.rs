@@ -15,12 +15,14 @@ use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
+use lockctl_hammer::http::ids::{IdFormat, Ids};
 use lockctl_hammer::hunt::clean::{self, Cleaned};
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
 use lockctl_hammer::hunt::serve::{Reach, Served};
+use lockctl_hammer::hunt::sql::SkuParam;
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OnRound, OrdersSql, RoundSeen, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
@@ -131,6 +133,7 @@ fn hunt_options(
     HuntOptions {
         http,
         sku: args.sku.to_string(),
+        sku_format: args.sku_format.into(),
         concurrency: args.concurrency,
         users: args.users,
         limit: args.limit,
@@ -221,7 +224,13 @@ fn remove_created(
     let mut names: Vec<String> = stock.probe.iter().cloned().collect();
     names.extend(skus.iter().map(|s| s.to_string()));
     match &stock.clean {
-        Some(statement) => clean::delete_rows(&stock.db, statement, &names, &mut cleaned),
+        Some(statement) => clean::delete_rows(
+            &stock.db,
+            statement,
+            &names,
+            args.sku_format.into(),
+            &mut cleaned,
+        ),
         None if names.is_empty() => {}
         None => cleaned.left.push(format!(
             "the stock rows of the hunt's SKUs ({}) are left in --stock-sql: --stock-query is not of the form SELECT ... FROM table WHERE column = $1, so which rows are the hunt's cannot be told; give --stock-clean 'DELETE FROM ... WHERE ... = $1' to have them removed",
@@ -344,12 +353,23 @@ fn system_facts(
     let mut http = super::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
     if !http.classifier.judges() {
         return Err(UsageError(
-            "a hunt judges the system's answers: say what they mean with --bought-if, --sold-out-if, --busy-if or --preset tutorial".into(),
+            "a hunt judges the system's answers: say what they mean with --bought-if, --sold-out-if, --busy-if, --refused-if, --failed-if or --preset tutorial".into(),
         )
         .into());
     }
     http.stock_key = args.stock_key.clone();
-    let probe = format!("{}-probe", args.sku);
+    http.users = Ids::new(args.user_format.into(), "u");
+    if let Some(pattern) = &args.order_from {
+        http.classifier = http
+            .classifier
+            .with_order_from(pattern)
+            .map_err(|e| UsageError(super::hammer_http::bad_pattern(&e)))?;
+    }
+    // The probe is a SKU in the rounds' format that no round uses.
+    let probe = match args.sku_format.into() {
+        IdFormat::Text => format!("{}-probe", args.sku),
+        format => Ids::new(format, "").name(0),
+    };
     let mut rows = None;
     if let Some(url) = &args.stock_sql {
         let (store, stock) = stock_store(ctx, args, url, &probe)?;
@@ -357,7 +377,7 @@ fn system_facts(
         rows = Some(stock);
     }
     let orders = match (&args.orders_sql, &args.orders_query) {
-        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe)?),
+        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe, args)?),
         _ => None,
     };
     Ok((http, orders, rows))
@@ -597,14 +617,18 @@ fn stock_store(
         args.stock_query.clone().unwrap_or_default(),
         args.stock_seed.clone().unwrap_or_default(),
     );
-    db.execute(&seed, probe, 7).map_err(|e| {
+    let param = SkuParam {
+        text: probe,
+        format: args.sku_format.into(),
+    };
+    db.execute(&seed, param, 7).map_err(|e| {
         UsageError(format!(
             "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}"
         ))
     })?;
     db.check_columns(&query, 1, 0)
         .map_err(|e| UsageError(format!("--stock-query '{query}': {e}")))?;
-    match db.integer(&query, probe) {
+    match db.integer(&query, param) {
         Ok(7) => {}
         Ok(n) => {
             return Err(UsageError(format!(
@@ -624,7 +648,7 @@ fn stock_store(
     };
     match (&args.stock_clean, args.keep) {
         (Some(clean), true) => rows.clean = Some(clean.clone()),
-        (Some(clean), false) => match db.delete(clean, probe) {
+        (Some(clean), false) => match db.delete(clean, param) {
             Ok(n) if n > 0 => {
                 rows.clean = Some(clean.clone());
                 rows.probe = None;
@@ -648,7 +672,7 @@ fn stock_store(
                 match keep {
                     true => rows.clean = Some(clean),
                     false => {
-                        if db.delete(&clean, probe).is_ok_and(|n| n == 1) {
+                        if db.delete(&clean, param).is_ok_and(|n| n == 1) {
                             rows.clean = Some(clean);
                             rows.probe = None;
                         }
@@ -657,16 +681,31 @@ fn stock_store(
             }
         }
     }
-    let store = Store(Arc::new(SqlStock { db, query, seed }));
+    let store = Store(Arc::new(SqlStock {
+        db,
+        query,
+        seed,
+        format: args.sku_format.into(),
+    }));
     Ok((store, rows))
 }
 
 /// The orders database, its query tried on the probe SKU before any request.
-fn orders_sql(ctx: &Ctx, url: &str, query: &str, probe: &str) -> anyhow::Result<OrdersSql> {
+fn orders_sql(
+    ctx: &Ctx,
+    url: &str,
+    query: &str,
+    probe: &str,
+    args: &HuntArgs,
+) -> anyhow::Result<OrdersSql> {
     let db = SqlDb::connect(url, ctx.options.connect_timeout)
         .map_err(|e| UsageError(format!("--orders-sql: {e}")))?;
+    let param = SkuParam {
+        text: probe,
+        format: args.sku_format.into(),
+    };
     db.check_columns(query, 2, 1)
-        .and_then(|()| db.orders(query, probe).map(|_| ()))
+        .and_then(|()| db.orders(query, param).map(|_| ()))
         .map_err(|e| UsageError(format!("--orders-query '{query}': {e}")))?;
     Ok(OrdersSql {
         db: Arc::new(db),

@@ -383,6 +383,24 @@ fn installed_valkey() -> Option<PathBuf> {
     })
 }
 
+/// The Python with Flask and PyMySQL that runs the hunt's Flask fixture:
+/// `$LOCKCTL_TEST_PYTHON` (scripts/test sets it, installing both into `target/py-venv`); else
+/// that virtual environment's, when scripts/test made it; else a clear failure saying how.
+pub fn flask_python() -> PathBuf {
+    let python = env_path("LOCKCTL_TEST_PYTHON")
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/py-venv/bin/python"));
+    let ok = Command::new(&python)
+        .args(["-c", "import flask, pymysql"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "no Python with Flask and PyMySQL at '{}': run scripts/test (it installs them into target/py-venv), or name one in LOCKCTL_TEST_PYTHON",
+        python.display()
+    );
+    python
+}
+
 /// The `redis-server` to start: `$LOCKCTL_TEST_REDIS_SERVER`, or `redis-server` on the PATH.
 pub fn redis_server_program() -> PathBuf {
     env_path(REDIS_SERVER_VAR).unwrap_or_else(|| "redis-server".into())

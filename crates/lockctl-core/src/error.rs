@@ -348,6 +348,9 @@ pub enum ErrorKind {
     Broken,
     /// `hammer --url`: a 2xx answer that matched none of the classification patterns.
     Unclassified,
+    /// `hammer --url`: an answer the endpoint's failed class holds for: the service said the
+    /// purchase failed, so it must not have deducted.
+    AnsweredFailed,
     /// `hammer --url`: an answer with a status other than 2xx that matched none of the
     /// classification patterns, by status code (`http_500`).
     Http(u16),
@@ -356,7 +359,7 @@ pub enum ErrorKind {
 }
 
 /// The kinds with a fixed name, for reading names back.
-const NAMED: [ErrorKind; 20] = [
+const NAMED: [ErrorKind; 21] = [
     ErrorKind::BadUrl,
     ErrorKind::Tls,
     ErrorKind::Refused,
@@ -376,6 +379,7 @@ const NAMED: [ErrorKind; 20] = [
     ErrorKind::Abandoned,
     ErrorKind::Broken,
     ErrorKind::Unclassified,
+    ErrorKind::AnsweredFailed,
     ErrorKind::Unknown,
 ];
 
@@ -404,6 +408,7 @@ impl ErrorKind {
             ErrorKind::Abandoned => "abandoned".into(),
             ErrorKind::Broken => "broken".into(),
             ErrorKind::Unclassified => "unclassified".into(),
+            ErrorKind::AnsweredFailed => "answered_failed".into(),
             ErrorKind::Unknown => "unknown".into(),
         }
     }

@@ -19,7 +19,7 @@
 use crate::judge::{conclude, errors_in_words, first_checks, measured, sold_out_before_a_sale};
 use crate::report::{Report, RunFacts, Verdict};
 use crate::tally::Tally;
-use lockctl_core::error::Error;
+use lockctl_core::error::{Error, ErrorKind};
 use lockctl_core::units::count;
 
 /// The report of a run whose stock was read back. `went_up`: why the stock may have gone up
@@ -96,7 +96,22 @@ fn invariants(facts: &RunFacts, t: &Tally, final_stock: i64) -> (Vec<String>, u6
         ));
     }
     let maybe = (t.indeterminate * facts.qty) as i64;
-    if consumed > announced + maybe {
+    let told_failed = t
+        .errors_by_kind
+        .get(&ErrorKind::AnsweredFailed)
+        .copied()
+        .unwrap_or(0);
+    if consumed > announced + maybe && told_failed > 0 {
+        // The service said these purchases failed, so none of them may have deducted: the
+        // extra is theirs.
+        let extra = consumed - announced - maybe;
+        v.push(format!(
+            "told it failed, but sold: the stock fell by {consumed} but the endpoint answered \"bought\" for only {}, and {} answered that the purchase failed: {} deducted behind answers that said it failed",
+            count(announced, "unit", "units"),
+            count(told_failed, "request was", "requests were"),
+            count(extra, "unit was", "units were")
+        ));
+    } else if consumed > announced + maybe {
         let failed = match t.indeterminate {
             0 => String::new(),
             n => format!(", and {n} failed requests may have bought {maybe}"),

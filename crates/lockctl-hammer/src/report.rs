@@ -30,6 +30,9 @@ pub enum Ended {
         outcome: Option<Outcome>,
         /// The stock the answer reported; `None` when it reported none.
         remaining: Option<i64>,
+        /// The order id a bought answer carried (the service makes its own); `None` when it
+        /// carried none or none was looked for.
+        order: Option<String>,
     },
     /// A failure. `indeterminate` when it may have been applied anyway.
     Failed {

@@ -335,7 +335,9 @@ impl Tally {
                 Buy::LeaseLost => self.lease_lost += 1,
                 Buy::LimitReached { .. } => self.limit_reached += 1,
             },
-            Ended::Answered { outcome, remaining } => match outcome {
+            Ended::Answered {
+                outcome, remaining, ..
+            } => match outcome {
                 None => self.answered += 1,
                 Some(Outcome::Bought) => {
                     self.bought += 1;
@@ -497,6 +499,7 @@ mod tests {
         Ended::Answered {
             outcome: Some(outcome),
             remaining: None,
+            order: None,
         }
     }
 

@@ -271,9 +271,16 @@ fn completion(s: &Sample, mut value: Value) -> (&'static str, Value) {
             v["overran_lease"] = (*overran_lease).into();
             sold(outcome.outcome())
         }
-        Ended::Answered { outcome, remaining } => {
+        Ended::Answered {
+            outcome,
+            remaining,
+            order,
+        } => {
             v["answer"] = outcome.map_or(json!("answered"), |o| json!(o));
             v["remaining"] = json!(remaining);
+            if let Some(order) = order {
+                v["order_id"] = json!(order);
+            }
             outcome.map_or("info", sold)
         }
         Ended::Failed {
@@ -559,6 +566,7 @@ fn sample(op: &Op, mode: Mode, sent: &HashMap<u64, u64>) -> Result<Sample, Strin
         _ if mode == Mode::Http => Ended::Answered {
             outcome: outcome(answer)?,
             remaining: v["remaining"].as_i64(),
+            order: v["order_id"].as_str().map(str::to_string),
         },
         _ => Ended::Done {
             outcome: buy(answer, v)?,

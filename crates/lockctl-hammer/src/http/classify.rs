@@ -1,10 +1,18 @@
-//! What an endpoint's answer meant: bought, sold out or busy, by patterns matched against the
-//! response body (first match wins, in that order); anything else is an error counted by
-//! status (`http_500`), or `unclassified` for a 2xx answer that matched nothing.
+//! What an endpoint's answer meant: bought, sold out, busy, refused (a rule said no: nothing
+//! sold, nothing owed) or failed (the service says it failed: it must not have deducted), by
+//! rules held against the answer (first class that holds wins, in that order); anything else
+//! is an error counted by status (`http_500`), or `unclassified` for a 2xx answer that matched
+//! nothing.
+//!
+//! Each class is a list of forms that must all hold: a regex over the body, `status:CODE[,CODE]`
+//! (one of the codes), or `json:/POINTER=VALUE` (RFC 6901 into a JSON body; VALUE compared as
+//! JSON when it parses as JSON, as plain text otherwise).
 //!
 //! An answer that matched nothing may have deducted or not: the endpoint said something this
 //! run cannot read. Such errors are indeterminate, so they widen the bound the judge allows
-//! between stock consumed and units announced, as a timed-out purchase does.
+//! between stock consumed and units announced, as a timed-out purchase does. An answer in the
+//! failed class is determinate: the service said nothing happened, so a deduction behind it is
+//! a finding.
 
 use regex::bytes::Regex;
 
@@ -27,102 +35,376 @@ pub const KEPT_BODY: usize = 64 * 1024;
 /// How much of a body an error message shows (the start of it, on one line).
 pub const SHOWN_BODY: usize = 200;
 
-/// The three patterns, compiled.
+/// The classes an answer may fall in, in the order they are tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerClass {
+    /// Sold the request's units.
+    Bought,
+    /// The stock ran out.
+    SoldOut,
+    /// Turned away for now (try again).
+    Busy,
+    /// A rule said no (one per user, say): nothing sold, nothing owed.
+    Refused,
+    /// The service says the purchase failed: nothing may have been deducted.
+    Failed,
+}
+
+impl AnswerClass {
+    /// Every class, in the order tried.
+    pub const ALL: [AnswerClass; 5] = [
+        AnswerClass::Bought,
+        AnswerClass::SoldOut,
+        AnswerClass::Busy,
+        AnswerClass::Refused,
+        AnswerClass::Failed,
+    ];
+
+    /// Its name in words: `bought`, `sold out`, `busy`, `refused`, `failed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerClass::Bought => "bought",
+            AnswerClass::SoldOut => "sold out",
+            AnswerClass::Busy => "busy",
+            AnswerClass::Refused => "refused",
+            AnswerClass::Failed => "failed",
+        }
+    }
+}
+
+/// The forms given for each class (each list: every form must hold); empty: the class is
+/// never recognised.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Patterns {
+    /// Bought.
+    pub bought: Vec<String>,
+    /// Sold out.
+    pub sold_out: Vec<String>,
+    /// Busy.
+    pub busy: Vec<String>,
+    /// Refused.
+    pub refused: Vec<String>,
+    /// Failed.
+    pub failed: Vec<String>,
+}
+
+impl Patterns {
+    fn of(&self, class: AnswerClass) -> &[String] {
+        match class {
+            AnswerClass::Bought => &self.bought,
+            AnswerClass::SoldOut => &self.sold_out,
+            AnswerClass::Busy => &self.busy,
+            AnswerClass::Refused => &self.refused,
+            AnswerClass::Failed => &self.failed,
+        }
+    }
+}
+
+/// A form that cannot be read: which class it was given for (`None`: the order id's), the
+/// value, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{value}' {why}")]
+pub struct BadPattern {
+    /// The class the form was given for; `None` for the order id's pattern.
+    pub class: Option<AnswerClass>,
+    /// The form as given.
+    pub value: String,
+    /// What is wrong with it and what is expected.
+    pub why: String,
+}
+
+/// The forms every class accepts, in words, for error messages.
+const FORMS: &str = "expected a regex over the body, status:CODE[,CODE...] or json:/POINTER=VALUE";
+
+/// One form of a class.
+#[derive(Clone, Debug)]
+enum Form {
+    Body(Regex),
+    Status(Vec<u16>),
+    Json(String, Wanted),
+}
+
+/// The value a `json:` form wants at its pointer.
+#[derive(Clone, Debug)]
+enum Wanted {
+    Json(serde_json::Value),
+    Text(String),
+}
+
+impl Wanted {
+    fn holds(&self, v: &serde_json::Value) -> bool {
+        match self {
+            Wanted::Json(want) => v == want,
+            Wanted::Text(text) => match v {
+                serde_json::Value::String(s) => s == text,
+                other => other.to_string().as_str() == text.as_str(),
+            },
+        }
+    }
+}
+
+/// The pointer of `json:/POINTER...`, checked: empty (the whole body) or starting with `/`.
+fn pointer(class: Option<AnswerClass>, value: &str, p: &str) -> Result<String, BadPattern> {
+    match p.is_empty() || p.starts_with('/') {
+        true => Ok(p.to_string()),
+        false => Err(BadPattern {
+            class,
+            value: value.into(),
+            why: format!(
+                "has the JSON pointer '{p}', which does not start with '/' (RFC 6901: /code, /data/order_no, /items/0/id)"
+            ),
+        }),
+    }
+}
+
+fn regex(class: Option<AnswerClass>, value: &str) -> Result<Regex, BadPattern> {
+    Regex::new(value).map_err(|e| {
+        let why = e.to_string();
+        let why = why.lines().last().unwrap_or("").trim().to_string();
+        BadPattern {
+            class,
+            value: value.into(),
+            why: format!(
+                "is not a valid pattern ({why}); the syntax is Rust's regex crate (escape | ( ) [ ] . * + ? with a backslash to match them literally); {FORMS}"
+            ),
+        }
+    })
+}
+
+impl Form {
+    fn parse(class: AnswerClass, value: &str) -> Result<Form, BadPattern> {
+        let bad = |why: String| BadPattern {
+            class: Some(class),
+            value: value.into(),
+            why,
+        };
+        if let Some(codes) = value.strip_prefix("status:") {
+            let parsed: Option<Vec<u16>> = codes
+                .split(',')
+                .map(|c| c.trim().parse().ok().filter(|c| (100..=599).contains(c)))
+                .collect();
+            return match parsed {
+                Some(codes) if !codes.is_empty() => Ok(Form::Status(codes)),
+                _ => Err(bad(format!(
+                    "is not a list of HTTP status codes (100 to 599, comma-separated: status:409 or status:400,409); {FORMS}"
+                ))),
+            };
+        }
+        if let Some(rest) = value.strip_prefix("json:") {
+            let Some((p, want)) = rest.split_once('=') else {
+                return Err(bad(format!(
+                    "names no value: write json:/POINTER=VALUE (json:/code=0, json:/msg=\"sold out\"); {FORMS}"
+                )));
+            };
+            let p = pointer(Some(class), value, p)?;
+            let want = match serde_json::from_str(want) {
+                Ok(v) => Wanted::Json(v),
+                Err(_) => Wanted::Text(want.to_string()),
+            };
+            return Ok(Form::Json(p, want));
+        }
+        regex(Some(class), value).map(Form::Body)
+    }
+
+    fn holds(&self, status: u16, body: &[u8], json: &mut Lazy) -> bool {
+        match self {
+            Form::Body(re) => re.is_match(body),
+            Form::Status(codes) => codes.contains(&status),
+            Form::Json(p, want) => json
+                .get(body)
+                .and_then(|v| v.pointer(p))
+                .is_some_and(|v| want.holds(v)),
+        }
+    }
+}
+
+/// The body as JSON, parsed at most once per answer, and only when a form asks.
+#[derive(Default)]
+enum Lazy {
+    #[default]
+    Unparsed,
+    Parsed(Option<serde_json::Value>),
+}
+
+impl Lazy {
+    fn get(&mut self, body: &[u8]) -> Option<&serde_json::Value> {
+        if matches!(self, Lazy::Unparsed) {
+            *self = Lazy::Parsed(serde_json::from_slice(body).ok());
+        }
+        match self {
+            Lazy::Parsed(v) => v.as_ref(),
+            Lazy::Unparsed => None,
+        }
+    }
+}
+
+/// Where a bought answer carries the order id the service made.
+#[derive(Clone, Debug)]
+enum OrderFrom {
+    Json(String),
+    Group(Regex),
+}
+
+/// The classes' forms, compiled.
 #[derive(Clone, Debug, Default)]
 pub struct Classifier {
-    bought: Option<Regex>,
-    /// Whether `bought` has the group `remaining` (the stock the answer reports).
-    bought_remaining: bool,
-    sold_out: Option<Regex>,
-    busy: Option<Regex>,
+    /// Each class's forms, in [`AnswerClass::ALL`]'s order; a class with none is never
+    /// recognised.
+    classes: Vec<(AnswerClass, Vec<Form>)>,
+    /// The body regex of `bought` that has the group `remaining` (the stock the answer
+    /// reports), if any.
+    bought_remaining: Option<Regex>,
+    /// Where a bought answer's order id is, when the service makes its own.
+    order_from: Option<OrderFrom>,
 }
 
 impl Classifier {
-    /// Compiles the patterns; a bad one is refused naming its flag and the problem.
-    pub fn new(
-        bought: Option<&str>,
-        sold_out: Option<&str>,
-        busy: Option<&str>,
-    ) -> Result<Classifier, String> {
-        let compile = |flag: &str, p: Option<&str>| -> Result<Option<Regex>, String> {
-            p.map(|p| {
-                Regex::new(p).map_err(|e| {
-                    let why = e.to_string();
-                    let why = why.lines().last().unwrap_or("").trim().to_string();
-                    format!(
-                        "{flag} '{p}' is not a valid pattern ({why}); the syntax is Rust's regex crate (escape | ( ) [ ] . * + ? with a backslash to match them literally)"
-                    )
-                })
-            })
-            .transpose()
+    /// Compiles the forms; one that cannot be read is refused, naming it and the problem.
+    pub fn new(patterns: &Patterns) -> Result<Classifier, BadPattern> {
+        let mut c = Classifier::default();
+        for class in AnswerClass::ALL {
+            let given = patterns.of(class);
+            if given.is_empty() {
+                continue;
+            }
+            let forms = given
+                .iter()
+                .map(|p| Form::parse(class, p))
+                .collect::<Result<Vec<_>, _>>()?;
+            if class == AnswerClass::Bought {
+                c.bought_remaining = forms.iter().find_map(|f| match f {
+                    Form::Body(re) if re.capture_names().any(|n| n == Some("remaining")) => {
+                        Some(re.clone())
+                    }
+                    _ => None,
+                });
+            }
+            c.classes.push((class, forms));
+        }
+        Ok(c)
+    }
+
+    /// The tutorial's answers, with the forms given for a class in place of its own.
+    pub fn tutorial(patterns: &Patterns) -> Result<Classifier, BadPattern> {
+        let or = |given: &[String], own: &str| match given.is_empty() {
+            true => vec![own.to_string()],
+            false => given.to_vec(),
         };
-        let bought = compile("--bought-if", bought)?;
-        Ok(Classifier {
-            bought_remaining: bought
-                .as_ref()
-                .is_some_and(|re| re.capture_names().any(|n| n == Some("remaining"))),
-            bought,
-            sold_out: compile("--sold-out-if", sold_out)?,
-            busy: compile("--busy-if", busy)?,
+        Classifier::new(&Patterns {
+            bought: or(&patterns.bought, TUTORIAL_BOUGHT),
+            sold_out: or(&patterns.sold_out, TUTORIAL_SOLD_OUT),
+            busy: or(&patterns.busy, TUTORIAL_BUSY),
+            refused: patterns.refused.clone(),
+            failed: patterns.failed.clone(),
         })
     }
 
-    /// The tutorial's answers, with any pattern given on the command line in place of its own.
-    pub fn tutorial(
-        bought: Option<&str>,
-        sold_out: Option<&str>,
-        busy: Option<&str>,
-    ) -> Result<Classifier, String> {
-        Classifier::new(
-            Some(bought.unwrap_or(TUTORIAL_BOUGHT)),
-            Some(sold_out.unwrap_or(TUTORIAL_SOLD_OUT)),
-            Some(busy.unwrap_or(TUTORIAL_BUSY)),
-        )
+    /// Takes the order id out of each bought answer with `pattern`: `json:/POINTER` (the
+    /// value there, a string's text or a number's digits) or a regex with one group.
+    pub fn with_order_from(mut self, pattern: &str) -> Result<Classifier, BadPattern> {
+        let bad = |why: &str| BadPattern {
+            class: None,
+            value: pattern.into(),
+            why: why.into(),
+        };
+        let from = match pattern.strip_prefix("json:") {
+            Some(p) => OrderFrom::Json(pointer(None, pattern, p)?),
+            None => {
+                let re = regex(None, pattern)?;
+                if re.captures_len() != 2 {
+                    return Err(bad(
+                        "must be json:/POINTER or a regex with exactly one group, the order id (e.g. \"order_no\":\"([^\"]+)\")",
+                    ));
+                }
+                OrderFrom::Group(re)
+            }
+        };
+        self.order_from = Some(from);
+        Ok(self)
     }
 
-    /// Whether any pattern was given: without one no answer says what was sold, and the run
+    /// Whether bought answers carry the order id the service made.
+    pub fn takes_order_ids(&self) -> bool {
+        self.order_from.is_some()
+    }
+
+    /// Whether any class was given: without one no answer says what was sold, and the run
     /// has nothing to judge.
     pub fn judges(&self) -> bool {
-        self.bought.is_some() || self.sold_out.is_some() || self.busy.is_some()
+        !self.classes.is_empty()
     }
 
     /// What an answer with `status` and `body` (its first `KEPT_BODY` bytes) meant.
     pub fn classify(&self, status: u16, body: &[u8]) -> Ended {
-        if let Some(re) = &self.bought {
-            // The (prefiltered) match first: most answers under load are not purchases, and
-            // captures cost a second pass and an allocation, spent only on a purchase whose
-            // pattern has the group.
-            let found = match (re.is_match(body), self.bought_remaining) {
-                (false, _) => None,
-                (true, false) => Some(None),
-                (true, true) => Some(re.captures(body).and_then(|caps| {
-                    caps.name("remaining")
-                        .and_then(|m| std::str::from_utf8(m.as_bytes()).ok())
-                        .and_then(|s| s.parse().ok())
-                })),
-            };
-            if let Some(remaining) = found {
+        let mut json = Lazy::default();
+        let class = self
+            .classes
+            .iter()
+            .find(|(_, forms)| forms.iter().all(|f| f.holds(status, body, &mut json)))
+            .map(|(class, _)| *class);
+        let outcome = match class {
+            Some(AnswerClass::Bought) => {
                 return Ended::Answered {
                     outcome: Some(Outcome::Bought),
-                    remaining,
+                    remaining: self.remaining(body),
+                    order: self.order_id(body, &mut json),
                 };
             }
-        }
-        for (re, outcome) in [
-            (&self.sold_out, Outcome::SoldOut),
-            (&self.busy, Outcome::Busy),
-        ] {
-            if re.as_ref().is_some_and(|re| re.is_match(body)) {
-                return Ended::Answered {
-                    outcome: Some(outcome),
-                    remaining: None,
+            Some(AnswerClass::SoldOut) => Outcome::SoldOut,
+            Some(AnswerClass::Busy) => Outcome::Busy,
+            Some(AnswerClass::Refused) => Outcome::LimitReached,
+            Some(AnswerClass::Failed) => {
+                return Ended::Failed {
+                    kind: ErrorKind::AnsweredFailed,
+                    indeterminate: false,
+                    message: format!("HTTP {status} said it failed: {}", snippet(body)),
+                    hint: None,
                 };
             }
+            None => return self.unread(status, body),
+        };
+        Ended::Answered {
+            outcome: Some(outcome),
+            remaining: None,
+            order: None,
         }
+    }
+
+    /// The stock a bought answer reports, when the bought regex has the group `remaining`.
+    fn remaining(&self, body: &[u8]) -> Option<i64> {
+        // Captures cost a second pass and an allocation, spent only on a purchase whose
+        // pattern has the group.
+        let re = self.bought_remaining.as_ref()?;
+        re.captures(body).and_then(|caps| {
+            caps.name("remaining")
+                .and_then(|m| std::str::from_utf8(m.as_bytes()).ok())
+                .and_then(|s| s.parse().ok())
+        })
+    }
+
+    /// The order id a bought answer carries, when the service makes its own.
+    fn order_id(&self, body: &[u8], json: &mut Lazy) -> Option<String> {
+        match self.order_from.as_ref()? {
+            OrderFrom::Json(p) => match json.get(body)?.pointer(p)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Null => None,
+                other => Some(other.to_string()),
+            },
+            OrderFrom::Group(re) => re
+                .captures(body)?
+                .get(1)
+                .map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()),
+        }
+        .filter(|s| !s.is_empty())
+    }
+
+    /// An answer no class holds for.
+    fn unread(&self, status: u16, body: &[u8]) -> Ended {
         if !self.judges() && (200..300).contains(&status) {
             return Ended::Answered {
                 outcome: None,
                 remaining: None,
+                order: None,
             };
         }
         let shown = snippet(body);
@@ -164,14 +446,25 @@ mod tests {
             Ended::Answered {
                 outcome: Some(outcome),
                 remaining,
+                ..
             } => (outcome, remaining),
             other => panic!("not an answer: {other:?}"),
         }
     }
 
+    fn patterns(bought: &[&str], sold_out: &[&str], busy: &[&str]) -> Patterns {
+        let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect();
+        Patterns {
+            bought: v(bought),
+            sold_out: v(sold_out),
+            busy: v(busy),
+            ..Patterns::default()
+        }
+    }
+
     #[test]
     fn the_tutorials_answers_are_read_as_it_means_them() {
-        let c = Classifier::tutorial(None, None, None).unwrap();
+        let c = Classifier::tutorial(&Patterns::default()).unwrap();
         let bought = "扣减成功 | 剩余库存: 9\n".as_bytes();
         assert_eq!(
             answered(c.classify(200, bought)),
@@ -190,7 +483,7 @@ mod tests {
 
     #[test]
     fn the_first_match_wins_and_the_rest_are_errors_by_status() {
-        let c = Classifier::new(Some("ok"), Some("ok|gone"), Some("wait")).unwrap();
+        let c = Classifier::new(&patterns(&["ok"], &["ok|gone"], &["wait"])).unwrap();
         assert_eq!(answered(c.classify(200, b"ok")).0, Outcome::Bought);
         assert_eq!(answered(c.classify(503, b"please wait")).0, Outcome::Busy);
         let Ended::Failed {
@@ -212,13 +505,100 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_pattern_names_its_flag() {
-        let e = Classifier::new(None, Some("(unclosed"), None).unwrap_err();
+    fn business_codes_in_json_and_status_codes_are_read_and_every_form_of_a_class_must_hold() {
+        let c = Classifier::new(&Patterns {
+            bought: vec!["json:/code=0".into(), "status:200".into()],
+            sold_out: vec!["json:/code=50001".into()],
+            busy: vec!["status:429,503".into()],
+            refused: vec!["json:/msg=already bought".into()],
+            failed: vec!["json:/msg=\"system error\"".into()],
+        })
+        .unwrap()
+        .with_order_from("json:/data/order_no")
+        .unwrap();
+        let bought = br#"{"code":0,"data":{"order_no":"SO-17"}}"#;
+        let Ended::Answered {
+            outcome: Some(Outcome::Bought),
+            order,
+            ..
+        } = c.classify(200, bought)
+        else {
+            panic!()
+        };
+        assert_eq!(order.as_deref(), Some("SO-17"));
+        // `code` 0 as a string is not the number 0; a 201 is not the 200 the class wants.
+        assert!(matches!(
+            c.classify(200, br#"{"code":"0"}"#),
+            Ended::Failed {
+                kind: ErrorKind::Unclassified,
+                ..
+            }
+        ));
+        assert!(matches!(
+            c.classify(201, bought),
+            Ended::Failed {
+                kind: ErrorKind::Unclassified,
+                ..
+            }
+        ));
+        let sold_out = br#"{"code":50001,"msg":"sold out"}"#;
+        assert_eq!(answered(c.classify(200, sold_out)).0, Outcome::SoldOut);
+        assert_eq!(answered(c.classify(503, b"")).0, Outcome::Busy);
+        let refused = br#"{"code":50002,"msg":"already bought"}"#;
+        assert_eq!(answered(c.classify(200, refused)).0, Outcome::LimitReached);
+        let Ended::Failed {
+            kind,
+            indeterminate,
+            ..
+        } = c.classify(200, br#"{"code":500,"msg":"system error"}"#)
+        else {
+            panic!()
+        };
+        assert_eq!((kind, indeterminate), (ErrorKind::AnsweredFailed, false));
+        // A body that is not JSON holds for no json: form.
+        assert!(matches!(
+            c.classify(200, b"code=0"),
+            Ended::Failed {
+                kind: ErrorKind::Unclassified,
+                ..
+            }
+        ));
+        let by_group = Classifier::new(&patterns(&["OK"], &[], &[]))
+            .unwrap()
+            .with_order_from(r"order=(\d+)")
+            .unwrap();
+        let Ended::Answered { order, .. } = by_group.classify(200, b"OK order=42") else {
+            panic!()
+        };
+        assert_eq!(order.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn a_bad_form_names_its_value_and_the_forms_expected() {
+        let e = Classifier::new(&patterns(&[], &["(unclosed"], &[])).unwrap_err();
+        assert_eq!(e.class, Some(AnswerClass::SoldOut));
+        let e = e.to_string();
+        assert!(e.starts_with("'(unclosed' is not a valid pattern"), "{e}");
         assert!(
-            e.starts_with("--sold-out-if '(unclosed' is not a valid pattern"),
+            e.contains("status:CODE[,CODE...] or json:/POINTER=VALUE"),
             "{e}"
         );
-        let none = Classifier::new(None, None, None).unwrap();
+        for bad in [
+            "status:",
+            "status:20x",
+            "status:99",
+            "json:/code",
+            "json:code=0",
+        ] {
+            let e = Classifier::new(&patterns(&[bad], &[], &[])).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("'{bad}' ")), "{e}");
+        }
+        for bad in ["order=\\d+", "(a)(b)", "json:order_no"] {
+            let e = Classifier::default().with_order_from(bad).unwrap_err();
+            assert_eq!(e.class, None);
+            assert!(e.to_string().starts_with(&format!("'{bad}' ")), "{e}");
+        }
+        let none = Classifier::new(&Patterns::default()).unwrap();
         assert!(!none.judges());
         assert!(matches!(
             none.classify(204, b""),

@@ -54,6 +54,8 @@ pub(super) struct Plan {
     pub connect_timeout: Duration,
     /// The run's clock: answers are timed from it.
     pub start: Instant,
+    /// What `{user}` is.
+    pub users: super::ids::Ids,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
@@ -319,8 +321,8 @@ fn ids(sh: &Shared, i: u64) -> (String, String) {
     }
     let base = crate::options::original_of(sh.retries, i);
     let user = match sh.users {
-        Some(k) => format!("u{}", sh.users_from + base % k.max(1)),
-        None => format!("u{}", sh.users_from + base),
+        Some(k) => sh.plan.users.name(sh.users_from + base % k.max(1)),
+        None => sh.plan.users.name(sh.users_from + base),
     };
     (format!("{}-{base}", sh.plan.run_id), user)
 }

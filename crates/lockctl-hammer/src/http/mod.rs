@@ -14,6 +14,7 @@
 mod books;
 mod classify;
 mod driver;
+pub mod ids;
 mod request;
 mod socket;
 mod wire;
@@ -21,7 +22,7 @@ mod wire;
 use std::time::{Duration, Instant};
 
 pub use books::{StockStore, Store};
-pub use classify::{Classifier, TUTORIAL_PATH};
+pub use classify::{AnswerClass, BadPattern, Classifier, Patterns, TUTORIAL_PATH};
 pub use request::{RequestSpec, Vars};
 
 use crate::drive::{Driven, Driver};
@@ -59,6 +60,8 @@ pub struct HttpOptions {
     pub connect_timeout: Duration,
     /// Units each "bought" answer stands for (`--qty`). Default: 1.
     pub qty: u64,
+    /// What `{user}` is. Default: [`ids::Ids::text_users`] (`u0`, `u1`, ...).
+    pub users: ids::Ids,
 }
 
 /// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
@@ -95,6 +98,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         timeout: http.timeout,
         connect_timeout: http.connect_timeout,
         start: started,
+        users: http.users,
     };
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;

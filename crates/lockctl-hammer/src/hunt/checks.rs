@@ -66,28 +66,87 @@ pub fn user_limit(
     )]
 }
 
+/// Where the orders check finds the order id of each "bought" answer.
+#[derive(Clone, Copy)]
+pub enum OrderIds<'a> {
+    /// The request carried it (`{order}`): `<run id>-<index>`, a retry its first request's.
+    Requested(&'a str),
+    /// The answer carried it: the service numbers its own orders.
+    Answered,
+    /// Neither: the rows are counted against the answers, per user when the rows name one
+    /// and the requests did (the function names request `index`'s user as the request did).
+    Counted(Option<&'a dyn Fn(u64) -> String>),
+}
+
+/// Whether request `s` was told the purchase failed (it must not have deducted).
+fn told_failed(s: &Sample) -> bool {
+    matches!(
+        s.ended,
+        Ended::Failed {
+            kind: lockctl_core::error::ErrorKind::AnsweredFailed,
+            ..
+        }
+    )
+}
+
 /// Every "bought" answer has exactly one order row with its units, and no row is without a
-/// "bought" answer (or a request whose outcome is unknown). `run_id` makes the order ids; a
-/// retry carries its first request's (`every` as in [`retries`]).
+/// "bought" answer (or a request whose outcome is unknown); a row behind an answer that said
+/// the purchase failed is named as such. How rows are told apart is `ids`'s; a retry is
+/// request `every` as in [`retries`].
 pub fn order_rows(
     samples: &[Sample],
     every: Option<u64>,
-    run_id: &str,
+    ids: OrderIds,
     rows: &[OrderRow],
     qty: u64,
+) -> Vec<String> {
+    match ids {
+        OrderIds::Requested(run_id) => by_id(samples, rows, qty, |s| {
+            Some(format!(
+                "{run_id}-{}",
+                crate::options::original_of(every, s.index)
+            ))
+        }),
+        OrderIds::Answered => by_id(samples, rows, qty, |s| match &s.ended {
+            Ended::Answered { order, .. } => order.clone(),
+            _ => None,
+        }),
+        OrderIds::Counted(user_of) => counted(samples, every, rows, qty, user_of),
+    }
+}
+
+/// The rows held against the answers by order id (`id_of` a request's, when it has one).
+fn by_id(
+    samples: &[Sample],
+    rows: &[OrderRow],
+    qty: u64,
+    id_of: impl Fn(&Sample) -> Option<String>,
 ) -> Vec<String> {
     let mut by_order: HashMap<&str, Vec<&OrderRow>> = HashMap::new();
     for r in rows {
         by_order.entry(r.order.as_str()).or_default().push(r);
     }
     let (mut missing, mut doubled, mut wrong, mut orphans) = (vec![], vec![], vec![], vec![]);
+    let (mut no_id, mut failed_sold) = (vec![], vec![]);
     let mut known = std::collections::HashSet::new();
+    // Requests that may have written a row nobody was told the id of.
+    let mut unknown_ids = 0u64;
     for s in samples {
-        let order = format!("{run_id}-{}", crate::options::original_of(every, s.index));
+        let Some(order) = id_of(s) else {
+            if told_bought(s) {
+                no_id.push(format!("request {}", s.index));
+            }
+            unknown_ids += u64::from(maybe_applied(s));
+            continue;
+        };
         let found = by_order
             .get(order.as_str())
             .map_or(&[][..], |v| v.as_slice());
         if told_bought(s) || maybe_applied(s) {
+            known.insert(order.clone());
+        }
+        if told_failed(s) && !found.is_empty() {
+            failed_sold.push(order.clone());
             known.insert(order.clone());
         }
         match (told_bought(s), found) {
@@ -113,17 +172,117 @@ pub fn order_rows(
             list(&missing)
         ));
     }
+    if !no_id.is_empty() {
+        v.push(format!(
+            "{} answered \"bought\" without an order id where the pattern looks for one: {}",
+            count(no_id.len() as u64, "request was", "requests were"),
+            list(&no_id)
+        ));
+    }
     if !doubled.is_empty() {
         v.push(format!("orders written more than once: {}", list(&doubled)));
     }
     if !wrong.is_empty() {
         v.push(format!("order rows with the wrong units: {}", list(&wrong)));
     }
-    if !orphans.is_empty() {
+    if !failed_sold.is_empty() {
         v.push(format!(
-            "{} without a \"bought\" answer: {}",
-            count(orphans.len() as u64, "order row", "order rows"),
-            list(&orphans)
+            "told it failed, but sold: {} answered that the purchase failed, and {} a row: {}",
+            count(failed_sold.len() as u64, "request was", "requests were"),
+            if failed_sold.len() == 1 {
+                "it has"
+            } else {
+                "each has"
+            },
+            list(&failed_sold)
+        ));
+    }
+    // Rows of requests whose answer never came (a timeout) are theirs, up to their number.
+    if orphans.len() as u64 > unknown_ids {
+        let failed = samples.iter().filter(|s| told_failed(s)).count() as u64;
+        v.push(match failed {
+            0 => format!(
+                "{} without a \"bought\" answer: {}",
+                count(orphans.len() as u64, "order row", "order rows"),
+                list(&orphans)
+            ),
+            n => format!(
+                "told it failed, but sold: {} without a \"bought\" answer, and {} answered that the purchase failed: {}",
+                count(orphans.len() as u64, "order row", "order rows"),
+                count(n, "request was", "requests were"),
+                list(&orphans)
+            ),
+        });
+    }
+    v
+}
+
+/// The rows counted against the answers, with nothing to tell one order from another: as
+/// many units in rows as "bought" answers sold (more only by what requests whose outcome is
+/// unknown may have bought), per user when the rows name one.
+fn counted(
+    samples: &[Sample],
+    every: Option<u64>,
+    rows: &[OrderRow],
+    qty: u64,
+    user_of: Option<&dyn Fn(u64) -> String>,
+) -> Vec<String> {
+    let user_of = user_of.filter(|_| !rows.is_empty() && rows.iter().all(|r| r.user.is_some()));
+    let per_user = user_of.is_some();
+    let key = |s: &Sample| user_of.map(|f| f(crate::options::original_of(every, s.index)));
+    // Per key (a user, or everyone): units told bought, units that may have been, failed.
+    let mut told: BTreeMap<Option<String>, (i64, i64, u64)> = BTreeMap::new();
+    for s in samples {
+        let e = told.entry(key(s)).or_default();
+        if told_bought(s) {
+            e.0 += qty as i64;
+        }
+        if maybe_applied(s) {
+            e.1 += qty as i64;
+        }
+        if told_failed(s) {
+            e.2 += 1;
+        }
+    }
+    let mut in_rows: BTreeMap<Option<String>, i64> = BTreeMap::new();
+    for r in rows {
+        *in_rows
+            .entry(if per_user { r.user.clone() } else { None })
+            .or_default() += r.qty;
+    }
+    let (mut lost, mut extra, mut failed_sold) = (vec![], vec![], vec![]);
+    let keys: std::collections::BTreeSet<_> = told.keys().chain(in_rows.keys()).cloned().collect();
+    for k in keys {
+        let (bought, maybe, failed) = told.get(&k).copied().unwrap_or_default();
+        let units = in_rows.get(&k).copied().unwrap_or(0);
+        let who = k.as_ref().map_or(String::new(), |u| format!("user {u}: "));
+        if units < bought {
+            lost.push(format!("{who}{bought} bought, {units} in rows"));
+        } else if units > bought + maybe && failed > 0 {
+            failed_sold.push(format!(
+                "{who}{units} in rows, {bought} bought, {failed} told it failed"
+            ));
+        } else if units > bought + maybe {
+            extra.push(format!("{who}{units} in rows, {bought} bought"));
+        }
+    }
+    let mut v = Vec::new();
+    if !lost.is_empty() {
+        v.push(format!(
+            "lost orders: fewer units in order rows than answered \"bought\" ({})",
+            list(&lost)
+        ));
+    }
+    if !failed_sold.is_empty() {
+        v.push(format!(
+            "told it failed, but sold: more units in order rows than answered \"bought\", with answers that said the purchase failed ({})",
+            list(&failed_sold)
+        ));
+    }
+    if !extra.is_empty() {
+        v.push(format!(
+            "order rows without a \"bought\" answer: more units in rows than answered \"bought\" ({})",
+            list(&extra)
         ));
     }
     v
@@ -215,6 +374,7 @@ mod tests {
             ended: Ended::Answered {
                 outcome: Some(outcome),
                 remaining: None,
+                order: None,
             },
             latency: Duration::ZERO,
             lock_wait: None,
@@ -246,9 +406,9 @@ mod tests {
         assert!(user_limit(&samples, None, 4, 1, 1).is_empty());
 
         let good = [row("r-0", 1), row("r-1", 1), row("r-2", 1)];
-        assert!(order_rows(&samples, None, "r", &good, 1).is_empty());
+        assert!(order_rows(&samples, None, OrderIds::Requested("r"), &good, 1).is_empty());
         let bad = [row("r-0", 1), row("r-0", 1), row("r-2", 2), row("r-3", 1)];
-        let v = order_rows(&samples, None, "r", &bad, 1).join("\n");
+        let v = order_rows(&samples, None, OrderIds::Requested("r"), &bad, 1).join("\n");
         assert!(
             v.contains("lost orders: 1 request was answered \"bought\" but has no row: r-1"),
             "{v}"
@@ -259,5 +419,78 @@ mod tests {
             v.contains("1 order row without a \"bought\" answer: r-3"),
             "{v}"
         );
+    }
+
+    fn with_order(index: u64, order: &str) -> Sample {
+        let mut s = answered(index, Outcome::Bought);
+        s.ended = Ended::Answered {
+            outcome: Some(Outcome::Bought),
+            remaining: None,
+            order: Some(order.into()),
+        };
+        s
+    }
+
+    fn told_it_failed(index: u64) -> Sample {
+        let mut s = answered(index, Outcome::Bought);
+        s.ended = Ended::Failed {
+            kind: lockctl_core::error::ErrorKind::AnsweredFailed,
+            indeterminate: false,
+            message: String::new(),
+            hint: None,
+        };
+        s
+    }
+
+    #[test]
+    fn orders_the_service_numbers_are_matched_by_the_ids_its_answers_carry() {
+        let samples = [
+            with_order(0, "SO-9"),
+            with_order(1, "SO-3"),
+            answered(2, Outcome::SoldOut),
+        ];
+        let rows = [row("SO-3", 1), row("SO-9", 1)];
+        assert!(order_rows(&samples, None, OrderIds::Answered, &rows, 1).is_empty());
+        // Requested ids would call every one of these rows lost and orphaned at once.
+        assert_eq!(
+            order_rows(&samples, None, OrderIds::Requested("r"), &rows, 1).len(),
+            2
+        );
+        let lost = order_rows(&samples, None, OrderIds::Answered, &rows[..1], 1).join("\n");
+        assert!(
+            lost.contains("lost orders: 1 request was answered \"bought\" but has no row: SO-9"),
+            "{lost}"
+        );
+        let failed = [samples[0].clone(), samples[1].clone(), told_it_failed(2)];
+        let extra = [row("SO-3", 1), row("SO-9", 1), row("SO-10", 1)];
+        let v = order_rows(&failed, None, OrderIds::Answered, &extra, 1).join("\n");
+        assert!(v.starts_with("told it failed, but sold: 1 order row without a \"bought\" answer, and 1 request was answered that the purchase failed: SO-10"), "{v}");
+    }
+
+    #[test]
+    fn without_order_ids_rows_are_counted_per_user_against_the_answers() {
+        let samples = [
+            answered(0, Outcome::Bought),
+            answered(1, Outcome::Bought),
+            answered(2, Outcome::SoldOut),
+        ];
+        let user_of = |i: u64| format!("{}", 100 + i % 2);
+        let user_row = |order: &str, user: &str| OrderRow {
+            user: Some(user.into()),
+            ..row(order, 1)
+        };
+        let rows = [user_row("x", "100"), user_row("y", "101")];
+        let counted = OrderIds::Counted(Some(&user_of));
+        assert!(order_rows(&samples, None, counted, &rows, 1).is_empty());
+        let swapped = [user_row("x", "100"), user_row("y", "100")];
+        let v = order_rows(&samples, None, counted, &swapped, 1).join("\n");
+        assert!(v.contains("lost orders: fewer units in order rows than answered \"bought\" (user 101: 1 bought, 0 in rows)"), "{v}");
+        assert!(v.contains("user 100: 2 in rows, 1 bought"), "{v}");
+        let anonymous = [row("x", 1), row("y", 1)];
+        assert!(order_rows(&samples, None, OrderIds::Counted(None), &anonymous, 1).is_empty());
+        let failed = [samples[0].clone(), samples[1].clone(), told_it_failed(2)];
+        let three = [row("x", 1), row("y", 1), row("z", 1)];
+        let v = order_rows(&failed, None, OrderIds::Counted(None), &three, 1).join("\n");
+        assert!(v.starts_with("told it failed, but sold"), "{v}");
     }
 }

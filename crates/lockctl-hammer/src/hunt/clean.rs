@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::sql::SqlDb;
+use super::sql::{SkuParam, SqlDb};
+use crate::http::ids::IdFormat;
 use lockctl_core::conn::Target;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
@@ -24,11 +25,12 @@ pub struct Cleaned {
 /// How many keys one `DEL` removes at most.
 const DEL_BATCH: usize = 100;
 
-/// Removes every key on `target` whose name contains one of `skus` (the rounds' SKUs,
-/// `<prefix><number>`), found with `SCAN`: a key that contains the prefix followed by another
-/// number is left. On a cluster, where one `SCAN` sees one node, only each SKU's stock key
-/// (`stock_key`, `{sku}` the SKU; default `item:stock:<SKU>`) is removed. Returns how many
-/// keys were removed.
+/// Removes every key on `target` whose name contains one of `skus` whole, found with `SCAN`:
+/// text SKUs (`<prefix><number>`) by their prefix, a key that contains the prefix followed by
+/// another number left; integer and UUID SKUs by the digits or the UUID in a key, never as a
+/// part of a longer number (SKU 7340032001 is not in `item:stock:17340032001`). On a cluster,
+/// where one `SCAN` sees one node, only each SKU's stock key (`stock_key`, `{sku}` the SKU;
+/// default `item:stock:<SKU>`) is removed. Returns how many keys were removed.
 pub fn remove_keys(
     target: &Target,
     skus: &[Sku],
@@ -48,12 +50,19 @@ pub fn remove_keys(
         }
     } else {
         let names: BTreeSet<&str> = skus.iter().map(Sku::as_str).collect();
-        let prefixes: BTreeSet<&str> = names
-            .iter()
-            .map(|s| s.trim_end_matches(|c: char| c.is_ascii_digit()))
-            .collect();
-        for prefix in prefixes {
-            let pattern = format!("*{}*", glob_escape(prefix));
+        // One scan per text prefix, and one for the numbers and one for the UUIDs.
+        let mut scans: BTreeSet<String> = BTreeSet::new();
+        for name in &names {
+            scans.insert(match Shape::of(name) {
+                Shape::Number => "*[0-9]*".into(),
+                Shape::Uuid => "*-*-*-*-*".into(),
+                Shape::Text => format!(
+                    "*{}*",
+                    glob_escape(name.trim_end_matches(|c: char| c.is_ascii_digit()))
+                ),
+            });
+        }
+        for pattern in scans {
             let mut cursor = 0u64;
             loop {
                 let (next, keys): (u64, Vec<String>) = conn.query(
@@ -64,7 +73,7 @@ pub fn remove_keys(
                         .arg("COUNT")
                         .arg(1000),
                 )?;
-                doomed.extend(keys.into_iter().filter(|k| names_one(k, prefix, &names)));
+                doomed.extend(keys.into_iter().filter(|k| names_one(k, &names)));
                 cursor = next;
                 if cursor == 0 {
                     break;
@@ -82,13 +91,75 @@ pub fn remove_keys(
     Ok(removed)
 }
 
-/// Whether `key` contains `prefix` followed by a whole number that makes one of `names`.
-fn names_one(key: &str, prefix: &str, names: &BTreeSet<&str>) -> bool {
-    key.match_indices(prefix).any(|(at, _)| {
-        let rest = &key[at + prefix.len()..];
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        digits > 0 && names.contains(&key[at..at + prefix.len() + digits])
-    })
+/// The shape of a SKU, for finding it in key names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Digits only: found as a whole run of digits.
+    Number,
+    /// A UUID: found as one.
+    Uuid,
+    /// Anything else: found as its text with no digit right after a final digit.
+    Text,
+}
+
+impl Shape {
+    fn of(name: &str) -> Shape {
+        if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+            Shape::Number
+        } else if crate::http::ids::is_uuid(name) {
+            Shape::Uuid
+        } else {
+            Shape::Text
+        }
+    }
+}
+
+/// Whether `key` contains one of `names` whole: not the start or the end of a longer run of
+/// digits where the name starts or ends with one (so `...-1` is not in `...-12`, nor `42` in
+/// `142`).
+fn names_one(key: &str, names: &BTreeSet<&str>) -> bool {
+    let bytes = key.as_bytes();
+    let digit_at = |i: usize| bytes.get(i).is_some_and(u8::is_ascii_digit);
+    // Each maximal run of digits, as a number SKU would be written.
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let start = i;
+            while digit_at(i) {
+                i += 1;
+            }
+            if names.contains(&key[start..i]) {
+                return true;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    // Each UUID-shaped window.
+    if key.len() >= 36 {
+        for at in 0..=key.len() - 36 {
+            if let Some(w) = key.get(at..at + 36)
+                && crate::http::ids::is_uuid(w)
+                && names.contains(w)
+            {
+                return true;
+            }
+        }
+    }
+    // Text names, with the boundary rule on digits.
+    names
+        .iter()
+        .filter(|n| Shape::of(n) == Shape::Text)
+        .any(|n| {
+            key.match_indices(n).any(|(at, _)| {
+                let end = at + n.len();
+                let starts_digit = n.as_bytes()[0].is_ascii_digit();
+                let ends_digit = n.as_bytes()[n.len() - 1].is_ascii_digit();
+                let longer_before = starts_digit && at > 0 && digit_at(at - 1);
+                let longer_after = ends_digit && digit_at(end);
+                !longer_before && !longer_after
+            })
+        })
 }
 
 /// `text` as a `SCAN MATCH` pattern that matches only itself.
@@ -157,12 +228,20 @@ fn is_keyword(w: &str) -> bool {
     .any(|k| w.eq_ignore_ascii_case(k))
 }
 
-/// Deletes the stock rows of `skus` with `statement` (the SKU its one parameter) in `db`,
-/// into `cleaned`; a SKU whose delete fails is named in `cleaned.left` with the error.
-pub fn delete_rows(db: &SqlDb, statement: &str, skus: &[String], cleaned: &mut Cleaned) {
+/// Deletes the stock rows of `skus` with `statement` (the SKU its one parameter, bound as
+/// `format` says) in `db`, into `cleaned`; a SKU whose delete fails is named in `cleaned.left`
+/// with the error.
+pub fn delete_rows(
+    db: &SqlDb,
+    statement: &str,
+    skus: &[String],
+    format: IdFormat,
+    cleaned: &mut Cleaned,
+) {
     let mut failed = Vec::new();
     for sku in skus {
-        match db.delete(statement, sku) {
+        let param = SkuParam { text: sku, format };
+        match db.delete(statement, param) {
             Ok(n) => cleaned.rows += n,
             Err(e) => failed.push((sku.clone(), e.to_string())),
         }
@@ -217,12 +296,26 @@ mod tests {
     #[test]
     fn a_key_is_the_hunts_only_when_it_names_one_of_its_skus_whole() {
         let names: BTreeSet<&str> = ["hunt-ab12cd-1", "hunt-ab12cd-2"].into_iter().collect();
-        let p = "hunt-ab12cd-";
-        assert!(names_one("item:stock:hunt-ab12cd-1", p, &names));
-        assert!(names_one("order:hunt-ab12cd-2:h1-3", p, &names));
-        assert!(!names_one("item:stock:hunt-ab12cd-12", p, &names));
-        assert!(!names_one("item:stock:hunt-ab12cd-", p, &names));
-        assert!(!names_one("item:stock:sku_886", p, &names));
+        assert!(names_one("item:stock:hunt-ab12cd-1", &names));
+        assert!(names_one("order:hunt-ab12cd-2:h1-3", &names));
+        assert!(!names_one("item:stock:hunt-ab12cd-12", &names));
+        assert!(!names_one("item:stock:hunt-ab12cd-", &names));
+        assert!(!names_one("item:stock:sku_886", &names));
+        // Numbers whole, never a part of a longer one.
+        let numbers: BTreeSet<&str> = ["7340032001"].into_iter().collect();
+        assert!(names_one("item:stock:7340032001", &numbers));
+        assert!(names_one("dist_lock:7340032001", &numbers));
+        assert!(names_one("order:7340032001:u3", &numbers));
+        assert!(!names_one("item:stock:17340032001", &numbers));
+        assert!(!names_one("item:stock:73400320012", &numbers));
+        assert!(!names_one("item:stock:734003200", &numbers));
+        let uuid = "0b6f8c1e-2a3d-4e5f-8a9b-0c1d2e3f4a5b";
+        let uuids: BTreeSet<&str> = [uuid].into_iter().collect();
+        assert!(names_one(&format!("item:stock:{uuid}"), &uuids));
+        assert!(!names_one(
+            "item:stock:0b6f8c1e-2a3d-4e5f-8a9b-0c1d2e3f4a5c",
+            &uuids
+        ));
         assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

@@ -31,6 +31,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::history::{Fault, History, Recorded};
+use crate::http::ids::{IdFormat, Ids};
 use crate::http::{self, HttpOptions, StockStore};
 use crate::options::{Hook, LoadOptions};
 use crate::report::{Report, Verdict};
@@ -40,7 +41,7 @@ use lockctl_core::error::{Error, Result};
 use lockctl_core::sku::Sku;
 use nemesis::{FaultKind, Nemesis};
 use plan::{Planner, Round, Shape};
-use sql::SqlDb;
+use sql::{SkuParam, SqlDb};
 
 /// Where the system's orders land, and the query that reads a SKU's.
 #[derive(Clone)]
@@ -62,15 +63,26 @@ pub struct SqlStock {
     /// The statement that sets a SKU's stock (`--stock-seed`): the SKU and the count its two
     /// parameters.
     pub seed: String,
+    /// What the SKUs are, for binding them.
+    pub format: IdFormat,
+}
+
+impl SqlStock {
+    fn param<'a>(&self, sku: &'a Sku) -> SkuParam<'a> {
+        SkuParam {
+            text: sku.as_str(),
+            format: self.format,
+        }
+    }
 }
 
 impl StockStore for SqlStock {
     fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String> {
-        self.db.execute(&self.seed, sku.as_str(), n as i64)
+        self.db.execute(&self.seed, self.param(sku), n as i64)
     }
 
     fn read(&self, sku: &Sku) -> std::result::Result<i64, String> {
-        let n = self.db.integer(&self.query, sku.as_str())?;
+        let n = self.db.integer(&self.query, self.param(sku))?;
         // A stock is a count lockctl can do sums with; anything beyond is not one.
         let bound = lockctl_core::stock::MAX_STOCK;
         match n.unsigned_abs() <= bound {
@@ -91,6 +103,7 @@ impl StockStore for SqlStock {
             db: Arc::new(db),
             query: self.query.clone(),
             seed: self.seed.clone(),
+            format: self.format,
         }))
     }
 }
@@ -100,8 +113,11 @@ impl StockStore for SqlStock {
 pub struct HuntOptions {
     /// The request, its answers, and where its stock is (`store`, or a Redis key).
     pub http: HttpOptions,
-    /// The rounds' SKUs start with this.
+    /// The rounds' SKUs start with this (text SKUs).
     pub sku: String,
+    /// What the rounds' SKUs are: text (`<sku>-<tag>-<round>`), integers or UUIDs, each a
+    /// SKU no earlier round or hunt used.
+    pub sku_format: IdFormat,
     /// The most requests in flight a round uses.
     pub concurrency: u64,
     /// The system's users (`u0`, `u1`, ...); `None`: every request a user of its own, and no
@@ -216,7 +232,10 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         planner = planner.with_retries();
     }
     planner = planner.with_fixed(opts.fixed);
-    let tag = hex::encode(rand::random::<[u8; 3]>());
+    let tag = RoundSkus {
+        tag: hex::encode(rand::random::<[u8; 3]>()),
+        ids: Ids::new(opts.sku_format, ""),
+    };
     let mut hunt = HuntReport {
         verdict: Verdict::Unknown,
         seed: opts.seed,
@@ -386,10 +405,19 @@ struct Ran {
     sku: String,
 }
 
-/// The SKU of round `n` of the hunt `run` (a random tag of this hunt's own, so that a replay
-/// of the same seed on the same servers meets none of the earlier hunt's keys or rows).
-fn sku_of(opts: &HuntOptions, run: &str, n: u64) -> Result<Sku> {
-    let name = format!("{}-{run}-{n}", opts.sku);
+/// A hunt's own SKUs: a random tag (text) or block of numbers or UUIDs of its own, so that a
+/// replay of the same seed on the same servers meets none of the earlier hunt's keys or rows.
+struct RoundSkus {
+    tag: String,
+    ids: Ids,
+}
+
+/// The SKU of round `n` of the hunt `run`.
+fn sku_of(opts: &HuntOptions, run: &RoundSkus, n: u64) -> Result<Sku> {
+    let name = match opts.sku_format {
+        IdFormat::Text => format!("{}-{}-{n}", opts.sku, run.tag),
+        _ => run.ids.name(n),
+    };
     name.parse()
         .map_err(|e| Error::internal(format!("the round's SKU '{name}': {e}")))
 }
@@ -399,7 +427,7 @@ fn sku_of(opts: &HuntOptions, run: &str, n: u64) -> Result<Sku> {
 fn round(
     target: &Target,
     opts: &HuntOptions,
-    run: &str,
+    run: &RoundSkus,
     plan: &Round,
     planner: &mut Planner,
 ) -> std::result::Result<Ran, RoundEnd> {
@@ -602,19 +630,32 @@ fn findings(
         // At rest: a system that writes its orders a moment after it answers (a queue, and a
         // consumer that flushes every second or two) is read again while the rows disagree
         // with the answers, every 250 ms, for at most the heal; what disagrees then counts.
+        let user_of = |base: u64| {
+            http.users
+                .name(load.users_from + load.users.map_or(base, |k| base % k.max(1)))
+        };
+        let ids = if http.classifier.takes_order_ids() {
+            checks::OrderIds::Answered
+        } else if http.request.uses_order() {
+            checks::OrderIds::Requested(&report.run.run_id)
+        } else {
+            checks::OrderIds::Counted(
+                http.request
+                    .uses_user()
+                    .then_some(&user_of as &dyn Fn(u64) -> String),
+            )
+        };
         let check = || {
             orders
                 .db
-                .orders(&orders.query, load.sku.as_str())
-                .map(|rows| {
-                    checks::order_rows(
-                        &history.samples,
-                        load.retries,
-                        &report.run.run_id,
-                        &rows,
-                        qty,
-                    )
-                })
+                .orders(
+                    &orders.query,
+                    SkuParam {
+                        text: load.sku.as_str(),
+                        format: opts.sku_format,
+                    },
+                )
+                .map(|rows| checks::order_rows(&history.samples, load.retries, ids, &rows, qty))
         };
         // Rows that came late are watched a while longer once they agree (ORDERS_SETTLE, or
         // as long as they took to come): a consumer that delivers at least once writes its

@@ -3,11 +3,129 @@
 //! MariaDB (`mysql://`, through the `mysql` crate, pure Rust, no TLS: these are local test
 //! databases). The SKU is each query's first parameter (`$1` for PostgreSQL, `?` for MySQL), the
 //! count the seed's second.
+//!
+//! The SKU is bound with the type its column has: on PostgreSQL the type the statement infers
+//! for the parameter (an integer for `int4`/`int8`, the 16 bytes of a `uuid`, text otherwise);
+//! on MySQL, which converts what it is given, an integer when the SKUs are numbers
+//! ([`IdFormat::Int`]) and text otherwise.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::http::ids::IdFormat;
 use lockctl_core::redact::{redact, scrub};
+
+/// A SKU as a statement's parameter: its text and the format of the hunt's SKUs.
+#[derive(Clone, Copy, Debug)]
+pub struct SkuParam<'a> {
+    /// The SKU as written.
+    pub text: &'a str,
+    /// What the SKUs are.
+    pub format: IdFormat,
+}
+
+impl<'a> From<&'a str> for SkuParam<'a> {
+    fn from(text: &'a str) -> Self {
+        SkuParam {
+            text,
+            format: IdFormat::Text,
+        }
+    }
+}
+
+impl SkuParam<'_> {
+    /// The SKU as PostgreSQL's parameter of type `ty`.
+    fn pg(
+        &self,
+        ty: Option<&postgres::types::Type>,
+    ) -> Result<Box<dyn postgres::types::ToSql + Sync>, String> {
+        use postgres::types::Type;
+        let number = || -> Result<i64, String> {
+            self.text.parse().map_err(|_| {
+                format!(
+                    "the SKU '{}' is bound to a parameter of type {}, and it is not a number (give the SKUs as integers)",
+                    self.text,
+                    ty.map_or("integer".into(), |t| t.to_string())
+                )
+            })
+        };
+        let out_of = |t: &str| {
+            format!(
+                "the SKU '{}' does not fit the parameter's type {t}",
+                self.text
+            )
+        };
+        Ok(match ty {
+            Some(t) if *t == Type::INT8 => Box::new(number()?),
+            Some(t) if *t == Type::INT4 => {
+                Box::new(i32::try_from(number()?).map_err(|_| out_of("int4"))?)
+            }
+            Some(t) if *t == Type::INT2 => {
+                Box::new(i16::try_from(number()?).map_err(|_| out_of("int2"))?)
+            }
+            Some(t) if *t == Type::UUID => Box::new(PgUuid::parse(self.text).ok_or_else(|| {
+                format!(
+                    "the SKU '{}' is bound to a parameter of type uuid, and it is not a UUID (give the SKUs as UUIDs)",
+                    self.text
+                )
+            })?),
+            _ => Box::new(self.text.to_string()),
+        })
+    }
+
+    /// The SKU as MySQL's parameter.
+    fn my(&self) -> mysql::Value {
+        match (self.format, self.text.parse::<i64>()) {
+            (IdFormat::Int, Ok(n)) => mysql::Value::Int(n),
+            _ => mysql::Value::Bytes(self.text.as_bytes().to_vec()),
+        }
+    }
+}
+
+/// A UUID as PostgreSQL sends and takes it: 16 bytes.
+#[derive(Debug)]
+struct PgUuid([u8; 16]);
+
+impl PgUuid {
+    fn parse(text: &str) -> Option<PgUuid> {
+        if !crate::http::ids::is_uuid(text) {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        hex::decode_to_slice(text.replace('-', ""), &mut b).ok()?;
+        Some(PgUuid(b))
+    }
+}
+
+impl postgres::types::ToSql for PgUuid {
+    fn to_sql(
+        &self,
+        _: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        *ty == postgres::types::Type::UUID
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+impl<'a> postgres::types::FromSql<'a> for PgUuid {
+    fn from_sql(
+        _: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(PgUuid(raw.try_into()?))
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        *ty == postgres::types::Type::UUID
+    }
+}
 
 /// A connection to the database behind one of the hunt's SQL flags.
 pub struct SqlDb {
@@ -158,10 +276,12 @@ impl SqlDb {
 
     /// `query` with the SKU as its one parameter: one row of one integer, or an error saying
     /// what came back instead.
-    pub fn integer(&self, query: &str, sku: &str) -> Result<i64, String> {
+    pub fn integer(&self, query: &str, sku: SkuParam) -> Result<i64, String> {
         self.with(|conn| match conn {
             Conn::Pg(c) => {
-                let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
+                let stmt = c.prepare(query).map_err(|e| pg_error(&e))?;
+                let key = sku.pg(stmt.params().first())?;
+                let rows = c.query(&stmt, &[&*key]).map_err(|e| pg_error(&e))?;
                 match rows.as_slice() {
                     [row] if row.len() == 1 => pg_integer(row, 0),
                     rows => Err(shape(rows.len(), rows.first().map_or(0, |r| r.len()))),
@@ -169,7 +289,8 @@ impl SqlDb {
             }
             Conn::My(c) => {
                 use mysql::prelude::Queryable;
-                let rows: Vec<mysql::Row> = c.exec(query, (sku,)).map_err(|e| e.to_string())?;
+                let rows: Vec<mysql::Row> =
+                    c.exec(query, (sku.my(),)).map_err(|e| e.to_string())?;
                 match rows.as_slice() {
                     [row] if row.len() == 1 => my_integer(row, 0),
                     rows => Err(shape(rows.len(), rows.first().map_or(0, |r| r.len()))),
@@ -179,38 +300,44 @@ impl SqlDb {
     }
 
     /// `statement` with the SKU and `count` as its two parameters (the seed).
-    pub fn execute(&self, statement: &str, sku: &str, count: i64) -> Result<(), String> {
+    pub fn execute(&self, statement: &str, sku: SkuParam, count: i64) -> Result<(), String> {
         self.with(|conn| match conn {
             Conn::Pg(c) => {
                 let stmt = c.prepare(statement).map_err(|e| pg_error(&e))?;
+                let key = sku.pg(stmt.params().first())?;
+                let sku = &*key;
                 // The count's type is the one the statement infers for its parameter.
                 let small = i32::try_from(count).ok();
                 let result = match stmt.params().get(1) {
                     Some(t) if *t == postgres::types::Type::INT4 => {
-                        c.execute(&stmt, &[&sku, &small.ok_or("a count beyond int4")?])
+                        c.execute(&stmt, &[sku, &small.ok_or("a count beyond int4")?])
                     }
                     Some(t) if *t == postgres::types::Type::TEXT => {
-                        c.execute(&stmt, &[&sku, &count.to_string()])
+                        c.execute(&stmt, &[sku, &count.to_string()])
                     }
-                    _ => c.execute(&stmt, &[&sku, &count]),
+                    _ => c.execute(&stmt, &[sku, &count]),
                 };
                 result.map(|_| ()).map_err(|e| pg_error(&e))
             }
             Conn::My(c) => {
                 use mysql::prelude::Queryable;
-                c.exec_drop(statement, (sku, count))
+                c.exec_drop(statement, (sku.my(), count))
                     .map_err(|e| e.to_string())
             }
         })
     }
 
     /// `statement` with the SKU as its one parameter (a delete): the rows it affected.
-    pub fn delete(&self, statement: &str, sku: &str) -> Result<u64, SqlError> {
+    pub fn delete(&self, statement: &str, sku: SkuParam) -> Result<u64, SqlError> {
         self.with(|conn| match conn {
-            Conn::Pg(c) => c.execute(statement, &[&sku]).map_err(|e| pg_error(&e)),
+            Conn::Pg(c) => {
+                let stmt = c.prepare(statement).map_err(|e| pg_error(&e))?;
+                let key = sku.pg(stmt.params().first())?;
+                c.execute(&stmt, &[&*key]).map_err(|e| pg_error(&e))
+            }
             Conn::My(c) => {
                 use mysql::prelude::Queryable;
-                c.exec_drop(statement, (sku,))
+                c.exec_drop(statement, (sku.my(),))
                     .map(|()| c.affected_rows())
                     .map_err(|e| e.to_string())
             }
@@ -219,10 +346,12 @@ impl SqlDb {
     }
 
     /// `query` with the SKU as its one parameter: rows of (order id, units[, user]).
-    pub fn orders(&self, query: &str, sku: &str) -> Result<Vec<OrderRow>, String> {
+    pub fn orders(&self, query: &str, sku: SkuParam) -> Result<Vec<OrderRow>, String> {
         self.with(|conn| match conn {
             Conn::Pg(c) => {
-                let rows = c.query(query, &[&sku]).map_err(|e| pg_error(&e))?;
+                let stmt = c.prepare(query).map_err(|e| pg_error(&e))?;
+                let key = sku.pg(stmt.params().first())?;
+                let rows = c.query(&stmt, &[&*key]).map_err(|e| pg_error(&e))?;
                 rows.iter()
                     .map(|r| {
                         if r.len() < 2 {
@@ -238,7 +367,8 @@ impl SqlDb {
             }
             Conn::My(c) => {
                 use mysql::prelude::Queryable;
-                let rows: Vec<mysql::Row> = c.exec(query, (sku,)).map_err(|e| e.to_string())?;
+                let rows: Vec<mysql::Row> =
+                    c.exec(query, (sku.my(),)).map_err(|e| e.to_string())?;
                 rows.iter()
                     .map(|r| {
                         if r.len() < 2 {
@@ -310,6 +440,10 @@ fn pg_text(row: &postgres::Row, i: usize) -> Result<String, String> {
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
             row.try_get::<_, String>(i).map_err(|e| e.to_string())
         }
+        Type::UUID => row
+            .try_get::<_, PgUuid>(i)
+            .map(|u| crate::http::ids::uuid_text(u.0))
+            .map_err(|e| e.to_string()),
         _ => pg_integer(row, i).map(|n| n.to_string()),
     }
 }

@@ -92,6 +92,11 @@ impl Template {
             .any(|p| matches!(p, Piece::User | Piece::Order))
     }
 
+    /// Whether the text holds `piece`.
+    fn holds(&self, piece: &Piece) -> bool {
+        self.0.contains(piece)
+    }
+
     /// A text taken as it is, braces and all.
     pub fn literal(text: &str) -> Template {
         Template(vec![Piece::Text(text.to_string())])
@@ -276,6 +281,22 @@ impl RequestSpec {
         self.target.uses_ids()
             || self.headers.iter().any(|(_, t)| t.uses_ids())
             || self.body.as_ref().is_some_and(Template::uses_ids)
+    }
+
+    /// Whether any request carries its `{order}` (an order id lockctl made).
+    pub fn uses_order(&self) -> bool {
+        self.uses(&Piece::Order)
+    }
+
+    /// Whether any request carries its `{user}`.
+    pub fn uses_user(&self) -> bool {
+        self.uses(&Piece::User)
+    }
+
+    fn uses(&self, piece: &Piece) -> bool {
+        self.target.holds(piece)
+            || self.headers.iter().any(|(_, t)| t.holds(piece))
+            || self.body.as_ref().is_some_and(|t| t.holds(piece))
     }
 
     /// The URL as given, any password in it hidden.
