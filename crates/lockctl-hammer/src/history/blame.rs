@@ -156,6 +156,7 @@ mod tests {
                         false => Outcome::SoldOut,
                     }),
                     remaining: None,
+                    order: None,
                 },
                 latency: Duration::from_millis(1),
                 lock_wait: None,
