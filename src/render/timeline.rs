@@ -390,6 +390,7 @@ mod tests {
                 ended: Ended::Answered {
                     outcome: Some(Outcome::Bought),
                     remaining: None,
+                    order: None,
                 },
                 latency: Duration::from_millis(1),
                 lock_wait: None,
