@@ -141,6 +141,23 @@ pub struct HuntArgs {
     #[arg(long, value_name = "CMD", help_heading = "The system")]
     pub serve: Option<String>,
 
+    /// The system is ready when an HTTP GET of this URL is answered 2xx: awaited after every
+    /// start and restart of --serve's system, instead of the --url's port accepting a
+    /// connection (a proxy in front of a service that is still starting answers 502).
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "serve",
+        help_heading = "The system"
+    )]
+    pub ready: Option<String>,
+
+    /// Limit on each HTTP request, connecting and the whole answer included, in ms: a slower
+    /// request counts as timed out (it may have bought). Apart from --timeout-ms (Redis's);
+    /// long enough for a service's own lock wait (commonly 10 s).
+    #[arg(long, value_name = "MS", default_value_t = super::args::DEFAULT_REQUEST_TIMEOUT_MS, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The system")]
+    pub request_timeout_ms: u64,
+
     /// Run a fault-injecting TCP proxy on this address in front of --redis, for the stall
     /// fault; configure the system to reach its Redis here (e.g. 127.0.0.1:7001).
     #[arg(long, value_name = "LISTEN", help_heading = "The system")]
@@ -239,6 +256,7 @@ impl HuntArgs {
             busy_if: self.busy_if.clone(),
             stock_key: None,
             rate: None,
+            request_timeout_ms: self.request_timeout_ms,
         }
     }
 }

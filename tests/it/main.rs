@@ -24,6 +24,7 @@ mod history;
 mod http;
 mod http_wire;
 mod hunt;
+mod hunt_start;
 mod lease;
 mod lock;
 mod messages;

@@ -14,6 +14,7 @@
 mod books;
 mod classify;
 mod driver;
+mod probe;
 mod request;
 mod socket;
 mod wire;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 pub use books::{StockStore, Store};
 pub use classify::{Classifier, TUTORIAL_PATH};
+pub use probe::{Got, Probe};
 pub use request::{RequestSpec, Vars};
 
 use crate::drive::{Driven, Driver};
