@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::args::{HttpArgs, PresetArg, StrategyArg};
 use super::parse::whole;
@@ -240,6 +240,28 @@ pub struct HuntArgs {
     /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub history: Option<PathBuf>,
+
+    /// Write the verdict as JUnit XML to FILE, for CI systems: one test case for the hunt, a
+    /// FAIL its failure (the violations), UNKNOWN its error.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub junit: Option<PathBuf>,
+
+    /// Read the facts from this TOML file: keys are the long flag names without their dashes
+    /// (stock-query = "...", header = ["A: b"], idempotent = true); flags on the command line
+    /// win. `lockctl hunt init` prints a commented template.
+    #[arg(long, value_name = "FILE", help_heading = "The system")]
+    pub facts: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub action: Option<HuntAction>,
+}
+
+/// `lockctl hunt init`.
+#[derive(Debug, Subcommand)]
+pub enum HuntAction {
+    /// Print a commented template of a facts file (every hunt flag, with an example) to
+    /// stdout: lockctl hunt init > hunt.toml
+    Init,
 }
 
 impl HuntArgs {

@@ -28,6 +28,7 @@ use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args, ctx.redis_named)?;
     for (flag, path) in [
+        ("--junit", &args.junit),
         ("--history", &args.history),
         ("--export-html", &args.export_html),
     ] {
@@ -118,7 +119,17 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if let Some(path) = &args.export_html {
         write_timeline(&report, path)?;
     }
-    print(ctx, &report, &replay_command(ctx, seed))?;
+    let replay = replay_command(ctx, seed);
+    if let Some(path) = &args.junit {
+        let name = args
+            .url
+            .as_deref()
+            .map_or("hunt".to_string(), lockctl_core::redact::redact);
+        std::fs::write(path, render::hunt_junit(&report, &replay, &name)).map_err(|e| {
+            anyhow::Error::msg(format!("cannot write --junit '{}': {e}", path.display()))
+        })?;
+    }
+    print(ctx, &report, &replay)?;
     Ok(match signals.exit_code() {
         Some(code) if report.failure.is_none() => Exit::Signal(code),
         _ => Exit::of_verdict(report.verdict),
