@@ -19,7 +19,14 @@ fn main() -> ExitCode {
     if let Some(exit) = cmd::run_guard::from_args() {
         return exit.into();
     }
-    let cli = match cli::Cli::try_parse() {
+    let args = match cli::facts::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            let e = clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"));
+            return cmd::parse_failed(e);
+        }
+    };
+    let cli = match cli::Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return cmd::parse_failed(e),
     };

@@ -341,7 +341,17 @@ pub struct HttpArgs {
     /// connection sends its next request when the last is answered.
     #[arg(long, value_name = "R", value_parser = rate, requires = "http")]
     pub rate: Option<f64>,
+
+    /// Limit on each HTTP request, connecting and the whole answer included, in ms: a slower
+    /// request counts as timed out (it may have bought). Apart from --timeout-ms (Redis's);
+    /// long enough for a service's own lock wait (commonly 10 s).
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_REQUEST_TIMEOUT_MS, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, requires = "http")]
+    pub request_timeout_ms: u64,
 }
+
+/// `--request-timeout-ms`'s default: a service that waits up to 10 s for its lock still
+/// answers within it, with room to spare.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 /// The hammer's flags that mean nothing for an external endpoint, which protects its stock
 /// its own way. (`--lock-node`, often set through LOCKCTL_LOCK_NODES, is ignored rather than

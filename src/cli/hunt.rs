@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::args::{HttpArgs, PresetArg, StrategyArg};
 use super::parse::whole;
@@ -171,6 +171,23 @@ pub struct HuntArgs {
     #[arg(long, value_name = "CMD", help_heading = "The system")]
     pub serve: Option<String>,
 
+    /// The system is ready when an HTTP GET of this URL is answered 2xx: awaited after every
+    /// start and restart of --serve's system, instead of the --url's port accepting a
+    /// connection (a proxy in front of a service that is still starting answers 502).
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "serve",
+        help_heading = "The system"
+    )]
+    pub ready: Option<String>,
+
+    /// Limit on each HTTP request, connecting and the whole answer included, in ms: a slower
+    /// request counts as timed out (it may have bought). Apart from --timeout-ms (Redis's);
+    /// long enough for a service's own lock wait (commonly 10 s).
+    #[arg(long, value_name = "MS", default_value_t = super::args::DEFAULT_REQUEST_TIMEOUT_MS, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The system")]
+    pub request_timeout_ms: u64,
+
     /// Run a fault-injecting TCP proxy on this address in front of --redis, for the stall
     /// fault; configure the system to reach its Redis here (e.g. 127.0.0.1:7001).
     #[arg(long, value_name = "LISTEN", help_heading = "The system")]
@@ -253,6 +270,28 @@ pub struct HuntArgs {
     /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Reports")]
     pub history: Option<PathBuf>,
+
+    /// Write the verdict as JUnit XML to FILE, for CI systems: one test case for the hunt, a
+    /// FAIL its failure (the violations), UNKNOWN its error.
+    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    pub junit: Option<PathBuf>,
+
+    /// Read the facts from this TOML file: keys are the long flag names without their dashes
+    /// (stock-query = "...", header = ["A: b"], idempotent = true); flags on the command line
+    /// win. `lockctl hunt init` prints a commented template.
+    #[arg(long, value_name = "FILE", help_heading = "The system")]
+    pub facts: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub action: Option<HuntAction>,
+}
+
+/// `lockctl hunt init`.
+#[derive(Debug, Subcommand)]
+pub enum HuntAction {
+    /// Print a commented template of a facts file (every hunt flag, with an example) to
+    /// stdout: lockctl hunt init > hunt.toml
+    Init,
 }
 
 impl HuntArgs {
@@ -271,6 +310,7 @@ impl HuntArgs {
             failed_if: self.failed_if.clone(),
             stock_key: None,
             rate: None,
+            request_timeout_ms: self.request_timeout_ms,
         }
     }
 }

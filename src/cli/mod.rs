@@ -7,6 +7,7 @@
 
 mod args;
 pub mod child;
+pub mod facts;
 pub(crate) mod help;
 mod hunt;
 mod parse;
@@ -15,7 +16,7 @@ pub use args::{
     BuyArgs, DbCommand, HammerArgs, HttpArgs, PresetArg, RunArgs, StrategyArg, WorkerArgs,
 };
 pub use help::VERSION;
-pub use hunt::HuntArgs;
+pub use hunt::{HuntAction, HuntArgs};
 use parse::{token, whole};
 
 use std::path::PathBuf;
@@ -272,7 +273,11 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Search for the run that breaks someone's flash sale: rounds of load on fresh SKUs with
     /// faults, within a budget; the first violation ends it (exit 3).
-    #[command(after_help = help::HUNT)]
+    #[command(
+        after_help = help::HUNT,
+        subcommand_negates_reqs = true,
+        args_conflicts_with_subcommands = true
+    )]
     Hunt(Box<HuntArgs>),
     /// Judge a recorded history (hammer --history) again, offline: the same verdict and exit
     /// codes as the run that wrote it.

@@ -13,9 +13,9 @@ use lockctl::render::{self, Replay};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BuyOptions, Strategy};
-use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
 use lockctl_hammer::http::ids::{IdFormat, Ids};
+use lockctl_hammer::http::{HttpOptions, Probe};
 use lockctl_hammer::hunt::clean::{self, Cleaned};
 use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
@@ -30,6 +30,7 @@ use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args, ctx.redis_named)?;
     for (flag, path) in [
+        ("--junit", &args.junit),
         ("--history", &args.history),
         ("--export-html", &args.export_html),
     ] {
@@ -61,7 +62,14 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
             let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(
                 std::process::id() as i32,
             ));
-            match Served::start(cmd, addr, reach.clone(), Some(&signals.requested)) {
+            let ready = match &args.ready {
+                Some(url) => Some(
+                    Probe::new(url)
+                        .map_err(|e| UsageError(e.to_string().replacen("--url", "--ready", 1)))?,
+                ),
+                None => None,
+            };
+            match Served::start(cmd, addr, ready, reach.clone(), Some(&signals.requested)) {
                 Ok(served) => Some(Arc::new(Mutex::new(served))),
                 // Stopped by a signal while starting: the signal's code, not an error's.
                 Err(e) => match signals.exit_code() {
@@ -113,6 +121,15 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     }
     if let Some(path) = &args.export_html {
         write_timeline(&report, &replay, path)?;
+    }
+    if let Some(path) = &args.junit {
+        let name = args
+            .url
+            .as_deref()
+            .map_or("hunt".to_string(), lockctl_core::redact::redact);
+        std::fs::write(path, render::hunt_junit(&report, &replay, &name)).map_err(|e| {
+            anyhow::Error::msg(format!("cannot write --junit '{}': {e}", path.display()))
+        })?;
     }
     print(ctx, &report, &replay)?;
     Ok(match signals.exit_code() {

@@ -137,6 +137,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Judge { file, export_html } => {
             return judge::run(&cli, file, export_html.as_deref());
         }
+        // A template of the facts file: nothing is opened.
+        Command::Hunt(h) if matches!(h.action, Some(crate::cli::HuntAction::Init)) => {
+            emit(&crate::cli::facts::template())?;
+            return Ok(Exit::Ok);
+        }
         _ => {}
     }
     let options = cli.connect_options();

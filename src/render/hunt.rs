@@ -126,6 +126,10 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
         for u in &h.unknown {
             let _ = writeln!(s, "  unjudged  {}", super::terminal(u));
         }
+        let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
+        if more > 0 {
+            let _ = writeln!(s, "  unjudged  and {more} more");
+        }
     }
     match &h.failure {
         Some(f) => failure_text(&mut s, f, &paint(verdict), replay, color, quiet),
@@ -208,6 +212,7 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
         "faults_tried": h.faults_tried,
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
+        "unjudged_rounds": h.unjudged,
         "cleaned": h.cleaned.as_ref().map(|c| json!({
             "rows": c.rows,
             "keys": c.keys,
@@ -375,4 +380,25 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
         elapsed = m.elapsed.as_secs_f64(),
         replay = super::escape::escape(&replay.command),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twelve unjudged rounds, five listed: the text says how many more there were, and the
+    /// JSON counts them all.
+    #[test]
+    fn the_unjudged_rounds_not_listed_are_counted() {
+        let mut h = HuntReport::new(1);
+        h.rounds = 12;
+        h.unjudged = 12;
+        h.unknown = (1..=5).map(|n| format!("round {n}: down")).collect();
+        let text = hunt_text(&h, &Replay::default(), false, false);
+        assert!(text.contains("unjudged  and 7 more"), "{text}");
+        assert_eq!(hunt_json(&h, &Replay::default())["unjudged_rounds"], 12);
+        h.unjudged = 5;
+        let text = hunt_text(&h, &Replay::default(), false, false);
+        assert!(!text.contains("more"), "{text}");
+    }
 }

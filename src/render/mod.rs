@@ -12,6 +12,7 @@ mod escape;
 mod hammer;
 mod html;
 mod hunt;
+mod junit;
 mod timeline;
 
 use std::fmt::Write as _;
@@ -24,6 +25,7 @@ pub use escape::{terminal, terminal_lines};
 pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
 pub use html::hammer_html;
 pub use hunt::{Replay, hunt_json, hunt_text, matrix_html, matrix_json, matrix_text};
+pub use junit::hunt_junit;
 pub use timeline::timeline_html;
 
 use lockctl_core::Finding;

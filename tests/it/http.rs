@@ -358,7 +358,7 @@ fn an_endpoint_that_sells_nothing_has_nothing_to_judge() {
 }
 
 #[test]
-fn an_endpoint_that_is_down_or_too_slow_ends_the_run_unknown() {
+fn an_endpoint_that_is_down_or_slower_than_the_request_timeout_ends_the_run_unknown() {
     let redis = RedisServer::start();
     let nobody = format!("http://127.0.0.1:{}/run_demo.php", free_port());
     let args = ["--preset", "tutorial", "-n", "20", "--stock", "5"];
@@ -370,29 +370,30 @@ fn an_endpoint_that_is_down_or_too_slow_ends_the_run_unknown() {
 
     let php = Php::start(&redis);
     let slow = php.url("slow.php?sku={sku}");
-    let out = lockctl(
-        &redis.url(),
-        &[
-            "--json",
-            "--timeout-ms",
-            "30",
-            "hammer",
-            "--url",
-            &slow,
-            "--preset",
-            "tutorial",
-            "-n",
-            "4",
-            "--stock",
-            "5",
-        ],
-    );
-    let v = json(&out);
-    assert_eq!(code(&out), 1, "{v}");
+    let run = |limits: &[&str]| {
+        let mut args = vec![
+            "--json", "hammer", "--url", &slow, "--preset", "tutorial", "-n", "4", "--stock", "5",
+        ];
+        args.extend_from_slice(limits);
+        json(&lockctl(&redis.url(), &args))
+    };
+    // --timeout-ms is Redis's: it does not cut an HTTP request of 100 ms.
+    let v = run(&["--timeout-ms", "30"]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(v["errors"], 0, "{v}");
+    let v = run(&["--request-timeout-ms", "30"]);
+    assert_eq!(v["verdict"], "unknown", "{v}");
     assert_eq!(v["errors_by_kind"]["timed_out"], 4, "{v}");
     assert_eq!(
         v["indeterminate"], 4,
         "sent, then no answer: they may have bought"
+    );
+    assert!(
+        v["first_error"]
+            .as_str()
+            .unwrap()
+            .contains("--request-timeout-ms"),
+        "{v}"
     );
 }
 

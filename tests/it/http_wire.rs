@@ -261,11 +261,11 @@ fn a_request_the_endpoint_never_reads_times_out_sending_and_may_have_bought() {
     let url = format!("http://127.0.0.1:{port}/buy?sku={{sku}}");
     let mut args = vec![
         "--json",
-        "--timeout-ms",
-        "500",
         "hammer",
         "--url",
         &url,
+        "--request-timeout-ms",
+        "500",
         "--preset",
         "tutorial",
         "-n",

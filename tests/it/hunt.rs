@@ -17,7 +17,7 @@ use crate::support::{
 
 /// What the hunt's `php -S` serves: the repository, so that both the tutorial's PHP
 /// (`examples/tutorial-php/`) and the hunt's bug classes (`tests/fixtures/hunt/`) are reachable.
-const FIXTURES: &str = env!("CARGO_MANIFEST_DIR");
+pub(crate) const FIXTURES: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The databases a system may need, named in its environment.
 #[derive(Default)]
@@ -58,7 +58,7 @@ fn hunt(redis: &RedisServer, script: &str, env: &Env, extra: &[&str]) -> (i32, V
 
 /// A free port, the URL of `script` served there, and the `--serve` command that serves it
 /// with `workers` PHP workers talking to `redis`.
-fn served(redis: &RedisServer, script: &str, workers: u32) -> (u16, String, String) {
+pub(crate) fn served(redis: &RedisServer, script: &str, workers: u32) -> (u16, String, String) {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/{script}?sku={{sku}}");
     let serve = format!(
@@ -77,7 +77,7 @@ fn left_on(port: u16) -> String {
     stdout(&out).trim().to_string()
 }
 
-fn require_php_extensions() {
+pub(crate) fn require_php_extensions() {
     let modules = stdout(&run_ok(Command::new("php").arg("-m"))).to_lowercase();
     for m in ["redis", "pdo_pgsql", "pdo_mysql"] {
         assert!(

@@ -25,6 +25,7 @@ mod http;
 mod http_wire;
 mod hunt;
 mod hunt_services;
+mod hunt_start;
 mod lease;
 mod lock;
 mod messages;

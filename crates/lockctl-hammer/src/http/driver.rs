@@ -406,20 +406,22 @@ fn timed_out(stage: Stage, limit: Duration, total: usize) -> Ended {
         Stage::Building | Stage::Connecting => failure(
             ErrorKind::TimedOut,
             false,
-            format!("timed out after {ms} ms connecting to the endpoint (see --timeout-ms)"),
+            format!(
+                "timed out after {ms} ms connecting to the endpoint (see --request-timeout-ms)"
+            ),
         ),
         // Sent: the endpoint may still act on it.
         Stage::Sending(written) => failure(
             ErrorKind::TimedOut,
             written > 0,
             format!(
-                "timed out after {ms} ms sending the request ({written} of {total} bytes went out; the endpoint was not reading it; see --timeout-ms)"
+                "timed out after {ms} ms sending the request ({written} of {total} bytes went out; the endpoint was not reading it; see --request-timeout-ms)"
             ),
         ),
         Stage::Sent => failure(
             ErrorKind::TimedOut,
             true,
-            format!("no answer within {ms} ms (see --timeout-ms)"),
+            format!("no answer within {ms} ms (see --request-timeout-ms)"),
         ),
         Stage::Answering(status) => failure(
             ErrorKind::TimedOut,

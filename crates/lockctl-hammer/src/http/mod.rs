@@ -15,6 +15,7 @@ mod books;
 mod classify;
 mod driver;
 pub mod ids;
+mod probe;
 mod request;
 mod socket;
 mod wire;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 pub use books::{StockStore, Store};
 pub use classify::{AnswerClass, BadPattern, Classifier, Patterns, TUTORIAL_PATH};
+pub use probe::{Got, Probe};
 pub use request::{RequestSpec, Vars};
 
 use crate::drive::{Driven, Driver};

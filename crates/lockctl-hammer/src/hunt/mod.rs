@@ -189,6 +189,10 @@ pub struct Failure {
     pub faults: Vec<Fault>,
 }
 
+/// How many of the rounds that could not be judged are listed with their reason (all are
+/// counted, [`HuntReport::unjudged`]).
+pub const UNJUDGED_SHOWN: usize = 5;
+
 /// What the hunt did and found.
 pub struct HuntReport {
     /// FAIL when a round failed; PASS when a round was judged and none failed; UNKNOWN when
@@ -216,8 +220,10 @@ pub struct HuntReport {
     pub failure: Option<Box<Failure>>,
     /// The last round judged (its history is written when nothing failed).
     pub last: Option<Box<(Report, Option<Box<History>>)>>,
-    /// Why the first rounds that could not be judged could not (at most five).
+    /// Why the first rounds that could not be judged could not (at most [`UNJUDGED_SHOWN`]).
     pub unknown: Vec<String>,
+    /// Every round that could not be judged, those [`HuntReport::unknown`] lists included.
+    pub unjudged: u64,
     /// What the hunt created in the system's stores and removed at the end (`None`: kept, or
     /// not looked for).
     pub cleaned: Option<clean::Cleaned>,
@@ -236,22 +242,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         tag: hex::encode(rand::random::<[u8; 3]>()),
         ids: Ids::new(opts.sku_format, ""),
     };
-    let mut hunt = HuntReport {
-        verdict: Verdict::Unknown,
-        seed: opts.seed,
-        rounds: 0,
-        judged: 0,
-        requests: 0,
-        shapes: BTreeMap::new(),
-        faults: BTreeMap::new(),
-        faults_tried: BTreeMap::new(),
-        elapsed: Duration::ZERO,
-        interrupted: false,
-        failure: None,
-        last: None,
-        unknown: Vec::new(),
-        cleaned: None,
-    };
+    let mut hunt = HuntReport::new(opts.seed);
     let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
     while started.elapsed() < opts.budget {
         if stopped() {
@@ -278,7 +269,8 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             // not judged. Without a fault the error is the facts', and it stands.
             Err(RoundEnd::Failed(e)) if !plan.faults.is_empty() => {
                 hunt.rounds += 1;
-                if hunt.unknown.len() < 5 {
+                hunt.unjudged += 1;
+                if hunt.unknown.len() < UNJUDGED_SHOWN {
                     hunt.unknown.push(format!("round {}: {e}", plan.number));
                 }
                 tell(opts, &plan, 0, &[], Verdict::Unknown, &hunt, started);
@@ -327,6 +319,27 @@ fn tell(
 }
 
 impl HuntReport {
+    /// A hunt of `seed` before its first round: nothing run, nothing found.
+    pub fn new(seed: u64) -> HuntReport {
+        HuntReport {
+            verdict: Verdict::Unknown,
+            seed,
+            rounds: 0,
+            judged: 0,
+            requests: 0,
+            shapes: BTreeMap::new(),
+            faults: BTreeMap::new(),
+            faults_tried: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+            interrupted: false,
+            failure: None,
+            last: None,
+            unknown: Vec::new(),
+            unjudged: 0,
+            cleaned: None,
+        }
+    }
+
     /// Counts a judged round in; whether it ends the hunt (it failed).
     fn add(
         &mut self,
@@ -363,7 +376,8 @@ impl HuntReport {
                 self.last = Some(Box::new((report, history)));
             }
             Verdict::Unknown => {
-                if self.unknown.len() < 5 {
+                self.unjudged += 1;
+                if self.unknown.len() < UNJUDGED_SHOWN {
                     let why = report.unknown_because.clone().unwrap_or_default();
                     let first = report.first_error.clone().unwrap_or_default();
                     self.unknown
@@ -697,4 +711,47 @@ fn findings(
         v.push(stalled);
     }
     (v, unjudged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Mode;
+    use crate::report::RunFacts;
+    use lockctl_core::stock::Strategy;
+
+    /// Twelve rounds that could not be judged: the first few are listed with their reason,
+    /// and all twelve are counted.
+    #[test]
+    fn every_unjudged_round_is_counted_beyond_those_listed() {
+        let facts = RunFacts {
+            sku: "hunt-1".into(),
+            run_id: "hTEST".into(),
+            requests: 4,
+            concurrency: 2,
+            strategy: Strategy::Lock.into(),
+            mode: Mode::Threads,
+            qty: 1,
+            ttl_ms: 5000,
+            wait_ms: 5000,
+            work_ms: 0,
+            watchdog: false,
+            redlock_nodes: None,
+            seeded: true,
+            retry_every: None,
+            initial_stock: 2,
+            elapsed: Duration::from_millis(10),
+            client_cpu: None,
+        };
+        let mut planner = Planner::new(7, 16, None, &[]);
+        let mut hunt = HuntReport::new(7);
+        for _ in 0..12 {
+            let report = crate::judge::judge_unreadable(&facts, &[], &Error::internal("down"));
+            let failed = hunt.add(planner.next_round(), report, None, Vec::new(), "s".into());
+            assert!(!failed);
+        }
+        assert_eq!(hunt.unknown.len(), UNJUDGED_SHOWN);
+        assert_eq!(hunt.unjudged, 12);
+        assert_eq!(hunt.rounds, 12);
+    }
 }

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::http::{Got, Probe};
 use rustix::process::{Pid, Signal, WaitOptions, kill_process, kill_process_group, waitpid};
 
 /// How long a started system may take to answer.
@@ -82,6 +83,8 @@ impl Default for Reach {
 pub struct Served {
     command: String,
     addr: SocketAddr,
+    /// Ready when this GET is answered 2xx; `None`: when `addr` accepts a connection.
+    ready: Option<Probe>,
     child: Child,
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -93,11 +96,13 @@ pub struct Served {
 }
 
 impl Served {
-    /// Starts `command` with `sh -c` and waits until `addr` accepts a connection. An exit before
-    /// that, or no answer within 15 s, is an error with the tail of its output.
+    /// Starts `command` with `sh -c` and waits until it is ready: `ready` answered 2xx when
+    /// given, else `addr` accepting a connection. An exit before that, or no readiness within
+    /// 15 s, is an error with the tail of its output (and the last answer to `ready`).
     pub fn start(
         command: &str,
         addr: SocketAddr,
+        ready: Option<Probe>,
         reach: Arc<Reach>,
         stop: Option<&AtomicBool>,
     ) -> Result<Served, String> {
@@ -125,6 +130,7 @@ impl Served {
         let mut served = Served {
             command: command.to_string(),
             addr,
+            ready,
             child,
             log,
             _dir: dir,
@@ -141,6 +147,7 @@ impl Served {
 
     fn wait_ready(&mut self, stop: Option<&AtomicBool>) -> Result<(), String> {
         let deadline = Instant::now() + READY_WITHIN;
+        let mut last = String::from("no answer");
         loop {
             if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
                 return Err(format!(
@@ -156,21 +163,42 @@ impl Served {
                     self.tail()
                 ));
             }
-            // Ready when its address answers and it is still running (not a server of before
-            // that has not finished dying, answering for a command that exits).
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok()
-                && matches!(self.child.try_wait(), Ok(None))
-            {
+            // Ready when it says so (or its address answers) and it is still running (not a
+            // server of before that has not finished dying, answering for a command that
+            // exits).
+            let answered = match &self.ready {
+                None => TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok(),
+                Some(probe) => match probe.get(Duration::from_secs(2)) {
+                    Got::Answer { status, .. } if (200..300).contains(&status) => true,
+                    Got::Answer { status, body } => {
+                        last = format!("HTTP {status}: '{}'", body.escape_debug());
+                        false
+                    }
+                    Got::Nothing(why) => {
+                        last = why;
+                        false
+                    }
+                },
+            };
+            if answered && matches!(self.child.try_wait(), Ok(None)) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 let tail = self.tail();
-                return Err(format!(
-                    "--serve '{}' never answered at {} within {} s; its output ends:\n{tail}",
-                    self.command,
-                    self.addr,
-                    READY_WITHIN.as_secs()
-                ));
+                return Err(match &self.ready {
+                    None => format!(
+                        "--serve '{}' never answered at {} within {} s; its output ends:\n{tail}",
+                        self.command,
+                        self.addr,
+                        READY_WITHIN.as_secs()
+                    ),
+                    Some(probe) => format!(
+                        "--serve '{}' was not ready within {} s: --ready '{}' was never answered 2xx (the last: {last}); its output ends:\n{tail}",
+                        self.command,
+                        READY_WITHIN.as_secs(),
+                        probe.shown_url()
+                    ),
+                });
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -253,7 +281,13 @@ impl Served {
         {
             thread::sleep(Duration::from_millis(20));
         }
-        let again = Served::start(&self.command, self.addr, self.reach.clone(), None)?;
+        let again = Served::start(
+            &self.command,
+            self.addr,
+            self.ready.clone(),
+            self.reach.clone(),
+            None,
+        )?;
         let old = std::mem::replace(self, again);
         drop(old);
         Ok(())

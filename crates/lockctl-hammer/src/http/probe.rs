@@ -1,0 +1,103 @@
+//! One request on its own, outside any run: the GET that says whether a system is ready
+//! (`hunt --ready`), on the same request writer and answer reader as the driver.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use lockctl_core::error::{Error, Result};
+
+use super::request::{RequestSpec, Vars};
+use super::wire::{self, ReadError};
+
+/// What one GET came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    /// An answer, with its status and the start of its body.
+    Answer {
+        /// The answer's status code.
+        status: u16,
+        /// The start of its body, for saying what a refusal said.
+        body: String,
+    },
+    /// No answer: why (refused, timed out, cut).
+    Nothing(String),
+}
+
+/// A URL to GET, checked: the error says what is wrong with it (naming `--url`: the caller
+/// words it for its own flag).
+#[derive(Clone, Debug)]
+pub struct Probe {
+    spec: RequestSpec,
+}
+
+impl Probe {
+    /// A GET of `url`, checked as `--url` is (an error names the URL and the fix).
+    pub fn new(url: &str) -> Result<Probe> {
+        let spec = RequestSpec::new("GET", url, &["Connection: close".to_string()], None)
+            .map_err(|reason| Error::Endpoint { reason })?;
+        Ok(Probe { spec })
+    }
+
+    /// The URL, any password hidden.
+    pub fn shown_url(&self) -> &str {
+        self.spec.shown_url()
+    }
+
+    /// One GET, answered within `limit` (connecting included).
+    pub fn get(&self, limit: Duration) -> Got {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return Got::Nothing(format!("no runtime for the request: {e}")),
+        };
+        let ms = limit.as_millis();
+        runtime.block_on(async {
+            match tokio::time::timeout(limit, self.exchange()).await {
+                Ok(got) => got,
+                Err(_) => Got::Nothing(format!("no answer within {ms} ms")),
+            }
+        })
+    }
+
+    async fn exchange(&self) -> Got {
+        let addr = match self.spec.resolve() {
+            Ok(a) => a,
+            Err(e) => return Got::Nothing(e),
+        };
+        let vars = Vars {
+            sku: "",
+            user: "",
+            order: "",
+            n: 0,
+        };
+        let mut request = Vec::new();
+        if let Err(e) = self.spec.write(&vars, &mut request) {
+            return Got::Nothing(e);
+        }
+        let mut stream = match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => return Got::Nothing(format!("could not connect to {addr}: {e}")),
+        };
+        if let Err(e) = stream.write_all(&request).await {
+            return Got::Nothing(format!("could not send the request: {e}"));
+        }
+        let (mut buf, mut status, mut body) = (Vec::new(), None, Vec::new());
+        let mut sink = |data: &[u8]| {
+            if body.len() < 200 {
+                body.extend_from_slice(&data[..data.len().min(200 - body.len())]);
+            }
+        };
+        match wire::read_answer(&mut stream, &mut buf, false, &mut status, &mut sink).await {
+            Ok(answer) => Got::Answer {
+                status: answer.status,
+                body: String::from_utf8_lossy(&body).trim().to_string(),
+            },
+            Err(ReadError::Silent) => Got::Nothing("closed without answering".into()),
+            Err(ReadError::Cut(why) | ReadError::Malformed(why)) => Got::Nothing(why),
+        }
+    }
+}
