@@ -17,7 +17,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::history::{MAX_STOCK_READS, StockRead};
-use crate::http::Store;
 use crate::readback::Restart;
 use lockctl_core::conn::{Reconnecting, Target};
 use lockctl_core::sku::Sku;
@@ -164,20 +163,24 @@ pub(super) struct StoreWatch {
     seen: Arc<Mutex<Watched>>,
 }
 
-/// Starts reading the stock of `sku` in `store` (`initial` at the start), on a connection of
-/// its own when the store can open one; `None` when it cannot (nothing is drawn from reads).
-pub(super) fn start_store(store: &Store, sku: &Sku, initial: i64) -> Option<StoreWatch> {
-    let own = store.0.observer()?;
+/// Starts reading a stock kept in a store of the caller's with `read` (`initial` at the
+/// start; `None` for a read that failed), on a thread of its own; `None` when no thread can be
+/// started (nothing is drawn from reads then). The store is the caller's to know: this module
+/// only times and keeps the reads.
+pub(super) fn start_store(
+    read: impl Fn() -> Option<i64> + Send + 'static,
+    initial: i64,
+) -> Option<StoreWatch> {
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Watched::new(initial)));
-    let (halt, kept, sku) = (stop.clone(), seen.clone(), sku.clone());
+    let (halt, kept) = (stop.clone(), seen.clone());
     thread::Builder::new()
         .name("lockctl-stock-reads".into())
         .spawn(move || {
             while !halt.load(Ordering::SeqCst) {
                 thread::sleep(EVERY);
                 let sent = Instant::now();
-                if let Ok(n) = own.read(&sku)
+                if let Some(n) = read()
                     && !halt.load(Ordering::SeqCst)
                     && let Ok(mut seen) = kept.lock()
                 {

@@ -78,7 +78,10 @@ pub(super) fn open(
         return Ok(Opened::Store {
             store: store.clone(),
             initial,
-            watch: watch::start_store(store, &load.sku, initial),
+            watch: store.0.observer().and_then(|own| {
+                let sku = load.sku.clone();
+                watch::start_store(move || own.read(&sku).ok(), initial)
+            }),
         });
     }
     let mut conn = target.connect()?;
