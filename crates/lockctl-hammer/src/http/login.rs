@@ -40,7 +40,7 @@ enum Source {
     /// A login request per user, the token taken from its answer by the first pattern that
     /// finds one.
     Login {
-        request: RequestSpec,
+        request: Box<RequestSpec>,
         token_at: Vec<(String, Taken)>,
     },
     /// Given: a user without one has none.
@@ -75,7 +75,10 @@ impl Logins {
             .map(|p| Taken::parse(p, r#""token":"([^"]+)""#).map(|t| (p.to_string(), t)))
             .collect::<std::result::Result<_, _>>()?;
         Ok(Logins {
-            source: Source::Login { request, token_at },
+            source: Source::Login {
+                request: Box::new(request),
+                token_at,
+            },
             tokens: Mutex::new(HashMap::new()),
         })
     }
