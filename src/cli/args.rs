@@ -273,8 +273,8 @@ pub(super) fn placeholders_help(lead: &str, sku_note: &str) -> clap::builder::St
     let _ = write!(
         help,
         "{lead} Placeholders {{sku}}{sku_note}, {{user}}, {{order}} (a fresh order id per \
-         request) and {{{bold}n{bold:#}}} (the request's index) are filled in the URL, the \
-         headers and the body."
+         request), {{{bold}n{bold:#}}} (the request's index) and {{token}} (the user's, from \
+         --login or --users-file) are filled in the URL, the headers and the body."
     );
     help
 }
@@ -307,6 +307,24 @@ pub struct HttpArgs {
     /// The request body.
     #[arg(long, value_name = "TEXT", requires = "http")]
     pub body: Option<String>,
+
+    /// Each user logs in once before its first purchase: 'METHOD URL [BODY]', placeholders as
+    /// in --url (not {token}), the --header values without {token} sent along; not timed, not
+    /// judged. A login that fails (no 2xx, no token) is a usage error naming its answer.
+    #[arg(long, value_name = "'METHOD URL [BODY]'", requires = "http")]
+    pub login: Option<String>,
+
+    /// Where a login's answer holds the token: json:/POINTER or a regex with one group
+    /// [default: the first of json:/token, json:/access_token, json:/data/token,
+    /// json:/data/access_token that holds one].
+    #[arg(long, value_name = "PATTERN", requires = "login")]
+    pub token: Option<String>,
+
+    /// The users and their tokens, for services whose tokens come from elsewhere: one user a
+    /// line, 'USER<TAB>TOKEN' or a JSON object with "user" and "token"; {user} is then these
+    /// users (and --users at most their number).
+    #[arg(long, value_name = "FILE", conflicts_with = "login", requires = "http")]
+    pub users_file: Option<std::path::PathBuf>,
 
     /// An answer that sold --qty units (tried first). A regex over the body,
     /// status:CODE[,CODE...], or json:/POINTER=VALUE (RFC 6901 pointer into a JSON body;

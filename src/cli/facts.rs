@@ -176,8 +176,14 @@ fn distance(a: &str, b: &str) -> usize {
 }
 
 /// Examples for the template, where a flag's default or value name says too little.
-const EXAMPLES: [(&str, &str); 27] = [
+const EXAMPLES: [(&str, &str); 30] = [
     ("preset", "\"tutorial\""),
+    (
+        "login",
+        r#"'POST http://127.0.0.1:8080/api/login {"username":"{user}","password":"..."}'"#,
+    ),
+    ("token", "\"json:/data/token\""),
+    ("users-file", "\"users.tsv\""),
     ("stock-key", "\"item:stock:{sku}\""),
     ("stock-clean", "\"DELETE FROM goods WHERE sku = $1\""),
     ("orders-sql", "\"postgres://app@127.0.0.1/shop\""),

@@ -46,6 +46,34 @@ pub struct HuntArgs {
     #[arg(long, value_name = "TEXT", help_heading = "The system")]
     pub body: Option<String>,
 
+    /// Each user logs in once before its first purchase: 'METHOD URL [BODY]', placeholders as
+    /// in --url (not {token}), the --header values without {token} sent along; not timed, not
+    /// judged. A login that fails (no 2xx, no token) is a usage error naming its answer.
+    #[arg(long, value_name = "'METHOD URL [BODY]'", help_heading = "The system")]
+    pub login: Option<String>,
+
+    /// Where a login's answer holds the token: json:/POINTER or a regex with one group
+    /// [default: the first of json:/token, json:/access_token, json:/data/token,
+    /// json:/data/access_token that holds one].
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        requires = "login",
+        help_heading = "The system"
+    )]
+    pub token: Option<String>,
+
+    /// The users and their tokens, for services whose tokens come from elsewhere: one user a
+    /// line, 'USER<TAB>TOKEN' or a JSON object with "user" and "token"; the hunt's users are
+    /// then these users.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "login",
+        help_heading = "The system"
+    )]
+    pub users_file: Option<PathBuf>,
+
     /// An answer that sold the request's units (tried first). A regex over the body,
     /// status:CODE[,CODE...], or json:/POINTER=VALUE (RFC 6901 pointer into a JSON body; VALUE
     /// compared as JSON, else as text: json:/code=0, json:/msg="sold out"); repeat it and every
@@ -308,6 +336,9 @@ impl HuntArgs {
             busy_if: self.busy_if.clone(),
             refused_if: self.refused_if.clone(),
             failed_if: self.failed_if.clone(),
+            login: self.login.clone(),
+            token: self.token.clone(),
+            users_file: self.users_file.clone(),
             stock_key: None,
             rate: None,
             request_timeout_ms: self.request_timeout_ms,

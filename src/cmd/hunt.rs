@@ -147,12 +147,14 @@ fn hunt_options(
     nemesis: &Nemesis,
     signals: &signals::Stop,
 ) -> HuntOptions {
+    let listed = http.users.listed_len();
     HuntOptions {
         http,
         sku: args.sku.to_string(),
         sku_format: args.sku_format.into(),
         concurrency: args.concurrency,
-        users: args.users,
+        // With --users-file, its users (checked before: --users at most their number).
+        users: listed.map_or(args.users, |n| Some(args.users.unwrap_or(n as u64))),
         limit: args.limit,
         idempotent: args.idempotent,
         orders,
@@ -375,7 +377,10 @@ fn system_facts(
         .into());
     }
     http.stock_key = args.stock_key.clone();
-    http.users = Ids::new(args.user_format.into(), "u");
+    if http.users.listed_len().is_none() {
+        http.users = Ids::new(args.user_format.into(), "u");
+    }
+    super::hammer_http::users_in_file(&http, args.users)?;
     if let Some(pattern) = &args.order_from {
         http.classifier = http
             .classifier

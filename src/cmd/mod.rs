@@ -384,6 +384,7 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
                 e,
                 Error::BadUrl { .. }
                     | Error::BadDbUrl { .. }
+                    | Error::Login { .. }
                     | Error::TooManyClients { .. }
                     | Error::TooFewDescriptors { .. }
             )

@@ -12,37 +12,74 @@ use crate::support::{
     RedisServer, TestDb, TestMyDb, code, flask_python, free_port, lockctl, stderr, stdout,
 };
 
+mod shop;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// A MariaDB database with the shop's tables.
+/// A MariaDB database with the shop's tables (tests/fixtures/hunt/flask_shop.sql).
 fn shop_db() -> TestMyDb {
     let db = TestMyDb::create();
-    db.exec(
-        "CREATE TABLE goods (id BIGINT PRIMARY KEY, stock INT NOT NULL); \
-         CREATE TABLE orders (order_no VARCHAR(64) PRIMARY KEY, goods_id BIGINT NOT NULL, \
-         user_id BIGINT NOT NULL, qty INT NOT NULL, UNIQUE (goods_id, user_id))",
-    );
+    let schema =
+        std::fs::read_to_string(Path::new(ROOT).join("tests/fixtures/hunt/flask_shop.sql"))
+            .unwrap();
+    let statements: String = schema
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    db.exec(&statements);
     db
 }
 
-/// `lockctl --json hunt` of the Flask shop in `mode` on `db`, with the facts of its answers,
-/// ids, stock and orders, then `extra`.
+/// The login every hunt of the shop sends: its password is a secret the reports must hide.
+const LOGIN_BODY: &str = r#"{"username":{user},"password":"hunter2"}"#;
+
+/// The shell command that starts the Flask shop in `mode` on `port`, with `env` before it.
+fn shop_serve(redis: &RedisServer, db: &TestMyDb, mode: &str, port: u16, env: &str) -> String {
+    let script = Path::new(ROOT).join("tests/fixtures/hunt/flask_shop.py");
+    format!(
+        "{env} SHOP_MODE={mode} SHOP_DB={} SHOP_PORT={port} REDIS_PORT={} exec {} {}",
+        db.name,
+        redis.port,
+        flask_python().display(),
+        script.display()
+    )
+}
+
+/// `lockctl --json hunt` of the Flask shop in `mode` on `db`, with the facts of its login,
+/// answers, ids, stock and orders, then `extra`.
 fn hunt_shop(
     redis: &RedisServer,
     db: &TestMyDb,
     mode: &str,
     extra: &[&str],
 ) -> (i32, Value, String) {
-    let python = flask_python();
+    hunt_shop_with(redis, db, mode, "", extra)
+}
+
+/// [`hunt_shop`], the shop started with the environment `env` (`SHOP_LEASE_MS=250`).
+fn hunt_shop_with(
+    redis: &RedisServer,
+    db: &TestMyDb,
+    mode: &str,
+    env: &str,
+    extra: &[&str],
+) -> (i32, Value, String) {
     let port = free_port();
-    let script = Path::new(ROOT).join("tests/fixtures/hunt/flask_shop.py");
-    let serve = format!(
-        "SHOP_MODE={mode} SHOP_DB={} SHOP_PORT={port} exec {} {}",
-        db.name,
-        python.display(),
-        script.display()
-    );
+    let serve = shop_serve(redis, db, mode, port, env);
     let url = format!("http://127.0.0.1:{port}/api/seckill");
+    let login = format!("POST http://127.0.0.1:{port}/api/login {LOGIN_BODY}");
+    // A test of the login's own gives its own --login (the port is known only here).
+    let own_login = extra
+        .iter()
+        .position(|a| *a == "--login")
+        .and_then(|i| extra.get(i + 1))
+        .map(|l| l.replace("{port}", &port.to_string()));
+    let login = own_login.unwrap_or(login);
+    let extra: Vec<&str> = match extra.iter().position(|a| *a == "--login") {
+        Some(i) => [&extra[..i], &extra[i + 2..]].concat(),
+        None => extra.to_vec(),
+    };
     let mut args = vec![
         "--json",
         "hunt",
@@ -52,8 +89,10 @@ fn hunt_shop(
         "POST",
         "--header",
         "Content-Type: application/json",
+        "--header",
+        "Authorization: Bearer {token}",
         "--body",
-        r#"{"goods_id":{sku},"user_id":{user}}"#,
+        r#"{"goods_id":{sku}}"#,
         "--sku-format",
         "int",
         "--user-format",
@@ -78,12 +117,20 @@ fn hunt_shop(
         "json:/code=50001",
         "--refused-if",
         "json:/code=50002",
+        "--busy-if",
+        "json:/code=50004",
         "--heal-ms",
         "3000",
     ];
-    args.extend_from_slice(extra);
+    // An empty --login of a test's own: no login (the tokens come from elsewhere).
+    if !login.is_empty() {
+        args.extend(["--login", &login]);
+    }
+    args.extend_from_slice(&extra);
     let out = lockctl(&redis.url(), &args);
     let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    // The login's password is a secret: never shown, whatever the hunt came to.
+    assert!(!said.contains("hunter2"), "the password was shown: {said}");
     let v = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
     (code(&out), v, said)
 }

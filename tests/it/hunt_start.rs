@@ -150,6 +150,9 @@ fn hunt_init_prints_a_commented_template_of_every_fact() {
         "request-timeout-ms",
         "junit",
         "header",
+        "login",
+        "token",
+        "users-file",
     ] {
         assert!(
             text.contains(&format!("\n# {key} = ")),

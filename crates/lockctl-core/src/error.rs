@@ -111,6 +111,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A user's login to an endpoint failed (no 2xx, or no token in the answer): the facts
+    /// given for logging in are wrong, so nothing the endpoint answers could be judged.
+    #[error("the login of user '{user}' failed: {reason}")]
+    Login {
+        /// The user (a name lockctl made, not a secret).
+        user: String,
+        /// What the login answered, escaped (never the password sent).
+        reason: String,
+    },
+
     /// The SKU's stock key holds something that is not a count lockctl can use.
     #[error(
         "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed"
@@ -462,6 +472,7 @@ impl Error {
             Error::Auth { .. } => ErrorKind::Auth,
             Error::Unseeded { .. } | Error::NoStockKey { .. } => ErrorKind::Unseeded,
             Error::Endpoint { .. } => ErrorKind::Refused,
+            Error::Login { .. } => ErrorKind::Usage,
             Error::BadStock { .. } | Error::NegativeStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
@@ -521,6 +532,7 @@ impl Error {
             Error::NoQuorum { .. } => Hint::LockNodes,
             Error::Database { hint, .. } | Error::Redis { hint, .. } => return hint.clone(),
             Error::Endpoint { .. }
+            | Error::Login { .. }
             | Error::WrongTypeKey { .. }
             | Error::TooManyClients { .. }
             | Error::TooFewDescriptors { .. }

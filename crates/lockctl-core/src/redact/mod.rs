@@ -10,7 +10,10 @@
 //!   quoted or not;
 //! - an HTTP header that carries a credential (`Authorization`, `Proxy-Authorization`,
 //!   `Cookie`, `X-Api-Key`, any name with `auth`, `token`, `secret`, `key`, `session`...);
-//! - on a command line, the value of a flag named like a secret (`--password`, `--api-key`).
+//! - on a command line, the value of a flag named like a secret (`--password`, `--api-key`);
+//! - in a JSON text (a login's body, `{"user":"u1","password":"x"}`), the value of a key named
+//!   like a secret, string or number; a value that is only a placeholder (`"{token}"`) is no
+//!   secret and stays.
 //!
 //! Where it cannot tell whether something is a credential (a lone word before `@`, a URL too
 //! malformed to say where its user info ends) it hides it: a message that shows too little
@@ -34,7 +37,91 @@ pub fn redact(text: &str) -> String {
         true => hide_user_info(text),
         false => text.to_string(),
     };
-    hide_parameters(&base, in_url)
+    hide_json_values(&hide_parameters(&base, in_url))
+}
+
+/// `s` with the value of every password-like key of a JSON text replaced by `***`.
+fn hide_json_values(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    for (a, b) in json_secret_values(s) {
+        out.push_str(&s[at..a]);
+        out.push_str(HIDDEN);
+        at = b;
+    }
+    out.push_str(&s[at..]);
+    out
+}
+
+/// The byte ranges of the values of password-like keys in a JSON text (`"password": "x"`: the
+/// text between the quotes; `"pin": 1234`: the digits), wherever such a pair appears. A value
+/// that is only placeholders (`"{token}"`) is filled in by lockctl and is no secret.
+fn json_secret_values(s: &str) -> Vec<(usize, usize)> {
+    let bytes = s.as_bytes();
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while let Some(open) = s[i..].find('"').map(|j| i + j) {
+        let Some(close) = string_end(s, open) else {
+            break;
+        };
+        let key = &s[open + 1..close];
+        let after = s[close + 1..].trim_start_matches([' ', '\t']);
+        i = close + 1;
+        let Some(value) = after.strip_prefix(':') else {
+            continue;
+        };
+        let value = value.trim_start_matches([' ', '\t', '\n', '\r']);
+        let start = s.len() - value.len();
+        if !is_secret_key(key) {
+            continue;
+        }
+        let span = match bytes.get(start) {
+            Some(b'"') => string_end(s, start).map(|end| (start + 1, end)),
+            Some(b) if b.is_ascii_digit() || *b == b'-' => Some((
+                start,
+                value
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')))
+                    .map_or(s.len(), |j| start + j),
+            )),
+            _ => None,
+        };
+        if let Some((a, b)) = span
+            && a < b
+            && !only_placeholders(&s[a..b])
+        {
+            spans.push((a, b));
+            i = b;
+        }
+    }
+    spans
+}
+
+/// The index of the quote that closes the JSON string opening at `open`.
+fn string_end(s: &str, open: usize) -> Option<usize> {
+    let mut escaped = false;
+    s[open + 1..]
+        .char_indices()
+        .find(|&(_, c)| {
+            let end = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            end
+        })
+        .map(|(j, _)| open + 1 + j)
+}
+
+/// Whether `value` is nothing but lockctl's placeholders (`{token}`, `{user}`...).
+fn only_placeholders(value: &str) -> bool {
+    let mut rest = value;
+    while !rest.is_empty() {
+        match ["{sku}", "{user}", "{order}", "{n}", "{token}"]
+            .iter()
+            .find(|p| rest.starts_with(*p))
+        {
+            Some(p) => rest = &rest[p.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The value of `--header` (`Name: value`) with a credential's value hidden, and the rest
@@ -175,6 +262,11 @@ fn text_spans(text: &str) -> Vec<(usize, usize)> {
         };
         if done >= text.len() {
             break;
+        }
+    }
+    for (a, b) in json_secret_values(text) {
+        if !spans.iter().any(|&(x, y)| a < y && x < b) {
+            spans.push((a, b));
         }
     }
     spans.sort_unstable();
@@ -540,6 +632,9 @@ fn secrets_of(source: &str) -> Vec<String> {
     while let Some((start, end)) = secret_value(rest, in_url) {
         out.push(unquote(&rest[start..end]));
         rest = &rest[end..];
+    }
+    for (a, b) in json_secret_values(source) {
+        out.push(source[a..b].to_string());
     }
     let decoded: Vec<String> = out
         .iter()

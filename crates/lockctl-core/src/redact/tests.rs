@@ -307,3 +307,24 @@ fn secret_spans_are_the_secrets_values_and_nothing_around_them() {
         ["pw", "rp"]
     );
 }
+
+#[test]
+fn a_json_bodys_password_like_values_are_hidden_and_placeholders_stay() {
+    let login = r#"POST http://h/login {"user":"{user}","password":"hunter2", "pin": 1234, "token":"{token}"}"#;
+    let shown = redact(login);
+    assert_eq!(
+        shown,
+        r#"POST http://h/login {"user":"{user}","password":"***", "pin": 1234, "token":"{token}"}"#
+    );
+    // A quote escaped inside the password does not end it.
+    assert_eq!(
+        redact(r#"{"passwd": "a\"b", "n": 1}"#),
+        r#"{"passwd": "***", "n": 1}"#
+    );
+    assert_eq!(redact(r#"{"api_key": 99}"#), r#"{"api_key": ***}"#);
+    // The replay line fills each range from the environment: the text between the quotes.
+    let spans = secret_spans(Some("--login"), login);
+    let hidden: Vec<&str> = spans.iter().map(|&(a, b)| &login[a..b]).collect();
+    assert_eq!(hidden, ["hunter2"]);
+    assert!(!scrub("it said hunter2", login).contains("hunter2"));
+}

@@ -238,11 +238,58 @@ impl Lazy {
     }
 }
 
-/// Where a bought answer carries the order id the service made.
+/// Where an answer carries a value the service made (a bought answer's order id, a login's
+/// token): `json:/POINTER` (the value there, a string's text or a number's digits) or a regex
+/// whose one group is the value.
 #[derive(Clone, Debug)]
-enum OrderFrom {
+pub enum Taken {
+    /// The value at this RFC 6901 pointer into a JSON body.
     Json(String),
+    /// The one group of this regex over the body.
     Group(Regex),
+}
+
+impl Taken {
+    /// `pattern` read: `json:/POINTER` or a regex with exactly one group; `example` shows such
+    /// a regex in the error.
+    pub fn parse(pattern: &str, example: &str) -> Result<Taken, BadPattern> {
+        match pattern.strip_prefix("json:") {
+            Some(p) => Ok(Taken::Json(pointer(None, pattern, p)?)),
+            None => {
+                let re = regex(None, pattern)?;
+                if re.captures_len() != 2 {
+                    return Err(BadPattern {
+                        class: None,
+                        value: pattern.into(),
+                        why: format!(
+                            "must be json:/POINTER or a regex with exactly one group (e.g. {example})"
+                        ),
+                    });
+                }
+                Ok(Taken::Group(re))
+            }
+        }
+    }
+
+    /// The value in `body`, if it is there and not empty.
+    pub fn take(&self, body: &[u8]) -> Option<String> {
+        self.take_lazily(body, &mut Lazy::Unparsed)
+    }
+
+    fn take_lazily(&self, body: &[u8], json: &mut Lazy) -> Option<String> {
+        match self {
+            Taken::Json(p) => match json.get(body)?.pointer(p)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Null => None,
+                other => Some(other.to_string()),
+            },
+            Taken::Group(re) => re
+                .captures(body)?
+                .get(1)
+                .map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()),
+        }
+        .filter(|s| !s.is_empty())
+    }
 }
 
 /// The classes' forms, compiled.
@@ -255,7 +302,7 @@ pub struct Classifier {
     /// reports), if any.
     bought_remaining: Option<Regex>,
     /// Where a bought answer's order id is, when the service makes its own.
-    order_from: Option<OrderFrom>,
+    order_from: Option<Taken>,
 }
 
 impl Classifier {
@@ -302,24 +349,7 @@ impl Classifier {
     /// Takes the order id out of each bought answer with `pattern`: `json:/POINTER` (the
     /// value there, a string's text or a number's digits) or a regex with one group.
     pub fn with_order_from(mut self, pattern: &str) -> Result<Classifier, BadPattern> {
-        let bad = |why: &str| BadPattern {
-            class: None,
-            value: pattern.into(),
-            why: why.into(),
-        };
-        let from = match pattern.strip_prefix("json:") {
-            Some(p) => OrderFrom::Json(pointer(None, pattern, p)?),
-            None => {
-                let re = regex(None, pattern)?;
-                if re.captures_len() != 2 {
-                    return Err(bad(
-                        "must be json:/POINTER or a regex with exactly one group, the order id (e.g. \"order_no\":\"([^\"]+)\")",
-                    ));
-                }
-                OrderFrom::Group(re)
-            }
-        };
-        self.order_from = Some(from);
+        self.order_from = Some(Taken::parse(pattern, r#""order_no":"([^"]+)""#)?);
         Ok(self)
     }
 
@@ -384,18 +414,7 @@ impl Classifier {
 
     /// The order id a bought answer carries, when the service makes its own.
     fn order_id(&self, body: &[u8], json: &mut Lazy) -> Option<String> {
-        match self.order_from.as_ref()? {
-            OrderFrom::Json(p) => match json.get(body)?.pointer(p)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Null => None,
-                other => Some(other.to_string()),
-            },
-            OrderFrom::Group(re) => re
-                .captures(body)?
-                .get(1)
-                .map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned()),
-        }
-        .filter(|s| !s.is_empty())
+        self.order_from.as_ref()?.take_lazily(body, json)
     }
 
     /// An answer no class holds for.

@@ -56,6 +56,8 @@ pub(super) struct Plan {
     pub start: Instant,
     /// What `{user}` is.
     pub users: super::ids::Ids,
+    /// Each user's `{token}`, when requests carry one.
+    pub tokens: Option<super::login::Tokens>,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
@@ -320,21 +322,48 @@ fn ids(sh: &Shared, i: u64) -> (String, String) {
         return (String::new(), String::new());
     }
     let base = crate::options::original_of(sh.retries, i);
-    let user = match sh.users {
-        Some(k) => sh.plan.users.name(sh.users_from + base % k.max(1)),
-        None => sh.plan.users.name(sh.users_from + base),
-    };
+    let user = sh
+        .plan
+        .users
+        .name(user_number(sh.users, sh.users_from, base));
     (format!("{}-{base}", sh.plan.run_id), user)
+}
+
+/// The number of the user of the request (or the retried request) `base`.
+fn user_number(users: Option<u64>, from: u64, base: u64) -> u64 {
+    match users {
+        Some(k) => from + base % k.max(1),
+        None => from + base,
+    }
+}
+
+/// The users a run of `load` sends requests as, each once (with `--users`, at most that many;
+/// without, one per request).
+pub(super) fn users_of(load: &LoadOptions, names: &super::ids::Ids) -> Vec<String> {
+    let n = match load.users {
+        Some(k) => k.min(load.requests),
+        None => load.requests,
+    };
+    (0..n)
+        .map(|base| names.name(user_number(load.users, load.users_from, base)))
+        .collect()
 }
 
 /// Request `i`: built, sent within the request timeout, its answer classified.
 async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
     let (order, user) = ids(sh, i);
+    let token = sh
+        .plan
+        .tokens
+        .as_ref()
+        .and_then(|t| t.get(&user))
+        .map_or("", String::as_str);
     let vars = Vars {
         sku: &sh.sku,
         user: &user,
         order: &order,
         n: i,
+        token,
     };
     let sent_at = Instant::now();
     let (mut stage, mut status) = (Stage::Building, None);

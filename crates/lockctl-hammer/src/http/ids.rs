@@ -5,6 +5,9 @@
 //! `INT` column (PostgreSQL's int4, MySQL's INT) takes them: two runs meet only if they drew
 //! the same block of a million. UUIDs are 16 random bytes of this run's with the number mixed
 //! into the last six, the version and variant bits set: each distinct, none another run's.
+//! Users may instead be a list given (`--users-file`): number `n` is the list's `n mod len`-th.
+
+use std::sync::Arc;
 
 /// The shape of an identity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +41,7 @@ const INT_BLOCKS: u64 = 1_000_000;
 
 /// Identities of one run: number `n` in the run's format, distinct from every other number's
 /// and, with near certainty, from every other run's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ids {
     format: IdFormat,
     /// The run's first integer id.
@@ -47,6 +50,8 @@ pub struct Ids {
     key: [u8; 16],
     /// Text ids: what precedes the number (`u` for users).
     prefix: &'static str,
+    /// The names given, when they are given (users from a file): they stand in for the format.
+    listed: Option<Arc<[String]>>,
 }
 
 impl Ids {
@@ -64,7 +69,22 @@ impl Ids {
             base: INT_FLOOR + rng.random_range(0..INT_BLOCKS) * INT_BLOCK,
             key: rng.random(),
             prefix,
+            listed: None,
         }
+    }
+
+    /// The names given, in their order (never empty: the caller checks); number `n` is the
+    /// `n mod len`-th, so that a run with more users than names reuses them.
+    pub fn listed(names: Vec<String>) -> Ids {
+        Ids {
+            listed: Some(names.into()),
+            ..Ids::new(IdFormat::Text, "")
+        }
+    }
+
+    /// How many names were given, when they were.
+    pub fn listed_len(&self) -> Option<usize> {
+        self.listed.as_ref().map(|l| l.len())
     }
 
     /// The format.
@@ -74,6 +94,9 @@ impl Ids {
 
     /// Number `n`.
     pub fn name(&self, n: u64) -> String {
+        if let Some(names) = self.listed.as_ref().filter(|l| !l.is_empty()) {
+            return names[(n % names.len() as u64) as usize].clone();
+        }
         match self.format {
             IdFormat::Text => format!("{}{n}", self.prefix),
             IdFormat::Int => (self.base + n).to_string(),

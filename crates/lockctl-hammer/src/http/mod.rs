@@ -15,15 +15,18 @@ mod books;
 mod classify;
 mod driver;
 pub mod ids;
+mod login;
 mod probe;
 mod request;
 mod socket;
 mod wire;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use books::{StockStore, Store};
 pub use classify::{AnswerClass, BadPattern, Classifier, Patterns, TUTORIAL_PATH};
+pub use login::{DEFAULT_TOKEN_AT, Logins};
 pub use probe::{Got, Probe};
 pub use request::{RequestSpec, Vars};
 
@@ -64,6 +67,9 @@ pub struct HttpOptions {
     pub qty: u64,
     /// What `{user}` is. Default: [`ids::Ids::text_users`] (`u0`, `u1`, ...).
     pub users: ids::Ids,
+    /// How users get their `{token}`: each logs in once, before the first run that needs it,
+    /// or the tokens are given. Default (`None`): `{token}` is empty.
+    pub logins: Option<Arc<Logins>>,
 }
 
 /// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
@@ -89,6 +95,19 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         true => Some(books::open(target, load, http, &key)?),
         false => None,
     };
+    // Logins are set-up: done before the run's clock starts, never timed nor judged.
+    let tokens = match &http.logins {
+        Some(logins) if http.request.uses_token() => {
+            let users = driver::users_of(load, &http.users);
+            Some(logins.tokens_of(
+                &users,
+                load.sku.as_str(),
+                http.timeout,
+                load.in_flight() as usize,
+            )?)
+        }
+        _ => None,
+    };
     // The run's clock, which the answers and the stock reads are both timed from.
     let started = Instant::now();
     let plan = driver::Plan {
@@ -100,7 +119,8 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         timeout: http.timeout,
         connect_timeout: http.connect_timeout,
         start: started,
-        users: http.users,
+        users: http.users.clone(),
+        tokens,
     };
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;

@@ -64,40 +64,55 @@ impl Probe {
     }
 
     async fn exchange(&self) -> Got {
-        let addr = match self.spec.resolve() {
-            Ok(a) => a,
-            Err(e) => return Got::Nothing(e),
-        };
         let vars = Vars {
             sku: "",
             user: "",
             order: "",
             n: 0,
+            token: "",
         };
-        let mut request = Vec::new();
-        if let Err(e) = self.spec.write(&vars, &mut request) {
-            return Got::Nothing(e);
+        once(&self.spec, &vars, 200).await
+    }
+}
+
+/// One request of `spec` with `vars` on a connection of its own, its answer's body kept up to
+/// `keep` bytes (unbounded in time: the caller bounds it).
+pub(super) async fn once(spec: &RequestSpec, vars: &Vars<'_>, keep: usize) -> Got {
+    let addr = match spec.resolve() {
+        Ok(a) => a,
+        Err(e) => return Got::Nothing(e),
+    };
+    let mut request = Vec::new();
+    if let Err(e) = spec.write(vars, &mut request) {
+        return Got::Nothing(e);
+    }
+    let mut stream = match tokio::net::TcpStream::connect(addr).await {
+        Ok(s) => s,
+        Err(e) => return Got::Nothing(format!("could not connect to {addr}: {e}")),
+    };
+    if let Err(e) = stream.write_all(&request).await {
+        return Got::Nothing(format!("could not send the request: {e}"));
+    }
+    let (mut buf, mut status, mut body) = (Vec::new(), None, Vec::new());
+    let mut sink = |data: &[u8]| {
+        if body.len() < keep {
+            body.extend_from_slice(&data[..data.len().min(keep - body.len())]);
         }
-        let mut stream = match tokio::net::TcpStream::connect(addr).await {
-            Ok(s) => s,
-            Err(e) => return Got::Nothing(format!("could not connect to {addr}: {e}")),
-        };
-        if let Err(e) = stream.write_all(&request).await {
-            return Got::Nothing(format!("could not send the request: {e}"));
-        }
-        let (mut buf, mut status, mut body) = (Vec::new(), None, Vec::new());
-        let mut sink = |data: &[u8]| {
-            if body.len() < 200 {
-                body.extend_from_slice(&data[..data.len().min(200 - body.len())]);
-            }
-        };
-        match wire::read_answer(&mut stream, &mut buf, false, &mut status, &mut sink).await {
-            Ok(answer) => Got::Answer {
-                status: answer.status,
-                body: String::from_utf8_lossy(&body).trim().to_string(),
-            },
-            Err(ReadError::Silent) => Got::Nothing("closed without answering".into()),
-            Err(ReadError::Cut(why) | ReadError::Malformed(why)) => Got::Nothing(why),
-        }
+    };
+    match wire::read_answer(
+        &mut stream,
+        &mut buf,
+        spec.is_head(),
+        &mut status,
+        &mut sink,
+    )
+    .await
+    {
+        Ok(answer) => Got::Answer {
+            status: answer.status,
+            body: String::from_utf8_lossy(&body).trim().to_string(),
+        },
+        Err(ReadError::Silent) => Got::Nothing("closed without answering".into()),
+        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => Got::Nothing(why),
     }
 }

@@ -117,6 +117,9 @@ pub(super) fn stalled(
         }
         match answer {
             Ok(r) if r.bought > 0 => return None,
+            // Users from a file are the round's own users again: one the rule refuses (it
+            // bought already) says nothing of whether the system sells.
+            Ok(r) if r.limit_reached > 0 && http.users.listed_len().is_some() => return None,
             Ok(r) if r.sold_out > 0 => {
                 return Some(format!(
                     "under-sold after the faults were undone: answered sold out with {left} units left"

@@ -267,7 +267,11 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             Err(RoundEnd::CannotGoOn(failed)) => return Err(cannot_go_on(&failed)),
             // A fault may break the run's own calls (the stock set before it, say): the round is
             // not judged. Without a fault the error is the facts', and it stands.
-            Err(RoundEnd::Failed(e)) if !plan.faults.is_empty() => {
+            // A login that fails is the facts' (a bad password, the wrong --token), fault or
+            // not.
+            Err(RoundEnd::Failed(e))
+                if !plan.faults.is_empty() && !matches!(e, Error::Login { .. }) =>
+            {
                 hunt.rounds += 1;
                 hunt.unjudged += 1;
                 if hunt.unknown.len() < UNJUDGED_SHOWN {

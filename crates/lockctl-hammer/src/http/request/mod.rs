@@ -1,5 +1,6 @@
 //! The request `hammer --url` sends: method, URL, headers and body, with the placeholders
-//! `{sku}`, `{user}`, `{order}` and `{n}` filled in for each request.
+//! `{sku}`, `{user}`, `{order}`, `{n}` and `{token}` (the user's, from its login) filled in for
+//! each request.
 //!
 //! Everything is checked once, at the boundary, by filling the templates with sample values:
 //! a URL that does not parse, a scheme other than `http`, a header that is not `Name: value`
@@ -28,6 +29,9 @@ pub struct Vars<'a> {
     pub order: &'a str,
     /// `{n}`: the request's number, 0-based.
     pub n: u64,
+    /// `{token}`: the user's token (from its login or the users file); empty when no template
+    /// holds `{token}`.
+    pub token: &'a str,
 }
 
 /// A piece of a template: literal text, or a placeholder.
@@ -38,6 +42,7 @@ enum Piece {
     User,
     Order,
     N,
+    Token,
 }
 
 /// A text with placeholders, split once so that filling it is a few appends.
@@ -45,11 +50,12 @@ enum Piece {
 pub struct Template(Vec<Piece>);
 
 /// The placeholders, as written.
-const PLACEHOLDERS: [(&str, Piece); 4] = [
+const PLACEHOLDERS: [(&str, Piece); 5] = [
     ("{sku}", Piece::Sku),
     ("{user}", Piece::User),
     ("{order}", Piece::Order),
     ("{n}", Piece::N),
+    ("{token}", Piece::Token),
 ];
 
 impl Template {
@@ -85,11 +91,12 @@ impl Template {
         self.0.iter().all(|p| matches!(p, Piece::Text(_)))
     }
 
-    /// Whether the text holds `{user}` or `{order}`, whose values are made per request.
+    /// Whether the text holds `{user}`, `{order}` or `{token}` (the user's), whose values are
+    /// made per request.
     fn uses_ids(&self) -> bool {
         self.0
             .iter()
-            .any(|p| matches!(p, Piece::User | Piece::Order))
+            .any(|p| matches!(p, Piece::User | Piece::Order | Piece::Token))
     }
 
     /// Whether the text holds `piece`.
@@ -126,6 +133,7 @@ impl Template {
                 Piece::User => value(out, vars.user),
                 Piece::Order => value(out, vars.order),
                 Piece::N => push_decimal(out, vars.n),
+                Piece::Token => value(out, vars.token),
             }
         }
     }
@@ -140,6 +148,7 @@ impl Template {
                 Piece::User => vars.user.len(),
                 Piece::Order => vars.order.len(),
                 Piece::N => vars.n.checked_ilog10().map_or(1, |d| d as usize + 1),
+                Piece::Token => vars.token.len(),
             })
             .sum()
     }
@@ -179,12 +188,14 @@ const SAMPLES: [Vars<'static>; 2] = [
         user: "u0",
         order: "h00000000-0",
         n: 0,
+        token: "t0",
     },
     Vars {
         sku: "other",
         user: "u1",
         order: "h11111111-1",
         n: 1,
+        token: "t1",
     },
 ];
 
@@ -288,9 +299,14 @@ impl RequestSpec {
         self.uses(&Piece::Order)
     }
 
-    /// Whether any request carries its `{user}`.
+    /// Whether any request names its user: by `{user}`, or by the user's `{token}`.
     pub fn uses_user(&self) -> bool {
-        self.uses(&Piece::User)
+        self.uses(&Piece::User) || self.uses_token()
+    }
+
+    /// Whether any request carries its user's `{token}`.
+    pub fn uses_token(&self) -> bool {
+        self.uses(&Piece::Token)
     }
 
     fn uses(&self, piece: &Piece) -> bool {
@@ -445,7 +461,7 @@ fn target_of(url: &str) -> String {
 fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
     if filled.contains('{') || filled.contains('}') {
         return Err(format!(
-            "--url '{shown}' holds a brace that is not a placeholder; the placeholders are {{sku}}, {{user}}, {{order}} and {{n}} (write a literal brace as %7B or %7D)"
+            "--url '{shown}' holds a brace that is not a placeholder; the placeholders are {{sku}}, {{user}}, {{order}}, {{n}} and {{token}} (write a literal brace as %7B or %7D)"
         ));
     }
     let uri: Uri = filled.parse().map_err(|e| {

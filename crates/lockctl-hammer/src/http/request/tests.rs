@@ -7,6 +7,7 @@ const VARS: Vars = Vars {
     user: "u7",
     order: "h1-7",
     n: 7,
+    token: "tok/7",
 };
 
 #[test]
@@ -133,4 +134,25 @@ fn a_bad_header_is_quoted_without_its_credential() {
     let err =
         RequestSpec::new("GET", "http://u:S3cr3t@x/?token=S3cr3t&{skus}", &[], None).unwrap_err();
     assert!(!err.contains("S3cr3t") && err.contains("brace"), "{err}");
+}
+
+#[test]
+fn a_token_fills_the_url_encoded_and_headers_and_body_as_is() {
+    let spec = RequestSpec::new(
+        "POST",
+        "http://h/buy?t={token}",
+        &["Authorization: Bearer {token}".into()],
+        Some(r#"{"t":"{token}"}"#),
+    )
+    .unwrap();
+    assert!(spec.uses_token() && spec.uses_user() && spec.uses_ids());
+    let mut out = Vec::new();
+    spec.write(&VARS, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with("POST /buy?t=tok%2F7 HTTP/1.1\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("authorization: Bearer tok/7\r\n"), "{text}");
+    assert!(text.ends_with(r#"{"t":"tok/7"}"#), "{text}");
 }
