@@ -119,6 +119,8 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
         // Only the units each "bought" answer stands for: the endpoint buys its own way.
         qty,
         users: http::ids::Ids::text_users(),
+        // --tls-ca, --tls-cert and --tls-key serve an https:// --url as they serve rediss://.
+        tls: ctx.endpoint_tls.clone(),
     })
 }
 

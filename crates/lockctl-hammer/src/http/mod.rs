@@ -9,7 +9,7 @@
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
 //! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
-//! closed and open load models).
+//! closed and open load models), `socket` (opening connections), `tls` (`https://`).
 
 mod books;
 mod classify;
@@ -18,6 +18,7 @@ pub mod ids;
 mod probe;
 mod request;
 mod socket;
+mod tls;
 mod wire;
 
 use std::time::{Duration, Instant};
@@ -64,6 +65,9 @@ pub struct HttpOptions {
     pub qty: u64,
     /// What `{user}` is. Default: [`ids::Ids::text_users`] (`u0`, `u1`, ...).
     pub users: ids::Ids,
+    /// For an `https://` URL: the CA to trust instead of the system's roots, and a client
+    /// certificate. Default: none (the system's roots, no client certificate).
+    pub tls: lockctl_core::conn::TlsFiles,
 }
 
 /// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
@@ -80,6 +84,10 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         .request
         .resolve()
         .map_err(|reason| Error::Endpoint { reason })?;
+    let dial = tls::Dial {
+        addr,
+        tls: tls::Tls::of(&http.request, &http.tls)?,
+    };
     let judged = http.classifier.judges();
     let key = http
         .stock_key
@@ -94,7 +102,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
-        addr,
+        dial,
         run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
         rate: http.rate,
         timeout: http.timeout,
