@@ -495,7 +495,10 @@ def run_tls(lockctl, quick, repeat):
     w(f"TLS cost the client {kept:.1f} µs of CPU per request on kept-alive connections (the "
       f"records: encrypting the request, decrypting the answer) and {each:.1f} µs per request "
       "with a connection each (a handshake each: key exchange and checking the certificate "
-      "chain; ratio columns compare each run with plain http in the same round).")
+      "chain; ratio columns compare each run with plain http in the same round). Requests/s "
+      "falls further than the client's CPU explains: nginx's one worker does the server's side "
+      "of TLS on its one core, so the ratios say what this server managed, the CPU column "
+      "what lockctl spent.")
     w("")
     w("Commands (ports are free ones picked per run; the CA is the run's own):")
     w("")
