@@ -7,6 +7,10 @@
    the script's own: ab -n 10000 -c 10, as the tutorial does, against lockctl with --preset
    tutorial, which also judges the run.
 
+3. (`run_tls`, `scripts/bench --only https`) the same nginx serving the file over http:// and
+   https:// (a CA of the script's own, `--tls-ca`): lockctl both ways in the same rounds, kept
+   alive and with a connection per request, for the client's cost of TLS per request.
+
 The static file sells nothing, so lockctl runs there without patterns: every 2xx answer is
 counted as answered and the verdict is "nothing to judge" (exit 1), which is the documented
 behaviour; the benchmark reads only the throughput.
@@ -17,6 +21,7 @@ import json
 import os
 import resource
 import re
+import shlex
 import shutil
 import socket
 import statistics
@@ -26,12 +31,13 @@ import tempfile
 import time
 
 HEADING = "## HTTP endpoints (hammer --url)"
+TLS_HEADING = "## HTTPS against plain HTTP (hammer --url)"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "examples", "tutorial-php")
 
 # command : Debian package
 TOOLS = [("nginx", "nginx-light"), ("wrk", "wrk"), ("ab", "apache2-utils"),
-         ("php", "php-cli"), ("redis-server", "redis-server")]
+         ("php", "php-cli"), ("redis-server", "redis-server"), ("openssl", "openssl")]
 
 
 def php_reading(php):
@@ -103,8 +109,30 @@ def pinned(cpu):
     return []
 
 
-def start_nginx(tmp):
+def make_ca(tmp):
+    """A CA and a certificate it signed for 127.0.0.1, made with openssl in `tmp`; the paths of
+    the CA, the certificate and its key."""
+    p = lambda f: os.path.join(tmp, f)
+    with open(p("server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    quiet = dict(check=True, capture_output=True, cwd=tmp)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=bench-ca", "-keyout", "ca.key", "-out", "ca.crt"], **quiet)
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=bench",
+                    "-keyout", "server.key", "-out", "server.csr"], **quiet)
+    subprocess.run(["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey",
+                    "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "server.ext", "-out",
+                    "server.crt"], **quiet)
+    return p("ca.crt"), p("server.crt"), p("server.key")
+
+
+def start_nginx(tmp, tls=None):
+    """nginx serving ok.txt on a free port; with `tls` (certificate, key), over https too on a
+    second port. The process and the port (and the https port, with `tls`)."""
     port = free_port()
+    tls_port = free_port() if tls else None
+    https = (f"server {{ listen 127.0.0.1:{tls_port} ssl; root {{www}}; "
+             f"ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]}; }}" if tls else "")
     www = os.path.join(tmp, "www")
     os.makedirs(www)
     with open(os.path.join(www, "ok.txt"), "w") as f:
@@ -121,6 +149,7 @@ http {{
   access_log off;
   keepalive_requests 100000000;
   server {{ listen 127.0.0.1:{port}; root {www}; }}
+  {https.replace("{www}", www)}
 }}
 """)
     # nginx's worker runs as nobody: it must be able to read the file.
@@ -129,6 +158,9 @@ http {{
     proc = subprocess.Popen([*pinned(0), "nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
                             stderr=open(log, "a"), start_new_session=True)
     wait_port(port, proc, "nginx", log)
+    if tls:
+        wait_port(tls_port, proc, "nginx", log)
+        return proc, port, tls_port
     return proc, port
 
 
@@ -188,7 +220,7 @@ def run_lockctl(lockctl, redis_url, url, c, n, extra=(), pin=()):
             *extra]
     out = subprocess.run(argv, capture_output=True, text=True)
     report = json.loads(out.stdout)
-    shown = " ".join(argv).replace(lockctl, "lockctl")
+    shown = shlex.join(argv).replace(lockctl, "lockctl")
     return shown, report["throughput_rps"], n, report
 
 
@@ -402,6 +434,77 @@ def run(lockctl, quick, repeat):
     for table in (static, php):
         for t in table.values():
             w(t["cmd"])
+    w("```")
+    w("")
+    return "\n".join(lines)
+
+
+def run_tls(lockctl, quick, repeat):
+    """lockctl against nginx's static file over http:// and https://, in the same rounds:
+    kept-alive connections (the cost of TLS records) and a connection per request (the cost
+    of a handshake each). Returns the section of BENCHMARKS.md."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        ca, cert, key = make_ca(tmp)
+        nginx, port, tls_port = start_nginx(tmp, (cert, key))
+        try:
+            plain = f"http://127.0.0.1:{port}/ok.txt"
+            secure = f"https://127.0.0.1:{tls_port}/ok.txt"
+            tls = ["--tls-ca", ca]
+            close = ["--header", "Connection: close"]
+            pin = pinned(1)
+            c = 50
+            n = 20000 if quick else 200000
+            n_close = n // 20
+            run_lockctl(lockctl, None, secure, c, 1000, tls, pin)  # warm up
+            runs = {
+                "http": lambda: run_lockctl(lockctl, None, plain, c, n, (), pin),
+                "https": lambda: run_lockctl(lockctl, None, secure, c, n, tls, pin),
+                "http, close": lambda: run_lockctl(lockctl, None, plain, c, n_close, close, pin),
+                "https, close": lambda: run_lockctl(lockctl, None, secure, c, n_close,
+                                                    [*tls, *close], pin),
+            }
+            results = rounds(repeat, runs)
+        finally:
+            stop(nginx)
+    nginx_v = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    pin = ("nginx pinned to core 0 and lockctl to core 1 (taskset), " if pinned(1) else "")
+    lines = [TLS_HEADING, ""]
+    w = lines.append
+    w(f"Produced by `scripts/bench --only https` on {datetime.date.today().isoformat()}: "
+      f"{os.cpu_count()} cores, loopback, {pin}lockctl built with `cargo build --release`, "
+      f"{nginx_v} (1 worker) serving a 3-byte file over http:// and https:// (TLS 1.3, an "
+      f"RSA 2048 certificate of a CA made for the run, given with `--tls-ca`), "
+      f"{len(results['http']['all'])} rounds, the four runs in turns. Client CPU is lockctl's "
+      "own (user + system, from getrusage), per request, median round: what TLS costs the "
+      "instrument, beside what it costs the server.")
+    w("")
+    w("| run | connections | requests | requests/s (median) | ratio to http | "
+      "client CPU µs/request | every round |")
+    w("|---|---|---:|---:|---:|---:|---|")
+    for name, conns in [("http", "50 kept alive"), ("https", "50 kept alive"),
+                        ("http, close", "one per request"), ("https, close", "one per request")]:
+        t = results[name]
+        base = results["http" if "close" not in name else "http, close"]
+        ratio = statistics.median(a / b for a, b in zip(t["all"], base["all"]))
+        w(f"| {name} | {conns} | {t['n']:,} | {t['rps']:,.0f} | {ratio:.2f} | "
+          f"{t['cpu_us']:.1f} | " + ", ".join(f"{x:,.0f}" for x in t["all"]) + " |")
+    w("")
+    kept = results["https"]["cpu_us"] - results["http"]["cpu_us"]
+    each = results["https, close"]["cpu_us"] - results["http, close"]["cpu_us"]
+    w(f"TLS cost the client {kept:.1f} µs of CPU per request on kept-alive connections (the "
+      f"records: encrypting the request, decrypting the answer) and {each:.1f} µs per request "
+      "with a connection each (a handshake each: key exchange and checking the certificate "
+      "chain; ratio columns compare each run with plain http in the same round). Requests/s "
+      "falls further than the client's CPU explains: nginx's one worker does the server's side "
+      "of TLS on its one core, so the ratios say what this server managed, the CPU column "
+      "what lockctl spent.")
+    w("")
+    w("Commands (ports are free ones picked per run; the CA is the run's own):")
+    w("")
+    w("```")
+    for t in results.values():
+        w(t["cmd"])
     w("```")
     w("")
     return "\n".join(lines)

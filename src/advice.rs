@@ -48,6 +48,9 @@ pub fn words(hint: &Hint) -> String {
         Hint::CallTimeout => "see --timeout-ms".into(),
         Hint::MaxClients => "lower -c, or raise maxclients".into(),
         Hint::TlsFiles => "check --tls-ca, --tls-cert, --tls-key and the rediss:// URL".into(),
+        Hint::EndpointCa => "if a private CA signed it, give that CA's PEM file with --tls-ca FILE".into(),
+        Hint::EndpointName => "use the host name the certificate was issued for in the URL, or give the endpoint a certificate for this one".into(),
+        Hint::EndpointTls => "check the https URL, and --tls-ca, --tls-cert, --tls-key".into(),
         Hint::Seed { sku } => format!("seed it first: {}", seed_command(sku)),
         Hint::Reseed { sku } => format!("reset it with: {}", seed_command(sku)),
         Hint::DeleteKey { key } => format!(

@@ -259,7 +259,8 @@ pub struct HammerArgs {
 fn url_help() -> clap::builder::StyledStr {
     placeholders_help(
         "Fire HTTP requests at this endpoint instead of lockctl's own buyers, then judge its \
-         answers against its stock in Redis (--redis).",
+         answers against its stock in Redis (--redis). https:// is checked against the \
+         system's roots, or --tls-ca.",
         "",
     )
 }

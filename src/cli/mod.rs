@@ -62,11 +62,13 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "Connection")]
     pub connect_timeout_ms: u64,
 
-    /// PEM file of the CA that signed the server's certificate (rediss:// only).
+    /// PEM file of the CA that signed the server's certificate, trusted instead of the system's
+    /// roots: for rediss:// and for every https:// URL requested (--url, --ready).
     #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
     pub tls_ca: Option<PathBuf>,
 
-    /// PEM file of a client certificate, for servers that require one (with --tls-key).
+    /// PEM file of a client certificate, for servers that require one (with --tls-key);
+    /// rediss:// and https:// alike.
     #[arg(
         long,
         global = true,

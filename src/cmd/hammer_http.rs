@@ -141,12 +141,14 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
         qty,
         users: users.unwrap_or_else(http::ids::Ids::text_users),
         logins,
+        // --tls-ca, --tls-cert and --tls-key serve an https:// --url as they serve rediss://.
+        tls: ctx.endpoint_tls.clone(),
     })
 }
 
 /// How users get their `{token}` (`--login`, `--users-file`), and the users a file names.
 fn logins(
-    _ctx: &Ctx,
+    ctx: &Ctx,
     a: &HttpArgs,
     request: &RequestSpec,
 ) -> anyhow::Result<(Option<Arc<Logins>>, Option<Ids>)> {
@@ -176,6 +178,8 @@ fn logins(
                 DEFAULT_TOKEN_AT.join(", ")
             ))
         })?;
+        // The login is an https:// one with the same CA as --url's.
+        let logins = logins.with_tls(&ctx.endpoint_tls)?;
         return Ok((Some(Arc::new(logins)), None));
     }
     let Some(path) = &a.users_file else {

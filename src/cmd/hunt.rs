@@ -55,7 +55,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     ));
     let serve = match &args.serve {
         Some(cmd) => {
-            let addr = address_of(http.request.shown_url())?;
+            let addr = address_of(&http.request)?;
             // A daemon the system starts (it leaves the system's tree and group) comes back to
             // this process when it is orphaned, and so stays in reach to be stopped: the hunt's
             // process exists for the hunt, so a process-wide setting is its to make.
@@ -65,6 +65,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
             let ready = match &args.ready {
                 Some(url) => Some(
                     Probe::new(url)
+                        .and_then(|p| p.with_tls(&ctx.endpoint_tls))
                         .map_err(|e| UsageError(e.to_string().replacen("--url", "--ready", 1)))?,
                 ),
                 None => None,
@@ -735,25 +736,15 @@ fn orders_sql(
     })
 }
 
-/// The address `--serve` must answer on: the URL's host and port.
-fn address_of(url: &str) -> anyhow::Result<SocketAddr> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let host_port = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    let with_port = if host_port.contains(':') {
-        host_port.to_string()
-    } else {
-        format!("{host_port}:80")
-    };
-    with_port
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--serve: the URL's address '{host_port}' does not resolve, so the system's readiness cannot be awaited"
-            ))
-            .into()
-        })
+/// The address `--serve`'s system is awaited at: the `--url`'s host and port (443 for
+/// https:// when it names none).
+fn address_of(request: &lockctl_hammer::http::RequestSpec) -> anyhow::Result<SocketAddr> {
+    request.resolve().map_err(|e| {
+        UsageError(format!(
+            "--serve: {e}, so the system's readiness cannot be awaited"
+        ))
+        .into()
+    })
 }
 
 /// The command that replays this hunt: this command line with `--seed` set to `seed` and the

@@ -28,7 +28,7 @@ use serde_json::Value;
 use crate::cli::{Cli, ColorArg, Command, DbCommand};
 use crate::private_redis::PrivateRedis;
 use crate::signals;
-use lockctl_core::conn::{ConnectOptions, Holdings, Target};
+use lockctl_core::conn::{ConnectOptions, Holdings, Target, TlsFiles};
 use lockctl_core::keys::check_one_slot;
 use lockctl_core::metrics::Metrics;
 use lockctl_core::redact::{redact_command_line, scrub};
@@ -86,6 +86,20 @@ impl From<Exit> for ExitCode {
 
 pub use crate::usage::{Missing, UsageError};
 
+/// Whether `command` requests an `https://` URL (`--url`, `--ready`).
+fn requests_https(command: &Command) -> bool {
+    let https = |url: &Option<String>| {
+        url.as_deref()
+            .and_then(|u| u.get(..8))
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    };
+    match command {
+        Command::Hammer(a) => https(&a.http.url),
+        Command::Hunt(a) => https(&a.url) || https(&a.ready),
+        _ => false,
+    }
+}
+
 /// What every command gets: the data node, the Redlock quorum if any, and the output format.
 pub struct Ctx {
     pub target: Target,
@@ -93,7 +107,10 @@ pub struct Ctx {
     /// `--metrics-addr`, written by `--metrics-file`.
     pub metrics: Arc<Metrics>,
     pub quorum: Option<Arc<Quorum>>,
+    /// Redis's connection options (its TLS files only for `rediss://`).
     pub options: ConnectOptions,
+    /// `--tls-ca`, `--tls-cert`, `--tls-key` for an `https://` endpoint.
+    pub endpoint_tls: TlsFiles,
     pub json: bool,
     /// `-q`: only the verdict or result line.
     pub quiet: bool,
@@ -145,6 +162,16 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         _ => {}
     }
     let options = cli.connect_options();
+    let endpoint_tls = options.tls.clone();
+    // The TLS files serve an https:// endpoint as well as rediss://: a plain Redis beside an
+    // https:// endpoint does without them (given to neither, Redis refuses them, saying so).
+    let options = match requests_https(&cli.command) && !cli.redis_url().starts_with("rediss://") {
+        true => ConnectOptions {
+            tls: TlsFiles::default(),
+            ..options
+        },
+        false => options,
+    };
     let private = private_redis(&cli, &options)?;
     let url = match &private {
         Some(p) => p.url(),
@@ -180,6 +207,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         metrics,
         quorum,
         options,
+        endpoint_tls,
         json: cli.json,
         quiet: cli.quiet,
         color: cli.color,

@@ -589,7 +589,10 @@ fn bad_input_is_refused_with_exit_2_naming_the_value() {
             "--header 'NoColon' has no ':'",
         ),
         (&["--url", "not a url"], "--url 'not a url' is not a URL"),
-        (&["--url", "https://127.0.0.1:1/"], "https is not supported"),
+        (
+            &["--url", "ftp://127.0.0.1:1/"],
+            "'ftp' is neither http nor https",
+        ),
         (
             &["--url", "http://127.0.0.1:1/{skus}"],
             "brace that is not a placeholder",

@@ -23,6 +23,7 @@ mod fuzz;
 mod history;
 mod http;
 mod http_wire;
+mod https;
 mod hunt;
 mod hunt_services;
 mod hunt_start;

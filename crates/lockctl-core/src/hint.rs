@@ -31,6 +31,15 @@ pub enum Hint {
     MaxClients,
     /// TLS: check the certificate files and the `rediss://` URL.
     TlsFiles,
+    /// An https endpoint's certificate is signed by a CA not trusted: name the CA that signed
+    /// it.
+    EndpointCa,
+    /// An https endpoint's certificate is for another name: use the name it was issued for,
+    /// or give the endpoint a certificate for this one.
+    EndpointName,
+    /// A TLS handshake with an https endpoint failed otherwise: check the certificate files
+    /// and that the endpoint speaks https.
+    EndpointTls,
     /// The SKU has no stock yet: seed it.
     Seed {
         /// The SKU to seed.

@@ -18,7 +18,6 @@
 //! the answer is kept beside it, and a request sent more than [`LATE_AFTER_MS`] after its
 //! moment is counted late. Every request is sent, late or not: none is silently dropped.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -30,8 +29,9 @@ use tokio::sync::mpsc::{self, Receiver, channel};
 use super::classify::{Classifier, KEPT_BODY, SHOWN_BODY};
 use super::request::{RequestSpec, Vars};
 use super::socket::{
-    Link, connect, failure, is_self_connect, nobody_there, still_open, unacknowledged,
+    Link, Stream, connect, failure, is_self_connect, nobody_there, still_open, unacknowledged,
 };
+use super::tls::Dial;
 use super::wire::{self, ReadError};
 use crate::drive::Driven;
 use crate::fan_out::{FOLD_EVERY, OUTAGE_LIMIT, abandoned};
@@ -45,7 +45,8 @@ use lockctl_core::error::{Error, ErrorKind, Result};
 pub(super) struct Plan {
     pub spec: RequestSpec,
     pub classifier: Classifier,
-    pub addr: SocketAddr,
+    /// Where the endpoint is, and its TLS for `https://`.
+    pub dial: Dial,
     pub run_id: String,
     /// Requests per second for the open model; `None` for the closed model.
     pub rate: Option<f64>,
@@ -378,7 +379,10 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
                     failed
                 }
                 Err(_) => {
-                    let unsent = wire.link.take().map_or(0, |l| unacknowledged(&l.stream));
+                    let unsent = wire
+                        .link
+                        .take()
+                        .map_or(0, |l| unacknowledged(l.stream.tcp()));
                     let stage = status.map_or(stage, Stage::Answering);
                     let mut ended = timed_out(stage, sh.plan.timeout, wire.request.len());
                     if let (Stage::Sent, Ended::Failed { message, .. }) = (stage, &mut ended) {
@@ -405,6 +409,8 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
         _ => None,
     };
     let trouble = match (stage, failed) {
+        // (A refused certificate is not an endpoint down: each request fails at once, counted
+        // as `tls`, without backing off.)
         (_, Some(ErrorKind::Refused)) | (Stage::Connecting, Some(ErrorKind::TimedOut)) => {
             Trouble::Down
         }
@@ -481,7 +487,7 @@ async fn exchange(
     if wire
         .link
         .as_ref()
-        .is_some_and(|l| l.used && !still_open(&l.stream))
+        .is_some_and(|l| l.used && !still_open(l.stream.tcp()))
     {
         wire.link = None;
     }
@@ -489,7 +495,7 @@ async fn exchange(
         Some(link) => (link, 0),
         None => {
             let (link, written) =
-                connect(sh.plan.addr, sh.plan.connect_timeout, &wire.request).await?;
+                connect(&sh.plan.dial, sh.plan.connect_timeout, &wire.request).await?;
             (wire.link.insert(link), written)
         }
     };
@@ -529,9 +535,9 @@ async fn exchange(
         )),
         // Our own request read back: the connection met itself, nobody is there.
         Err(ReadError::Malformed(_))
-            if is_self_connect(socket2::SockRef::from(&link.stream), sh.plan.addr) =>
+            if is_self_connect(socket2::SockRef::from(link.stream.tcp()), sh.plan.dial.addr) =>
         {
-            Err(nobody_there(sh.plan.addr))
+            Err(nobody_there(sh.plan.dial.addr))
         }
         Err(ReadError::Cut(why) | ReadError::Malformed(why)) => {
             Err(failure(ErrorKind::Broken, true, why))
@@ -541,9 +547,9 @@ async fn exchange(
 
 /// Writes what is left of `request` after its first `written` bytes, keeping `stage` up to
 /// date. A part that went out may be enough for the endpoint to act on: a failure after it is
-/// indeterminate.
+/// indeterminate. Over TLS the last of it leaves on the flush.
 async fn send_rest(
-    stream: &mut tokio::net::TcpStream,
+    stream: &mut Stream,
     request: &[u8],
     mut written: usize,
     stage: &mut Stage,
@@ -570,12 +576,20 @@ async fn send_rest(
             }
         }
     }
-    Ok(())
+    // Whatever TLS still holds of it (a plain connection holds nothing).
+    stream.flush().await.map_err(|e| {
+        failure(
+            ErrorKind::Broken,
+            true,
+            format!("could not send the end of the request: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     /// A socket bound to a port and connected to that same port meets itself (TCP's
     /// simultaneous open), as a connect to a local-range port with nobody listening can.

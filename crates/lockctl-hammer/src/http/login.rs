@@ -12,11 +12,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lockctl_core::conn::TlsFiles;
 use lockctl_core::error::{Error, Result};
 
 use super::classify::Taken;
 use super::probe::{Got, once};
 use super::request::{RequestSpec, Vars};
+use super::tls::Tls;
 
 /// Where the token is in a login's answer when no pattern is given: the first of these that
 /// holds a non-empty value (a bare `{"token":...}`, OAuth's `access_token`, and both under a
@@ -42,6 +44,8 @@ enum Source {
     Login {
         request: Box<RequestSpec>,
         token_at: Vec<(String, Taken)>,
+        /// For an `https://` login: the system's roots unless [`Logins::with_tls`] says.
+        tls: Option<Tls>,
     },
     /// Given: a user without one has none.
     Given,
@@ -76,11 +80,21 @@ impl Logins {
             .collect::<std::result::Result<_, _>>()?;
         Ok(Logins {
             source: Source::Login {
+                tls: Tls::of(&request, &TlsFiles::default()).ok().flatten(),
                 request: Box::new(request),
                 token_at,
             },
             tokens: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The same logins, an `https://` one trusting the CA in `files` instead of the system's
+    /// roots (and showing its client certificate, if any). An error names the file.
+    pub fn with_tls(mut self, files: &TlsFiles) -> Result<Logins> {
+        if let Source::Login { request, tls, .. } = &mut self.source {
+            *tls = Tls::of(request, files)?;
+        }
+        Ok(self)
     }
 
     /// The tokens given, `(user, token)` each.
@@ -110,8 +124,24 @@ impl Logins {
                 .cloned()
                 .collect()
         };
-        if let (Source::Login { request, token_at }, false) = (&self.source, missing.is_empty()) {
-            let got = log_in(request, token_at, &missing, sku, limit, concurrency)?;
+        if let (
+            Source::Login {
+                request,
+                token_at,
+                tls,
+            },
+            false,
+        ) = (&self.source, missing.is_empty())
+        {
+            let got = log_in(
+                request,
+                tls.as_ref(),
+                token_at,
+                &missing,
+                sku,
+                limit,
+                concurrency,
+            )?;
             self.tokens
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -130,6 +160,7 @@ impl Logins {
 /// Logs each of `users` in, `concurrency` at a time, on a runtime of its own.
 fn log_in(
     request: &RequestSpec,
+    tls: Option<&Tls>,
     token_at: &[(String, Taken)],
     users: &[String],
     sku: &str,
@@ -147,7 +178,7 @@ fn log_in(
             let logins = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, user)| one(request, token_at, user, sku, i as u64, limit));
+                .map(|(i, user)| one(request, tls, token_at, user, sku, i as u64, limit));
             for got in futures_util::future::join_all(logins).await {
                 out.push(got?);
             }
@@ -159,6 +190,7 @@ fn log_in(
 /// One user's login: its token, or why there is none.
 async fn one(
     request: &RequestSpec,
+    tls: Option<&Tls>,
     token_at: &[(String, Taken)],
     user: &str,
     sku: &str,
@@ -177,7 +209,8 @@ async fn one(
         user: user.to_string(),
         reason: format!("{what} {reason}"),
     };
-    let got = match tokio::time::timeout(limit, once(request, &vars, LOGIN_BODY)).await {
+    let got = match tokio::time::timeout(limit, once(request, tls, &vars, LOGIN_BODY, limit)).await
+    {
         Ok(got) => got,
         Err(_) => {
             return Err(failed(format!(

@@ -9,7 +9,7 @@
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
 //! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
-//! closed and open load models).
+//! closed and open load models), `socket` (opening connections), `tls` (`https://`).
 
 mod books;
 mod classify;
@@ -19,6 +19,7 @@ mod login;
 mod probe;
 mod request;
 mod socket;
+mod tls;
 mod wire;
 
 use std::sync::Arc;
@@ -70,6 +71,9 @@ pub struct HttpOptions {
     /// How users get their `{token}`: each logs in once, before the first run that needs it,
     /// or the tokens are given. Default (`None`): `{token}` is empty.
     pub logins: Option<Arc<Logins>>,
+    /// For an `https://` URL: the CA to trust instead of the system's roots, and a client
+    /// certificate. Default: none (the system's roots, no client certificate).
+    pub tls: lockctl_core::conn::TlsFiles,
 }
 
 /// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
@@ -86,6 +90,10 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         .request
         .resolve()
         .map_err(|reason| Error::Endpoint { reason })?;
+    let dial = tls::Dial {
+        addr,
+        tls: tls::Tls::of(&http.request, &http.tls)?,
+    };
     let judged = http.classifier.judges();
     let key = http
         .stock_key
@@ -113,7 +121,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
     let plan = driver::Plan {
         spec: http.request.clone(),
         classifier: http.classifier.clone(),
-        addr,
+        dial,
         run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
         rate: http.rate,
         timeout: http.timeout,

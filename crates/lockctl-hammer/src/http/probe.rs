@@ -1,14 +1,19 @@
 //! One request on its own, outside any run: the GET that says whether a system is ready
-//! (`hunt --ready`), on the same request writer and answer reader as the driver.
+//! (`hunt --ready`) and a user's login, on the same request writer, connections (TLS for
+//! `https://`) and answer reader as the driver.
 
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use lockctl_core::conn::TlsFiles;
 use lockctl_core::error::{Error, Result};
 
 use super::request::{RequestSpec, Vars};
+use super::socket::{Stream, secure};
+use super::tls::Tls;
 use super::wire::{self, ReadError};
+use crate::report::Ended;
 
 /// What one GET came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,6 +34,8 @@ pub enum Got {
 #[derive(Clone, Debug)]
 pub struct Probe {
     spec: RequestSpec,
+    /// For `https://`: checked against the system's roots unless [`Probe::with_tls`] says.
+    tls: Option<Tls>,
 }
 
 impl Probe {
@@ -36,7 +43,15 @@ impl Probe {
     pub fn new(url: &str) -> Result<Probe> {
         let spec = RequestSpec::new("GET", url, &["Connection: close".to_string()], None)
             .map_err(|reason| Error::Endpoint { reason })?;
-        Ok(Probe { spec })
+        let tls = Tls::of(&spec, &TlsFiles::default())?;
+        Ok(Probe { spec, tls })
+    }
+
+    /// The same probe, an `https://` one trusting the CA in `files` instead of the system's
+    /// roots (and showing the client certificate in it, if any). An error names the file.
+    pub fn with_tls(self, files: &TlsFiles) -> Result<Probe> {
+        let tls = Tls::of(&self.spec, files)?;
+        Ok(Probe { tls, ..self })
     }
 
     /// The URL, any password hidden.
@@ -55,15 +70,6 @@ impl Probe {
             Err(e) => return Got::Nothing(format!("no runtime for the request: {e}")),
         };
         let ms = limit.as_millis();
-        runtime.block_on(async {
-            match tokio::time::timeout(limit, self.exchange()).await {
-                Ok(got) => got,
-                Err(_) => Got::Nothing(format!("no answer within {ms} ms")),
-            }
-        })
-    }
-
-    async fn exchange(&self) -> Got {
         let vars = Vars {
             sku: "",
             user: "",
@@ -71,13 +77,26 @@ impl Probe {
             n: 0,
             token: "",
         };
-        once(&self.spec, &vars, 200).await
+        runtime.block_on(async {
+            let got = once(&self.spec, self.tls.as_ref(), &vars, 200, limit);
+            match tokio::time::timeout(limit, got).await {
+                Ok(got) => got,
+                Err(_) => Got::Nothing(format!("no answer within {ms} ms")),
+            }
+        })
     }
 }
 
-/// One request of `spec` with `vars` on a connection of its own, its answer's body kept up to
-/// `keep` bytes (unbounded in time: the caller bounds it).
-pub(super) async fn once(spec: &RequestSpec, vars: &Vars<'_>, keep: usize) -> Got {
+/// One request of `spec` with `vars` on a connection of its own (TLS through `tls` for an
+/// `https://` one, its handshake within `limit`), its answer's body kept up to `keep` bytes
+/// (unbounded in time otherwise: the caller bounds it).
+pub(super) async fn once(
+    spec: &RequestSpec,
+    tls: Option<&Tls>,
+    vars: &Vars<'_>,
+    keep: usize,
+    limit: Duration,
+) -> Got {
     let addr = match spec.resolve() {
         Ok(a) => a,
         Err(e) => return Got::Nothing(e),
@@ -86,11 +105,23 @@ pub(super) async fn once(spec: &RequestSpec, vars: &Vars<'_>, keep: usize) -> Go
     if let Err(e) = spec.write(vars, &mut request) {
         return Got::Nothing(e);
     }
-    let mut stream = match tokio::net::TcpStream::connect(addr).await {
+    let stream = match tokio::net::TcpStream::connect(addr).await {
         Ok(s) => s,
         Err(e) => return Got::Nothing(format!("could not connect to {addr}: {e}")),
     };
-    if let Err(e) = stream.write_all(&request).await {
+    let mut stream = match tls {
+        None => Stream::Plain(stream),
+        Some(tls) => match secure(tls, addr, stream, limit).await {
+            Ok(s) => s,
+            Err(Ended::Failed { message, .. }) => return Got::Nothing(message),
+            Err(_) => return Got::Nothing(format!("no TLS with {addr}")),
+        },
+    };
+    let sent = async {
+        stream.write_all(&request).await?;
+        stream.flush().await
+    };
+    if let Err(e) = sent.await {
         return Got::Nothing(format!("could not send the request: {e}"));
     }
     let (mut buf, mut status, mut body) = (Vec::new(), None, Vec::new());

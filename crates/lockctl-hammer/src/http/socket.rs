@@ -1,20 +1,91 @@
 //! The HTTP driver's sockets: a connect that sends its request in the same breath, and what
 //! the kernel can say of a connection (still open, bytes not yet acknowledged, connected to
-//! itself), each said as whose trouble it is: this machine's or the endpoint's.
+//! itself), each said as whose trouble it is: this machine's or the endpoint's. An `https://`
+//! endpoint's connections speak TLS ([`Stream::Tls`]) once the handshake is done.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
+use super::tls::{Dial, Tls};
 use crate::report::Ended;
 use lockctl_core::error::ErrorKind;
 
 /// An open connection.
-pub(super) struct Link {
-    pub(super) stream: TcpStream,
+pub(crate) struct Link {
+    pub(crate) stream: Stream,
     /// Whether it has carried an answer already (so the server may have closed it since).
-    pub(super) used: bool,
+    pub(crate) used: bool,
+}
+
+/// A connection's bytes: as they are, or through TLS.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// The TCP connection underneath, for what the kernel can say of it.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    /// A TLS connection closed without its close_notify ends as a plain one does: many
+    /// servers close that way after an answer, and an answer cut short is still told by its
+    /// framing (a Content-Length or chunked body that did not end).
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => match Pin::new(s.as_mut()).poll_read(cx, buf) {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    Poll::Ready(Ok(()))
+                }
+                other => other,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 pub(super) fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> Ended {
@@ -60,16 +131,24 @@ pub(super) fn still_open(stream: &TcpStream) -> bool {
 /// plain `ab`). Only when the connection is not up yet (a send then takes nothing) does the
 /// wait come, and nothing has been sent. A failure after bytes went out is counted as a
 /// request that may have been acted on.
-pub(super) async fn connect(
-    addr: SocketAddr,
+///
+/// Over TLS nothing can go before the handshake: the connection is awaited, the handshake
+/// made within `limit` too, and none of the request has gone out when this returns.
+pub(crate) async fn connect(
+    dial: &Dial,
     limit: Duration,
     request: &[u8],
 ) -> std::result::Result<(Link, usize), Ended> {
+    let addr = dial.addr;
     let socket = start_connect(addr).map_err(|e| connect_failed(addr, e))?;
     // Offered before the socket is handed to the runtime: on loopback the request then
     // reaches the endpoint a system call sooner, which measurably raises what a server that
     // closes every connection serves.
-    let written = match socket.send_with_flags(request, libc::MSG_NOSIGNAL) {
+    let offered = match dial.tls {
+        Some(_) => Ok(0),
+        None => socket.send_with_flags(request, libc::MSG_NOSIGNAL),
+    };
+    let written = match offered {
         Ok(n) => n,
         // Not up yet: nothing went.
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
@@ -120,11 +199,39 @@ pub(super) async fn connect(
             }
         }
     }
+    let stream = match &dial.tls {
+        None => Stream::Plain(stream),
+        Some(tls) => secure(tls, addr, stream, limit).await?,
+    };
     let link = Link {
         stream,
         used: false,
     };
     Ok((link, written))
+}
+
+/// The TLS handshake on a connection to `addr`, within `limit`; a failure says why, with the
+/// fix.
+pub(crate) async fn secure(
+    tls: &Tls,
+    addr: SocketAddr,
+    stream: TcpStream,
+    limit: Duration,
+) -> std::result::Result<Stream, Ended> {
+    let handshake = tls.connector.connect(tls.name.clone(), stream);
+    match tokio::time::timeout(limit, handshake).await {
+        Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),
+        Ok(Err(e)) => Err(tls.refused(addr, &e)),
+        Err(_) => Err(Ended::Failed {
+            kind: ErrorKind::TimedOut,
+            indeterminate: false,
+            message: format!(
+                "timed out after {} ms in the TLS handshake with {addr}",
+                limit.as_millis()
+            ),
+            hint: Some(lockctl_core::hint::Hint::ConnectTimeout),
+        }),
+    }
 }
 
 /// A non-blocking connect to `addr` under way (or done).

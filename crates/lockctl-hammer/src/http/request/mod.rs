@@ -3,7 +3,7 @@
 //! each request.
 //!
 //! Everything is checked once, at the boundary, by filling the templates with sample values:
-//! a URL that does not parse, a scheme other than `http`, a header that is not `Name: value`
+//! a URL that does not parse, a scheme other than `http` or `https`, a header that is not `Name: value`
 //! or a value no header may hold is refused before anything is sent, naming the value and the
 //! fix. Values go into the URL percent-encoded (a SKU such as `{sku_886}` stays one query
 //! value) and into headers and the body as they are. Placeholders may not appear in the host:
@@ -209,6 +209,8 @@ pub struct RequestSpec {
     shown_url: String,
     host: String,
     port: u16,
+    /// `https://`: the connection speaks TLS.
+    https: bool,
     /// Header lines without placeholders (`Host` first), written once, copied per request.
     fixed_head: Vec<u8>,
     /// Headers with placeholders, filled per request.
@@ -248,6 +250,7 @@ impl RequestSpec {
             ));
         }
         let uri = check_url(&template.fill(&SAMPLES[0], true), &shown_url)?;
+        let https = uri.scheme_str() == Some("https");
         let host = uri.host().unwrap_or_default();
         let host = host
             .trim_start_matches('[')
@@ -262,7 +265,8 @@ impl RequestSpec {
             target: Template::parse(&target_of(url)),
             shown_url,
             host,
-            port: uri.port_u16().unwrap_or(80),
+            port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            https,
             fixed_head,
             headers,
             body: body.map(Template::parse),
@@ -318,6 +322,16 @@ impl RequestSpec {
     /// The URL as given, any password in it hidden.
     pub fn shown_url(&self) -> &str {
         &self.shown_url
+    }
+
+    /// Whether the URL is `https://`.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    /// The URL's host (an IPv6 address without its brackets).
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// The HTTP method.
@@ -457,7 +471,7 @@ fn target_of(url: &str) -> String {
     }
 }
 
-/// The URL with `vars` filled in, parsed and checked: `http://host[:port]/...`.
+/// The URL with `vars` filled in, parsed and checked: `http[s]://host[:port]/...`.
 fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
     if filled.contains('{') || filled.contains('}') {
         return Err(format!(
@@ -468,15 +482,10 @@ fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
         format!("--url '{shown}' is not a URL ({e}); write it as http://host:port/path?query")
     })?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(format!(
-                "--url '{shown}': https is not supported yet (lockctl's client speaks plain HTTP/1.1); test the endpoint over http://, on loopback or behind a TLS terminator"
-            ));
-        }
+        Some("http" | "https") => {}
         Some(other) => {
             return Err(format!(
-                "--url '{shown}': the scheme '{other}' is not http; write it as http://host:port/path"
+                "--url '{shown}': the scheme '{other}' is neither http nor https; write it as http://host:port/path or https://host:port/path"
             ));
         }
         None => {

@@ -87,6 +87,26 @@ fn no_header_value_can_smuggle_a_line_break() {
 }
 
 #[test]
+fn an_https_url_is_taken_with_port_443_unless_it_names_one() {
+    let spec = RequestSpec::new("GET", "https://shop.example/buy", &[], None).unwrap();
+    assert!(spec.is_https());
+    assert_eq!(spec.host(), "shop.example");
+    let mut out = Vec::new();
+    spec.write(&SAMPLES[0], &mut out).unwrap();
+    // The Host header is the authority as written: no default port added.
+    assert!(String::from_utf8_lossy(&out).contains("\r\nhost: shop.example\r\n"));
+    let spec = RequestSpec::new("GET", "https://127.0.0.1:8443/buy", &[], None).unwrap();
+    assert_eq!(spec.resolve().unwrap().port(), 8443);
+    let spec = RequestSpec::new("GET", "https://127.0.0.1/buy", &[], None).unwrap();
+    assert_eq!(spec.resolve().unwrap().port(), 443);
+    assert!(
+        !RequestSpec::new("GET", "http://127.0.0.1/", &[], None)
+            .unwrap()
+            .is_https()
+    );
+}
+
+#[test]
 fn bad_requests_are_refused_naming_the_value() {
     let bad = |method: &str, url: &str, header: &str| {
         let headers: Vec<String> = [header]
@@ -97,8 +117,7 @@ fn bad_requests_are_refused_naming_the_value() {
         RequestSpec::new(method, url, &headers, None).unwrap_err()
     };
     assert!(bad("GET", "not a url", "").contains("'not a url' is not a URL"));
-    assert!(bad("GET", "https://x/", "").contains("https is not supported"));
-    assert!(bad("GET", "ftp://x/", "").contains("'ftp' is not http"));
+    assert!(bad("GET", "ftp://x/", "").contains("'ftp' is neither http nor https"));
     assert!(bad("GET", "/path", "").contains("no scheme"));
     assert!(bad("GET", "http://h:99999/", "").contains("'99999' is not a port (1 to 65535)"));
     assert!(bad("GET", "http://h:0/", "").contains("'0' is not a port"));

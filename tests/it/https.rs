@@ -1,0 +1,382 @@
+//! `hammer --url https://...` and `hunt`'s https URLs: the certificate checked by default
+//! (the system's roots, or `--tls-ca`), the name checked against the URL's host, and a refusal
+//! that names the URL and the fix, counted as an error, never a hang.
+//!
+//! The endpoint is a small HTTPS server of the test's own (rustls, a thread per connection,
+//! HTTP/1.1 kept alive) that sells the tutorial's way against the test's redis-server, so a
+//! verdict over TLS means what it means over plain HTTP. Its certificates are made with
+//! openssl by the Redis TLS tests' helper: a CA, and a server certificate for localhost and
+//! 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use serde_json::Value;
+
+use crate::faults::make_certs;
+use crate::support::{RedisServer, code, lockctl, run_ok, stderr, stdout};
+
+const SELL: &str = "local s = tonumber(redis.call('GET', KEYS[1])) \
+    if s and s > 0 then return redis.call('DECR', KEYS[1]) end return -1";
+
+/// An HTTPS endpoint selling against a redis-server: `/buy?sku=...` in the tutorial's
+/// words, `/ready` answering 200.
+struct HttpsEndpoint {
+    port: u16,
+    accepted: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpsEndpoint {
+    /// Serves with the certificate `cert` (and its key `<cert>.key`) of `dir`.
+    fn start(redis: &RedisServer, dir: &Path, cert: &str) -> HttpsEndpoint {
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(dir.join(format!("{cert}.crt")))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+        let key = PrivateKeyDer::from_pem_file(dir.join(format!("{cert}.key"))).unwrap();
+        let config = Arc::new(
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the endpoint");
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, halt, url) = (accepted.clone(), stop.clone(), redis.url());
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if halt.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let (url, config) = (url.clone(), config.clone());
+                thread::spawn(move || serve(stream, config, &url));
+            }
+        });
+        HttpsEndpoint {
+            port,
+            accepted,
+            stop,
+        }
+    }
+
+    fn url(&self, host: &str) -> String {
+        format!("https://{host}:{}/buy?sku={{sku}}", self.port)
+    }
+}
+
+impl Drop for HttpsEndpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// One connection: the handshake, then requests answered until the client closes it (or
+/// refuses the certificate).
+fn serve(stream: TcpStream, config: Arc<ServerConfig>, redis_url: &str) {
+    let Ok(conn) = ServerConnection::new(config) else {
+        return;
+    };
+    let mut redis = redis::Client::open(redis_url)
+        .and_then(|c| c.get_connection())
+        .expect("the endpoint's redis connection");
+    let sell = redis::Script::new(SELL);
+    let mut reader = BufReader::new(StreamOwned::new(conn, stream));
+    while let Some(target) = read_request(&mut reader) {
+        let text = match target.split_once("sku=") {
+            Some((_, sku)) => {
+                let left: i64 = sell
+                    .key(format!("item:stock:{sku}"))
+                    .invoke(&mut redis)
+                    .unwrap();
+                match left {
+                    -1 => "已售罄，拦截请求".to_string(),
+                    n => format!("扣减成功 | 剩余库存: {n}"),
+                }
+            }
+            None => "ready".to_string(),
+        };
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", text.len());
+        let out = reader.get_mut();
+        let sent = out
+            .write_all(head.as_bytes())
+            .and_then(|()| out.write_all(text.as_bytes()))
+            .and_then(|()| out.flush());
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// The request target of the next request, its head and body read; `None` at the end.
+fn read_request(reader: &mut impl BufRead) -> Option<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let target = line.split(' ').nth(1)?.to_string();
+    let mut length = 0;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(target)
+}
+
+/// The CA, its server certificate for localhost and 127.0.0.1 (`server`), and one it signed
+/// for another name only (`elsewhere`, for `elsewhere.test`).
+fn certificates() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let run = |args: &[&str]| {
+        run_ok(Command::new("openssl").args(args).current_dir(dir.path()));
+    };
+    std::fs::write(
+        dir.path().join("elsewhere.ext"),
+        "subjectAltName=DNS:elsewhere.test\n",
+    )
+    .unwrap();
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=elsewhere.test",
+        "-keyout",
+        "elsewhere.key",
+        "-out",
+        "elsewhere.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "elsewhere.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "elsewhere.ext",
+        "-out",
+        "elsewhere.crt",
+    ]);
+    dir
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", stdout(out), stderr(out))
+}
+
+/// `hammer --url https://...` with `flags` before the subcommand (`--tls-ca`), the tutorial's
+/// answers and a stock of 40 for 60 requests on 3 connections; how long it took.
+fn hammer(redis: &RedisServer, url: &str, flags: &[&str]) -> (i32, Value, String, Duration) {
+    let mut args = flags.to_vec();
+    args.extend([
+        "--json", "hammer", "--url", url, "--preset", "tutorial", "-n", "60", "-c", "3", "--stock",
+        "40",
+    ]);
+    let began = Instant::now();
+    let out = lockctl(&redis.url(), &args);
+    let took = began.elapsed();
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+    (code(&out), v, said(&out), took)
+}
+
+#[test]
+fn an_https_endpoint_is_hammered_and_judged_when_its_ca_is_given() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let ca = certs.path().join("ca.crt");
+    let endpoint = HttpsEndpoint::start(&redis, certs.path(), "server");
+    for host in ["127.0.0.1", "localhost"] {
+        let (exit, v, text, _) = hammer(
+            &redis,
+            &endpoint.url(host),
+            &["--tls-ca", ca.to_str().unwrap()],
+        );
+        assert_eq!((exit, v["verdict"].as_str()), (0, Some("pass")), "{text}");
+        assert_eq!(
+            (
+                v["bought"].as_u64(),
+                v["sold_out"].as_u64(),
+                v["errors"].as_u64()
+            ),
+            (Some(40), Some(20), Some(0)),
+            "{text}"
+        );
+    }
+    // Three connections per run carried all the requests: TLS connections are kept alive.
+    assert_eq!(endpoint.accepted.load(Ordering::SeqCst), 6);
+}
+
+#[test]
+fn a_certificate_signed_by_a_ca_nobody_named_is_refused_naming_the_url_and_tls_ca() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let endpoint = HttpsEndpoint::start(&redis, certs.path(), "server");
+    let url = endpoint.url("127.0.0.1");
+    let other = certs.path().join("other-ca.crt");
+    for flags in [vec![], vec!["--tls-ca", other.to_str().unwrap()]] {
+        let (exit, v, text, took) = hammer(&redis, &url, &flags);
+        assert_ne!(exit, 0, "{text}");
+        assert_eq!(v["errors"], 60, "{text}");
+        assert_eq!(v["errors_by_kind"]["tls"], 60, "{text}");
+        assert_eq!(v["bought"], 0, "{text}");
+        let first = v["first_error"].as_str().unwrap_or_default();
+        for words in [
+            &format!("refused the certificate of '{}'", url) as &str,
+            "unknown issuer",
+            "--tls-ca FILE",
+        ] {
+            assert!(first.contains(words), "{words:?} missing: {text}");
+        }
+        assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+    }
+    // Nothing was sold through a connection that was never trusted.
+    let stock: i64 = redis::Commands::get(&mut redis.raw(), "item:stock:sku_886").unwrap();
+    assert_eq!(stock, 40);
+}
+
+#[test]
+fn a_certificate_for_another_name_is_refused_even_from_the_ca_given() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let ca = certs.path().join("ca.crt");
+    let endpoint = HttpsEndpoint::start(&redis, certs.path(), "elsewhere");
+    let url = endpoint.url("127.0.0.1");
+    let (exit, v, text, _) = hammer(&redis, &url, &["--tls-ca", ca.to_str().unwrap()]);
+    assert_ne!(exit, 0, "{text}");
+    assert_eq!(v["errors_by_kind"]["tls"], 60, "{text}");
+    let first = v["first_error"].as_str().unwrap_or_default();
+    assert!(
+        first.contains(&format!("refused the certificate of '{url}'"))
+            && first.contains("not valid for name \"127.0.0.1\"")
+            && first.contains("elsewhere.test"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hunt_reaches_an_https_endpoint_and_awaits_its_https_ready_url() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let ca = certs.path().join("ca.crt");
+    let endpoint = HttpsEndpoint::start(&redis, certs.path(), "server");
+    let url = endpoint.url("localhost");
+    let ready = format!("https://localhost:{}/ready", endpoint.port);
+    let hunt = |flags: &[&str]| {
+        let mut args = flags.to_vec();
+        args.extend([
+            "--json",
+            "hunt",
+            "--url",
+            &url,
+            "--ready",
+            &ready,
+            "--serve",
+            "exec sleep 600",
+            "--preset",
+            "tutorial",
+            "--nemesis",
+            "none",
+            "--budget",
+            "3s",
+            "--stock",
+            "3",
+            "-n",
+            "6",
+            "--heal-ms",
+            "500",
+        ]);
+        let out = lockctl(&redis.url(), &args);
+        let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+        (code(&out), v, said(&out))
+    };
+    let (exit, v, text) = hunt(&["--tls-ca", ca.to_str().unwrap()]);
+    assert_eq!(exit, 0, "{text}");
+    assert!(v["judged"].as_u64().unwrap_or(0) >= 1, "{text}");
+    assert_eq!(v["unjudged_rounds"], 0, "{text}");
+}
+
+/// Not an https endpoint at all: the handshake fails at once, saying so.
+#[test]
+fn https_to_a_plain_http_endpoint_fails_at_once_saying_it_may_not_speak_https() {
+    let redis = RedisServer::start();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let url = format!("https://127.0.0.1:{port}/buy?sku={{sku}}");
+    let (exit, v, text, took) = hammer(&redis, &url, &[]);
+    assert_ne!(exit, 0, "{text}");
+    assert_eq!(v["errors_by_kind"]["tls"], 60, "{text}");
+    assert!(
+        v["first_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("speak https")),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+}
+
+/// A wrong `--tls-ca` file is a usage-time error naming the file, before any request.
+#[test]
+fn a_tls_ca_file_that_holds_no_certificate_is_refused_naming_it() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a certificate\n").unwrap();
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "--tls-ca",
+            bogus.to_str().unwrap(),
+            "hammer",
+            "--url",
+            "https://127.0.0.1:1/",
+            "-n",
+            "1",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", said(&out));
+    assert!(
+        stderr(&out).contains(&format!("'{}'", bogus.display())),
+        "{}",
+        said(&out)
+    );
+}
