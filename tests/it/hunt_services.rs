@@ -196,6 +196,12 @@ fn refused_answers_sell_nothing_and_owe_nothing() {
             "2",
             "--limit",
             "1",
+            // Every round: 10 requests of two users on a stock of 5, so whichever round the
+            // history keeps has refusals (a drawn round of two requests would have none).
+            "--stock",
+            "5",
+            "-n",
+            "10",
             "--nemesis",
             "none",
             "--history",
