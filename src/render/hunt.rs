@@ -158,7 +158,7 @@ fn failure_text(
     let _ = writeln!(
         s,
         "  verdict   {verdict}: round {} broke a promise (SKU {}: stock {}, {} requests, {})",
-        f.round.number, f.sku, f.round.stock, f.round.requests, f.round.shape
+        f.round.number, f.sku, f.round.stock, f.report.run.requests, f.round.shape
     );
     for v in &f.report.violations {
         let _ = writeln!(s, "              - {}", super::terminal(v));
@@ -186,7 +186,7 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
             "round": f.round.number,
             "sku": f.sku,
             "stock": f.round.stock,
-            "requests": f.round.requests,
+            "requests": f.report.run.requests,
             "shape": f.round.shape.to_string(),
             "faults": f.faults.iter().map(|x| json!({
                 "fault": x.fault,

@@ -165,6 +165,25 @@ fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
     );
 }
 
+/// The tutorial's homework (a lease of 100 ms, work of 150 ms) answers busy at once: a round
+/// of a few times its stock in requests is over before the first lease runs out. Buyers who
+/// click again until told sold out outlive the lease, and the second holder oversells.
+#[test]
+fn the_tutorials_homework_oversells_when_buyers_click_again_until_sold_out() {
+    let redis = RedisServer::start();
+    let (exit, v, said) = hunt(
+        &redis,
+        "examples/tutorial-php/homework.php",
+        &Env::default(),
+        &["--budget", "20s"],
+    );
+    let seed = &v["seed"];
+    assert_eq!(exit, 3, "seed {seed}: {said}");
+    assert!(violations(&v).contains("oversold"), "seed {seed}: {said}");
+    let shape = v["failure"]["shape"].as_str().unwrap_or_default();
+    assert!(shape.starts_with("a sale"), "seed {seed}: {said}");
+}
+
 #[test]
 fn a_lock_without_expiry_stalls_after_a_fault_and_its_twin_sells_again() {
     let redis = RedisServer::start();

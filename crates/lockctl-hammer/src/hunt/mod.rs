@@ -481,6 +481,14 @@ fn round(
         Shape::Rate { rate, .. } => Some(rate),
         _ => None,
     };
+    http.sale = match plan.shape {
+        Shape::Sale { cap, .. } => Some(http::Sale {
+            cap,
+            think_min: plan::THINK_MIN,
+            think_max: plan::THINK_MAX,
+        }),
+        _ => None,
+    };
     let striker = strike(opts, plan, start, done.clone(), answered, planner);
     let result = http::run_recorded(target, &load, &http);
     done.store(true, Ordering::SeqCst);

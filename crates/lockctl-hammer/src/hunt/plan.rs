@@ -33,7 +33,22 @@ pub enum Shape {
         /// Users clicking.
         users: u64,
     },
+    /// A sale: `buyers` connections, each clicking again a few milliseconds after a busy or
+    /// failed answer until it is told sold out or `cap` has passed ([`crate::http::Sale`]).
+    /// A round sized in time: a system that answers busy at once is still clicking when its
+    /// first lease runs out.
+    Sale {
+        /// Buyers at once.
+        buyers: u64,
+        /// The round's time cap.
+        cap: Duration,
+    },
 }
+
+/// A sale's buyers think this long, at least, before clicking again.
+pub const THINK_MIN: Duration = Duration::from_millis(5);
+/// And at most this long.
+pub const THINK_MAX: Duration = Duration::from_millis(50);
 
 impl Shape {
     /// Its name in reports: `burst`, `rate` or `double-click`.
@@ -42,6 +57,7 @@ impl Shape {
             Shape::Burst { .. } => "burst",
             Shape::Rate { .. } => "rate",
             Shape::DoubleClick { .. } => "double-click",
+            Shape::Sale { .. } => "sale",
         }
     }
 
@@ -50,6 +66,7 @@ impl Shape {
         match *self {
             Shape::Burst { concurrency } | Shape::Rate { concurrency, .. } => concurrency,
             Shape::DoubleClick { users } => users * 2,
+            Shape::Sale { buyers, .. } => buyers,
         }
     }
 }
@@ -65,6 +82,12 @@ impl std::fmt::Display for Shape {
                 f,
                 "{} clicking twice at once",
                 lockctl_core::units::count(*users, "user", "users")
+            ),
+            Shape::Sale { buyers, cap } => write!(
+                f,
+                "a sale: {} clicking until sold out, for at most {:.1} s",
+                lockctl_core::units::count(*buyers, "buyer", "buyers"),
+                cap.as_secs_f64()
             ),
         }
     }
@@ -182,6 +205,25 @@ impl Planner {
             },
             _ => Shape::Burst { concurrency },
         };
+        // A third of the rounds are sales sized in time: a system that answers busy at once
+        // gets through a round of requests before its first lease runs out, but not a sale.
+        let sale = r.random_range(0..10u32) < 3;
+        let cap = Duration::from_millis(r.random_range(1000..=4000));
+        // Requests fixed by the caller are a round's size: no sale then.
+        let shape = match sale && self.fixed.requests.is_none() {
+            true => Shape::Sale {
+                buyers: concurrency.max(4).min(self.max_concurrency),
+                cap,
+            },
+            false => shape,
+        };
+        // A sale's requests are a bound: every buyer clicking as fast as a buyer thinks.
+        let requests = match shape {
+            Shape::Sale { buyers, cap } => {
+                buyers * (cap.as_millis() as u64 / THINK_MIN.as_millis() as u64 + 1)
+            }
+            _ => requests,
+        };
         // Most rounds have a fault, some none: a bug that needs no fault is found sooner.
         let faults = match (self.faults.is_empty(), r.random_range(0..4u32)) {
             (true, _) | (false, 0) => Vec::new(),
@@ -225,6 +267,27 @@ mod tests {
         for r in rounds(9) {
             assert!(r.shape.concurrency() <= 16, "{r:?}");
             assert!(r.requests >= r.stock * 2, "demand exceeds supply: {r:?}");
+        }
+    }
+
+    /// A third or so of the rounds are sales, sized in time, with room for every buyer to
+    /// click as fast as a buyer thinks.
+    #[test]
+    fn some_rounds_are_sales_sized_in_time() {
+        let mut p = Planner::new(3, 16, None, &[]);
+        let rounds: Vec<_> = (0..60).map(|_| p.next_round()).collect();
+        let sales: Vec<_> = rounds
+            .iter()
+            .filter_map(|r| match r.shape {
+                Shape::Sale { buyers, cap } => Some((r, buyers, cap)),
+                _ => None,
+            })
+            .collect();
+        assert!((8..=30).contains(&sales.len()), "{} sales", sales.len());
+        for (r, buyers, cap) in sales {
+            assert!((4..=16).contains(&buyers), "{r:?}");
+            assert!(cap >= Duration::from_secs(1) && cap <= Duration::from_secs(4));
+            assert!(r.requests >= buyers * (cap.as_millis() as u64 / 5), "{r:?}");
         }
     }
 }
