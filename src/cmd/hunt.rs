@@ -107,6 +107,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    // Keys are only read (SCAN, PTTL), but only of a Redis that is the system's: named, or
+    // holding the stock.
+    opts.leases = ctx.redis_named || args.stock_sql.is_none();
     opts.on_round = live_lines(ctx);
     let result = hunt::run(&target, &opts);
     drop(_cleanup);
@@ -160,6 +163,10 @@ fn hunt_options(
         seed,
         faults,
         heal: Duration::from_millis(args.heal_ms),
+        fault_ms: args
+            .fault_ms
+            .map(|(lo, hi)| (Duration::from_millis(lo), Duration::from_millis(hi))),
+        leases: false,
         fixed: Fixed {
             stock: args.stock,
             requests: args.requests,

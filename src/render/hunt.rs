@@ -105,6 +105,15 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
             }
         };
         let _ = writeln!(s, "  faults    {faults}");
+        if let Some(l) = &h.lease {
+            let _ = writeln!(
+                s,
+                "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
+                super::terminal(&l.key),
+                l.ttl_ms as f64 / 1000.0,
+                h.longest_fault.as_secs_f64()
+            );
+        }
         if let Some(c) = &h.cleaned {
             let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
                 .into_iter()
@@ -210,6 +219,8 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
         "shapes": h.shapes,
         "faults": h.faults,
         "faults_tried": h.faults_tried,
+        "longest_lease": h.lease.as_ref().map(|l| json!({"key": l.key, "ttl_ms": l.ttl_ms})),
+        "longest_fault_ms": h.longest_fault.as_secs_f64() * 1000.0,
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
         "unjudged_rounds": h.unjudged,

@@ -319,6 +319,91 @@ fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
     ));
 }
 
+/// A lock with a lease of 2.5 s around a read-then-write: only a holder stalled past its
+/// lease lets a second buyer read the same stock. The hunt learns the lease from the keys its
+/// Redis holds during a round and stalls a holder past it; with faults held 0.3 to 1.5 s (the
+/// hunt's old holds, `--fault-ms 300..1500`) it passes. The fenced twin passes with the long
+/// stalls on.
+#[test]
+fn a_lease_of_seconds_is_learned_and_a_holder_stalled_past_it_oversells() {
+    let redis = RedisServer::start();
+    let proxy = free_port();
+    let env = Env {
+        redis_port: Some(proxy),
+        ..Env::default()
+    };
+    let listen = format!("127.0.0.1:{proxy}");
+    let flags = [
+        "--proxy",
+        &listen,
+        "--nemesis",
+        "stall",
+        "--heal-ms",
+        "8000",
+    ];
+    let bug = "tests/fixtures/hunt/lease_seconds.php";
+    let find = [&FIND[..], &flags].concat();
+    let (exit, v, said) = hunt(&redis, bug, &env, &find);
+    let seed = &v["seed"];
+    let lease = &v["longest_lease"];
+    assert!(
+        lease["key"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("lock:"))
+            && (2000..=2500).contains(&lease["ttl_ms"].as_u64().unwrap_or(0)),
+        "seed {seed}: {said}"
+    );
+    assert!(
+        v["longest_fault_ms"].as_f64().unwrap_or(0.0) > 2500.0,
+        "seed {seed}: {said}"
+    );
+    assert_found((exit, v, said), "oversold");
+    let short = [&PASS[..], &flags, &["--fault-ms", "300..1500"]].concat();
+    let (exit, v, said) = hunt(&redis, bug, &env, &short);
+    assert_eq!(
+        exit, 0,
+        "faults shorter than the lease found it (seed {}): {said}",
+        v["seed"]
+    );
+    let pass = [&["--budget", "15s"][..], &flags].concat();
+    let twin = hunt(
+        &redis,
+        "tests/fixtures/hunt/lease_seconds_fenced.php",
+        &env,
+        &pass,
+    );
+    assert!(
+        twin.1["longest_fault_ms"].as_f64().unwrap_or(0.0) > 2500.0,
+        "{}",
+        twin.2
+    );
+    assert_passed(twin);
+}
+
+/// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
+/// names the value.
+#[test]
+fn a_fault_range_that_is_no_range_is_a_usage_error_naming_it() {
+    for bad in ["5..2", "2000", "a..b", "0..10", "10..", "1..3600001"] {
+        let out = lockctl(
+            "redis://127.0.0.1:1",
+            &[
+                "hunt",
+                "--url",
+                "http://127.0.0.1:1/?sku={sku}",
+                "--fault-ms",
+                bad,
+            ],
+        );
+        assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("'{bad}' is not a range of fault lengths")),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// The proxy itself: a connection through it works, a stalled one moves nothing until it is let
 /// go, and a reset one is broken; the others go on meanwhile.
 #[test]

@@ -64,6 +64,18 @@ impl FaultKind {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// Whether it is held for a while and then lifted (a pause, a stall), so that how long it
+    /// is held matters; a kill is done at once.
+    pub fn is_held(self) -> bool {
+        matches!(
+            self,
+            FaultKind::RedisPause
+                | FaultKind::PauseWorker
+                | FaultKind::PauseHolder
+                | FaultKind::Stall
+        )
+    }
+
     /// Whether it needs the system's processes (`--serve`).
     pub fn needs_serve(self) -> bool {
         matches!(self, FaultKind::PauseWorker | FaultKind::KillWorker)
