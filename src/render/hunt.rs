@@ -110,7 +110,7 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
                 s,
                 "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
                 super::terminal(&l.key),
-                l.ttl_ms as f64 / 1000.0,
+                (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
                 h.longest_fault.as_secs_f64()
             );
         }

@@ -380,6 +380,45 @@ fn a_lease_of_seconds_is_learned_and_a_holder_stalled_past_it_oversells() {
     assert_passed(twin);
 }
 
+/// A correct lock with a lease of 5 s: a holder killed with its lock keeps every buyer out
+/// until the lease runs out, past a --heal-ms of 1 s. The stalled finding names the lease it
+/// saw and how long the system took to sell again.
+#[test]
+fn a_stall_names_the_lease_it_saw_and_when_the_system_sold_again() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    // Two workers: a kill meets the lock's holder often.
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/lease_five_seconds.php", 2);
+    let args = [
+        "--json",
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--nemesis",
+        "kill-worker",
+        "--heal-ms",
+        "1000",
+        "--budget",
+        "40s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+    let found = violations(&v);
+    assert_eq!(code(&out), 3, "seed {}: {said}", v["seed"]);
+    assert!(found.contains("stalled"), "{found}");
+    assert!(
+        found.contains("a key with a 5.0 s TTL was held ('lock:"),
+        "seed {}: {found}",
+        v["seed"]
+    );
+    assert!(found.contains("it sold again "), "{found}");
+}
+
 /// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
 /// names the value.
 #[test]

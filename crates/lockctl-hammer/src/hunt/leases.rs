@@ -50,7 +50,11 @@ pub fn watch(
             }
         });
         let mut longest: Option<Lease> = None;
-        while !done.load(Ordering::SeqCst) {
+        // One last look once the load is done: a lease left behind by a holder that died is
+        // still there, however short the round.
+        let mut last = false;
+        while !last {
+            last = done.load(Ordering::SeqCst);
             let seen = look(&mut c, |key, ttl| {
                 let new = !before.contains(key) || key.contains(sku.as_str());
                 if new && longest.as_ref().is_none_or(|l| ttl > l.ttl_ms) {
@@ -63,7 +67,9 @@ pub fn watch(
             if seen.is_err() {
                 break;
             }
-            thread::sleep(EVERY);
+            if !last {
+                thread::sleep(EVERY);
+            }
         }
         longest
     })

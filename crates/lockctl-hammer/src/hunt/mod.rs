@@ -283,7 +283,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         planner.with_long_holds(long_holds(hunt.lease.as_ref(), opts.heal, left));
         let plan = planner.next_round();
         opts.nemesis.begin_round();
-        let outcome = round(target, opts, &tag, &plan, &mut planner);
+        let outcome = round(target, opts, &tag, &plan, &mut planner, hunt.lease.as_ref());
         // Whatever the round came to, nothing stays broken; a system that cannot be brought
         // back ends the hunt (its rounds could no longer be told from its failures).
         if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
@@ -488,6 +488,7 @@ fn round(
     run: &RoundSkus,
     plan: &Round,
     planner: &mut Planner,
+    known: Option<&leases::Lease>,
 ) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
     if let Ok(mut skus) = opts.skus.lock() {
@@ -561,7 +562,13 @@ fn round(
     if let Some(k) = plan.retry_every {
         found.extend(checks::retries(&mut history.samples, k));
     }
-    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, healed);
+    // The longest lease of the hunt so far, if this round saw none longer.
+    let longest = [lease.as_ref(), known]
+        .into_iter()
+        .flatten()
+        .max_by_key(|l| l.ttl_ms);
+    let seen = (healed, longest);
+    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
     found.extend(more);
     history.findings = found;
     history.unjudged = unjudged;
@@ -683,7 +690,7 @@ fn findings(
     http: &HttpOptions,
     history: &History,
     report: &Report,
-    healed: Instant,
+    (healed, lease): (Instant, Option<&leases::Lease>),
 ) -> (Vec<String>, Option<String>) {
     let mut v = Vec::new();
     let mut unjudged = None;
@@ -764,7 +771,7 @@ fn findings(
     if report.verdict != Verdict::Unknown
         && !report.interrupted
         && !stopping()
-        && let Some(stalled) = stalled(target, opts, load, http, healed)
+        && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
     {
         v.push(stalled);
     }
