@@ -214,8 +214,10 @@ pub struct HuntArgs {
     pub seed: Option<u64>,
 
     /// Faults, comma-separated: client-kill, redis-pause, stall (needs --proxy), pause-worker,
-    /// kill-worker (need --serve), pause-holder (lockctl's own strategies); auto (every fault
-    /// the facts allow) or none.
+    /// kill-worker (need --serve), db-lock (a second session holds the round's stock row; needs
+    /// --stock-sql), db-kill (the system's sessions on the database ended; needs --stock-sql or
+    /// --orders-sql), pause-holder (lockctl's own strategies); auto (every fault the facts
+    /// allow) or none.
     #[arg(
         long,
         default_value = "auto",

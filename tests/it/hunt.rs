@@ -419,6 +419,30 @@ fn a_stall_names_the_lease_it_saw_and_when_the_system_sold_again() {
     assert!(found.contains("it sold again "), "{found}");
 }
 
+/// The database faults need the database: named without SQL facts, each is a usage error
+/// that says which flag brings it.
+#[test]
+fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
+    for (fault, flag) in [("db-lock", "--stock-sql"), ("db-kill", "--orders-sql")] {
+        let out = lockctl(
+            "redis://127.0.0.1:1",
+            &[
+                "hunt",
+                "--url",
+                "http://127.0.0.1:1/?sku={sku}",
+                "--nemesis",
+                fault,
+            ],
+        );
+        assert_eq!(code(&out), 2, "{fault}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("--nemesis {fault}")) && stderr(&out).contains(flag),
+            "{fault}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
 /// names the value.
 #[test]
@@ -509,6 +533,45 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
         ),
         "tests/fixtures/hunt/pg_guarded.php",
     );
+}
+
+/// A correct system on PostgreSQL passes with the database faults on: its stock row held by
+/// another session, its sessions ended (its requests fail, nothing is sold twice).
+#[test]
+fn a_guarded_postgresql_stock_passes_with_its_row_held_and_its_sessions_ended() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let env = Env {
+        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+        ..Env::default()
+    };
+    let (exit, v, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/pg_guarded.php",
+        &env,
+        &[
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty FROM stock WHERE sku = $1",
+            "--stock-seed",
+            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+            "--nemesis",
+            "db-lock,db-kill",
+            "--budget",
+            "10s",
+        ],
+    );
+    assert_eq!((exit, &v["verdict"]), (0, &Value::from("pass")), "{said}");
+    for f in ["db-lock", "db-kill"] {
+        assert!(
+            v["faults"][f].as_u64().unwrap_or(0) >= 1,
+            "{f} never took: {said}"
+        );
+    }
 }
 
 /// A stock kept in PostgreSQL is read during the round too, on a connection of lockctl's own:

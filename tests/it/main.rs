@@ -24,6 +24,7 @@ mod history;
 mod http;
 mod http_wire;
 mod hunt;
+mod hunt_db_faults;
 mod hunt_services;
 mod hunt_start;
 mod lease;

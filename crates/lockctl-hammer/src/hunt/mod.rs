@@ -491,6 +491,7 @@ fn round(
     known: Option<&leases::Lease>,
 ) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
+    opts.nemesis.round_sku(sku.as_str());
     if let Ok(mut skus) = opts.skus.lock() {
         skus.push(sku.clone());
     }
