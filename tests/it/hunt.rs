@@ -443,6 +443,51 @@ fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
     }
 }
 
+/// A system of a web tier (a `php -S` with 8 workers) and a queue's consumer (a process with
+/// no listening socket): pause-worker stops the consumer as often as the web tier, not one
+/// time in nine.
+#[test]
+fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
+    use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
+    use lockctl_hammer::hunt::serve::{Reach, Served};
+    use rand::SeedableRng;
+    use std::sync::{Arc, Mutex};
+    let redis = RedisServer::start();
+    let port = free_port();
+    let command = format!(
+        "PHP_CLI_SERVER_WORKERS=8 php -S 127.0.0.1:{port} -t {FIXTURES} & sleep 300 & wait"
+    );
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
+    let comm = |pid: &i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let consumer = *served
+        .processes()
+        .iter()
+        .find(|p| comm(p).trim() == "sleep")
+        .expect("the consumer runs");
+    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut consumer_paused = 0;
+    for _ in 0..60 {
+        nemesis.begin_round();
+        nemesis.strike(
+            FaultKind::PauseWorker,
+            Duration::ZERO,
+            Duration::ZERO,
+            &mut rng,
+        );
+        let healed = nemesis.heal(Duration::ZERO);
+        let detail = &healed.faults[0].detail;
+        assert!(healed.faults[0].took, "{detail}");
+        consumer_paused +=
+            u32::from(detail == &format!("process {consumer} of --serve stopped (SIGSTOP)"));
+    }
+    assert!(
+        (18..=42).contains(&consumer_paused),
+        "the consumer was paused {consumer_paused} times in 60"
+    );
+}
+
 /// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
 /// names the value.
 #[test]

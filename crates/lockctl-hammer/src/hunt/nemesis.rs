@@ -602,18 +602,29 @@ impl Nemesis {
     fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
         let serve = self.serve.as_ref()?.lock().ok()?;
         let tree = serve.processes();
-        // A worker rather than the server's first process (nor the shell before it, when the
-        // command did not exec the server), when there is one.
-        let first = match tree
-            .first()
-            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")))
-        {
-            Some(Ok(comm)) if matches!(comm.trim(), "sh" | "bash" | "dash") => 2,
-            _ => 1,
+        // Never the shell the command runs in.
+        let shell = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| matches!(c.trim(), "sh" | "bash" | "dash"))
         };
-        let workers: Vec<i32> = tree.iter().skip(first).copied().collect();
-        let from = if workers.is_empty() { &tree } else { &workers };
-        from.get(rng.random_range(0..from.len().max(1))).copied()
+        let procs: Vec<i32> = tree.iter().copied().filter(|p| !shell(p)).collect();
+        // The web tier (processes with a listening socket) and the rest (a queue's consumer,
+        // which serves no port) are picked as often as each other, however many workers the
+        // web tier forks. Of the web tier, a worker rather than the server's first process,
+        // when there is one.
+        let web = super::owners::listening(&procs);
+        let (mut serving, other): (Vec<i32>, Vec<i32>) =
+            procs.iter().partition(|p| web.contains(p));
+        if serving.len() > 1 {
+            serving.remove(0);
+        }
+        let (side, pick) = (rng.random_range(0..2u32), rng.random_range(0..1024usize));
+        let group = match (side, serving.is_empty(), other.is_empty()) {
+            (_, true, true) => &tree,
+            (0, false, _) | (_, false, true) => &serving,
+            _ => &other,
+        };
+        group.get(pick % group.len().max(1)).copied()
     }
 
     fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
