@@ -125,6 +125,9 @@ pub struct Round {
 /// The generator of rounds.
 pub struct Planner {
     rng: StdRng,
+    /// The draws added since the first schedule (sales, long holds), from a stream of their
+    /// own: the rest of a seed's rounds stay what they were.
+    extra: StdRng,
     max_concurrency: u64,
     users: Option<u64>,
     faults: Vec<FaultKind>,
@@ -136,6 +139,9 @@ pub struct Planner {
     /// Every fault's hold drawn from this range instead (`--fault-ms`).
     fault_ms: Option<(Duration, Duration)>,
 }
+
+/// What the seed of [`Planner::extra`] differs from the schedule's by.
+const EXTRA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// A fault held longer than this has its round made a sale that outlasts it: a round of
 /// requests would be over (and the fault lifted) before the hold is up.
@@ -164,6 +170,7 @@ impl Planner {
     ) -> Planner {
         Planner {
             rng: StdRng::seed_from_u64(seed),
+            extra: StdRng::seed_from_u64(seed ^ EXTRA),
             max_concurrency: max_concurrency.max(2),
             users,
             faults: faults.to_vec(),
@@ -230,8 +237,14 @@ impl Planner {
         };
         // A third of the rounds are sales sized in time: a system that answers busy at once
         // gets through a round of requests before its first lease runs out, but not a sale.
-        let sale = r.random_range(0..10u32) < 3;
-        let cap = Duration::from_millis(r.random_range(1000..=4000));
+        let x = &mut self.extra;
+        let sale = x.random_range(0..10u32) < 3;
+        let cap = Duration::from_millis(x.random_range(1000..=4000));
+        let (long, pick, within): (bool, usize, f64) = (
+            x.random_range(0..2u32) == 0,
+            x.random_range(0..1024),
+            x.random(),
+        );
         // Requests fixed by the caller are a round's size: no sale then.
         let shape = match sale && self.fixed.requests.is_none() {
             true => Shape::Sale {
@@ -247,12 +260,6 @@ impl Planner {
                 let kind = self.faults[r.random_range(0..self.faults.len())];
                 let after = Duration::from_millis(r.random_range(0..15));
                 let short = Duration::from_millis(r.random_range(300..1500));
-                // Drawn whatever is used, so that the rest of the schedule stays the seed's.
-                let (long, pick, within): (bool, usize, f64) = (
-                    r.random_range(0..2u32) == 0,
-                    r.random_range(0..1024),
-                    r.random(),
-                );
                 let hold = match self.fault_ms {
                     Some((lo, hi)) => lo + (hi - lo).mul_f64(within),
                     None if long && kind.is_held() && !self.long_holds.is_empty() => {
