@@ -365,7 +365,8 @@ fn a_lease_of_seconds_is_learned_and_a_holder_stalled_past_it_oversells() {
         "faults shorter than the lease found it (seed {}): {said}",
         v["seed"]
     );
-    let pass = [&["--budget", "15s"][..], &flags].concat();
+    // Every stall past the lease: the fenced write holds.
+    let pass = [&["--budget", "12s", "--fault-ms", "2600..3500"][..], &flags].concat();
     let twin = hunt(
         &redis,
         "tests/fixtures/hunt/lease_seconds_fenced.php",
