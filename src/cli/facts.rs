@@ -176,7 +176,8 @@ fn distance(a: &str, b: &str) -> usize {
 }
 
 /// Examples for the template, where a flag's default or value name says too little.
-const EXAMPLES: [(&str, &str); 30] = [
+const EXAMPLES: [(&str, &str); 31] = [
+    ("fault-ms", "\"2000..6000\""),
     ("preset", "\"tutorial\""),
     (
         "login",

@@ -242,8 +242,10 @@ pub struct HuntArgs {
     pub seed: Option<u64>,
 
     /// Faults, comma-separated: client-kill, redis-pause, stall (needs --proxy), pause-worker,
-    /// kill-worker (need --serve), pause-holder (lockctl's own strategies); auto (every fault
-    /// the facts allow) or none.
+    /// kill-worker (need --serve), db-lock (a second session holds the round's stock row; needs
+    /// --stock-sql), db-kill (the system's sessions on the database ended; needs --stock-sql or
+    /// --orders-sql), pause-holder (lockctl's own strategies); auto (every fault the facts
+    /// allow) or none.
     #[arg(
         long,
         default_value = "auto",
@@ -251,6 +253,12 @@ pub struct HuntArgs {
         help_heading = "The search"
     )]
     pub nemesis: String,
+
+    /// How long pauses and stalls are held, in ms: MIN..MAX (e.g. 2000..6000) [default: 300 ms
+    /// to 1.5 s, and some past the longest lease seen on --redis and common client timeouts
+    /// (2 s, 5 s), within the budget and --heal-ms].
+    #[arg(long, value_name = "MIN..MAX", value_parser = fault_ms, help_heading = "The search")]
+    pub fault_ms: Option<(u64, u64)>,
 
     /// After the faults are undone, with stock left, a sale must come within this many ms.
     #[arg(long, default_value_t = 10_000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The search")]
@@ -369,6 +377,27 @@ impl From<IdFormatArg> for lockctl_hammer::http::ids::IdFormat {
 }
 
 /// `--budget`: a duration of at least one second.
+/// `--fault-ms MIN..MAX`: two whole numbers of ms, the first at most the second.
+pub(crate) fn fault_ms(s: &str) -> Result<(u64, u64), String> {
+    let bad = || {
+        format!(
+            "'{}' is not a range of fault lengths: give MIN..MAX in ms, from 1 to 3600000, MIN at most MAX (e.g. 2000..6000)",
+            s.escape_debug()
+        )
+    };
+    let (lo, hi) = s.split_once("..").ok_or_else(bad)?;
+    let ms = |v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=3_600_000).contains(n))
+    };
+    match (ms(lo), ms(hi)) {
+        (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+        _ => Err(bad()),
+    }
+}
+
 fn budget(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(7 * 24 * 3600) => Ok(d),

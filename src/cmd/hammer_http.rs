@@ -135,6 +135,7 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
         stock_key: a.stock_key.clone(),
         store: None,
         rate: a.rate,
+        sale: None,
         timeout: std::time::Duration::from_millis(a.request_timeout_ms),
         connect_timeout: ctx.options.connect_timeout,
         // Only the units each "bought" answer stands for: the endpoint buys its own way.

@@ -17,7 +17,7 @@ use lockctl_hammer::http::Store;
 use lockctl_hammer::http::ids::{IdFormat, Ids};
 use lockctl_hammer::http::{HttpOptions, Probe};
 use lockctl_hammer::hunt::clean::{self, Cleaned};
-use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME};
+use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME, SqlFaults};
 use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
 use lockctl_hammer::hunt::plan::Fixed;
 use lockctl_hammer::hunt::proxy::Proxy;
@@ -96,6 +96,17 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if let Some(p) = &proxy {
         nemesis = nemesis.with_proxy(p.clone());
     }
+    let sql_db = stock_rows
+        .as_ref()
+        .map(|r| r.db.clone())
+        .or_else(|| orders.as_ref().map(|o| o.db.clone()));
+    if let Some(db) = sql_db {
+        nemesis = nemesis.with_sql(SqlFaults {
+            db,
+            stock_query: args.stock_sql.as_ref().and(args.stock_query.clone()),
+            format: args.sku_format.into(),
+        });
+    }
     nemesis.check(&faults).map_err(UsageError)?;
     warn_of_outsiders(ctx, &args, &faults, &nemesis);
     if let Ok(mut s) = slot.lock() {
@@ -108,6 +119,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    // Keys are only read (SCAN, PTTL), but only of a Redis that is the system's: named, or
+    // holding the stock.
+    opts.leases = ctx.redis_named || args.stock_sql.is_none();
     opts.on_round = live_lines(ctx);
     let result = hunt::run(&target, &opts);
     drop(_cleanup);
@@ -163,6 +177,10 @@ fn hunt_options(
         seed,
         faults,
         heal: Duration::from_millis(args.heal_ms),
+        fault_ms: args
+            .fault_ms
+            .map(|(lo, hi)| (Duration::from_millis(lo), Duration::from_millis(hi))),
+        leases: false,
         fixed: Fixed {
             stock: args.stock,
             requests: args.requests,
@@ -570,6 +588,7 @@ fn faults(args: &HuntArgs, redis_named: bool) -> anyhow::Result<Vec<FaultKind>> 
 fn named_faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
     let serve = args.serve.is_some();
     let own = !args.strategy.is_empty();
+    let sql = args.stock_sql.is_some() || args.orders_sql.is_some();
     let list = match args.nemesis.as_str() {
         "none" => return Ok(Vec::new()),
         "auto" if own => vec![
@@ -577,20 +596,21 @@ fn named_faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
             FaultKind::ClientKill,
             FaultKind::PauseHolder,
         ],
-        // Redis faults only where the stock is in Redis: with the stock in SQL the Redis of
-        // --redis may be nobody's, or someone else's (name them to have them).
+        // Every fault the facts allow: the Redis faults whenever a Redis is named (`faults`
+        // leaves them out otherwise), SQL stock or not; the database faults with SQL facts.
         "auto" => FaultKind::ALL
             .into_iter()
             .filter(|k| (serve || !k.needs_serve()) && !k.own_only())
             .filter(|k| args.proxy.is_some() || !k.needs_proxy())
-            .filter(|k| args.stock_sql.is_none() || k.needs_serve() || k.needs_proxy())
+            .filter(|k| *k != FaultKind::DbLock || args.stock_sql.is_some())
+            .filter(|k| *k != FaultKind::DbKill || sql)
             .collect(),
         list => {
             let mut kinds = Vec::new();
             for name in list.split(',').map(str::trim) {
                 let kind = FaultKind::from_name(name).ok_or_else(|| {
                     UsageError(format!(
-                        "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, stall, pause-worker, kill-worker, pause-holder (comma-separated), auto or none"
+                        "--nemesis: '{name}' is not a fault; give client-kill, redis-pause, stall, pause-worker, kill-worker, db-lock, db-kill, pause-holder (comma-separated), auto or none"
                     ))
                 })?;
                 if kind.own_only() && !own {
@@ -602,6 +622,24 @@ fn named_faults(args: &HuntArgs) -> anyhow::Result<Vec<FaultKind>> {
                 if kind.needs_serve() && own {
                     return Err(UsageError(format!(
                         "--nemesis {name} signals a system's processes, and hunt --strategy runs lockctl's own buyers: use pause-holder for them"
+                    ))
+                    .into());
+                }
+                if kind.needs_sql() && own {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} acts on a system's SQL database, and hunt --strategy runs lockctl's own buyers on Redis: drop {name}"
+                    ))
+                    .into());
+                }
+                if kind == FaultKind::DbLock && args.stock_sql.is_none() {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} holds the round's stock row, and no --stock-sql says where the stock is: add --stock-sql URL and --stock-query, or drop {name}"
+                    ))
+                    .into());
+                }
+                if kind == FaultKind::DbKill && !sql {
+                    return Err(UsageError(format!(
+                        "--nemesis {name} ends the system's database sessions, and no --stock-sql or --orders-sql names the database: add one, or drop {name}"
                     ))
                     .into());
                 }

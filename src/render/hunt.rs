@@ -105,6 +105,15 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
             }
         };
         let _ = writeln!(s, "  faults    {faults}");
+        if let Some(l) = &h.lease {
+            let _ = writeln!(
+                s,
+                "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
+                super::terminal(&l.key),
+                (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
+                h.longest_fault.as_secs_f64()
+            );
+        }
         if let Some(c) = &h.cleaned {
             let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
                 .into_iter()
@@ -158,7 +167,7 @@ fn failure_text(
     let _ = writeln!(
         s,
         "  verdict   {verdict}: round {} broke a promise (SKU {}: stock {}, {} requests, {})",
-        f.round.number, f.sku, f.round.stock, f.round.requests, f.round.shape
+        f.round.number, f.sku, f.round.stock, f.report.run.requests, f.round.shape
     );
     for v in &f.report.violations {
         let _ = writeln!(s, "              - {}", super::terminal(v));
@@ -186,7 +195,7 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
             "round": f.round.number,
             "sku": f.sku,
             "stock": f.round.stock,
-            "requests": f.round.requests,
+            "requests": f.report.run.requests,
             "shape": f.round.shape.to_string(),
             "faults": f.faults.iter().map(|x| json!({
                 "fault": x.fault,
@@ -210,6 +219,8 @@ pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
         "shapes": h.shapes,
         "faults": h.faults,
         "faults_tried": h.faults_tried,
+        "longest_lease": h.lease.as_ref().map(|l| json!({"key": l.key, "ttl_ms": l.ttl_ms})),
+        "longest_fault_ms": h.longest_fault.as_secs_f64() * 1000.0,
         "interrupted": h.interrupted,
         "unjudged": h.unknown,
         "unjudged_rounds": h.unjudged,

@@ -165,6 +165,25 @@ fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
     );
 }
 
+/// The tutorial's homework (a lease of 100 ms, work of 150 ms) answers busy at once: a round
+/// of a few times its stock in requests is over before the first lease runs out. Buyers who
+/// click again until told sold out outlive the lease, and the second holder oversells.
+#[test]
+fn the_tutorials_homework_oversells_when_buyers_click_again_until_sold_out() {
+    let redis = RedisServer::start();
+    let (exit, v, said) = hunt(
+        &redis,
+        "examples/tutorial-php/homework.php",
+        &Env::default(),
+        &["--budget", "20s"],
+    );
+    let seed = &v["seed"];
+    assert_eq!(exit, 3, "seed {seed}: {said}");
+    assert!(violations(&v).contains("oversold"), "seed {seed}: {said}");
+    let shape = v["failure"]["shape"].as_str().unwrap_or_default();
+    assert!(shape.starts_with("a sale"), "seed {seed}: {said}");
+}
+
 #[test]
 fn a_lock_without_expiry_stalls_after_a_fault_and_its_twin_sells_again() {
     let redis = RedisServer::start();
@@ -300,6 +319,200 @@ fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
     ));
 }
 
+/// A lock with a lease of 2.5 s around a read-then-write: only a holder stalled past its
+/// lease lets a second buyer read the same stock. The hunt learns the lease from the keys its
+/// Redis holds during a round and stalls a holder past it; with faults held 0.3 to 1.5 s (the
+/// hunt's old holds, `--fault-ms 300..1500`) it passes. The fenced twin passes with the long
+/// stalls on.
+#[test]
+fn a_lease_of_seconds_is_learned_and_a_holder_stalled_past_it_oversells() {
+    let redis = RedisServer::start();
+    let proxy = free_port();
+    let env = Env {
+        redis_port: Some(proxy),
+        ..Env::default()
+    };
+    let listen = format!("127.0.0.1:{proxy}");
+    let flags = [
+        "--proxy",
+        &listen,
+        "--nemesis",
+        "stall",
+        "--heal-ms",
+        "8000",
+    ];
+    let bug = "tests/fixtures/hunt/lease_seconds.php";
+    let find = [&FIND[..], &flags].concat();
+    let (exit, v, said) = hunt(&redis, bug, &env, &find);
+    let seed = &v["seed"];
+    let lease = &v["longest_lease"];
+    assert!(
+        lease["key"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("lock:"))
+            && (2000..=2500).contains(&lease["ttl_ms"].as_u64().unwrap_or(0)),
+        "seed {seed}: {said}"
+    );
+    assert!(
+        v["longest_fault_ms"].as_f64().unwrap_or(0.0) > 2500.0,
+        "seed {seed}: {said}"
+    );
+    assert_found((exit, v, said), "oversold");
+    let short = [&PASS[..], &flags, &["--fault-ms", "300..1500"]].concat();
+    let (exit, v, said) = hunt(&redis, bug, &env, &short);
+    assert_eq!(
+        exit, 0,
+        "faults shorter than the lease found it (seed {}): {said}",
+        v["seed"]
+    );
+    // Every stall past the lease: the fenced write holds.
+    let pass = [&["--budget", "12s", "--fault-ms", "2600..3500"][..], &flags].concat();
+    let twin = hunt(
+        &redis,
+        "tests/fixtures/hunt/lease_seconds_fenced.php",
+        &env,
+        &pass,
+    );
+    assert!(
+        twin.1["longest_fault_ms"].as_f64().unwrap_or(0.0) > 2500.0,
+        "{}",
+        twin.2
+    );
+    assert_passed(twin);
+}
+
+/// A correct lock with a lease of 5 s: a holder killed with its lock keeps every buyer out
+/// until the lease runs out, past a --heal-ms of 1 s. The stalled finding names the lease it
+/// saw and how long the system took to sell again.
+#[test]
+fn a_stall_names_the_lease_it_saw_and_when_the_system_sold_again() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    // Two workers: a kill meets the lock's holder often.
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/lease_five_seconds.php", 2);
+    let args = [
+        "--json",
+        "hunt",
+        "--url",
+        &url,
+        "--preset",
+        "tutorial",
+        "--serve",
+        &serve,
+        "--nemesis",
+        "kill-worker",
+        "--heal-ms",
+        "1000",
+        "--budget",
+        "40s",
+    ];
+    let out = lockctl(&redis.url(), &args);
+    let said = format!("stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+    let found = violations(&v);
+    assert_eq!(code(&out), 3, "seed {}: {said}", v["seed"]);
+    assert!(found.contains("stalled"), "{found}");
+    assert!(
+        found.contains("a key with a 5.0 s TTL was held ('lock:"),
+        "seed {}: {found}",
+        v["seed"]
+    );
+    assert!(found.contains("it sold again "), "{found}");
+}
+
+/// The database faults need the database: named without SQL facts, each is a usage error
+/// that says which flag brings it.
+#[test]
+fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
+    for (fault, flag) in [("db-lock", "--stock-sql"), ("db-kill", "--orders-sql")] {
+        let out = lockctl(
+            "redis://127.0.0.1:1",
+            &[
+                "hunt",
+                "--url",
+                "http://127.0.0.1:1/?sku={sku}",
+                "--nemesis",
+                fault,
+            ],
+        );
+        assert_eq!(code(&out), 2, "{fault}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("--nemesis {fault}")) && stderr(&out).contains(flag),
+            "{fault}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A system of a web tier (a `php -S` with 8 workers) and a queue's consumer (a process with
+/// no listening socket): pause-worker stops the consumer as often as the web tier, not one
+/// time in nine.
+#[test]
+fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
+    use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
+    use lockctl_hammer::hunt::serve::{Reach, Served};
+    use rand::SeedableRng;
+    use std::sync::{Arc, Mutex};
+    let redis = RedisServer::start();
+    let port = free_port();
+    let command = format!(
+        "PHP_CLI_SERVER_WORKERS=8 php -S 127.0.0.1:{port} -t {FIXTURES} & sleep 300 & wait"
+    );
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
+    let comm = |pid: &i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let consumer = *served
+        .processes()
+        .iter()
+        .find(|p| comm(p).trim() == "sleep")
+        .expect("the consumer runs");
+    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut consumer_paused = 0;
+    for _ in 0..60 {
+        nemesis.begin_round();
+        nemesis.strike(
+            FaultKind::PauseWorker,
+            Duration::ZERO,
+            Duration::ZERO,
+            &mut rng,
+        );
+        let healed = nemesis.heal(Duration::ZERO);
+        let detail = &healed.faults[0].detail;
+        assert!(healed.faults[0].took, "{detail}");
+        consumer_paused +=
+            u32::from(detail == &format!("process {consumer} of --serve stopped (SIGSTOP)"));
+    }
+    assert!(
+        (18..=42).contains(&consumer_paused),
+        "the consumer was paused {consumer_paused} times in 60"
+    );
+}
+
+/// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
+/// names the value.
+#[test]
+fn a_fault_range_that_is_no_range_is_a_usage_error_naming_it() {
+    for bad in ["5..2", "2000", "a..b", "0..10", "10..", "1..3600001"] {
+        let out = lockctl(
+            "redis://127.0.0.1:1",
+            &[
+                "hunt",
+                "--url",
+                "http://127.0.0.1:1/?sku={sku}",
+                "--fault-ms",
+                bad,
+            ],
+        );
+        assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("'{bad}' is not a range of fault lengths")),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// The proxy itself: a connection through it works, a stalled one moves nothing until it is let
 /// go, and a reset one is broken; the others go on meanwhile.
 #[test]
@@ -366,6 +579,45 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
         ),
         "tests/fixtures/hunt/pg_guarded.php",
     );
+}
+
+/// A correct system on PostgreSQL passes with the database faults on: its stock row held by
+/// another session, its sessions ended (its requests fail, nothing is sold twice).
+#[test]
+fn a_guarded_postgresql_stock_passes_with_its_row_held_and_its_sessions_ended() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let env = Env {
+        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
+        ..Env::default()
+    };
+    let (exit, v, said) = hunt(
+        &redis,
+        "tests/fixtures/hunt/pg_guarded.php",
+        &env,
+        &[
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty FROM stock WHERE sku = $1",
+            "--stock-seed",
+            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+            "--nemesis",
+            "db-lock,db-kill",
+            "--budget",
+            "10s",
+        ],
+    );
+    assert_eq!((exit, &v["verdict"]), (0, &Value::from("pass")), "{said}");
+    for f in ["db-lock", "db-kill"] {
+        assert!(
+            v["faults"][f].as_u64().unwrap_or(0) >= 1,
+            "{f} never took: {said}"
+        );
+    }
 }
 
 /// A stock kept in PostgreSQL is read during the round too, on a connection of lockctl's own:

@@ -25,6 +25,7 @@ mod http;
 mod http_wire;
 mod https;
 mod hunt;
+mod hunt_db_faults;
 mod hunt_services;
 mod hunt_start;
 mod lease;

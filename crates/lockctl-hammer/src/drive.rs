@@ -31,6 +31,9 @@ pub struct Driven {
     pub late: u64,
     /// Open model: the longest wait past a moment.
     pub max_lag: Duration,
+    /// A sale's requests, as many as its buyers took (fewer than the run's bound); `None`:
+    /// the run's requests, all of them.
+    pub taken: Option<u64>,
 }
 
 impl Driven {
@@ -41,6 +44,7 @@ impl Driven {
             service: None,
             late: 0,
             max_lag: Duration::ZERO,
+            taken: None,
         }
     }
 }

@@ -39,6 +39,7 @@ use crate::options::LoadOptions;
 use crate::report::{Ended, LATE_AFTER_MS, Sample};
 use crate::tally::{Tally, new_histogram, record};
 use lockctl_core::error::{Error, ErrorKind, Result};
+use lockctl_core::stock::Outcome;
 
 /// What the driver needs besides the common hammer options.
 #[derive(Clone, Debug)]
@@ -59,6 +60,9 @@ pub(super) struct Plan {
     pub users: super::ids::Ids,
     /// Each user's `{token}`, when requests carry one.
     pub tokens: Option<super::login::Tokens>,
+    /// Demand like a sale: each connection clicks again until it is told sold out or the
+    /// time cap is reached; `None`: the run's requests, as many as it has.
+    pub sale: Option<super::Sale>,
 }
 
 /// Runs every request of `opts` as `plan` says, on a runtime of its own.
@@ -80,6 +84,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
         progress: load.progress.clone(),
         stop: load.stop.clone(),
         next: AtomicU64::new(0),
+        until: plan.sale.map(|s| plan.start + s.cap),
         due: rx.map(tokio::sync::Mutex::new),
         abandon: AtomicBool::new(false),
         start: plan.start,
@@ -90,6 +95,7 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
             service: plan.rate.map(|_| new_histogram()),
             late: 0,
             max_lag: Duration::ZERO,
+            taken: None,
         }),
     });
     let connections = load.in_flight();
@@ -109,12 +115,19 @@ pub(super) fn drive(load: &LoadOptions, qty: u64, plan: &Plan) -> Result<Driven>
     drop(runtime);
     let shared = Arc::into_inner(shared)
         .ok_or_else(|| Error::internal("an HTTP connection task outlived the run"))?;
+    // A sale's requests are those its buyers took, each taken one counted (a task that died
+    // with one in hand leaves it unaccounted, as in a run of fixed size).
+    let taken = plan
+        .sale
+        .map(|_| shared.next.load(Ordering::SeqCst).min(shared.requests));
     // A clock still handing out requests (the run was stopped) finds the channel closed.
     drop(shared.due);
     if let Some(m) = metronome {
         let _ = m.join();
     }
-    Ok(shared.books.into_inner().unwrap_or_else(|e| e.into_inner()))
+    let mut driven = shared.books.into_inner().unwrap_or_else(|e| e.into_inner());
+    driven.taken = taken;
+    Ok(driven)
 }
 
 /// Requests due but not yet taken by a connection, at most: past it the clock waits for room
@@ -176,6 +189,8 @@ struct Shared {
     stop: Option<Arc<AtomicBool>>,
     /// Closed model: the next request to take.
     next: AtomicU64,
+    /// A sale's time cap: no request is taken after it.
+    until: Option<Instant>,
     /// Open model: requests as they fall due, from the metronome.
     due: Option<tokio::sync::Mutex<Receiver<(u64, Instant)>>>,
     abandon: AtomicBool,
@@ -225,7 +240,7 @@ impl Shared {
     /// The next request to send and, in the open model, the moment it fell due; `None` when
     /// every request has been taken (or the run was stopped).
     async fn take(&self) -> Option<(u64, Option<Instant>)> {
-        if self.stopped() {
+        if self.stopped() || self.until.is_some_and(|u| Instant::now() >= u) {
             return None;
         }
         match &self.due {
@@ -285,7 +300,24 @@ async fn connection_task(sh: Arc<Shared>) {
         }
         let r = one_request(&sh, &mut wire, i, moment).await;
         let trouble = r.trouble;
+        let sold_out = matches!(
+            r.sample.ended,
+            Ended::Answered {
+                outcome: Some(Outcome::SoldOut),
+                ..
+            }
+        );
         sh.finished(&mut pending, Some(r), false);
+        if let Some(sale) = sh.plan.sale {
+            // A buyer told sold out goes home; any other answer, and they click again after a
+            // moment's thought (a new buyer takes the place of one who bought).
+            if sold_out {
+                break;
+            }
+            if trouble == Trouble::None {
+                tokio::time::sleep(sale.think()).await;
+            }
+        }
         if trouble == Trouble::None {
             down_since = None;
             backoff = Duration::from_millis(10);

@@ -60,6 +60,10 @@ pub struct HttpOptions {
     /// Requests per second on a fixed schedule (the open model). Default (`None`): the closed
     /// model, each connection sending its next request when the last is answered.
     pub rate: Option<f64>,
+    /// Demand like a sale ([`Sale`]): `requests` is then a bound, and each connection clicks
+    /// again until it is told sold out or the cap is reached. Default (`None`): the run's
+    /// requests, each sent once.
+    pub sale: Option<Sale>,
     /// The bound on each request, connecting included.
     pub timeout: Duration,
     /// The bound on opening a connection.
@@ -74,6 +78,31 @@ pub struct HttpOptions {
     /// For an `https://` URL: the CA to trust instead of the system's roots, and a client
     /// certificate. Default: none (the system's roots, no client certificate).
     pub tls: lockctl_core::conn::TlsFiles,
+}
+
+/// Demand like a sale: each connection is a buyer who clicks again after a busy or failed
+/// answer, after a moment's thought, until told sold out or until the cap; a buyer who bought
+/// makes room for the next. The requests are those taken, at most the run's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sale {
+    /// No request is sent after this long from the run's start.
+    pub cap: Duration,
+    /// The shortest think time between a buyer's clicks.
+    pub think_min: Duration,
+    /// The longest think time.
+    pub think_max: Duration,
+}
+
+impl Sale {
+    /// A buyer's pause before clicking again, drawn between the bounds.
+    pub(crate) fn think(&self) -> Duration {
+        use rand::RngExt;
+        let (lo, hi) = (self.think_min, self.think_max.max(self.think_min));
+        match lo == hi {
+            true => lo,
+            false => rand::rng().random_range(lo..=hi),
+        }
+    }
 }
 
 /// Fires `load.requests` requests at the endpoint, `load.concurrency` connections at a time,
@@ -129,6 +158,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         start: started,
         users: http.users.clone(),
         tokens,
+        sale: http.sale,
     };
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;
@@ -144,7 +174,10 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
     let initial_stock = books.as_ref().map_or(0, books::Opened::initial);
     let facts = RunFacts {
         run_id: plan.run_id.clone(),
-        requests: if stopped_early { made } else { load.requests },
+        requests: match (stopped_early, driven.taken) {
+            (true, _) => made,
+            (false, taken) => taken.unwrap_or(load.requests),
+        },
         initial_stock,
         elapsed,
         client_cpu,

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::HuntOptions;
+use super::leases::Lease;
 use crate::http::{self, HttpOptions};
 use crate::options::LoadOptions;
 use crate::report::Report;
@@ -75,6 +76,7 @@ pub(super) fn stalled(
     load: &LoadOptions,
     http: &HttpOptions,
     healed: Instant,
+    lease: Option<&Lease>,
 ) -> Option<String> {
     let read = stock_reader(target, opts, &load.sku);
     let left = read()?;
@@ -130,10 +132,84 @@ pub(super) fn stalled(
         }
         thread::sleep(Duration::from_millis(100));
     }
-    Some(format!(
+    let mut found = format!(
         "stalled: {left} units were left, and for {} ms after the faults were undone none of {tries} requests bought (the last: {last})",
         opts.heal.as_millis()
-    ))
+    );
+    // How long the system took, when a lease it was seen to take explains the stall: probed
+    // on until that lease (and a margin) has run out since the heal, at most a minute more.
+    if let Some(l) = lease {
+        let ttl = Duration::from_millis(l.ttl_ms);
+        let until = healed + (ttl + LEASE_MARGIN).min(opts.heal + AFTER_HEAL_MAX);
+        let again = sells_again(
+            target,
+            &probe,
+            &probe_http,
+            opts,
+            until,
+            tries,
+            &*read,
+            left,
+        )
+        .map(|at| at.saturating_duration_since(healed));
+        let took = match again {
+            Some(d) => format!(
+                "it sold again {:.1} s after the faults were undone",
+                d.as_secs_f64()
+            ),
+            None => format!(
+                "it had not sold again {:.1} s after the faults were undone",
+                until.saturating_duration_since(healed).as_secs_f64()
+            ),
+        };
+        found.push_str(&format!(
+            "; {took}; a key with a {:.1} s TTL was held ('{}', the longest lease seen)",
+            tenths_up(ttl),
+            l.key.escape_debug()
+        ));
+    }
+    Some(found)
+}
+
+/// A lease in seconds, rounded up to a tenth: a key's time to live is read after it was set,
+/// so it is always a little less than the lease.
+pub(super) fn tenths_up(d: Duration) -> f64 {
+    (d.as_millis() as f64 / 100.0).ceil() / 10.0
+}
+
+/// Past a lease seen, the stalled system is probed this much longer.
+const LEASE_MARGIN: Duration = Duration::from_secs(2);
+/// And at most this long past the heal.
+const AFTER_HEAL_MAX: Duration = Duration::from_secs(60);
+
+/// When the system sold again (a probe bought, or the stock fell), probing until `until`.
+#[allow(clippy::too_many_arguments)]
+fn sells_again(
+    target: &Target,
+    probe: &LoadOptions,
+    http_opts: &HttpOptions,
+    opts: &HuntOptions,
+    until: Instant,
+    mut tries: u64,
+    read: &dyn Fn() -> Option<i64>,
+    left: i64,
+) -> Option<Instant> {
+    while Instant::now() < until {
+        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return None;
+        }
+        tries += 1;
+        let probe = LoadOptions {
+            users_from: 1_000_000 + tries,
+            ..probe.clone()
+        };
+        let answer = http::run(target, &probe, http_opts);
+        if matches!(&answer, Ok(r) if r.bought > 0) || read().is_some_and(|now| now < left) {
+            return Some(Instant::now());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    None
 }
 
 fn probe_answer(r: &Report) -> String {

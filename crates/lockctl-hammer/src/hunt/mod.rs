@@ -15,6 +15,7 @@
 
 pub mod checks;
 pub mod clean;
+pub mod leases;
 mod liveness;
 pub mod nemesis;
 pub mod own;
@@ -138,6 +139,12 @@ pub struct HuntOptions {
     pub faults: Vec<FaultKind>,
     /// After the faults are undone, with stock left, a sale must come within this.
     pub heal: Duration,
+    /// Every fault held between these two (`--fault-ms`); `None`: 0.3 to 1.5 s, and some
+    /// past the longest lease seen and common client timeouts ([`long_holds`]).
+    pub fault_ms: Option<(Duration, Duration)>,
+    /// Whether the leases the system takes are learned from the hunt's Redis ([`leases`]:
+    /// `SCAN` and `PTTL` only); only when that Redis is the system's.
+    pub leases: bool,
     /// The stock, requests or rate every round has, when the caller fixed them.
     pub fixed: plan::Fixed,
     /// What does the faults and undoes them.
@@ -227,6 +234,29 @@ pub struct HuntReport {
     /// What the hunt created in the system's stores and removed at the end (`None`: kept, or
     /// not looked for).
     pub cleaned: Option<clean::Cleaned>,
+    /// The longest lease the system was seen to take ([`leases`]); `None`: none seen, or not
+    /// looked for.
+    pub lease: Option<leases::Lease>,
+    /// The longest a fault was held.
+    pub longest_fault: Duration,
+}
+
+/// Client timeouts common in the wild (phpredis and redis-py defaults, HTTP clients): a
+/// pause just past one turns a slow answer into an error the system must handle.
+pub const COMMON_TIMEOUTS: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(5)];
+
+/// The long holds for the next round: just past the longest lease seen and past each common
+/// client timeout, those that fit in `heal` and in what is left of the budget.
+pub fn long_holds(lease: Option<&leases::Lease>, heal: Duration, left: Duration) -> Vec<Duration> {
+    let margin = |d: Duration| d + (d / 10).max(Duration::from_millis(300));
+    let room = heal.min(left.saturating_sub(Duration::from_secs(2)));
+    lease
+        .map(|l| Duration::from_millis(l.ttl_ms))
+        .into_iter()
+        .chain(COMMON_TIMEOUTS)
+        .map(margin)
+        .filter(|d| *d > plan::SHORT_HOLD_MAX && *d <= room)
+        .collect()
 }
 
 /// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
@@ -237,7 +267,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
     if opts.idempotent {
         planner = planner.with_retries();
     }
-    planner = planner.with_fixed(opts.fixed);
+    planner = planner.with_fixed(opts.fixed).with_fault_ms(opts.fault_ms);
     let tag = RoundSkus {
         tag: hex::encode(rand::random::<[u8; 3]>()),
         ids: Ids::new(opts.sku_format, ""),
@@ -249,9 +279,11 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             hunt.interrupted = true;
             break;
         }
+        let left = opts.budget.saturating_sub(started.elapsed());
+        planner.with_long_holds(long_holds(hunt.lease.as_ref(), opts.heal, left));
         let plan = planner.next_round();
         opts.nemesis.begin_round();
-        let outcome = round(target, opts, &tag, &plan, &mut planner);
+        let outcome = round(target, opts, &tag, &plan, &mut planner, hunt.lease.as_ref());
         // Whatever the round came to, nothing stays broken; a system that cannot be brought
         // back ends the hunt (its rounds could no longer be told from its failures).
         if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
@@ -262,6 +294,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             history,
             faults,
             sku,
+            lease,
         } = match outcome {
             Ok(ran) => ran,
             Err(RoundEnd::CannotGoOn(failed)) => return Err(cannot_go_on(&failed)),
@@ -282,6 +315,11 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             }
             Err(RoundEnd::Failed(e)) => return Err(e),
         };
+        if let Some(l) = lease
+            && hunt.lease.as_ref().is_none_or(|h| l.ttl_ms > h.ttl_ms)
+        {
+            hunt.lease = Some(l);
+        }
         let (requests, verdict) = (report.run.requests, report.verdict);
         let seen = (plan.clone(), faults.clone());
         let failed = hunt.add(plan, report, history, faults, sku);
@@ -341,6 +379,8 @@ impl HuntReport {
             unknown: Vec::new(),
             unjudged: 0,
             cleaned: None,
+            lease: None,
+            longest_fault: Duration::ZERO,
         }
     }
 
@@ -357,6 +397,8 @@ impl HuntReport {
         self.requests += report.run.requests;
         *self.shapes.entry(plan.shape.name()).or_default() += 1;
         for f in &faults {
+            let held = f.stop.map_or(Duration::ZERO, |s| s.saturating_sub(f.start));
+            self.longest_fault = self.longest_fault.max(held);
             *self.faults_tried.entry(f.fault.clone()).or_default() += 1;
             if f.took {
                 *self.faults.entry(f.fault.clone()).or_default() += 1;
@@ -421,6 +463,8 @@ struct Ran {
     history: Option<Box<History>>,
     faults: Vec<Fault>,
     sku: String,
+    /// The longest lease seen during the round.
+    lease: Option<leases::Lease>,
 }
 
 /// A hunt's own SKUs: a random tag (text) or block of numbers or UUIDs of its own, so that a
@@ -448,8 +492,10 @@ fn round(
     run: &RoundSkus,
     plan: &Round,
     planner: &mut Planner,
+    known: Option<&leases::Lease>,
 ) -> std::result::Result<Ran, RoundEnd> {
     let sku = sku_of(opts, run, plan.number)?;
+    opts.nemesis.round_sku(sku.as_str());
     if let Ok(mut skus) = opts.skus.lock() {
         skus.push(sku.clone());
     }
@@ -485,10 +531,22 @@ fn round(
         Shape::Rate { rate, .. } => Some(rate),
         _ => None,
     };
+    http.sale = match plan.shape {
+        Shape::Sale { cap, .. } => Some(http::Sale {
+            cap,
+            think_min: plan::THINK_MIN,
+            think_max: plan::THINK_MAX,
+        }),
+        _ => None,
+    };
     let striker = strike(opts, plan, start, done.clone(), answered, planner);
+    let watcher = opts
+        .leases
+        .then(|| leases::watch(target, sku.as_str(), done.clone()));
     let result = http::run_recorded(target, &load, &http);
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
+    let lease = watcher.and_then(|w| w.join().ok().flatten());
     let Recorded { report, history } = result?;
     let (mut faults, healed, failed) = healing.take();
     let more = opts.nemesis.heal(start.elapsed());
@@ -502,13 +560,20 @@ fn round(
             history: None,
             faults,
             sku: sku.to_string(),
+            lease,
         });
     };
     let mut found = Vec::new();
     if let Some(k) = plan.retry_every {
         found.extend(checks::retries(&mut history.samples, k));
     }
-    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, healed);
+    // The longest lease of the hunt so far, if this round saw none longer.
+    let longest = [lease.as_ref(), known]
+        .into_iter()
+        .flatten()
+        .max_by_key(|l| l.ttl_ms);
+    let seen = (healed, longest);
+    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
     found.extend(more);
     history.findings = found;
     history.unjudged = unjudged;
@@ -518,6 +583,7 @@ fn round(
         history: Some(history),
         faults,
         sku: sku.to_string(),
+        lease,
     })
 }
 
@@ -629,7 +695,7 @@ fn findings(
     http: &HttpOptions,
     history: &History,
     report: &Report,
-    healed: Instant,
+    (healed, lease): (Instant, Option<&leases::Lease>),
 ) -> (Vec<String>, Option<String>) {
     let mut v = Vec::new();
     let mut unjudged = None;
@@ -710,7 +776,7 @@ fn findings(
     if report.verdict != Verdict::Unknown
         && !report.interrupted
         && !stopping()
-        && let Some(stalled) = stalled(target, opts, load, http, healed)
+        && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
     {
         v.push(stalled);
     }
@@ -723,6 +789,26 @@ mod tests {
     use crate::options::Mode;
     use crate::report::RunFacts;
     use lockctl_core::stock::Strategy;
+
+    /// Past the lease seen and each common timeout, as far as the heal and the budget allow.
+    #[test]
+    fn long_holds_outlast_the_lease_and_common_timeouts_within_heal_and_budget() {
+        let lease = leases::Lease {
+            key: "lock:x".into(),
+            ttl_ms: 2500,
+        };
+        let s = Duration::from_millis;
+        assert_eq!(
+            long_holds(Some(&lease), s(10_000), s(60_000)),
+            vec![s(2800), s(2300), s(5500)]
+        );
+        assert_eq!(
+            long_holds(Some(&lease), s(3000), s(60_000)),
+            vec![s(2800), s(2300)]
+        );
+        assert_eq!(long_holds(None, s(10_000), s(4500)), vec![s(2300)]);
+        assert!(long_holds(None, s(10_000), s(3000)).is_empty());
+    }
 
     /// Twelve rounds that could not be judged: the first few are listed with their reason,
     /// and all twelve are counted.

@@ -34,17 +34,25 @@ pub enum FaultKind {
     /// With `--proxy`: one of the system's connections to Redis stalled (nothing moves either
     /// way) or, one time in three, reset.
     Stall,
+    /// With the stock in SQL: a second session holds the round's stock row (the stock query
+    /// `FOR UPDATE` in a transaction) for the fault's length.
+    DbLock,
+    /// With the stock or orders in SQL: the system's sessions on that database ended
+    /// (`pg_terminate_backend`, MySQL `KILL`), never lockctl's own.
+    DbKill,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::ClientKill,
         FaultKind::RedisPause,
         FaultKind::PauseWorker,
         FaultKind::KillWorker,
         FaultKind::PauseHolder,
         FaultKind::Stall,
+        FaultKind::DbLock,
+        FaultKind::DbKill,
     ];
 
     /// Its name, as `--nemesis` takes it and the history records it (`client-kill`, ...).
@@ -56,12 +64,32 @@ impl FaultKind {
             FaultKind::KillWorker => "kill-worker",
             FaultKind::PauseHolder => "pause-holder",
             FaultKind::Stall => "stall",
+            FaultKind::DbLock => "db-lock",
+            FaultKind::DbKill => "db-kill",
         }
     }
 
     /// The kind called `name` ([`FaultKind::name`]), if any.
     pub fn from_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it is held for a while and then lifted (a pause, a stall), so that how long it
+    /// is held matters; a kill is done at once.
+    pub fn is_held(self) -> bool {
+        matches!(
+            self,
+            FaultKind::RedisPause
+                | FaultKind::PauseWorker
+                | FaultKind::PauseHolder
+                | FaultKind::Stall
+                | FaultKind::DbLock
+        )
+    }
+
+    /// Whether it acts on the system's SQL database (stock or orders).
+    pub fn needs_sql(self) -> bool {
+        matches!(self, FaultKind::DbLock | FaultKind::DbKill)
     }
 
     /// Whether it needs the system's processes (`--serve`).
@@ -95,6 +123,8 @@ struct Undo {
     stopped: Vec<i32>,
     /// lockctl's own buyer processes stopped.
     own_stopped: Vec<i32>,
+    /// The stock row held by lockctl's session (`db-lock`); dropped, it is let go.
+    row: Option<super::sql::RowLock>,
     /// A process was killed: the system is restarted.
     killed: bool,
     /// The faults done this round, for the history.
@@ -119,6 +149,21 @@ pub struct Nemesis {
     proxy: Option<Arc<super::proxy::Proxy>>,
     /// Set by a heal, cleared at a round's start: no fault is done while it is set.
     closed: Arc<Mutex<bool>>,
+    /// The system's SQL database, for `db-lock` and `db-kill`.
+    sql: Option<Arc<SqlFaults>>,
+    /// The round's SKU, whose stock row `db-lock` holds.
+    sku: Arc<Mutex<Option<String>>>,
+}
+
+/// What the database faults act on.
+pub struct SqlFaults {
+    /// The database of the stock (or, without it, of the orders).
+    pub db: Arc<super::sql::SqlDb>,
+    /// The stock query (`--stock-query`), which `db-lock` runs `FOR UPDATE`; `None`: no
+    /// stock in SQL, so no `db-lock`.
+    pub stock_query: Option<String>,
+    /// What the SKUs are, for binding them.
+    pub format: crate::http::ids::IdFormat,
 }
 
 /// A client of the hunt's Redis that is neither lockctl's nor, as far as this machine can
@@ -150,6 +195,21 @@ impl Nemesis {
             spare_own: true,
             proxy: None,
             closed: Arc::default(),
+            sql: None,
+            sku: Arc::default(),
+        }
+    }
+
+    /// The same nemesis, with the system's SQL database (for `db-lock` and `db-kill`).
+    pub fn with_sql(mut self, sql: SqlFaults) -> Nemesis {
+        self.sql = Some(Arc::new(sql));
+        self
+    }
+
+    /// The round's SKU, whose stock row `db-lock` holds.
+    pub fn round_sku(&self, sku: &str) {
+        if let Ok(mut s) = self.sku.lock() {
+            *s = Some(sku.to_string());
         }
     }
 
@@ -183,6 +243,8 @@ impl Nemesis {
             FaultKind::KillWorker => self.kill_worker(rng),
             FaultKind::PauseHolder => self.pause_holder(rng),
             FaultKind::Stall => self.stall(rng),
+            FaultKind::DbLock => self.db_lock(),
+            FaultKind::DbKill => self.db_kill(),
         };
         if let Ok(mut u) = self.undo.lock() {
             u.done.push(Fault {
@@ -201,7 +263,8 @@ impl Nemesis {
             FaultKind::RedisPause => self.unpause_redis(),
             FaultKind::PauseWorker | FaultKind::PauseHolder => self.continue_stopped(),
             FaultKind::Stall => self.unstall(),
-            FaultKind::ClientKill | FaultKind::KillWorker => {}
+            FaultKind::DbLock => self.let_row_go(),
+            FaultKind::ClientKill | FaultKind::KillWorker | FaultKind::DbKill => {}
         }
         if let Ok(mut u) = self.undo.lock()
             && let Some(f) = u
@@ -221,6 +284,7 @@ impl Nemesis {
         self.unpause_redis();
         self.continue_stopped();
         self.unstall();
+        self.let_row_go();
         let killed = self
             .undo
             .lock()
@@ -341,6 +405,70 @@ impl Nemesis {
         self.unpause_redis();
         self.continue_stopped();
         self.unstall();
+        self.let_row_go();
+    }
+
+    fn let_row_go(&self) {
+        // Dropped outside the lock: its session's rollback is awaited.
+        let row = self.undo.lock().ok().and_then(|mut u| u.row.take());
+        drop(row);
+    }
+
+    fn db_lock(&self) -> (bool, String) {
+        let Some(sql) = &self.sql else {
+            return (false, "no SQL database to lock a row in".into());
+        };
+        let Some(query) = &sql.stock_query else {
+            return (false, "no stock query to lock its row with".into());
+        };
+        let Some(sku) = self.sku.lock().ok().and_then(|s| s.clone()) else {
+            return (false, "no round under way".into());
+        };
+        let param = super::sql::SkuParam {
+            text: &sku,
+            format: sql.format,
+        };
+        let shown = format!("the stock row of '{sku}' ({query} FOR UPDATE, in a transaction)");
+        match sql.db.hold_row(query, param, Duration::from_millis(300)) {
+            Ok(held) => {
+                let (row, detail) = match held {
+                    super::sql::RowHeld::Held(row) => (row, format!("held {shown}")),
+                    super::sql::RowHeld::Queued(row) => (
+                        row,
+                        format!("queued for {shown} behind the system's own lock"),
+                    ),
+                };
+                if let Ok(mut u) = self.undo.lock() {
+                    u.row = Some(row);
+                }
+                (true, detail)
+            }
+            Err(e) => (false, format!("could not lock {shown}: {e}")),
+        }
+    }
+
+    fn db_kill(&self) -> (bool, String) {
+        let Some(sql) = &self.sql else {
+            return (false, "no SQL database to end sessions on".into());
+        };
+        match sql.db.kill_sessions() {
+            Ok(0) => (
+                false,
+                format!("no session of the system on {}", sql.db.shown()),
+            ),
+            Ok(n) => (
+                true,
+                format!(
+                    "ended {} on {} (lockctl's own spared)",
+                    lockctl_core::units::count(n, "session", "sessions"),
+                    sql.db.shown()
+                ),
+            ),
+            Err(e) => (
+                false,
+                format!("could not end sessions on {}: {e}", sql.db.shown()),
+            ),
+        }
     }
 
     fn unstall(&self) {
@@ -474,18 +602,29 @@ impl Nemesis {
     fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
         let serve = self.serve.as_ref()?.lock().ok()?;
         let tree = serve.processes();
-        // A worker rather than the server's first process (nor the shell before it, when the
-        // command did not exec the server), when there is one.
-        let first = match tree
-            .first()
-            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")))
-        {
-            Some(Ok(comm)) if matches!(comm.trim(), "sh" | "bash" | "dash") => 2,
-            _ => 1,
+        // Never the shell the command runs in.
+        let shell = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| matches!(c.trim(), "sh" | "bash" | "dash"))
         };
-        let workers: Vec<i32> = tree.iter().skip(first).copied().collect();
-        let from = if workers.is_empty() { &tree } else { &workers };
-        from.get(rng.random_range(0..from.len().max(1))).copied()
+        let procs: Vec<i32> = tree.iter().copied().filter(|p| !shell(p)).collect();
+        // The web tier (processes with a listening socket) and the rest (a queue's consumer,
+        // which serves no port) are picked as often as each other, however many workers the
+        // web tier forks. Of the web tier, a worker rather than the server's first process,
+        // when there is one.
+        let web = super::owners::listening(&procs);
+        let (mut serving, other): (Vec<i32>, Vec<i32>) =
+            procs.iter().partition(|p| web.contains(p));
+        if serving.len() > 1 {
+            serving.remove(0);
+        }
+        let (side, pick) = (rng.random_range(0..2u32), rng.random_range(0..1024usize));
+        let group = match (side, serving.is_empty(), other.is_empty()) {
+            (_, true, true) => &tree,
+            (0, false, _) | (_, false, true) => &serving,
+            _ => &other,
+        };
+        group.get(pick % group.len().max(1)).copied()
     }
 
     fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {

@@ -54,6 +54,30 @@ pub fn owners(addrs: &[SocketAddr]) -> HashMap<SocketAddr, Owner> {
     found
 }
 
+/// Of `pids`, those that hold a listening TCP socket (a web tier: a server and the workers it
+/// forked, which share its socket); the others serve no port (a queue's consumer, say).
+pub fn listening(pids: &[i32]) -> std::collections::HashSet<i32> {
+    let mut inodes = std::collections::HashSet::new();
+    let tables = [procfs::net::tcp(), procfs::net::tcp6()];
+    for entry in tables.into_iter().flatten().flatten() {
+        if entry.state == procfs::net::TcpState::Listen {
+            inodes.insert(entry.inode);
+        }
+    }
+    pids.iter()
+        .copied()
+        .filter(|pid| {
+            procfs::process::Process::new(*pid)
+                .and_then(|p| p.fd())
+                .is_ok_and(|fds| {
+                    fds.flatten().any(|fd| {
+                        matches!(fd.target, procfs::process::FDTarget::Socket(i) if inodes.contains(&i))
+                    })
+                })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

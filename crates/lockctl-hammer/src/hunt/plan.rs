@@ -33,7 +33,22 @@ pub enum Shape {
         /// Users clicking.
         users: u64,
     },
+    /// A sale: `buyers` connections, each clicking again a few milliseconds after a busy or
+    /// failed answer until it is told sold out or `cap` has passed ([`crate::http::Sale`]).
+    /// A round sized in time: a system that answers busy at once is still clicking when its
+    /// first lease runs out.
+    Sale {
+        /// Buyers at once.
+        buyers: u64,
+        /// The round's time cap.
+        cap: Duration,
+    },
 }
+
+/// A sale's buyers think this long, at least, before clicking again.
+pub const THINK_MIN: Duration = Duration::from_millis(5);
+/// And at most this long.
+pub const THINK_MAX: Duration = Duration::from_millis(50);
 
 impl Shape {
     /// Its name in reports: `burst`, `rate` or `double-click`.
@@ -42,6 +57,7 @@ impl Shape {
             Shape::Burst { .. } => "burst",
             Shape::Rate { .. } => "rate",
             Shape::DoubleClick { .. } => "double-click",
+            Shape::Sale { .. } => "sale",
         }
     }
 
@@ -50,6 +66,7 @@ impl Shape {
         match *self {
             Shape::Burst { concurrency } | Shape::Rate { concurrency, .. } => concurrency,
             Shape::DoubleClick { users } => users * 2,
+            Shape::Sale { buyers, .. } => buyers,
         }
     }
 }
@@ -65,6 +82,12 @@ impl std::fmt::Display for Shape {
                 f,
                 "{} clicking twice at once",
                 lockctl_core::units::count(*users, "user", "users")
+            ),
+            Shape::Sale { buyers, cap } => write!(
+                f,
+                "a sale: {} clicking until sold out, for at most {:.1} s",
+                lockctl_core::units::count(*buyers, "buyer", "buyers"),
+                cap.as_secs_f64()
             ),
         }
     }
@@ -102,13 +125,27 @@ pub struct Round {
 /// The generator of rounds.
 pub struct Planner {
     rng: StdRng,
+    /// The draws added since the first schedule (sales, long holds), from a stream of their
+    /// own: the rest of a seed's rounds stay what they were.
+    extra: StdRng,
     max_concurrency: u64,
     users: Option<u64>,
     faults: Vec<FaultKind>,
     number: u64,
     idempotent: bool,
     fixed: Fixed,
+    /// Holds past the system's leases and common client timeouts, for some held faults.
+    long_holds: Vec<Duration>,
+    /// Every fault's hold drawn from this range instead (`--fault-ms`).
+    fault_ms: Option<(Duration, Duration)>,
 }
+
+/// What the seed of [`Planner::extra`] differs from the schedule's by.
+const EXTRA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A fault held longer than this has its round made a sale that outlasts it: a round of
+/// requests would be over (and the fault lifted) before the hold is up.
+pub const SHORT_HOLD_MAX: Duration = Duration::from_millis(1500);
 
 /// What the caller fixed for every round (a flag of `hammer --url`), instead of drawing it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -133,13 +170,29 @@ impl Planner {
     ) -> Planner {
         Planner {
             rng: StdRng::seed_from_u64(seed),
+            extra: StdRng::seed_from_u64(seed ^ EXTRA),
             max_concurrency: max_concurrency.max(2),
             users,
             faults: faults.to_vec(),
             number: 0,
             idempotent: false,
             fixed: Fixed::default(),
+            long_holds: Vec::new(),
+            fault_ms: None,
         }
+    }
+
+    /// Holds some held faults (pauses, stalls) have instead of 0.3 to 1.5 s: past the
+    /// system's longest lease and common client timeouts; empty: none (the default).
+    pub fn with_long_holds(&mut self, holds: Vec<Duration>) {
+        self.long_holds = holds;
+    }
+
+    /// Every fault held between `min` and `max` (`--fault-ms`), instead of the drawn and
+    /// learned holds.
+    pub fn with_fault_ms(mut self, range: Option<(Duration, Duration)>) -> Planner {
+        self.fault_ms = range;
+        self
     }
 
     /// Rounds with `fixed`'s stock, requests or rate instead of drawn ones (the draws are made
@@ -182,14 +235,55 @@ impl Planner {
             },
             _ => Shape::Burst { concurrency },
         };
+        // A third of the rounds are sales sized in time: a system that answers busy at once
+        // gets through a round of requests before its first lease runs out, but not a sale.
+        let x = &mut self.extra;
+        let sale = x.random_range(0..10u32) < 3;
+        let cap = Duration::from_millis(x.random_range(1000..=4000));
+        let (long, pick, within): (bool, usize, f64) = (
+            x.random_range(0..2u32) == 0,
+            x.random_range(0..1024),
+            x.random(),
+        );
+        // Requests fixed by the caller are a round's size: no sale then.
+        let shape = match sale && self.fixed.requests.is_none() {
+            true => Shape::Sale {
+                buyers: concurrency.max(4).min(self.max_concurrency),
+                cap,
+            },
+            false => shape,
+        };
         // Most rounds have a fault, some none: a bug that needs no fault is found sooner.
         let faults = match (self.faults.is_empty(), r.random_range(0..4u32)) {
             (true, _) | (false, 0) => Vec::new(),
-            _ => vec![PlannedFault {
-                kind: self.faults[r.random_range(0..self.faults.len())],
-                after: Duration::from_millis(r.random_range(0..15)),
-                hold: Duration::from_millis(r.random_range(300..1500)),
-            }],
+            _ => {
+                let kind = self.faults[r.random_range(0..self.faults.len())];
+                let after = Duration::from_millis(r.random_range(0..15));
+                let short = Duration::from_millis(r.random_range(300..1500));
+                let hold = match self.fault_ms {
+                    Some((lo, hi)) => lo + (hi - lo).mul_f64(within),
+                    None if long && kind.is_held() && !self.long_holds.is_empty() => {
+                        self.long_holds[pick % self.long_holds.len()]
+                    }
+                    None => short,
+                };
+                vec![PlannedFault { kind, after, hold }]
+            }
+        };
+        // A long hold is held through a sale that outlasts it by a second or more.
+        let shape = match faults.iter().map(|f| f.hold).max() {
+            Some(hold) if hold > SHORT_HOLD_MAX && self.fixed.requests.is_none() => Shape::Sale {
+                buyers: shape.concurrency().max(4).min(self.max_concurrency),
+                cap: hold + Duration::from_secs(1).max(cap.saturating_sub(hold)),
+            },
+            _ => shape,
+        };
+        // A sale's requests are a bound: every buyer clicking as fast as a buyer thinks.
+        let requests = match (shape, self.fixed.requests) {
+            (Shape::Sale { buyers, cap }, None) => {
+                buyers * (cap.as_millis() as u64 / THINK_MIN.as_millis() as u64 + 1)
+            }
+            _ => requests,
         };
         let retry_every = self.idempotent.then(|| r.random_range(2..=4u64));
         let shape = match (self.fixed.rate, shape) {
@@ -226,5 +320,61 @@ mod tests {
             assert!(r.shape.concurrency() <= 16, "{r:?}");
             assert!(r.requests >= r.stock * 2, "demand exceeds supply: {r:?}");
         }
+    }
+
+    /// A third or so of the rounds are sales, sized in time, with room for every buyer to
+    /// click as fast as a buyer thinks.
+    #[test]
+    fn some_rounds_are_sales_sized_in_time() {
+        let mut p = Planner::new(3, 16, None, &[]);
+        let rounds: Vec<_> = (0..60).map(|_| p.next_round()).collect();
+        let sales: Vec<_> = rounds
+            .iter()
+            .filter_map(|r| match r.shape {
+                Shape::Sale { buyers, cap } => Some((r, buyers, cap)),
+                _ => None,
+            })
+            .collect();
+        assert!((8..=30).contains(&sales.len()), "{} sales", sales.len());
+        for (r, buyers, cap) in sales {
+            assert!((4..=16).contains(&buyers), "{r:?}");
+            assert!(cap >= Duration::from_secs(1) && cap <= Duration::from_secs(4));
+            assert!(r.requests >= buyers * (cap.as_millis() as u64 / 5), "{r:?}");
+        }
+    }
+
+    /// `--fault-ms` holds every fault in its range, and a hold past a short round's makes the
+    /// round a sale that outlasts it.
+    #[test]
+    fn a_fault_range_holds_every_fault_within_it_through_a_sale() {
+        let (lo, hi) = (Duration::from_millis(2000), Duration::from_millis(3000));
+        let mut p =
+            Planner::new(5, 16, None, &[FaultKind::PauseWorker]).with_fault_ms(Some((lo, hi)));
+        let mut faulted = 0;
+        for _ in 0..40 {
+            let r = p.next_round();
+            for f in &r.faults {
+                faulted += 1;
+                assert!(f.hold >= lo && f.hold <= hi, "{r:?}");
+                match r.shape {
+                    Shape::Sale { cap, .. } => assert!(cap >= f.hold + Duration::from_secs(1)),
+                    _ => panic!("a long fault in a round that is not a sale: {r:?}"),
+                }
+            }
+        }
+        assert!(faulted >= 20, "{faulted}");
+    }
+
+    /// Learned long holds are used by held faults only, some of the time.
+    #[test]
+    fn long_holds_go_to_pauses_and_stalls_and_not_to_kills() {
+        let long = Duration::from_millis(2800);
+        let mut p = Planner::new(11, 16, None, &[FaultKind::Stall, FaultKind::KillWorker]);
+        p.with_long_holds(vec![long]);
+        let rounds: Vec<_> = (0..80).map(|_| p.next_round()).collect();
+        let faults = || rounds.iter().flat_map(|r| &r.faults);
+        assert!(faults().any(|f| f.kind == FaultKind::Stall && f.hold == long));
+        assert!(faults().any(|f| f.kind == FaultKind::Stall && f.hold < SHORT_HOLD_MAX));
+        assert!(faults().all(|f| f.kind == FaultKind::Stall || f.hold < SHORT_HOLD_MAX));
     }
 }

@@ -248,6 +248,8 @@ fn open(url: &str, timeout: Duration) -> Result<Conn, String> {
             if config.get_connect_timeout().is_none() {
                 config.connect_timeout(timeout);
             }
+            // So that db-kill tells lockctl's sessions from the system's.
+            config.application_name(OWN_APPLICATION);
             Conn::Pg(Box::new(
                 config.connect(postgres::NoTls).map_err(|e| fail(&e))?,
             ))
@@ -256,6 +258,9 @@ fn open(url: &str, timeout: Duration) -> Result<Conn, String> {
             let opts = mysql::Opts::from_url(&url).map_err(|e| fail(&e))?;
             let opts = mysql::OptsBuilder::from_opts(opts)
                 .tcp_connect_timeout(Some(timeout))
+                // On TCP, never the server's socket file: db-kill tells lockctl's sessions
+                // by their client address.
+                .prefer_socket(false)
                 .read_timeout(Some(timeout * 5))
                 .write_timeout(Some(timeout * 5));
             Conn::My(Box::new(mysql::Conn::new(opts).map_err(|e| fail(&e))?))
@@ -469,5 +474,159 @@ fn my_text(row: &mysql::Row, i: usize) -> Result<String, String> {
         Some(mysql::Value::Int(n)) => Ok(n.to_string()),
         Some(mysql::Value::UInt(n)) => Ok(n.to_string()),
         _ => Err("an order id that is neither text nor a number".into()),
+    }
+}
+
+/// The name lockctl's own PostgreSQL sessions give themselves (`application_name`), so that
+/// `db-kill` tells them from the system's.
+pub const OWN_APPLICATION: &str = "lockctl-hunt";
+
+/// A row held by a session of lockctl's own: the stock query `FOR UPDATE` in a transaction,
+/// rolled back when this is dropped (the `db-lock` fault).
+pub struct RowLock {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RowLock {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How a row lock came out, within the wait [`SqlDb::hold_row`] is given.
+pub enum RowHeld {
+    /// The row is held.
+    Held(RowLock),
+    /// The system holds it: lockctl's session waits for it, and holds it once it comes.
+    Queued(RowLock),
+}
+
+impl SqlDb {
+    /// Holds the row `query` reads for `sku` on a session of its own: `query` with `FOR
+    /// UPDATE`, in a transaction, until the [`RowLock`] is dropped. Waits `ready` for the row,
+    /// at most; a session that cannot be had or a query the database refuses is an error.
+    pub fn hold_row(&self, query: &str, sku: SkuParam, ready: Duration) -> Result<RowHeld, String> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let locking = format!("{} FOR UPDATE", query.trim().trim_end_matches(';'));
+        let (url, timeout) = (self.url.clone(), self.timeout);
+        let (text, format) = (sku.text.to_string(), sku.format);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let sku = SkuParam {
+                text: &text,
+                format,
+            };
+            let wait = || {
+                while !stopping.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            match open(&url, timeout) {
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+                Ok(Conn::Pg(mut c)) => {
+                    let held = (|| {
+                        let mut t = c.transaction().map_err(|e| pg_error(&e))?;
+                        let stmt = t.prepare(&locking).map_err(|e| pg_error(&e))?;
+                        let key = sku.pg(stmt.params().first())?;
+                        t.query(&stmt, &[&*key]).map_err(|e| pg_error(&e))?;
+                        let _ = tx.send(Ok(()));
+                        wait();
+                        t.rollback().map_err(|e| pg_error(&e))
+                    })();
+                    if let Err(e) = held {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+                Ok(Conn::My(mut c)) => {
+                    use mysql::prelude::Queryable;
+                    let held = (|| {
+                        c.query_drop("START TRANSACTION")
+                            .map_err(|e| e.to_string())?;
+                        let _: Vec<mysql::Row> =
+                            c.exec(&locking, (sku.my(),)).map_err(|e| e.to_string())?;
+                        let _ = tx.send(Ok(()));
+                        wait();
+                        c.query_drop("ROLLBACK").map_err(|e| e.to_string())
+                    })();
+                    if let Err(e) = held {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            }
+        });
+        let lock = RowLock {
+            stop,
+            thread: Some(thread),
+        };
+        match rx.recv_timeout(ready) {
+            Ok(Ok(())) => Ok(RowHeld::Held(lock)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Ok(RowHeld::Queued(lock)),
+        }
+    }
+
+    /// Ends every session on this database but lockctl's own (PostgreSQL: those not named
+    /// [`OWN_APPLICATION`]; MySQL: those whose client socket is not this process's), as a
+    /// database restart or failover ends them: how many were ended.
+    pub fn kill_sessions(&self) -> Result<u64, String> {
+        match open(&self.url, self.timeout)? {
+            Conn::Pg(mut c) => {
+                let rows = c
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                         AND backend_type = 'client backend' \
+                         AND coalesce(application_name, '') <> $1",
+                        &[&OWN_APPLICATION],
+                    )
+                    .map_err(|e| pg_error(&e))?;
+                Ok(rows.iter().filter(|r| r.get::<_, bool>(0)).count() as u64)
+            }
+            Conn::My(mut c) => {
+                use mysql::prelude::Queryable;
+                let sessions: Vec<(u64, String)> = c
+                    .query(
+                        "SELECT ID, HOST FROM information_schema.PROCESSLIST \
+                         WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+                    )
+                    .map_err(|e| e.to_string())?;
+                // The server names a client by its address, or by the name it resolves
+                // (`localhost:54321`).
+                let addr = |host: &str| -> Option<std::net::SocketAddr> {
+                    let (name, port) = host.rsplit_once(':')?;
+                    let ip = match name {
+                        "localhost" => "127.0.0.1",
+                        ip => ip.trim_start_matches('[').trim_end_matches(']'),
+                    };
+                    Some(std::net::SocketAddr::new(
+                        ip.parse().ok()?,
+                        port.parse().ok()?,
+                    ))
+                };
+                let addrs: Vec<std::net::SocketAddr> =
+                    sessions.iter().filter_map(|(_, h)| addr(h)).collect();
+                let owners = super::owners::owners(&addrs);
+                let me = std::process::id() as i32;
+                let mut killed = 0;
+                for (id, host) in sessions {
+                    let ours = addr(&host)
+                        .and_then(|a| owners.get(&a))
+                        .is_some_and(|o| o.pid == me);
+                    // A session that ended meanwhile is no error.
+                    if !ours && c.query_drop(format!("KILL {id}")).is_ok() {
+                        killed += 1;
+                    }
+                }
+                Ok(killed)
+            }
+        }
     }
 }
