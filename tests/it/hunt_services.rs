@@ -197,11 +197,14 @@ fn refused_answers_sell_nothing_and_owe_nothing() {
             "--limit",
             "1",
             // Every round: 10 requests of two users on a stock of 5, so whichever round the
-            // history keeps has refusals (a drawn round of two requests would have none).
+            // history keeps has refusals (a drawn round of two requests would have none; a
+            // double click's users are half the connections: -c 4 makes them two as well).
             "--stock",
             "5",
             "-n",
             "10",
+            "-c",
+            "4",
             "--nemesis",
             "none",
             "--history",
