@@ -867,19 +867,7 @@ fn is_placeholder(value: &str) -> bool {
             rest = rest[scheme.len()..].trim_start();
         }
     }
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        match ["{sku}", "{user}", "{order}", "{n}", "{token}"]
-            .iter()
-            .find(|p| rest.starts_with(*p))
-        {
-            Some(p) => rest = &rest[p.len()..],
-            None => return false,
-        }
-    }
-    true
+    !rest.is_empty() && lockctl_core::redact::only_placeholders(rest)
 }
 
 /// `a` as one shell word that `sh` reads back as `a`. A control character other than a line

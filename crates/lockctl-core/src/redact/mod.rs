@@ -109,8 +109,9 @@ fn string_end(s: &str, open: usize) -> Option<usize> {
         .map(|(j, _)| open + 1 + j)
 }
 
-/// Whether `value` is nothing but lockctl's placeholders (`{token}`, `{user}`...).
-fn only_placeholders(value: &str) -> bool {
+/// Whether `value` is nothing but lockctl's placeholders (`{token}`, `{user}`...): no secret,
+/// and a replay needs it as it is. Empty counts as placeholders only.
+pub fn only_placeholders(value: &str) -> bool {
     let mut rest = value;
     while !rest.is_empty() {
         match ["{sku}", "{user}", "{order}", "{n}", "{token}"]
