@@ -10,16 +10,18 @@
 //!
 //! Layout: stream entries and trimming here; the queue's depth in `queue`; the books against
 //! PostgreSQL in `books` and `reconcile`; dead letters and their requeue in `dead`; the table in `db`; the
-//! loop in `worker`.
+//! loop in `worker`, and the points of it a caller may step in at in `checkpoint`.
 
 pub mod books;
 #[cfg(feature = "postgres")]
-mod crash;
+pub mod checkpoint;
 #[cfg(feature = "postgres")]
 pub mod db;
 pub mod dead;
 #[cfg(feature = "postgres")]
 pub mod events;
+#[cfg(feature = "postgres")]
+mod failure;
 pub mod queue;
 #[cfg(feature = "postgres")]
 mod reconcile;
