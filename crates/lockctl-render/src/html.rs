@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::chart::{Scale, Series, line_chart};
-use super::escape::escape;
-use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
-use super::hunt::verdict_word;
+use crate::chart::{Scale, Series, line_chart};
+use crate::escape::escape;
+use crate::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
+use crate::hunt::verdict_word;
 use lockctl_hammer::{Bucket, Report, Verdict, overall_verdict};
 
 /// The page.

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 /// `s` with the characters HTML gives meaning to written as entities.
-pub(super) fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::escape::escape;
+use crate::escape::escape;
 use lockctl_core::stock::{Buy, Outcome};
 use lockctl_hammer::history::{Blamed, History, blamed, lanes};
 use lockctl_hammer::{Ended, Report, Sample};
