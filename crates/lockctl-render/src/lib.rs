@@ -22,6 +22,8 @@
 mod advice;
 mod chart;
 mod escape;
+#[cfg(test)]
+mod fixtures;
 mod hammer;
 mod html;
 mod hunt;
