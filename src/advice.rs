@@ -4,7 +4,8 @@
 //! place that turns a fix into this program's flags and commands, for errors on stderr and in
 //! `--json`, for `check`'s and `status`'s findings, and for the hammer's first error.
 
-use lockctl_core::{Error, Finding, Hint};
+use lockctl_core::{Error, Hint};
+use lockctl_render::Advice;
 
 /// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
 /// it, or it would be read as a flag.
@@ -83,27 +84,25 @@ pub fn words(hint: &Hint) -> String {
     }
 }
 
-/// `text`, followed by what to do about `hint` when there is one.
-pub fn with_hint(text: &str, hint: Option<&Hint>) -> String {
-    match hint.map(words) {
-        Some(w) if !w.is_empty() => format!("{text} ({w})"),
-        _ => text.to_string(),
+/// This program's words for a fix, for the renderers (`lockctl-render`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CliAdvice;
+
+impl Advice for CliAdvice {
+    fn words(&self, hint: &Hint) -> String {
+        words(hint)
     }
 }
 
 /// A library error as the command line says it: the failure and its fix.
 pub fn explain(e: &Error) -> String {
-    with_hint(&e.to_string(), e.hint().as_ref())
-}
-
-/// A finding of `check` or `status` as the command line says it.
-pub fn finding(f: &Finding) -> String {
-    with_hint(&f.text, f.hint.as_ref())
+    CliAdvice.with_hint(&e.to_string(), e.hint().as_ref())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockctl_core::Finding;
 
     #[test]
     fn an_error_is_said_with_its_fix_in_this_programs_words() {
@@ -116,9 +115,9 @@ mod tests {
             name: "-odd".into(),
         });
         assert_eq!(
-            finding(&f),
+            CliAdvice.finding(&f),
             "a lock is damaged (repair it with: lockctl unlock --force -- -odd)"
         );
-        assert_eq!(with_hint("plain", None), "plain");
+        assert_eq!(CliAdvice.with_hint("plain", None), "plain");
     }
 }
