@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::support::{RedisServer, TestDb, lockctl, redis_cli_program};
 
-/// Every Lua text in the workspace's sources: the raw string literals that call Redis.
+/// Every Lua text in the workspace's sources: the `.lua` files, and any raw string literal
+/// that calls Redis.
 fn lua_sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
@@ -32,7 +33,7 @@ fn lua_sources() -> Vec<(String, String)> {
                 if path.file_name().is_some_and(|n| n != "target") {
                     dirs.push(path);
                 }
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "lua") {
                 files.push(path);
             }
         }
@@ -40,6 +41,11 @@ fn lua_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
+        // A `.lua` file is one Lua text, whole (a script's parts are composed from them).
+        if file.extension().is_some_and(|e| e == "lua") {
+            out.push((file.display().to_string(), text));
+            continue;
+        }
         for (open, close) in [("r\"", "\""), ("r#\"", "\"#")] {
             let mut rest = text.as_str();
             while let Some(at) = rest.find(open) {

@@ -484,132 +484,17 @@ fn bad_map(key: &str, raw: &str) -> String {
     )
 }
 
-/// Whether a record of a move, `'<units> <to>'`, is one lockctl writes: units a positive
-/// integer Lua holds exactly, `to` one of the `k` buckets. Checked before a script writes
-/// anything, so a damaged record never stops a move that has taken units.
-/// `sale_of(key, nonce)`: 'ok' when the bucket's sale key holds this sale's id, 'stale' when
-/// another (or none), or why it is damaged. `count_of(key)`: why a stock or moved-out count is
-/// damaged (not an integer as Redis writes one, or below zero: a bucket's books never go
-/// below zero but by an oversale), or nil and its value.
-const WELL_FORMED: &str = r"
-local function well_formed(v, k)
-  local units, to = string.match(v, '^([1-9]%d*) (%d+)$')
-  return units ~= nil and string.len(units) <= 15 and string.len(to) <= 3
-    and tonumber(to) < tonumber(k)
-end
-local function sale_of(key, nonce)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then return key .. ' is not a string' end
-  if v ~= nonce then return 'stale' end
-  return 'ok'
-end
-local function count_of(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then return key .. ' is not a string' end
-  if not is_int(v) then return key .. ' holds ' .. quoted(v) .. ', not an integer' end
-  local n = tonumber(v or '0')
-  if n < 0 then return key .. ' holds ' .. v .. ', below zero' end
-  return nil, n
-end
-";
+/// What it takes and answers: the header comment of `lua/bucket_well_formed.lua`.
+const WELL_FORMED: &str = include_str!("lua/bucket_well_formed.lua");
 
-/// Takes units from a donor bucket, for a purchase at another.
-/// KEYS: 1 stock, 2 moves out not finished, 3 units moved out, 4 the bucket's sale nonce,
-/// 5 the bucket's lock. ARGV: 1 units needed, 2 the move's id, 3 the destination bucket,
-/// 4 the sale's nonce, 5 the token of the lock the taker holds ('' = none), 6 how many
-/// buckets there are.
-/// Returns {status, units taken, stock left, {id, '<units> <to>', ...} unfinished}:
-/// 'took', 'empty' (nothing to take), 'locked' (another holds the lock: a holder may have
-/// read the stock and be about to write it), 'stale' (another sale), 'bad' (damaged keys).
-/// Takes half of the donor's stock, at least what is needed (all there is, if less).
-/// The stock must be an integer by the purchase scripts' rule (`is_int` of [`BOOKS_LUA`]:
-/// as Redis writes it, within 2^53), so that a donor is never read otherwise than a purchase
-/// would read it.
-const TAKE_BODY: &str = r"
-local pending = redis.pcall('HGETALL', KEYS[2])
-if pending['err'] then return {'bad', 0, 0, {not_a_hash(KEYS[2])}} end
-for i = 2, #pending, 2 do
-  if not well_formed(pending[i], ARGV[6]) then
-    return {'bad', 0, 0, {KEYS[2] .. ' holds a move lockctl did not write'}}
-  end
-end
-local sale = sale_of(KEYS[4], ARGV[4])
-if sale == 'stale' then return {'stale', 0, 0, pending} end
-if sale ~= 'ok' then return {'bad', 0, 0, {sale}} end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'bad', 0, 0, {KEYS[1] .. ' is missing'}}
-end
-local why, stock = count_of(KEYS[1])
-if why then return {'bad', 0, 0, {why}} end
-why = count_of(KEYS[3])
-if why then return {'bad', 0, 0, {why}} end
-if stock == 0 then return {'empty', 0, stock, pending} end
-local holder = redis.call('GET', KEYS[5])
-if holder and holder ~= ARGV[5] then return {'locked', 0, stock, pending} end
-local take = math.min(stock, math.max(tonumber(ARGV[1]), math.floor(stock / 2)))
-redis.call('DECRBY', KEYS[1], take)
-redis.call('HSET', KEYS[2], ARGV[2], string.format('%d %s', take, ARGV[3]))
-redis.call('INCRBY', KEYS[3], take)
-return {'took', take, stock - take, pending}
-";
+/// What it takes and answers: the header comment of `lua/bucket_take.lua`.
+const TAKE_BODY: &str = include_str!("lua/bucket_take.lua");
 
-/// The home bucket of a borrowing purchase, checked before anything is taken for it, so that
-/// a delivery into it cannot stop half way on a damaged key.
-/// KEYS: 1 stock, 2 moves out not finished, 3 moves delivered, 4 units moved out, 5 the
-/// bucket's sale, 6 the drained mark. ARGV: 1 the sale's nonce.
-/// ARGV: 2 how many buckets there are.
-/// Returns {status, units the drained mark holds, {id, '<units> <to>', ...} moves out of the
-/// home not finished, its stock}: 'ok', 'drained', 'stale' (another sale's), 'bad' (damaged:
-/// why).
-const HOME_BODY: &str = r"
-local function bad(why) return {'bad', 0, {why}, 0} end
-local pending = redis.pcall('HGETALL', KEYS[2])
-if pending['err'] then return bad(not_a_hash(KEYS[2])) end
-for i = 2, #pending, 2 do
-  if not well_formed(pending[i], ARGV[2]) then
-    return bad(KEYS[2] .. ' holds a move lockctl did not write')
-  end
-end
-local t = redis.call('TYPE', KEYS[3])['ok']
-if t ~= 'none' and t ~= 'hash' then return bad(not_a_hash(KEYS[3])) end
-local sale = sale_of(KEYS[5], ARGV[1])
-if sale == 'stale' then return {'stale', 0, pending, 0} end
-if sale ~= 'ok' then return bad(sale) end
-if redis.call('EXISTS', KEYS[1]) == 0 then return bad(KEYS[1] .. ' is missing') end
-local why, stock = count_of(KEYS[1])
-if why then return bad(why) end
-why = count_of(KEYS[4])
-if why then return bad(why) end
-local mark = redis.pcall('GET', KEYS[6])
-if type(mark) == 'table' then return bad(KEYS[6] .. ' is not a string') end
-local ours = ARGV[1] .. ':'
-if mark and string.sub(mark, 1, #ours) == ours then
-  local units = string.sub(mark, #ours + 1)
-  if string.match(units, '^%d+$') and string.len(units) <= 15 then
-    return {'drained', tonumber(units), pending, stock}
-  end
-end
-return {'ok', 0, pending, stock}
-";
+/// What it takes and answers: the header comment of `lua/bucket_home.lua`.
+const HOME_BODY: &str = include_str!("lua/bucket_home.lua");
 
-/// Delivers a move into its destination, once.
-/// KEYS: 1 stock, 2 moves delivered (id -> units), 3 the bucket's sale nonce.
-/// ARGV: 1 the move's id, 2 units, 3 the sale's nonce.
-/// Returns 'done', 'again' (delivered before), 'stale' (the bucket is another sale's now: the
-/// units belonged to a sale that is over) or 'bad: <why>'.
-const DELIVER_BODY: &str = r"
-local sale = sale_of(KEYS[3], ARGV[3])
-if sale ~= 'ok' and sale ~= 'stale' then return 'bad: ' .. sale end
-if sale == 'stale' then return 'stale' end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'again' end
-local raw = redis.pcall('GET', KEYS[1])
-if type(raw) ~= 'string' or not is_int(raw) then
-  return 'bad: ' .. KEYS[1] .. ' is not a stock counter'
-end
-redis.call('INCRBY', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return 'done'
-";
+/// What it takes and answers: the header comment of `lua/bucket_deliver.lua`.
+const DELIVER_BODY: &str = include_str!("lua/bucket_deliver.lua");
 
 static TAKE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!("{BOOKS_LUA}{WELL_FORMED}{TAKE_BODY}"))
@@ -770,40 +655,14 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
     Ok(placed.into_iter().map(|(_, p)| p).collect())
 }
 
-/// Publishes a bucketed seed: its map, its count and a move counter at zero, and the SKU's
-/// own stock key deleted (a reader that knows no buckets finds it unseeded rather than a wrong
-/// count), all at once, unless a seed of the same or a later generation published first.
-/// KEYS: 1 seed generations, 2 bucket map, 3 seed record, 4 move counter, 5 the SKU's stock.
-/// ARGV: 1 this seed's generation, 2 its map, 3 its count.
-/// Returns {'published', the map replaced or ''}, {'outrun', ''} or {'bad', why}.
-const PUBLISH_LUA: &str = r"
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t ~= 'none' and t ~= 'hash' then return {'bad', KEYS[1] .. ' is not a hash'} end
-local last = tonumber(redis.call('HGET', KEYS[1], 'published') or '0') or 0
-if last >= tonumber(ARGV[1]) then return {'outrun', ''} end
-local old = redis.pcall('GET', KEYS[2])
-if type(old) ~= 'string' then old = '' end
-redis.call('HSET', KEYS[1], 'published', ARGV[1])
-redis.call('DEL', KEYS[5])
-redis.call('SET', KEYS[3], ARGV[3])
-redis.call('SET', KEYS[4], 0)
-redis.call('SET', KEYS[2], ARGV[2])
-return {'published', old}
-";
+/// What it takes and answers: the header comment of `lua/bucket_publish.lua`.
+const PUBLISH_LUA: &str = include_str!("lua/bucket_publish.lua");
 
 static PUBLISH: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(PUBLISH_LUA));
 
-/// Ends a bucket of a seed that was never published, if it is still that seed's.
-/// KEYS: 1 the bucket's sale nonce, then every book of the bucket (not its orders stream or
-/// dead letters). ARGV: 1 the seed's nonce. Returns 1 when ended, 0 when the bucket is not
-/// that seed's (another sale's, by a chance of tags).
-const END_UNPUBLISHED_LUA: &str = r"
-local sale = redis.pcall('GET', KEYS[1])
-if sale ~= ARGV[1] then return 0 end
-redis.call('DEL', unpack(KEYS))
-return 1
-";
+/// What it takes and answers: the header comment of `lua/bucket_end_unpublished.lua`.
+const END_UNPUBLISHED_LUA: &str = include_str!("lua/bucket_end_unpublished.lua");
 
 static END_UNPUBLISHED: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(END_UNPUBLISHED_LUA));
