@@ -37,13 +37,22 @@ macro_rules! with_queue {
 macro_rules! releasing {
     ($preamble:expr, $body:expr) => {
         concat!(
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock/lua/releasing.lua")),
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock/lua/queue.lua")),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/lock/lua/releasing.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/lock/lua/queue.lua"
+            )),
             $preamble,
             "\nlocal function work()\n",
             $body,
             "\nend\n",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock/lua/release_tail.lua"))
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/lock/lua/release_tail.lua"
+            ))
         )
     };
 }

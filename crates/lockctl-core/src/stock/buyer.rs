@@ -5,17 +5,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::calls::{Batch, Decided, Deduct, Write};
-use super::script::{DEDUCT, DEDUCT_LUA, FENCED_RELEASE, FORGET_FENCE, WRITE_RELEASE};
-use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock, stock_value};
+use super::script::{FENCED_RELEASE, FORGET_FENCE, WRITE_RELEASE};
+use super::{Buy, BuyOptions, Purchase, Strategy, read_stock, stock_value};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::lock::{Acquire, Guard, Lock, Release};
-use crate::metrics::{AcquireResult, Metrics};
+use crate::metrics::AcquireResult;
 use crate::redlock::Quorum;
 use crate::sku::Sku;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 
 /// Where a purchase stands once the stock has been read.
 enum Step {
@@ -40,50 +38,12 @@ pub struct Buyer {
     in_bucket: bool,
 }
 
-/// This buyer's metrics, looked up once: a purchase then costs two atomic operations (none
-/// when its target records nowhere: `Meters` is then `None`).
-#[derive(Clone)]
-struct Meters {
-    /// One counter per outcome, in the order of [`Outcome::ALL`].
-    outcomes: [Counter; Outcome::ALL.len()],
-    /// `lockctl_buy_total{outcome="error"}`.
-    errors: Counter,
-    stock: Gauge,
-}
-
-impl std::fmt::Debug for Meters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Meters")
-    }
-}
-
-impl Meters {
-    fn new(m: &Metrics, sku: &Sku) -> Meters {
-        Meters {
-            outcomes: Outcome::ALL.map(|o| m.buy_counter(o.as_str())),
-            errors: m.buy_counter("error"),
-            stock: m.stock_gauge(sku.as_str()),
-        }
-    }
-
-    /// Counts one purchase: its outcome (and the stock it saw), or an error.
-    fn record(&self, result: std::result::Result<&Buy, ()>) {
-        match result {
-            Ok(buy) => {
-                self.outcomes[buy.outcome() as usize].inc();
-                if let Some(left) = buy.remaining() {
-                    self.stock.set(left);
-                }
-            }
-            Err(()) => {
-                self.errors.inc();
-            }
-        }
-    }
-}
-
 mod answers;
+mod atomic;
 mod bucketed;
+mod meters;
+
+use meters::Meters;
 
 impl Buyer {
     /// Counts one purchase in the target's metrics, if it has any.
@@ -340,7 +300,12 @@ impl Buyer {
         // As for one purchase: the user counts only under a per-user limit.
         let each: Vec<(&str, &str)> = purchases
             .iter()
-            .map(|(order, user)| (*order, user.filter(|_| self.options.limit.is_some()).unwrap_or("")))
+            .map(|(order, user)| {
+                (
+                    *order,
+                    user.filter(|_| self.options.limit.is_some()).unwrap_or(""),
+                )
+            })
             .collect();
         let replies: Vec<String> = conn.script(&call.invocation(&each))?;
         if replies.len() != purchases.len() {
@@ -356,7 +321,8 @@ impl Buyer {
             .map(|(reply, (order_id, user))| {
                 let mut p = self.new_purchase(order_id);
                 let limit = user.and(self.options.limit).unwrap_or(0);
-                let decided = Decided::parse_batch(&reply).map_err(|e| answers::unknown(conn, e))?;
+                let decided =
+                    Decided::parse_batch(&reply).map_err(|e| answers::unknown(conn, e))?;
                 p.outcome = self.outcome_of(decided, limit, &mut p)?;
                 Ok(p)
             })
@@ -590,78 +556,6 @@ impl Buyer {
             queue: self.options.queue,
             fence,
             sku: self.sku.as_str(),
-        }
-    }
-
-    /// The atomic strategy's purchase as one command, for a caller that drives many connections
-    /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
-    /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
-    pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
-        if let Some(b) = self.bucketed() {
-            return b.buyers[b.map.home(user, order_id)].atomic_command(order_id, user);
-        }
-        self.deduct_call("", order_id, user, None).command()
-    }
-
-    /// Makes sure the server knows the atomic strategy's script.
-    pub fn load_scripts(&self, conn: &mut Conn) -> Result<()> {
-        let sha: String = conn.query(redis::cmd("SCRIPT").arg("LOAD").arg(DEDUCT_LUA))?;
-        debug_assert_eq!(sha, DEDUCT.get_hash());
-        Ok(())
-    }
-
-    /// The purchase an [`Buyer::atomic_command`] reply stands for, counted in the metrics like
-    /// [`Buyer::buy`]. `Ok(None)` when the purchase must be made again the ordinary way: the
-    /// server had lost the script (a flush or a restart), or the lock was held and this buyer
-    /// has a wait to spend.
-    pub fn atomic_reply(
-        &self,
-        conn: &Conn,
-        reply: Result<(String, i64, String)>,
-        order_id: &str,
-        user: Option<&str>,
-    ) -> Result<Option<Purchase>> {
-        let wait = !self.options.lock.wait.is_zero();
-        self.atomic_answer(conn, reply, order_id, user, wait)
-    }
-
-    /// [`Buyer::atomic_reply`], with a busy answer given back as `Ok(None)` only when
-    /// `busy_again` (the caller tries busy purchases again itself otherwise).
-    pub(super) fn atomic_answer(
-        &self,
-        conn: &Conn,
-        reply: Result<(String, i64, String)>,
-        order_id: &str,
-        user: Option<&str>,
-        busy_again: bool,
-    ) -> Result<Option<Purchase>> {
-        let mut p = self.new_purchase(order_id);
-        let limit = user.zip(self.options.limit).map_or(0, |(_, l)| l);
-        let result = match reply {
-            Err(Error::Redis { code: Some(c), .. }) if c == "NOSCRIPT" => return Ok(None),
-            Err(e) => Err(e),
-            Ok(r) => self.deduct_outcome(conn, r, limit, &mut p),
-        };
-        // The ordinary way finds the SKU's buckets, borrows for a bucket that is short, and
-        // waits for the replicas asked for: none of which one command could do.
-        let bucketed = !self.in_bucket && self.bucketed().is_some();
-        match (&result, bucketed) {
-            (Err(Error::Unseeded { .. }), _) if !self.in_bucket => return Ok(None),
-            (Ok(Buy::SoldOut { .. }), true) if p.replayed.is_none() => return Ok(None),
-            (Ok(Buy::Bought { .. }), _) if self.options.require_replicas > 0 => return Ok(None),
-            _ => {}
-        }
-        match result {
-            Ok(Buy::Busy) if busy_again => Ok(None),
-            Ok(outcome) => {
-                p.outcome = outcome;
-                self.meter(Ok(&outcome));
-                Ok(Some(p))
-            }
-            Err(e) => {
-                self.meter(Err(()));
-                Err(e)
-            }
         }
     }
 }

@@ -34,7 +34,9 @@ impl Deduct<'_> {
     /// KEYS, in the script's order.
     pub fn keys(&self) -> [&str; 6] {
         let k = self.keys;
-        [&k.stock, &k.ledger, self.lock, &k.buyers, &k.sold, &k.events]
+        [
+            &k.stock, &k.ledger, self.lock, &k.buyers, &k.sold, &k.events,
+        ]
     }
 
     /// ARGV, in the script's order.
@@ -108,7 +110,10 @@ impl Write<'_> {
     pub fn eval(&self) -> Cmd {
         let keys = self.keys();
         let mut eval = redis::cmd("EVAL");
-        eval.arg(WRITE_LUA).arg(keys.len()).arg(&keys).arg(&self.args());
+        eval.arg(WRITE_LUA)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&self.args());
         eval
     }
 }
@@ -135,11 +140,13 @@ impl Batch<'_> {
     pub fn invocation(&self, purchases: &[(&str, &str)]) -> ScriptInvocation<'static> {
         let k = self.keys;
         let mut inv = BATCH.prepare_invoke();
-        inv.key(&[&k.stock, &k.ledger, self.lock, &k.buyers, &k.sold, &k.events])
-            .arg(self.qty)
-            .arg(self.limit)
-            .arg(flag(self.queue))
-            .arg(self.sku);
+        inv.key(&[
+            &k.stock, &k.ledger, self.lock, &k.buyers, &k.sold, &k.events,
+        ])
+        .arg(self.qty)
+        .arg(self.limit)
+        .arg(flag(self.queue))
+        .arg(self.sku);
         for (order, user) in purchases {
             inv.arg(order).arg(user);
         }
@@ -191,7 +198,10 @@ impl Decided {
     pub fn parse((status, n, text): (String, i64, String)) -> Result<Decided, UnknownAnswer> {
         Ok(match status.as_str() {
             "bought" => Decided::Bought { left: n },
-            "replayed" => Decided::Replayed { units: n, now: text },
+            "replayed" => Decided::Replayed {
+                units: n,
+                now: text,
+            },
             "sold_out" => Decided::SoldOut { stock: n },
             "limit" => Decided::Limit { had: n },
             "busy" => Decided::Busy,
@@ -211,7 +221,10 @@ impl Decided {
             let text = text.to_string();
             Some(match code {
                 "b" => Decided::Bought { left: n },
-                "r" => Decided::Replayed { units: n, now: text },
+                "r" => Decided::Replayed {
+                    units: n,
+                    now: text,
+                },
                 "s" => Decided::SoldOut { stock: n },
                 "l" => Decided::Limit { had: n },
                 "y" => Decided::Busy,

@@ -18,9 +18,9 @@
 //! file holds the types they share and the plain reads and writes (seed, stock, ledger).
 
 mod batch;
-mod calls;
 pub mod buckets;
 mod buyer;
+mod calls;
 mod script;
 
 use std::collections::HashMap;

@@ -10,24 +10,34 @@ use redis::Script;
 use crate::lock::releasing;
 
 /// The deduct script's text: the books' functions (`lua/books.lua`), then `lua/deduct.lua`.
-pub(super) const DEDUCT_LUA: &str = concat!(include_str!("lua/books.lua"), include_str!("lua/deduct.lua"));
+pub(super) const DEDUCT_LUA: &str = concat!(
+    include_str!("lua/books.lua"),
+    include_str!("lua/deduct.lua")
+);
 pub(super) static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(DEDUCT_LUA));
 
 /// The write script's text, sent whole with EVAL inside the naive strategy's MULTI (the lock
 /// strategy sends the same body with its release, as [`WRITE_RELEASE`]).
-pub(super) const WRITE_LUA: &str = concat!(include_str!("lua/books.lua"), include_str!("lua/write.lua"));
+pub(super) const WRITE_LUA: &str =
+    concat!(include_str!("lua/books.lua"), include_str!("lua/write.lua"));
 
 /// The `lock` strategy's write, its release and the hand-off to the next waiter, as one script:
 /// `lua/write.lua` with the lock's release after it (see [`releasing`]). Its reply is
 /// `{the write's reply, release code, the waiter to notify}`.
 pub(super) static WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(releasing!(include_str!("lua/books.lua"), include_str!("lua/write.lua")))
+    Script::new(releasing!(
+        include_str!("lua/books.lua"),
+        include_str!("lua/write.lua")
+    ))
 });
 
 /// The `fenced` strategy's deduction (the deduct script with the holder's token, so it writes
 /// only while the lease is this holder's), its release and the hand-off, as one script.
 pub(super) static FENCED_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(releasing!(include_str!("lua/books.lua"), include_str!("lua/deduct.lua")))
+    Script::new(releasing!(
+        include_str!("lua/books.lua"),
+        include_str!("lua/deduct.lua")
+    ))
 });
 
 /// Forgets the fencing counter a purchase of an unseeded SKU made (`lua/forget_fence.lua`).
@@ -36,8 +46,8 @@ pub(super) static FORGET_FENCE: LazyLock<Script> =
 
 /// Group commit's script: the books' functions, then `lua/batch.lua`.
 pub(super) static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(include_str!("lua/books.lua"), include_str!("lua/batch.lua")))
+    Script::new(concat!(
+        include_str!("lua/books.lua"),
+        include_str!("lua/batch.lua")
+    ))
 });
-
-/// The books' functions, shared by the bucket scripts too.
-pub(crate) const BOOKS_LUA: &str = include_str!("lua/books.lua");
