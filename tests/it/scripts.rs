@@ -380,21 +380,16 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
 }
 
 /// The lock's own script text, as lockctl sends it: the prelude, the queue's functions, the
-/// carried key bound, then the body named `name` (read from the source, so the test runs the
-/// real scripts step by step).
+/// carried key bound, then the script `name` (`lua/<name>.lua`, read from the source, so the
+/// test runs the real scripts step by step).
 fn lock_script(name: &str) -> String {
-    let src = include_str!("../../crates/lockctl-core/src/lock/scripts.rs");
-    let konst = |n: &str| {
-        let open = format!("const {n}: &str = r\"");
-        let start = src.find(&open).unwrap() + open.len();
-        let end = start + src[start..].find("\";\n").unwrap();
-        src[start..end].to_string()
-    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/lockctl-core/src/lock/lua");
+    let file = |n: &str| std::fs::read_to_string(dir.join(format!("{n}.lua"))).unwrap();
     format!(
         "{}{}CARRY = KEYS[9]\n{}",
-        konst("LOCK_PRELUDE"),
-        konst("QUEUE_LUA"),
-        konst(name)
+        file("prelude"),
+        file("queue"),
+        file(name)
     )
 }
 
@@ -434,21 +429,21 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
     let wake = |tok: &str| format!("{wp}{tok}");
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&h),
         &[&h, "5000", "1", "1000", &wp],
     );
     // T queues behind H at rank 0: it listens on the head list.
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );
     // H releases knowing no next waiter: the grant goes to the head list.
     run(
         &mut c,
-        "RELEASE_LUA",
+        "release",
         &format!("{wp}-"),
         &[&h, "0", "0", "0", &wp],
     );
@@ -458,12 +453,12 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
         "{head:?}"
     );
     // A late second call for T is refused: the head list already tells it.
-    let pushed = run(&mut c, "NOTIFY_LUA", &wake(&t), &[&t, "0", "0", "0", &wp]);
+    let pushed = run(&mut c, "notify", &wake(&t), &[&t, "0", "0", "0", &wp]);
     assert_eq!(pushed, redis::Value::Int(0));
     // T claims at its refresh: the head-list message goes with the claim.
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );
@@ -471,19 +466,19 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
     // T gives the lock back (a lost Redlock round), U takes it, T queues again, same token.
     run(
         &mut c,
-        "RELEASE_LUA",
+        "release",
         &format!("{wp}-"),
         &[&t, "0", "0", "0", &wp],
     );
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&u),
         &[&u, "5000", "1", "1000", &wp],
     );
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );

@@ -11,7 +11,7 @@
 -- server's single thread, and the deduction is what every buyer waits on. Integers must be
 -- written as Redis writes them and within 2^53, where Lua's numbers are exact.
 -- `append_orders(events, sku, qty, fence, orders, users)` appends bought orders to the events
--- stream (`--queue`), in the same script as the deduction and before any other write, and
+-- stream (when the orders queue is on), in the same script as the deduction and before any other write, and
 -- returns why the stream refused one (say its last id is the largest there is), if it did,
 -- and how many it took before that. A purchase whose event is refused is `bad_data` with
 -- nothing written for it: there is no moment when the stock is gone and the event is not
