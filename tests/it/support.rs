@@ -172,25 +172,11 @@ pub fn free_port() -> u16 {
     redis_server::free_port().expect("a free port")
 }
 
-/// The fields the contract requires in `hammer --json`.
-pub const HAMMER_FIELDS: [&str; 16] = [
-    "verdict",
-    "requests",
-    "concurrency",
-    "strategy",
-    "initial_stock",
-    "final_stock",
-    "bought",
-    "sold_qty",
-    "sold_out",
-    "busy",
-    "lease_lost",
-    "errors",
-    "oversold",
-    "elapsed_s",
-    "throughput_rps",
-    "latency_ms",
-];
+/// The fields the contract requires in `hammer --json`: kept with the plain tier's tests, which
+/// check them on hand-built reports, and shared from there.
+#[path = "../plain/contract.rs"]
+mod contract;
+pub use contract::HAMMER_FIELDS;
 
 /// Every request of a `hammer --json` run (or of one of its `runs`), by the outcome it ended in.
 pub fn accounted(v: &serde_json::Value) -> u64 {
