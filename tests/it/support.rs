@@ -327,6 +327,14 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Whether some client of the server `raw` talks to shows every one of `fields` in its `CLIENT
+/// LIST` line: `cmd=monitor` (a MONITOR attached), `flags=b` (blocked in a command).
+pub fn has_client(raw: &mut redis::Connection, fields: &[&str]) -> bool {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(raw).unwrap();
+    list.lines()
+        .any(|line| fields.iter().all(|f| line.split(' ').any(|kv| kv == *f)))
+}
+
 /// Lock options without a watchdog: a `ttl_ms` lease, waiting up to `wait_ms` to get it.
 pub fn lock_options(ttl_ms: u64, wait_ms: u64) -> LockOptions {
     LockOptions {
