@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use crate::cluster::Cluster;
 use crate::faults::tls_server;
 use crate::support::{
-    RedisServer, Streams, accounted, code, eventually, finish_within, json, lockctl, lockctl_env,
-    signal, spawn_lockctl, spawn_lockctl_with, stderr, stdout,
+    RedisServer, Streams, accounted, code, eventually, finish_within, has_client, json, lockctl,
+    lockctl_env, signal, spawn_lockctl, spawn_lockctl_with, stderr, stdout,
 };
 use redis::Commands;
 
@@ -445,8 +445,13 @@ fn a_buyer_stopped_and_continued_while_waiting_still_buys() {
         eventually(Duration::from_secs(20), || queue_len(&mut raw, "ei") >= 1),
         "the buyer never queued"
     );
-    // Queued: it is (or is about to be) blocked reading the wake-up.
-    thread::sleep(Duration::from_millis(200));
+    assert!(
+        eventually(Duration::from_secs(20), || has_client(
+            &mut raw,
+            &["flags=b"]
+        )),
+        "the buyer never blocked reading its wake-up"
+    );
     signal(pid, "STOP");
     thread::sleep(Duration::from_millis(200));
     signal(pid, "CONT");

@@ -441,6 +441,7 @@ fn atomic_async_purchases_are_pipelined_each_its_own_script() {
 #[test]
 fn a_fenced_write_runs_only_while_the_lock_holds_the_holders_token() {
     use lockctl_core::lock::{Acquire, Fenced};
+    use redis::Commands;
     let redis = RedisServer::start();
     let target = redis.target();
     let mut conn = redis.conn();
@@ -457,7 +458,13 @@ fn a_fenced_write_runs_only_while_the_lock_holds_the_holders_token() {
         guard.fenced(&mut conn, &set("first")).unwrap(),
         Fenced::Written(redis::Value::Okay)
     );
-    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        crate::support::eventually(Duration::from_secs(10), || !redis
+            .raw()
+            .exists::<_, bool>("dist_lock:fw")
+            .unwrap()),
+        "the lease never ran out"
+    );
     redis.hold_lock("fw", "another-holder", 5000);
     assert_eq!(
         guard.fenced(&mut conn, &set("late")).unwrap(),

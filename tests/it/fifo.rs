@@ -342,7 +342,10 @@ fn a_damaged_head_list_is_named_and_cleared_by_the_escape_hatch() {
         let lock = Lock::new(&t2, "hl", lock_options(10_000, 5_000));
         matches!(lock.acquire(&mut c).unwrap(), Acquire::Acquired(_))
     });
-    thread::sleep(Duration::from_millis(200));
+    assert!(
+        eventually(Duration::from_secs(30), || queue_len(&server, "hl") == 1),
+        "the waiter never queued"
+    );
     assert_eq!(holder.release(&mut conn).unwrap(), Release::Released);
     assert!(waiting.join().unwrap(), "the waiter never got the lock");
 }

@@ -37,7 +37,6 @@ mod pipeline_attack;
 mod pipeline_trust;
 mod readme;
 mod redlock;
-mod report;
 mod round_trips;
 mod run;
 mod scripts;

@@ -9,8 +9,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::{
-    PrivatePostgres, RedisServer, Streams, TestDb, code, eventually, json, lockctl, signal,
-    spawn_lockctl_with, stderr, stdout,
+    PrivatePostgres, RedisServer, Streams, TestDb, code, eventually, has_client, json, lockctl,
+    signal, spawn_lockctl_with, stderr, stdout,
 };
 use lockctl_core::orders::checkpoint::{Checkpoint, Checkpoints};
 use lockctl_core::orders::worker::{self, WorkerOptions, WorkerStats};
@@ -581,8 +581,14 @@ fn ctrl_c_on_a_worker_says_it_finishes_its_batch_and_blames_no_server() {
         "{:?}",
         rows(&db, "cc")
     );
-    // Blocked in its read of the stream now.
-    std::thread::sleep(Duration::from_millis(300));
+    let mut raw = server.raw();
+    assert!(
+        eventually(Duration::from_secs(30), || has_client(
+            &mut raw,
+            &["cmd=xreadgroup", "flags=b"]
+        )),
+        "the worker never blocked in its read of the stream"
+    );
     signal(worker.id(), "INT");
     let out = crate::support::finish_within(worker, Duration::from_secs(20), "the worker");
     let err = stderr(&out);

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{RedisServer, TestDb, lockctl, redis_cli_program};
+use crate::support::{RedisServer, TestDb, eventually, has_client, lockctl, redis_cli_program};
 
 /// Every Lua text in the workspace's sources: the `.lua` files, and any raw string literal
 /// that calls Redis.
@@ -178,7 +178,14 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-cli monitor");
-    std::thread::sleep(Duration::from_millis(300));
+    let mut raw = redis.raw();
+    assert!(
+        eventually(Duration::from_secs(20), || has_client(
+            &mut raw,
+            &["cmd=monitor"]
+        )),
+        "redis-cli monitor never attached"
+    );
 
     let ok = |args: &[&str]| {
         let out = lockctl(&url, args);
@@ -302,7 +309,14 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
     ok(&["unlock", "scripts_lock", "--force"]);
     ok(&["run", "--name", "scripts_job", "--", "true"]);
     ok(&["seed", "scripts_lock", "5"]);
-    std::thread::sleep(Duration::from_millis(500));
+    // The monitor has written everything once it has written a command sent after the rest.
+    let end = "lockctl-monitor-end";
+    let _: String = redis::cmd("ECHO").arg(end).query(&mut raw).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains(end))),
+        "redis-cli monitor never wrote the last command"
+    );
     let _ = monitor.kill();
     let _ = monitor.wait();
 

@@ -172,25 +172,11 @@ pub fn free_port() -> u16 {
     redis_server::free_port().expect("a free port")
 }
 
-/// The fields the contract requires in `hammer --json`.
-pub const HAMMER_FIELDS: [&str; 16] = [
-    "verdict",
-    "requests",
-    "concurrency",
-    "strategy",
-    "initial_stock",
-    "final_stock",
-    "bought",
-    "sold_qty",
-    "sold_out",
-    "busy",
-    "lease_lost",
-    "errors",
-    "oversold",
-    "elapsed_s",
-    "throughput_rps",
-    "latency_ms",
-];
+/// The fields the contract requires in `hammer --json`: kept with the plain tier's tests, which
+/// check them on hand-built reports, and shared from there.
+#[path = "../plain/contract.rs"]
+mod contract;
+pub use contract::HAMMER_FIELDS;
 
 /// Every request of a `hammer --json` run (or of one of its `runs`), by the outcome it ended in.
 pub fn accounted(v: &serde_json::Value) -> u64 {
@@ -339,6 +325,14 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether some client of the server `raw` talks to shows every one of `fields` in its `CLIENT
+/// LIST` line: `cmd=monitor` (a MONITOR attached), `flags=b` (blocked in a command).
+pub fn has_client(raw: &mut redis::Connection, fields: &[&str]) -> bool {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(raw).unwrap();
+    list.lines()
+        .any(|line| fields.iter().all(|f| line.split(' ').any(|kv| kv == *f)))
 }
 
 /// Lock options without a watchdog: a `ttl_ms` lease, waiting up to `wait_ms` to get it.

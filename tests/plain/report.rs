@@ -8,7 +8,7 @@ use lockctl_core::stock::{Buy, Strategy};
 use lockctl_hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
 use lockctl_render::{self as render, Context};
 
-use crate::support::HAMMER_FIELDS;
+use crate::contract::HAMMER_FIELDS;
 
 fn facts(requests: u64, initial_stock: i64) -> RunFacts {
     RunFacts {
