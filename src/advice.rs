@@ -3,8 +3,12 @@
 //! `lockctl-core` says what went wrong and names the fix as data ([`Hint`]); this is the one
 //! place that turns a fix into this program's flags and commands, for errors on stderr and in
 //! `--json`, for `check`'s and `status`'s findings, and for the hammer's first error.
+//! `lockctl-hammer`'s errors say which part of a request is at fault and what would fit a run
+//! too large; the flags that set them are named here.
 
 use lockctl_core::{Error, Finding, Hint};
+use lockctl_hammer::Error as HammerError;
+use lockctl_hammer::http::{Part, RequestError};
 
 /// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
 /// it, or it would be read as a flag.
@@ -51,6 +55,9 @@ pub fn words(hint: &Hint) -> String {
         Hint::EndpointCa => "if a private CA signed it, give that CA's PEM file with --tls-ca FILE".into(),
         Hint::EndpointName => "use the host name the certificate was issued for in the URL, or give the endpoint a certificate for this one".into(),
         Hint::EndpointTls => "check the https URL, and --tls-ca, --tls-cert, --tls-key".into(),
+        Hint::EndpointUrl => "see --url".into(),
+        Hint::StartEndpoint => "is the endpoint running? see --url".into(),
+        Hint::RequestTimeout => "see --request-timeout-ms".into(),
         Hint::Seed { sku } => format!("seed it first: {}", seed_command(sku)),
         Hint::Reseed { sku } => format!("reset it with: {}", seed_command(sku)),
         Hint::DeleteKey { key } => format!(
@@ -94,6 +101,61 @@ pub fn with_hint(text: &str, hint: Option<&Hint>) -> String {
 /// A library error as the command line says it: the failure and its fix.
 pub fn explain(e: &Error) -> String {
     with_hint(&e.to_string(), e.hint().as_ref())
+}
+
+/// The flag a part of `hammer --url`'s request comes from.
+fn request_flag(part: Part) -> &'static str {
+    match part {
+        Part::Method => "--method",
+        Part::Url => "--url",
+        Part::Header => "--header",
+    }
+}
+
+/// A request that cannot be built, as the command line says it: the flag, the value as
+/// given, what is wrong with it.
+pub fn request(e: &RequestError) -> String {
+    format!("{} '{}'{}", request_flag(e.part), e.given, e.problem)
+}
+
+/// An error of the hammer as the command line says it: the failure, and its fix in this
+/// program's flags.
+pub fn hammer(e: &HammerError) -> String {
+    match e {
+        HammerError::Core(core) => explain(core),
+        HammerError::Request(r) => request(r),
+        HammerError::TooManyClients { fits: 0, .. } => format!(
+            "{e}: not even -c 1 fits; close some of its clients or raise the server's maxclients"
+        ),
+        HammerError::TooManyClients { fits, .. } => {
+            format!("{e}: lower -c to at most {fits}, or raise the server's maxclients")
+        }
+        HammerError::TooFewDescriptors {
+            fits: 0, needed, ..
+        } => format!("{e}: raise the limit (ulimit -n {needed}) and try again"),
+        HammerError::TooFewDescriptors { fits, needed, .. } => {
+            format!("{e}: lower -c to at most {fits}, or raise the limit (ulimit -n {needed})")
+        }
+        _ => with_hint(&e.to_string(), e.hint().as_ref()),
+    }
+}
+
+/// A failed command's error as the command line says it: the context it was given, the
+/// failure, and (for a library's error) its fix in this program's flags.
+pub fn error_message(err: &anyhow::Error) -> String {
+    let full = format!("{err:#}");
+    if let Some(h) = err.downcast_ref::<HammerError>() {
+        // The hammer's own words end the chain: the binary's take their place.
+        let own = h.to_string();
+        return match full.strip_suffix(&own) {
+            Some(context) => format!("{context}{}", hammer(h)),
+            None => hammer(h),
+        };
+    }
+    match err.downcast_ref::<Error>() {
+        Some(lib) => with_hint(&full, lib.hint().as_ref()),
+        None => full,
+    }
 }
 
 /// A finding of `check` or `status` as the command line says it.

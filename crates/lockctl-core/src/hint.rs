@@ -40,6 +40,13 @@ pub enum Hint {
     /// A TLS handshake with an https endpoint failed otherwise: check the certificate files
     /// and that the endpoint speaks https.
     EndpointTls,
+    /// An endpoint's host name does not resolve: check the URL.
+    EndpointUrl,
+    /// Nothing answers at an endpoint's address: start it, or correct the URL.
+    StartEndpoint,
+    /// An endpoint took longer than the limit on one request: raise it, or look at the
+    /// endpoint.
+    RequestTimeout,
     /// The SKU has no stock yet: seed it.
     Seed {
         /// The SKU to seed.
