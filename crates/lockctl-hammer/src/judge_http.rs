@@ -61,7 +61,7 @@ pub(super) fn nothing_to_judge(facts: &RunFacts, t: &Tally) -> Report {
     let mut r = measured(facts, t, None);
     r.verdict = Verdict::Unknown;
     r.unknown_because = Some(
-        "nothing to judge: no --bought-if, --sold-out-if, --busy-if or --preset says which answers sold anything, so the stock was not read"
+        "nothing to judge: no pattern (bought, sold out, busy, or a preset's) says which answers sold anything, so the stock was not read"
             .into(),
     );
     if t.errors > 0 {

@@ -226,7 +226,7 @@ fn failed_over(target: &Target, opts: &HammerOptions, before: &[Option<String>])
         .filter(|(_, (a, b))| a != b)
         .map(|(i, (a, b))| {
             format!(
-                "bucket {i}'s master changed during the run, from {} to {} (a failover): deductions the old master acknowledged before its replica had them are lost with it; any order below told it bought but missing from the ledger is such a loss (--require-replicas 1 makes a purchase wait until a replica has it)",
+                "bucket {i}'s master changed during the run, from {} to {} (a failover): deductions the old master acknowledged before its replica had them are lost with it; any order below told it bought but missing from the ledger is such a loss (a purchase that waits for a replica's copy, as buckets with required replicas do, is not lost so)",
                 a.as_deref().unwrap_or("none"),
                 b.as_deref().unwrap_or("none")
             )

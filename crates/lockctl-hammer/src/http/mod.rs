@@ -229,7 +229,7 @@ fn late_note(http: &HttpOptions, driven: &Driven) -> Option<String> {
     let (n, ms) = (driven.late, crate::report::LATE_AFTER_MS);
     let requests = if n == 1 { "request" } else { "requests" };
     Some(format!(
-        "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; raise -c or lower --rate"
+        "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; more connections or a lower rate keep to it"
     ))
 }
 
