@@ -574,9 +574,8 @@ async fn exchange(
         {
             Err(nobody_there(sh.plan.dial.addr))
         }
-        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => {
-            Err(failure(ErrorKind::Broken, true, why))
-        }
+        Err(ReadError::Cut(why)) => Err(failure(ErrorKind::Broken, true, why.to_string())),
+        Err(ReadError::Malformed(why)) => Err(failure(ErrorKind::Broken, true, why.to_string())),
     }
 }
 

@@ -143,6 +143,7 @@ pub(super) async fn once(
             body: String::from_utf8_lossy(&body).trim().to_string(),
         },
         Err(ReadError::Silent) => Got::Nothing("closed without answering".into()),
-        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => Got::Nothing(why),
+        Err(ReadError::Cut(why)) => Got::Nothing(why.to_string()),
+        Err(ReadError::Malformed(why)) => Got::Nothing(why.to_string()),
     }
 }
