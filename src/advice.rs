@@ -217,6 +217,55 @@ mod tests {
     }
 
     #[test]
+    fn a_hammer_error_is_said_with_the_flag_that_fixes_it() {
+        let bad = lockctl_hammer::http::RequestSpec::new("GE T", "http://x/", &[], None);
+        let e = bad.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the method 'GE T' is not an HTTP method (GET, POST, PUT, ...)"
+        );
+        assert_eq!(
+            request(&e),
+            "--method 'GE T' is not an HTTP method (GET, POST, PUT, ...)"
+        );
+        // Wrapped in context, the context stays and the hammer's words are replaced.
+        let wrapped = anyhow::Error::from(HammerError::from(e)).context("the run");
+        assert_eq!(
+            error_message(&wrapped),
+            "the run: --method 'GE T' is not an HTTP method (GET, POST, PUT, ...)"
+        );
+        let too_many = |fits| HammerError::TooManyClients {
+            addr: "h:1".into(),
+            needed: 40,
+            maxclients: 30,
+            in_use: 1,
+            fits,
+        };
+        assert!(
+            hammer(&too_many(0)).ends_with(
+                ": not even -c 1 fits; close some of its clients or raise the server's maxclients"
+            ),
+            "{}",
+            hammer(&too_many(0))
+        );
+        assert!(
+            hammer(&too_many(22))
+                .ends_with(": lower -c to at most 22, or raise the server's maxclients")
+        );
+        assert!(!too_many(22).to_string().contains("-c"));
+        let negative = HammerError::NegativeStock {
+            sku: "-odd".into(),
+            key: "item:stock:-odd".into(),
+            value: -5,
+        };
+        assert!(
+            hammer(&negative).ends_with("(reset it with: lockctl seed -- -odd <COUNT>)"),
+            "{}",
+            hammer(&negative)
+        );
+    }
+
+    #[test]
     fn the_guard_sees_a_flag_a_command_and_not_a_comment() {
         assert!(names_a_flag(r#"format!("(see --timeout-ms)")"#));
         assert!(names_a_flag(r#""lower -c to at most {fits}""#));
