@@ -6,9 +6,10 @@
 //! `lockctl-hammer`'s errors say which part of a request is at fault and what would fit a run
 //! too large; the flags that set them are named here.
 
-use lockctl_core::{Error, Finding, Hint};
+use lockctl_core::{Error, Hint};
 use lockctl_hammer::Error as HammerError;
 use lockctl_hammer::http::{Part, RequestError};
+use lockctl_render::Advice;
 
 /// `lockctl seed SKU <COUNT>` as one can type it: a SKU that starts with `-` needs `--` before
 /// it, or it would be read as a flag.
@@ -90,17 +91,19 @@ pub fn words(hint: &Hint) -> String {
     }
 }
 
-/// `text`, followed by what to do about `hint` when there is one.
-pub fn with_hint(text: &str, hint: Option<&Hint>) -> String {
-    match hint.map(words) {
-        Some(w) if !w.is_empty() => format!("{text} ({w})"),
-        _ => text.to_string(),
+/// This program's words for a fix, for the renderers (`lockctl-render`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CliAdvice;
+
+impl Advice for CliAdvice {
+    fn words(&self, hint: &Hint) -> String {
+        words(hint)
     }
 }
 
 /// A library error as the command line says it: the failure and its fix.
 pub fn explain(e: &Error) -> String {
-    with_hint(&e.to_string(), e.hint().as_ref())
+    CliAdvice.with_hint(&e.to_string(), e.hint().as_ref())
 }
 
 /// The flag a part of `hammer --url`'s request comes from.
@@ -136,7 +139,7 @@ pub fn hammer(e: &HammerError) -> String {
         HammerError::TooFewDescriptors { fits, needed, .. } => {
             format!("{e}: lower -c to at most {fits}, or raise the limit (ulimit -n {needed})")
         }
-        _ => with_hint(&e.to_string(), e.hint().as_ref()),
+        _ => CliAdvice.with_hint(&e.to_string(), e.hint().as_ref()),
     }
 }
 
@@ -153,27 +156,44 @@ pub fn error_message(err: &anyhow::Error) -> String {
         };
     }
     match err.downcast_ref::<Error>() {
-        Some(lib) => with_hint(&full, lib.hint().as_ref()),
+        Some(lib) => CliAdvice.with_hint(&full, lib.hint().as_ref()),
         None => full,
     }
-}
-
-/// A finding of `check` or `status` as the command line says it.
-pub fn finding(f: &Finding) -> String {
-    with_hint(&f.text, f.hint.as_ref())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockctl_core::Finding;
     use std::path::{Path, PathBuf};
+
+    #[test]
+    fn an_error_is_said_with_its_fix_in_this_programs_words() {
+        let e = Error::Unseeded { sku: "-odd".into() };
+        assert_eq!(
+            explain(&e),
+            "'-odd' has no stock in Redis (seed it first: lockctl seed -- -odd <COUNT>)"
+        );
+        let f = Finding::from("a lock is damaged").with_hint(Hint::ForceUnlock {
+            name: "-odd".into(),
+        });
+        assert_eq!(
+            CliAdvice.finding(&f),
+            "a lock is damaged (repair it with: lockctl unlock --force -- -odd)"
+        );
+        assert_eq!(CliAdvice.with_hint("plain", None), "plain");
+    }
 
     /// Files of the library crates that may name flags or commands, and why: a redactor's
     /// tests feed it command lines; a server's own command line for doc examples. Each must
     /// exist, so that an entry left behind by a move fails here rather than hiding a new file.
-    const MAY_NAME_FLAGS: [&str; 3] = [
+    const MAY_NAME_FLAGS: [&str; 4] = [
         "lockctl-core/src/redact/tests.rs",
         "lockctl-core/src/doc_server.rs",
+        // The renderer writes lockctl's own reports (an HTML title "lockctl hammer", a
+        // buy's "wait longer with --wait-ms"): its words are this program's, as the binary's
+        // are. Its fixes for a library's failures come through `Advice`, worded here.
+        "lockctl-render/src",
         // The hunt's messages still name its flags; it is typed as it moves into its own
         // crate (lockctl-hunt), and this entry goes with that move.
         "lockctl-hammer/src/hunt",
@@ -310,22 +330,5 @@ mod tests {
             "only {read} library files read: is crates/ where it was?"
         );
         assert!(found.is_empty(), "{}", found.join("\n"));
-    }
-
-    #[test]
-    fn an_error_is_said_with_its_fix_in_this_programs_words() {
-        let e = Error::Unseeded { sku: "-odd".into() };
-        assert_eq!(
-            explain(&e),
-            "'-odd' has no stock in Redis (seed it first: lockctl seed -- -odd <COUNT>)"
-        );
-        let f = Finding::from("a lock is damaged").with_hint(Hint::ForceUnlock {
-            name: "-odd".into(),
-        });
-        assert_eq!(
-            finding(&f),
-            "a lock is damaged (repair it with: lockctl unlock --force -- -odd)"
-        );
-        assert_eq!(with_hint("plain", None), "plain");
     }
 }

@@ -1,11 +1,10 @@
 //! lockctl, the command line: what its commands show and serve, as a library so that the
 //! tests read the same renderings the binary prints. The lock, the stock and the pipeline are
-//! `lockctl-core`; the instrument is `lockctl-hammer`; `main.rs` and its modules (the command
+//! `lockctl-core`; the instrument is `lockctl-hammer`; its reports are rendered by `lockctl-render`; `main.rs` and its modules (the command
 //! line, the commands, exports, signals, the private Redis, progress) are the binary itself.
 //!
 //! Layout:
 //! - [`advice`]: the command line's words for what would fix a failure (the library's hints).
-//! - [`render`]: reports as text, JSON, Markdown or HTML.
 //! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
 //! - [`redis_server`]: starting a `redis-server` of one's own (the private server, the tests').
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
@@ -13,5 +12,4 @@
 pub mod advice;
 pub mod endpoint;
 pub mod redis_server;
-pub mod render;
 pub mod scrape;

@@ -19,6 +19,10 @@ fn main() -> ExitCode {
     if let Some(exit) = cmd::run_guard::from_args() {
         return exit.into();
     }
+    // rustls's one process-wide choice of cryptography, which lockctl-core leaves to its
+    // program (the `redis` crate's rediss:// takes it from there): ring's. Installed before
+    // anything connects; an error means one is already installed, which serves as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = match cli::facts::expand(std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {

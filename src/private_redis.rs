@@ -47,14 +47,10 @@ impl PrivateRedis {
             std::env::var_os("LOCKCTL_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
         sweep_stale();
         let (mut last, mut squatted) = (String::new(), 0);
-        let mut forced = forced_ports().into_iter();
         // A free port can be taken between finding it and binding it: try a few.
         for _ in 0..TRIES {
             let dir = fresh_dir()?;
-            let port = match forced.next() {
-                Some(p) => p,
-                None => free_port()?,
-            };
+            let port = free_port()?;
             let spawned = redis_server::command(&binary, port, &dir, &[])
                 .process_group(0)
                 .die_with_parent()
@@ -145,16 +141,6 @@ fn live() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
 
 /// How many ports are tried before giving up.
 const TRIES: usize = 5;
-
-/// `LOCKCTL_PRIVATE_REDIS_PORTS`: ports to try first, in order (for lockctl's own tests: a port
-/// another server already holds).
-fn forced_ports() -> Vec<u16> {
-    std::env::var("LOCKCTL_PRIVATE_REDIS_PORTS")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|p| p.trim().parse().ok())
-        .collect()
-}
 
 /// A port nobody listens on at the moment of asking.
 fn free_port() -> anyhow::Result<u16> {

@@ -12,13 +12,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde_json::Value;
-
 use crate::cli::HammerArgs;
 use crate::usage::UsageError;
-use lockctl::render::{self, Context};
 use lockctl_hammer::Report;
 use lockctl_hammer::history::History;
+use lockctl_render::{self as render, Context, HammerDocument};
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -243,7 +241,7 @@ impl Exports {
         let mut stdout_taken = false;
         for e in &self.0 {
             let text = match e.kind {
-                Kind::Json => format!("{:#}\n", w.document),
+                Kind::Json => format!("{}\n", serde_json::to_string_pretty(w.document)?),
                 Kind::Markdown => render::hammer_markdown(w.reports, w.context),
                 Kind::Html => render::hammer_html(w.reports, w.context),
                 Kind::Metrics => w.metrics.encode(),
@@ -280,7 +278,7 @@ impl Exports {
 /// What the exports are made of.
 pub struct Written<'a> {
     pub reports: &'a [Report],
-    pub document: &'a Value,
+    pub document: &'a HammerDocument<'a>,
     pub context: &'a Context,
     pub metrics: &'a lockctl_core::metrics::Metrics,
     pub history: Option<&'a History>,

@@ -1,7 +1,7 @@
 //! `lockctl buy SKU`: one purchase, the tutorial's flow (or a safer strategy).
 
-use lockctl::render;
 use lockctl_core::stock::{self, Buy, Buyer};
+use lockctl_render as render;
 
 use super::{Ctx, Exit, UsageError, output};
 use crate::cli::BuyArgs;

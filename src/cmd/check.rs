@@ -1,8 +1,9 @@
 //! `lockctl check`: is this Redis reachable and fit for locking?
 
-use lockctl::render;
+use lockctl::advice::CliAdvice;
 use lockctl_core::check;
 use lockctl_core::conn::Target;
+use lockctl_render as render;
 
 use super::{Ctx, Exit, output};
 
@@ -22,13 +23,13 @@ pub fn run(ctx: &Ctx, cluster: bool) -> anyhow::Result<Exit> {
     }
     // With -q the verdict comes first: it is the line a script wants.
     let text = || match ctx.quiet {
-        true => render::check_text(&report)
+        true => render::check_text(&report, &CliAdvice)
             .lines()
             .last()
             .unwrap_or("")
             .to_string(),
-        false => render::check_text(&report),
+        false => render::check_text(&report, &CliAdvice),
     };
-    output(ctx, text, || render::check_json(&report))?;
+    output(ctx, text, || render::check_json(&report, &CliAdvice))?;
     Ok(if report.ok { Exit::Ok } else { Exit::Refused })
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HuntArgs;
 use crate::signals;
-use lockctl::render::{self, Replay};
+use lockctl::advice::CliAdvice;
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BuyOptions, Strategy};
@@ -26,6 +26,7 @@ use lockctl_hammer::hunt::sql::SkuParam;
 use lockctl_hammer::hunt::sql::SqlDb;
 use lockctl_hammer::hunt::{self, HuntOptions, OnRound, OrdersSql, RoundSeen, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
+use lockctl_render::{self as render, Replay};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args, ctx.redis_named)?;
@@ -427,12 +428,14 @@ fn system_facts(
 /// The hunt's report on stdout, as text or JSON.
 fn print(ctx: &Ctx, report: &hunt::HuntReport, replay: &Replay) -> anyhow::Result<()> {
     if ctx.json {
-        emit_json(&render::hunt_json(report, replay))?;
+        emit_json(&render::hunt_json(report, replay, &CliAdvice))?;
     } else {
         let color = ctx
             .color
             .enabled(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-        emit(&render::hunt_text(report, replay, color, ctx.quiet))?;
+        emit(&render::hunt_text(
+            report, replay, color, ctx.quiet, &CliAdvice,
+        ))?;
     }
     Ok(())
 }
@@ -561,7 +564,7 @@ fn warn_of_outsiders(ctx: &Ctx, args: &HuntArgs, faults: &[FaultKind], nemesis: 
         named.join(", "),
         redis_faults.join(" and "),
     );
-    eprintln!("lockctl: warning: {}", lockctl::render::terminal(&message));
+    eprintln!("lockctl: warning: {}", lockctl_render::terminal(&message));
 }
 
 /// The faults `--nemesis` names, checked against the facts. A fault on the Redis server

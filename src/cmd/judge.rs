@@ -6,8 +6,9 @@ use std::path::Path;
 
 use super::{Exit, UsageError, emit, emit_json};
 use crate::cli::Cli;
-use lockctl::render::{self, Context};
+use lockctl::advice::CliAdvice;
 use lockctl_hammer::history;
+use lockctl_render::{self as render, Context};
 
 pub fn run(cli: &Cli, file: &Path, html: Option<&Path>) -> anyhow::Result<Exit> {
     let shown = file.display();
@@ -46,9 +47,10 @@ pub fn run(cli: &Cli, file: &Path, html: Option<&Path>) -> anyhow::Result<Exit> 
         emit_json(&render::hammer_document(
             std::slice::from_ref(&report),
             &context,
+            &CliAdvice,
         ))?;
     } else if cli.quiet {
-        let text = render::hammer_text(&report, color);
+        let text = render::hammer_text(&report, color, &CliAdvice);
         let verdict = text
             .lines()
             .skip_while(|l| !l.trim_start().starts_with("verdict"))
@@ -60,7 +62,7 @@ pub fn run(cli: &Cli, file: &Path, html: Option<&Path>) -> anyhow::Result<Exit> 
             "judged again from {shown} ({} requests, {} faults)\n{}",
             h.samples.len(),
             h.faults.len(),
-            render::hammer_text(&report, color)
+            render::hammer_text(&report, color, &CliAdvice)
         ))?;
     }
     Ok(Exit::of_verdict(report.verdict))

@@ -400,7 +400,7 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
     // A message may quote a system's answer or output: nothing of it may drive the terminal.
     eprintln!(
         "lockctl: error: {}",
-        lockctl::render::terminal_lines(&message)
+        lockctl_render::terminal_lines(&message)
     );
     // A URL that does not parse is a bad argument like any other.
     let hammer = err.downcast_ref::<lockctl_hammer::Error>();
@@ -448,7 +448,7 @@ pub fn output(
     // The text may quote what is stored in Redis (a lock holder's token, a damaged key's
     // value): nothing of it may drive the terminal.
     let t = text();
-    let t = lockctl::render::terminal_lines(&t);
+    let t = lockctl_render::terminal_lines(&t);
     if ctx.quiet {
         // The result line only: the first, where every command puts its outcome.
         emit(&format!("{}\n", t.lines().next().unwrap_or("")))

@@ -5,11 +5,12 @@
 use std::io::{self, IsTerminal};
 use std::sync::Arc;
 
+use lockctl::advice::CliAdvice;
 use lockctl::endpoint::{self, EndpointOptions};
-use lockctl::render::{self, Context};
 use lockctl_core::redact::redact_command_line;
 use lockctl_hammer::history::History;
 use lockctl_hammer::{Report, overall_verdict};
+use lockctl_render::{self as render, Context};
 
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::report_files::{Exports, Written};
@@ -26,7 +27,7 @@ pub(super) fn finish(
     context: &Context,
     signals: &signals::Stop,
 ) -> anyhow::Result<Exit> {
-    let document = render::hammer_document(reports, context);
+    let document = render::hammer_document(reports, context, &CliAdvice);
     let written = Written {
         reports,
         document: &document,
@@ -115,12 +116,12 @@ fn hammer_text(ctx: &Ctx, reports: &[Report]) -> String {
         .iter()
         .map(|r| match ctx.quiet {
             // The verdict line, and the violations under it.
-            true => render::hammer_text(r, color)
+            true => render::hammer_text(r, color, &CliAdvice)
                 .lines()
                 .skip_while(|l| !l.trim_start().starts_with("verdict"))
                 .map(|l| format!("{l}\n"))
                 .collect(),
-            false => with_redis_named(ctx, &render::hammer_text(r, color)),
+            false => with_redis_named(ctx, &render::hammer_text(r, color, &CliAdvice)),
         })
         .collect();
     if reports.len() > 1 && !ctx.quiet {

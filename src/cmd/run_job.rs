@@ -108,11 +108,6 @@ impl Job {
             }
         };
         let pgid = child.id() as i32;
-        if std::env::var_os("LOCKCTL_TEST_STOP_AFTER_SPAWN").is_some() {
-            // Test-only: lockctl paused at its worst moment, the job started and nothing told
-            // yet; the guard must hold on its own.
-            let _ = process::kill_process(process::getpid(), Signal::STOP);
-        }
         Ok(Job {
             child,
             pgid,

@@ -1,10 +1,11 @@
 //! `lockctl status SKU`: the books and the lock of one SKU, reconciled (with `--db`, against
 //! the orders in PostgreSQL and in the stream too).
 
-use lockctl::render;
+use lockctl::advice::CliAdvice;
 use lockctl_core::orders::{self, db::Db};
 use lockctl_core::sku::Sku;
 use lockctl_core::status;
+use lockctl_render as render;
 
 use super::{Ctx, Exit, output};
 
@@ -19,8 +20,8 @@ pub fn run(ctx: &Ctx, sku: &Sku, db: Option<String>) -> anyhow::Result<Exit> {
     }
     output(
         ctx,
-        || render::status_text(&st),
-        || render::status_json(&st),
+        || render::status_text(&st, &CliAdvice),
+        || render::status_json(&st, &CliAdvice),
     )?;
     Ok(match st.reconciled {
         Some(false) => Exit::Refused,

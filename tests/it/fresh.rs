@@ -6,8 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::{
-    RedisServer, code, eventually, free_port, json, lockctl_unconfigured, redis_server_program,
-    signal, stderr, stdout,
+    code, eventually, free_port, json, lockctl_unconfigured, redis_server_program, signal, stderr,
+    stdout,
 };
 
 /// A default address where nothing listens.
@@ -204,68 +204,107 @@ fn a_private_server_left_behind_by_kill_9_is_swept_by_the_next_run() {
     );
 }
 
-/// A `redis-server` that waits a second before it starts (`LOCKCTL_REDIS_SERVER`), so that
-/// whatever already answers on the port lockctl chose answers first, every time.
-fn slow_redis_server(dir: &Path) -> std::path::PathBuf {
+/// Servers that took the port lockctl chose for its private one, between its choice and its
+/// `redis-server`'s start (the race the private server's start defends against): started by
+/// [`squatting_redis_server`], killed on `Drop`.
+struct Squatters {
+    dir: tempfile::TempDir,
+}
+
+impl Squatters {
+    /// The ports and pids of the squatters started so far.
+    fn started(&self) -> Vec<(u16, u32)> {
+        let list = std::fs::read_to_string(self.dir.path().join("squatters")).unwrap_or_default();
+        list.lines()
+            .map(|l| {
+                let (port, pid) = l.split_once(' ').expect("a 'port pid' line");
+                (port.parse().unwrap(), pid.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Every squatter's keys: none, unless someone wrote to it.
+    fn keys(&self) -> Vec<String> {
+        use redis::Commands;
+        let mut keys = Vec::new();
+        for (port, _) in self.started() {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+            let found: Vec<String> = client.get_connection().unwrap().keys("*").unwrap();
+            keys.extend(found.into_iter().map(|k| format!("{port}: {k}")));
+        }
+        keys
+    }
+}
+
+impl Drop for Squatters {
+    fn drop(&mut self) {
+        for (_, pid) in self.started() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .output();
+        }
+    }
+}
+
+/// A `redis-server` for `LOCKCTL_REDIS_SERVER` before which another server takes the port it
+/// is given and answers there (on the first start only, or on `every` start), while it is
+/// still starting; a start not squatted is the real `redis-server`.
+fn squatting_redis_server(every: bool) -> (std::path::PathBuf, Squatters) {
     use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("slow-redis-server");
-    let real = redis_server_program();
-    std::fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\nsleep 1\nexec '{}' \"$@\"\n",
-            real.display().to_string().replace('\'', r"'\''")
-        ),
-    )
-    .unwrap();
+    let squatters = Squatters {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let dir = squatters.dir.path();
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let (real, cli, list) = (
+        quote(&redis_server_program()),
+        quote(&crate::support::redis_cli_program()),
+        quote(&dir.join("squatters")),
+    );
+    let when = if every { "true" } else { "[ ! -e {list} ]" }.replace("{list}", &list);
+    // A squatted start stays a server slow to start (it never binds) until lockctl, having
+    // seen who answers, kills it.
+    let script = format!(
+        "#!/bin/sh\n\
+         # lockctl runs it as: THIS --port PORT ...\n\
+         if {when}; then\n\
+         \x20 {real} --port \"$2\" --bind 127.0.0.1 --save '' --appendonly no --dir {dir} \\\n\
+         \x20   --logfile {dir}/squatter-\"$2\".log </dev/null >/dev/null 2>&1 &\n\
+         \x20 squatter=$!\n\
+         \x20 echo \"$2 $squatter\" >> {list}\n\
+         \x20 until {cli} -p \"$2\" ping >/dev/null 2>&1; do kill -0 $squatter || exit 1; done\n\
+         \x20 exec sleep 3600\n\
+         fi\n\
+         exec {real} \"$@\"\n",
+        dir = quote(dir),
+    );
+    let path = dir.join("squatting-redis-server");
+    std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
+    (path, squatters)
 }
 
-/// What the squatter holds: its stock, its ledger and its keys.
-fn squatters_books(squatter: &RedisServer) -> (Option<i64>, Vec<(String, i64)>, Vec<String>) {
-    use redis::Commands;
-    let mut raw = squatter.raw();
-    let stock: Option<i64> = raw.get("item:stock:sku_886").unwrap();
-    let mut ledger: Vec<(String, i64)> = raw.hgetall("item:orders:sku_886").unwrap();
-    ledger.sort();
-    let mut keys: Vec<String> = raw.keys("*").unwrap();
-    keys.sort();
-    (stock, ledger, keys)
-}
-
-/// Someone's Redis, with a stock and a ledger of its own.
-fn squat() -> RedisServer {
-    use redis::Commands;
-    let squatter = RedisServer::start();
-    let mut raw = squatter.raw();
-    let _: () = raw.set("item:stock:sku_886", 777).unwrap();
-    let _: () = raw.hset("item:orders:sku_886", "theirs-1", 1).unwrap();
-    squatter
-}
-
-/// Another redis-server already listens on the port the private server was to take (forced
-/// with `LOCKCTL_PRIVATE_REDIS_PORTS`): its PONG is not the private server's, so nothing is
+/// Another redis-server took the port the private server was to take, between lockctl's choice
+/// of it and its own server's start: its PONG is not the private server's, so nothing is
 /// written to it, and the run goes to another port, its own.
 #[test]
 fn a_server_squatting_the_private_port_is_not_written_to_and_another_port_is_used() {
     let tmp = tempfile::tempdir().unwrap();
-    let bin = tempfile::tempdir().unwrap();
-    let squatter = squat();
-    let before = squatters_books(&squatter);
+    let (wrapper, squatters) = squatting_redis_server(false);
     let out = lockctl_unconfigured(
         &nobody_home(),
         tmp.path(),
         &["hammer", "-n", "20", "-c", "2", "--stock", "5", "--json"],
     )
-    .env("LOCKCTL_REDIS_SERVER", slow_redis_server(bin.path()))
-    .env("LOCKCTL_PRIVATE_REDIS_PORTS", squatter.port.to_string())
+    .env("LOCKCTL_REDIS_SERVER", &wrapper)
     .output()
     .unwrap();
+    let squatted = squatters.started();
+    assert_eq!(squatted.len(), 1, "{}", stderr(&out));
     assert_eq!(
-        squatters_books(&squatter),
-        before,
-        "the squatter's keys changed"
+        squatters.keys(),
+        Vec::<String>::new(),
+        "written to a squatter"
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
@@ -273,7 +312,7 @@ fn a_server_squatting_the_private_port_is_not_written_to_and_another_port_is_use
         (v["verdict"].as_str(), v["bought"].as_u64()),
         (Some("pass"), Some(5))
     );
-    let on = format!("on port {} ", squatter.port);
+    let on = format!("on port {} ", squatted[0].0);
     assert!(
         stderr(&out).contains("using a private redis-server on port")
             && !stderr(&out).contains(&on),
@@ -291,29 +330,26 @@ fn a_server_squatting_the_private_port_is_not_written_to_and_another_port_is_use
 #[test]
 fn when_every_private_port_is_squatted_the_hammer_says_so_and_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let bin = tempfile::tempdir().unwrap();
-    let squatter = squat();
-    let before = squatters_books(&squatter);
-    let port = squatter.port.to_string();
+    let (wrapper, squatters) = squatting_redis_server(true);
     let out = lockctl_unconfigured(
         &nobody_home(),
         tmp.path(),
         &["--redis", "auto", "hammer", "-n", "20", "--stock", "5"],
     )
-    .env("LOCKCTL_REDIS_SERVER", slow_redis_server(bin.path()))
-    .env("LOCKCTL_PRIVATE_REDIS_PORTS", [&port[..]; 5].join(","))
+    .env("LOCKCTL_REDIS_SERVER", &wrapper)
     .output()
     .unwrap();
     assert_eq!(
-        squatters_books(&squatter),
-        before,
-        "the squatter's keys changed"
+        squatters.keys(),
+        Vec::<String>::new(),
+        "written to a squatter"
     );
     assert_eq!(code(&out), 1, "{}\n{}", stdout(&out), stderr(&out));
     assert!(!stdout(&out).contains("PASS"));
     let err = stderr(&out);
+    let last = squatters.started().last().map(|(port, _)| *port);
     assert!(
-        err.contains(&format!("port {port}"))
+        last.is_some_and(|port| err.contains(&format!("port {port} ")))
             && err.contains("not the redis-server lockctl started"),
         "{err}"
     );

@@ -793,7 +793,9 @@ fn orders_written_a_moment_later_are_judged_at_rest_and_a_lost_one_still_fails()
     let (exit, v, said) = hunt(&redis, script, &env, &[&PASS[..], &orders].concat());
     assert_eq!(exit, 0, "{said}");
     assert_eq!(v["verdict"], "pass", "{said}");
-    assert!(v["judged"].as_u64().unwrap() >= 2, "{said}");
+    // At least one round judged: how many fit in the budget depends on the machine's load
+    // (CI once judged 1 in 8 s), and one judged round is a verdict.
+    assert!(v["judged"].as_u64().unwrap() >= 1, "{said}");
     drop(late);
     let losing = flusher("4");
     assert_found(

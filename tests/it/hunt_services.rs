@@ -138,7 +138,9 @@ fn hunt_shop_with(
 fn passed((exit, v, said): &(i32, Value, String)) {
     assert_eq!(*exit, 0, "{said}");
     assert_eq!(v["verdict"], "pass", "{said}");
-    assert!(v["judged"].as_u64().unwrap() >= 2, "{said}");
+    // At least one round judged: how many fit in the budget depends on the machine's load
+    // (CI once judged 1 in 8 s), and one judged round is a verdict.
+    assert!(v["judged"].as_u64().unwrap() >= 1, "{said}");
 }
 
 fn found((exit, v, said): &(i32, Value, String), needle: &str) {

@@ -2,12 +2,18 @@
 //! PostgreSQL database (or, for the restart, its own PostgreSQL server). Nothing lost, nothing
 //! doubled, through crashes, restarts and poison.
 
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::{
-    PrivatePostgres, RedisServer, Streams, TestDb, code, eventually, json, lockctl, lockctl_env,
-    signal, spawn_lockctl_with, stderr, stdout,
+    PrivatePostgres, RedisServer, Streams, TestDb, code, eventually, json, lockctl, signal,
+    spawn_lockctl_with, stderr, stdout,
 };
+use lockctl_core::orders::checkpoint::{Checkpoint, Checkpoints};
+use lockctl_core::orders::worker::{self, WorkerOptions, WorkerStats};
 use redis::Commands;
 
 /// The database's orders of `sku`: (rows, distinct order ids, units).
@@ -211,23 +217,62 @@ fn the_hammer_verifies_the_whole_path_into_postgresql_for_every_strategy() {
     }
 }
 
+/// The library's worker on `sku` (batches of `batch`) in a thread of this test, given
+/// `checkpoints`, which may stall it or end it; `stop` asks it to finish. Its result (or how it
+/// died) arrives on the returned channel.
+pub(crate) fn worker_thread(
+    server: &RedisServer,
+    db: &TestDb,
+    sku: &str,
+    batch: usize,
+    checkpoints: Checkpoints,
+    stop: Arc<AtomicBool>,
+) -> mpsc::Receiver<std::thread::Result<lockctl_core::Result<WorkerStats>>> {
+    let target = server.target();
+    let url = db.url.clone();
+    let mut opts = WorkerOptions::new(vec![sku.parse().unwrap()]);
+    (opts.batch, opts.checkpoints, opts.stop) = (batch, checkpoints, Some(stop));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| worker::run(&target, &url, &opts)));
+        let _ = tx.send(ran);
+    });
+    rx
+}
+
+/// How a worker given [`dies_at`] ends.
+struct Died;
+
+/// The worker dies at `at`, the first time it gets there, as a `kill -9` would: nothing of it
+/// runs after that point (it unwinds, and nothing it holds writes anything on the way out).
+fn dies_at(at: Checkpoint) -> Checkpoints {
+    Checkpoints::new(move |reached| {
+        if reached == at {
+            std::panic::resume_unwind(Box::new(Died));
+        }
+    })
+}
+
+/// Runs a worker on `sku` that dies at `at`, and fails the test unless it died there.
+fn worker_dying_at(server: &RedisServer, db: &TestDb, sku: &str, at: Checkpoint) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let ended = worker_thread(server, db, sku, 100, dies_at(at), stop)
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the worker neither died nor returned within 60 s");
+    match ended {
+        Err(how) if how.is::<Died>() => {}
+        Err(_) => panic!("the worker panicked before it got to {at:?}"),
+        Ok(r) => panic!("the worker never got to {at:?}: it returned {r:?}"),
+    }
+}
+
 #[test]
 fn a_worker_killed_before_its_commit_loses_nothing() {
     let server = RedisServer::start();
     let db = TestDb::create();
     init(&server.url(), &db);
     queue_orders(&server, "k1", "500");
-    // The worker dies on the spot there, as a kill -9 would (a test-only crash point).
-    let out = lockctl_env(
-        &server.url(),
-        &["worker", "--db", &db.url, "--sku", "k1", "--batch", "100"],
-        &[("LOCKCTL_WORKER_CRASH_AT", "before_commit")],
-    );
-    assert!(
-        out.status.code().is_none(),
-        "the worker should have died: {}",
-        stderr(&out)
-    );
+    worker_dying_at(&server, &db, "k1", Checkpoint::BeforeCommit);
     assert_eq!(rows(&db, "k1").0, 0, "nothing committed before the crash");
     drain(&server, &db, "k1");
     assert_eq!(rows(&db, "k1"), (500, 500, 500));
@@ -240,13 +285,7 @@ fn a_worker_killed_between_commit_and_ack_adds_no_row_when_redelivered() {
     let db = TestDb::create();
     init(&server.url(), &db);
     queue_orders(&server, "k2", "500");
-    // The worker dies on the spot there, as a kill -9 would (a test-only crash point).
-    let out = lockctl_env(
-        &server.url(),
-        &["worker", "--db", &db.url, "--sku", "k2", "--batch", "100"],
-        &[("LOCKCTL_WORKER_CRASH_AT", "after_commit")],
-    );
-    assert!(out.status.code().is_none(), "the worker should have died");
+    worker_dying_at(&server, &db, "k2", Checkpoint::AfterCommit);
     assert_eq!(
         rows(&db, "k2").0,
         100,

@@ -4,11 +4,14 @@
 //! read from Redis's lag. Each test here failed on the code before it.
 
 use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use lockctl_core::orders::checkpoint::{Checkpoint, Checkpoints};
 use redis::Commands;
 
-use crate::pipeline::{drain, init, queue_orders, rows};
+use crate::pipeline::{drain, init, queue_orders, rows, worker_thread};
 use crate::support::{
     Killed, RedisServer, Streams, TestDb, code, eventually, json, lockctl, signal,
     spawn_lockctl_with, stderr, stdout,
@@ -200,27 +203,42 @@ fn a_refused_row_is_kept_whole_and_requeued_once_after_the_fix() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }
 
+/// Stalls the worker at [`Checkpoint::InTransaction`] the first time it gets there (its batch
+/// inserted, its rows locked, nothing committed), as a paused VM or a partition would: says so
+/// on `reached`, and goes on only once `release` is dropped.
+fn stalls_in_transaction(reached: mpsc::Sender<()>, release: mpsc::Receiver<()>) -> Checkpoints {
+    let (reached, release) = (Mutex::new(reached), Mutex::new(release));
+    let once = AtomicBool::new(false);
+    Checkpoints::new(move |at| {
+        if at == Checkpoint::InTransaction && !once.swap(true, Ordering::SeqCst) {
+            let _ = reached.lock().unwrap().send(());
+            let _ = release.lock().unwrap().recv();
+        }
+    })
+}
+
 #[test]
 fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
     let server = RedisServer::start();
     let db = TestDb::create();
     init(&server.url(), &db);
     queue_orders(&server, "stall", "3000");
-    // Worker A inserts its first batch and stops itself before the commit, holding the rows'
-    // locks "idle in transaction", as a paused VM or a partition would.
-    let mut a = Killed(crate::support::spawn_lockctl_env(
-        &server.url(),
-        &[
-            "worker", "--db", &db.url, "--sku", "stall", "--batch", "100",
-        ],
-        &[("LOCKCTL_WORKER_STOP_AT", "in_transaction")],
-        Streams::Discard,
-    ));
-    let pid = a.0.id();
-    assert!(
-        eventually(Duration::from_secs(30), || stopped(pid)),
-        "worker A never stopped"
+    // Worker A inserts its first batch and stalls before the commit, holding the rows' locks
+    // "idle in transaction".
+    let (reached, stalled) = mpsc::channel();
+    let (release, released) = mpsc::channel();
+    let stop_a = Arc::new(AtomicBool::new(false));
+    let a = worker_thread(
+        &server,
+        &db,
+        "stall",
+        100,
+        stalls_in_transaction(reached, released),
+        stop_a.clone(),
     );
+    stalled
+        .recv_timeout(Duration::from_secs(30))
+        .expect("worker A never got to its transaction");
     // Worker B takes A's batch over after 200 ms; the rows are locked by A.
     let _b = Killed(spawn_lockctl_with(
         &server.url(),
@@ -240,25 +258,18 @@ fn a_worker_stopped_mid_transaction_does_not_stall_the_pipeline() {
     // The other 2900 go on at once; A's 100 once the server has ended A's idle transaction.
     assert!(
         eventually(Duration::from_secs(60), || rows(&db, "stall").0 == 3000),
-        "{} of 3000 persisted while worker A was stopped",
+        "{} of 3000 persisted while worker A was stalled",
         rows(&db, "stall").0
     );
-    assert!(stopped(pid), "worker A stayed stopped throughout");
-    signal(pid, "CONT");
-    let _ = a.0.kill();
-    let _ = a.0.wait();
+    // A goes on, finds its transaction ended, and stops when asked.
+    stop_a.store(true, Ordering::SeqCst);
+    drop(release);
+    // Its own result may be either: the server ended its transaction under it.
+    let _ = a
+        .recv_timeout(Duration::from_secs(60))
+        .expect("worker A did not stop within 60 s once asked")
+        .expect("worker A panicked");
     assert_eq!(rows(&db, "stall"), (3000, 3000, 3000));
-}
-
-/// Whether process `pid` is stopped (state `T` in /proc).
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
 }
 
 #[test]

@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lockctl::render::{self, Context};
+use lockctl::advice::CliAdvice;
 use lockctl_core::stock::{Buy, Strategy};
 use lockctl_hammer::{Ended, Mode, Readback, Report, RunFacts, Sample, Verdict, judge};
+use lockctl_render::{self as render, Context};
 
 use crate::support::HAMMER_FIELDS;
 
@@ -229,8 +230,12 @@ fn an_indeterminate_error_may_have_deducted_but_a_refused_one_may_not() {
     assert_eq!((r.errors, r.indeterminate, r.bought), (1, 1, 9));
     // The first error carries the library's hint; the command line words it, in text and JSON.
     let said = "timed out after 2000 ms talking to 127.0.0.1:6379 (see --timeout-ms)";
-    assert!(render::hammer_text(&r, false).contains(said));
-    let doc = render::hammer_document(std::slice::from_ref(&r), &Context::default());
+    assert!(render::hammer_text(&r, false, &CliAdvice).contains(said));
+    let doc = json(render::hammer_document(
+        std::slice::from_ref(&r),
+        &Context::default(),
+        &CliAdvice,
+    ));
     assert_eq!(doc["first_error"], said);
 
     // The same, but the error is one that cannot have been applied: the books do not add up.
@@ -269,12 +274,12 @@ fn two_reports() -> Vec<Report> {
 #[test]
 fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
     let reports = two_reports();
-    let text = render::hammer_text(&reports[0], false);
+    let text = render::hammer_text(&reports[0], false, &CliAdvice);
     for needle in ["outcomes", "latency", "throughput", "verdict     PASS"] {
         assert!(text.contains(needle), "{needle:?} missing:\n{text}");
     }
     assert!(!text.contains('\x1b'), "no colour when not asked");
-    assert!(render::hammer_text(&reports[0], true).contains("\x1b[1;32mPASS"));
+    assert!(render::hammer_text(&reports[0], true, &CliAdvice).contains("\x1b[1;32mPASS"));
     let cmp = render::comparison_text(&reports);
     assert!(cmp.contains("atomic ran"), "{cmp}");
     assert!(cmp.contains("10.00 times faster than lock"), "{cmp}");
@@ -283,11 +288,19 @@ fn the_text_summary_has_aligned_rows_and_a_one_line_verdict() {
 #[test]
 fn the_json_document_carries_the_contract_fields_and_the_buckets() {
     let reports = two_reports();
-    let one = render::hammer_document(&reports[..1], &Context::default());
+    let one = json(render::hammer_document(
+        &reports[..1],
+        &Context::default(),
+        &CliAdvice,
+    ));
     for f in HAMMER_FIELDS.iter().chain(&["latency_buckets"]) {
         assert!(!one[f].is_null(), "{f} missing");
     }
-    let both = render::hammer_document(&reports, &Context::default());
+    let both = json(render::hammer_document(
+        &reports,
+        &Context::default(),
+        &CliAdvice,
+    ));
     assert_eq!(both["verdict"], "pass");
     assert_eq!(both["runs"].as_array().unwrap().len(), 2);
     assert_eq!(both["comparison"][0]["strategy"], "atomic");
@@ -372,8 +385,17 @@ fn a_run_that_cannot_be_read_back_has_an_unknown_verdict() {
         "{:?}",
         r.notes
     );
-    let v = render::hammer_document(std::slice::from_ref(&r), &Context::default());
+    let v = json(render::hammer_document(
+        std::slice::from_ref(&r),
+        &Context::default(),
+        &CliAdvice,
+    ));
     assert_eq!(v["verdict"], "unknown");
     assert!(v["final_stock"].is_null());
-    assert!(render::hammer_text(&r, false).contains("UNKNOWN"));
+    assert!(render::hammer_text(&r, false, &CliAdvice).contains("UNKNOWN"));
+}
+
+/// A typed document as the JSON value a script reads.
+fn json<T: serde::Serialize>(doc: T) -> serde_json::Value {
+    serde_json::to_value(doc).expect("a report serialises")
 }

@@ -170,25 +170,28 @@ fn job_with_grandchild(
     name: &str,
     ttl_ms: &str,
 ) -> (Child, u32, tempfile::TempDir) {
-    job_with_grandchild_env(server, name, ttl_ms, &[])
+    job_with_grandchild_after(server, name, ttl_ms, ":")
 }
 
-/// [`job_with_grandchild`], lockctl started with extra environment variables.
-fn job_with_grandchild_env(
+/// [`job_with_grandchild`], whose job runs the shell command `first` before anything else.
+fn job_with_grandchild_after(
     server: &RedisServer,
     name: &str,
     ttl_ms: &str,
-    env: &[(&str, &str)],
+    first: &str,
 ) -> (Child, u32, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let script = format!("sleep 100 & echo $! > {}; wait", pid_file.display());
+    let script = format!(
+        "{first}; sleep 100 & echo $! > {}; wait",
+        pid_file.display()
+    );
     let child = spawn_lockctl_env(
         &server.url(),
         &[
             "--json", "run", "--name", name, "--ttl-ms", ttl_ms, "--", "sh", "-c", &script,
         ],
-        env,
+        &[],
         Streams::Capture,
     );
     let grandchild = pid_in(&pid_file);
@@ -270,15 +273,12 @@ fn a_paused_lockctl_cannot_let_its_job_outlive_the_lease() {
 
 #[test]
 fn lockctl_paused_right_after_starting_the_job_still_cannot_let_it_outlive_the_lease() {
-    // Paused before it could tell the guard anything: the guard was armed before the child
+    // The job's first act stops lockctl (its parent), which has then had no more time than
+    // the job's exec to tell the guard anything: the guard was armed before the child
     // started, and the child told it its group before the job's code ran.
     let server = RedisServer::start();
-    let (child, grandchild, _dir) = job_with_grandchild_env(
-        &server,
-        "early",
-        "1500",
-        &[("LOCKCTL_TEST_STOP_AFTER_SPAWN", "1")],
-    );
+    let (child, grandchild, _dir) =
+        job_with_grandchild_after(&server, "early", "1500", "kill -STOP $PPID");
     the_guard_beats_the_lease(&server, "early", child, grandchild);
 }
 

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::support::{RedisServer, TestDb, lockctl, redis_cli_program};
 
-/// Every Lua text in the workspace's sources: the raw string literals that call Redis.
+/// Every Lua text in the workspace's sources: the `.lua` files, and any raw string literal
+/// that calls Redis.
 fn lua_sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
@@ -32,7 +33,7 @@ fn lua_sources() -> Vec<(String, String)> {
                 if path.file_name().is_some_and(|n| n != "target") {
                     dirs.push(path);
                 }
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "lua") {
                 files.push(path);
             }
         }
@@ -40,6 +41,11 @@ fn lua_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
+        // A `.lua` file is one Lua text, whole (a script's parts are composed from them).
+        if file.extension().is_some_and(|e| e == "lua") {
+            out.push((file.display().to_string(), text));
+            continue;
+        }
         for (open, close) in [("r\"", "\""), ("r#\"", "\"#")] {
             let mut rest = text.as_str();
             while let Some(at) = rest.find(open) {
@@ -374,21 +380,16 @@ fn every_key_a_script_touches_on_the_server_is_one_it_declared() {
 }
 
 /// The lock's own script text, as lockctl sends it: the prelude, the queue's functions, the
-/// carried key bound, then the body named `name` (read from the source, so the test runs the
-/// real scripts step by step).
+/// carried key bound, then the script `name` (`lua/<name>.lua`, read from the source, so the
+/// test runs the real scripts step by step).
 fn lock_script(name: &str) -> String {
-    let src = include_str!("../../crates/lockctl-core/src/lock/scripts.rs");
-    let konst = |n: &str| {
-        let open = format!("const {n}: &str = r\"");
-        let start = src.find(&open).unwrap() + open.len();
-        let end = start + src[start..].find("\";\n").unwrap();
-        src[start..end].to_string()
-    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/lockctl-core/src/lock/lua");
+    let file = |n: &str| std::fs::read_to_string(dir.join(format!("{n}.lua"))).unwrap();
     format!(
         "{}{}CARRY = KEYS[9]\n{}",
-        konst("LOCK_PRELUDE"),
-        konst("QUEUE_LUA"),
-        konst(name)
+        file("prelude"),
+        file("queue"),
+        file(name)
     )
 }
 
@@ -428,21 +429,21 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
     let wake = |tok: &str| format!("{wp}{tok}");
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&h),
         &[&h, "5000", "1", "1000", &wp],
     );
     // T queues behind H at rank 0: it listens on the head list.
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );
     // H releases knowing no next waiter: the grant goes to the head list.
     run(
         &mut c,
-        "RELEASE_LUA",
+        "release",
         &format!("{wp}-"),
         &[&h, "0", "0", "0", &wp],
     );
@@ -452,12 +453,12 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
         "{head:?}"
     );
     // A late second call for T is refused: the head list already tells it.
-    let pushed = run(&mut c, "NOTIFY_LUA", &wake(&t), &[&t, "0", "0", "0", &wp]);
+    let pushed = run(&mut c, "notify", &wake(&t), &[&t, "0", "0", "0", &wp]);
     assert_eq!(pushed, redis::Value::Int(0));
     // T claims at its refresh: the head-list message goes with the claim.
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );
@@ -465,19 +466,19 @@ fn a_grant_heard_on_the_head_list_is_never_heard_twice() {
     // T gives the lock back (a lost Redlock round), U takes it, T queues again, same token.
     run(
         &mut c,
-        "RELEASE_LUA",
+        "release",
         &format!("{wp}-"),
         &[&t, "0", "0", "0", &wp],
     );
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&u),
         &[&u, "5000", "1", "1000", &wp],
     );
     run(
         &mut c,
-        "ACQUIRE_LUA",
+        "acquire",
         &wake(&t),
         &[&t, "5000", "1", "1000", &wp],
     );

@@ -265,19 +265,15 @@ fn product_warnings(conn: &mut Conn, server: &str, version: &str) -> Vec<Finding
 
 /// For `--cluster`: `report` was made on the seed node; adds whether the cluster is healthy.
 pub fn check_cluster(report: &mut CheckReport, seed: &mut Conn) {
-    match seed.query::<String>(redis::cmd("CLUSTER").arg("INFO")) {
-        Ok(info) if info.contains("cluster_state:ok") => {}
-        Ok(info) => {
-            let state = info
-                .lines()
-                .find(|l| l.starts_with("cluster_state:"))
-                .unwrap_or("cluster_state:unknown")
-                .trim()
-                .to_string();
-            report.problems.push(Finding::from(format!(
-                "the cluster is not serving all slots ({state})"
-            )));
-        }
+    // CLUSTER INFO is written as INFO is: read by the same parser.
+    match seed.query::<redis::InfoDict>(redis::cmd("CLUSTER").arg("INFO")) {
+        Ok(info) => match info.get::<String>("cluster_state") {
+            Some(state) if state == "ok" => {}
+            state => report.problems.push(Finding::from(format!(
+                "the cluster is not serving all slots (cluster_state:{})",
+                state.as_deref().unwrap_or("unknown")
+            ))),
+        },
         Err(e) => report.problems.push(Finding::from(format!(
             "a cluster was asked for, but '{}' is not a cluster node ({e})",
             report.addr

@@ -61,6 +61,12 @@ pub enum Error {
         reason: String,
     },
 
+    /// A `rediss://` URL in a process with no rustls crypto provider installed: the `redis`
+    /// crate takes the process-wide one, and this library installs none (see
+    /// [`crate::conn::Target::open`]).
+    #[error("no TLS crypto provider is installed in this process")]
+    NoCryptoProvider,
+
     /// Opening a connection took longer than its limit. Nothing was sent.
     #[error("timed out after {} ms connecting to {addr}", .after.as_millis())]
     ConnectTimeout {
@@ -402,7 +408,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::BadUrl { .. } => ErrorKind::BadUrl,
-            Error::Tls { .. } => ErrorKind::Tls,
+            Error::Tls { .. } | Error::NoCryptoProvider => ErrorKind::Tls,
             Error::Connect { .. } => ErrorKind::Refused,
             Error::NotRedis { .. } | Error::Refused { .. } => ErrorKind::Redis,
             Error::Timeout { .. } | Error::ConnectTimeout { .. } => ErrorKind::TimedOut,
@@ -466,6 +472,7 @@ impl Error {
             Error::WrongTypeKey { .. }
             | Error::TooOld { .. }
             | Error::Outrun { .. }
+            | Error::NoCryptoProvider
             | Error::Internal { .. } => return None,
         })
     }

@@ -26,17 +26,11 @@ use redis::Script;
 use crate::conn::{Conn, Target};
 use crate::error::Result;
 
-/// Compare-and-delete, as on a single node. KEYS: 1 lock. ARGV: 1 token. Returns 1 or 0.
-const RELEASE_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-";
+/// What it takes and answers: the header comment of `lua/redlock_release.lua`.
+const RELEASE_LUA: &str = include_str!("lua/redlock_release.lua");
 
-/// Compare-and-extend. KEYS: 1 lock. ARGV: 1 token, 2 TTL ms. Returns 1 extended or 0.
-const EXTEND_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-";
+/// What it takes and answers: the header comment of `lua/redlock_extend.lua`.
+const EXTEND_LUA: &str = include_str!("lua/redlock_extend.lua");
 
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 

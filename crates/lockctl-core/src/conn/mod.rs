@@ -386,20 +386,17 @@ impl Conn {
     pub fn master_replid_at(&mut self, slot: u16) -> Result<Option<String>> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("replication");
-        let info = self.on_master_of_slot::<String>(slot, &cmd);
+        let info = self.on_master_of_slot::<redis::InfoDict>(slot, &cmd);
         let info = match info {
             Ok(i) => i,
             Err(e) if e.code() == Some("NOPERM") => return Ok(None),
             Err(e) => return Err(self.map_err(e)),
         };
         // A replica's own id is its master's: only a master's says who has been serving.
-        if !info.lines().any(|l| l.trim() == "role:master") {
+        if info.get::<String>("role").as_deref() != Some("master") {
             return Ok(None);
         }
-        Ok(info
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("master_replid:"))
-            .map(str::to_string))
+        Ok(info.get::<String>("master_replid"))
     }
 
     /// Runs a script by EVALSHA, loading it first if the server does not know it.

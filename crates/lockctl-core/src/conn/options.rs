@@ -80,10 +80,30 @@ impl TlsFiles {
     }
 }
 
-/// rustls needs one process-wide choice of cryptography; lockctl uses ring's.
-pub(super) fn init_tls() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+/// The `redis` crate builds its TLS configuration from rustls's process-wide crypto provider,
+/// which is the program's to choose (ring, aws-lc-rs, a FIPS build): this library installs none
+/// and refuses a `rediss://` URL, with [`Error::NoCryptoProvider`], until one is installed.
+pub(super) fn require_crypto_provider() -> Result<()> {
+    match rustls::crypto::CryptoProvider::get_default() {
+        Some(_) => Ok(()),
+        None => Err(Error::NoCryptoProvider),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ConnectOptions, Target};
+    use crate::Error;
+
+    // No test of this crate installs a provider: this process has none.
+    #[test]
+    fn a_rediss_url_without_a_crypto_provider_is_refused_saying_so() {
+        let opened = Target::open("rediss://127.0.0.1:6380", ConnectOptions::default());
+        assert!(matches!(opened, Err(Error::NoCryptoProvider)), "{opened:?}");
+    }
+
+    #[test]
+    fn a_redis_url_needs_no_crypto_provider() {
+        assert!(Target::open("redis://127.0.0.1:6380", ConnectOptions::default()).is_ok());
+    }
 }

@@ -9,7 +9,7 @@ use redis::{ErrorKind, RedisError};
 
 use super::errors::{auth_reason, is_auth_error, is_tls_error, shorten, url_problem};
 use super::holdings::Holdings;
-use super::options::{ConnectOptions, init_tls};
+use super::options::{ConnectOptions, require_crypto_provider};
 use super::{Conn, Inner};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -160,6 +160,11 @@ fn refuse_port_zero(url: &str, addr: &redis::ConnectionAddr) -> Result<()> {
 impl Target {
     /// Parses `url` (any form the `redis` crate reads). The URL is kept only to hand to child
     /// processes through the environment; it is never displayed.
+    ///
+    /// A `rediss://` URL needs rustls's process-wide crypto provider, which the program
+    /// chooses and installs before it (for ring's:
+    /// `rustls::crypto::ring::default_provider().install_default()`); this library installs
+    /// none, and without one returns [`Error::NoCryptoProvider`].
     pub fn open(url: &str, options: ConnectOptions) -> Result<Target> {
         let bad = |_: RedisError| Error::BadUrl {
             flag: None,
@@ -168,7 +173,7 @@ impl Target {
         };
         let tls = url.starts_with("rediss://");
         if tls {
-            init_tls();
+            require_crypto_provider()?;
         } else if options.tls.any() {
             return Err(Error::Tls {
                 reason: format!(

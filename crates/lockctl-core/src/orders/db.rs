@@ -13,6 +13,7 @@ use postgres::{Client, NoTls};
 use std::collections::{HashMap, HashSet};
 
 use super::OrderEvent;
+use super::checkpoint::{Checkpoint, Checkpoints};
 use crate::error::{Error, Result};
 use crate::hint::Hint;
 
@@ -270,8 +271,14 @@ impl Db {
     /// stream entry change nothing, and an order id that exists (in the table, or earlier in
     /// this batch) from another stream entry (a second deduction under the same order id) or
     /// with another SKU, quantity or user is recorded as a conflict. Returns (inserted,
-    /// redelivered, conflicts).
-    pub fn persist(&mut self, url: &str, events: &[OrderEvent]) -> Result<(u64, u64, u64)> {
+    /// redelivered, conflicts). `checkpoints` are reached with the batch inserted and not yet
+    /// committed ([`Checkpoint::InTransaction`]).
+    pub fn persist(
+        &mut self,
+        url: &str,
+        events: &[OrderEvent],
+        checkpoints: &Checkpoints,
+    ) -> Result<(u64, u64, u64)> {
         let err = |e| db_error(url, "could not persist a batch of orders", e);
         let mut tx = self.client.transaction().map_err(err)?;
         // The first of each order id is inserted; the later ones of the batch are held against
@@ -318,7 +325,7 @@ impl Db {
                 }
             }
         }
-        super::crash::crash_point("in_transaction");
+        checkpoints.reach(Checkpoint::InTransaction);
         tx.commit().map_err(err)?;
         let inserted = fresh.len() as u64;
         let redelivered = events.len() as u64 - inserted - conflicts;

@@ -21,77 +21,11 @@ use crate::keys::StockKeys;
 /// A dead letter's own fields; the entry's fields follow as `entry.<name>`.
 const ENTRY_PREFIX: &str = "entry.";
 
-/// Moves one entry to the dead letters and acknowledges it, in one step.
-/// KEYS: 1 the events stream, 2 the dead-letter stream. ARGV: 1 the group, 2 the entry's id,
-/// 3 the reason. Copies at most 100 of the entry's fields (an entry with more is not an order;
-/// `truncated` then says how many it had). Returns the dead letter's id, or
-/// `{'wrongtype', type}` having changed nothing when the dead-letter key is not a stream.
-const MOVE_LUA: &str = r"
-local t = redis.call('TYPE', KEYS[2])['ok']
-if t ~= 'none' and t ~= 'stream' then return {'wrongtype', t} end
-local fields = {'stream_id', ARGV[2], 'reason', ARGV[3]}
-local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-if found[1] then
-  local kv = found[1][2]
-  for i = 1, math.min(#kv, 200), 2 do
-    fields[#fields + 1] = 'entry.' .. kv[i]
-    fields[#fields + 1] = kv[i + 1]
-  end
-  if #kv > 200 then
-    fields[#fields + 1] = 'truncated'
-    fields[#fields + 1] = tostring(#kv / 2)
-  end
-end
-local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return id
-";
+/// What it takes and answers: the header comment of `lua/dead_move.lua`.
+const MOVE_LUA: &str = include_str!("lua/dead_move.lua");
 
-/// Puts one dead letter's order back on the queue and deletes the dead letter, in one step.
-/// KEYS: 1 the dead-letter stream, 2 the events stream. ARGV: 1 the dead letter's id.
-/// The entry keeps its fields and gains `requeued_from`, the id of the entry the deduction
-/// first appended (kept across requeues), which is what PostgreSQL stores. A dead letter
-/// written before lockctl kept the entry has none of its fields: its entry is looked up in
-/// the events stream, where it may still be. Returns the new entry's id, `'gone'` when the
-/// dead letter is no longer there (already requeued), or `'no_entry'` when neither it nor the
-/// stream has the entry, or it names no id of its deduction (not a dead letter lockctl wrote).
-const REQUEUE_LUA: &str = r"
-local d = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-if not d[1] then return 'gone' end
-local kv = d[1][2]
-local fields, origin, first = {}, nil, nil
-for i = 1, #kv, 2 do
-  local name = kv[i]
-  if name == 'stream_id' then origin = kv[i + 1] end
-  if string.sub(name, 1, 6) == 'entry.' then
-    local f = string.sub(name, 7)
-    if f == 'requeued_from' then first = kv[i + 1]
-    else
-      fields[#fields + 1] = f
-      fields[#fields + 1] = kv[i + 1]
-    end
-  end
-end
-if #fields == 0 and origin then
-  local e = redis.call('XRANGE', KEYS[2], origin, origin)
-  if e[1] then
-    local ekv = e[1][2]
-    for i = 1, #ekv, 2 do
-      if ekv[i] == 'requeued_from' then first = ekv[i + 1]
-      else
-        fields[#fields + 1] = ekv[i]
-        fields[#fields + 1] = ekv[i + 1]
-      end
-    end
-  end
-end
-if #fields == 0 or not (first or origin) then return 'no_entry' end
-fields[#fields + 1] = 'requeued_from'
-fields[#fields + 1] = first or origin
-local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
-redis.call('XDEL', KEYS[1], ARGV[1])
-return id
-";
+/// What it takes and answers: the header comment of `lua/dead_requeue.lua`.
+const REQUEUE_LUA: &str = include_str!("lua/dead_requeue.lua");
 
 static MOVE: LazyLock<Script> = LazyLock::new(|| Script::new(MOVE_LUA));
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(REQUEUE_LUA));

@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::crash::crash_point;
+use super::checkpoint::{Checkpoint, Checkpoints};
 use super::db::Db;
 use super::events::{Listener, WorkerEvent};
+use super::failure::{Failure, classify};
 use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
@@ -52,6 +53,8 @@ pub struct WorkerOptions {
     /// Where what the worker has to say goes (waits, set-asides, dead letters). Default:
     /// nowhere.
     pub events: Listener,
+    /// What runs where a round may be stepped into (a test's crash). Default: nothing.
+    pub checkpoints: Checkpoints,
 }
 
 impl WorkerOptions {
@@ -72,6 +75,7 @@ impl WorkerOptions {
             ),
             stop: None,
             events: Listener::default(),
+            checkpoints: Checkpoints::default(),
         }
     }
 
@@ -321,7 +325,7 @@ impl Worker<'_> {
         if !orders.is_empty() {
             match self.persist(&keys, &orders)? {
                 Persisted::Committed => {
-                    crash_point("after_commit");
+                    self.opts.checkpoints.reach(Checkpoint::AfterCommit);
                     let ids: Vec<&str> = orders.iter().map(|o| o.stream_id.as_str()).collect();
                     self.ack(&keys, &ids)?;
                 }
@@ -430,15 +434,15 @@ impl Worker<'_> {
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
         loop {
-            crash_point("before_commit");
+            self.opts.checkpoints.reach(Checkpoint::BeforeCommit);
             let started = Instant::now();
-            let url = self.db_url;
+            let (url, opts) = (self.db_url, self.opts);
             // A failure to connect is always the server's trouble, whatever its SQLSTATE (a
             // login refused is 28000, a database missing 3D000): only the insert itself can
             // say that rows are bad.
             let e = match self.db() {
                 Err(e) => e,
-                Ok(db) => match db.persist(url, orders) {
+                Ok(db) => match db.persist(url, orders, &opts.checkpoints) {
                     Ok(counts) => {
                         self.record(started, counts);
                         self.recovered();
@@ -529,58 +533,6 @@ const ONCE_TRIES: u32 = 10;
 
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// What a failure calls for.
-enum Failure {
-    /// Waiting fixes it: the server restarting, refusing logins, out of connections or disk,
-    /// a lost connection, a database being restored; anything not named below.
-    Retry,
-    /// PostgreSQL refused the rows themselves (see [`refused_for_its_data`]): the same rows
-    /// will always fail.
-    BadRows,
-    /// Another session holds the rows locked past `lock_timeout` (55P03), or the statement ran
-    /// past `statement_timeout` (57014): leave the batch for later, go on with the others.
-    Locked,
-    /// Only an operator fixes it: a table of the schema dropped (42P01 and the other errors of
-    /// a schema that is not lockctl's, class 42 but for a privilege withdrawn), a Redis key of
-    /// the wrong type. The batch stays pending; the worker ends saying what to run.
-    Fatal,
-}
-
-/// The allow-list of SQLSTATE classes that refuse a row for its own data: data exceptions
-/// (22: a value out of range, a byte the encoding cannot hold), integrity constraints (23: a
-/// check a DBA added) and program limits (54: a key too long to index). Never a fall-through:
-/// a class not named here is the server's trouble, and dead-lettering a paid order for it
-/// would lose the order.
-fn refused_for_its_data(sqlstate: &str) -> bool {
-    matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
-}
-
-fn classify(e: &Error) -> Failure {
-    match e {
-        Error::WrongTypeKey { .. } => Failure::Fatal,
-        // A trigger or a function of the server's failed: its trouble, whatever the class
-        // (a division by zero in an audit trigger is 22012, but the row is fine).
-        Error::Database {
-            server_code: true, ..
-        } => Failure::Retry,
-        Error::Database {
-            sqlstate: Some(code),
-            ..
-        } => match code.as_str() {
-            "55P03" | "57014" => Failure::Locked,
-            "42501" => Failure::Retry,
-            c if c.starts_with("42") => Failure::Fatal,
-            c if refused_for_its_data(c) => Failure::BadRows,
-            _ => Failure::Retry,
-        },
-        Error::Database {
-            hint: Some(crate::Hint::InitSchema { .. }),
-            ..
-        } => Failure::Fatal,
-        _ => Failure::Retry,
-    }
-}
 
 /// Orders, and the entries that are not orders with why not.
 fn split(batch: Vec<Entry>) -> (Vec<OrderEvent>, Vec<(String, String)>) {

@@ -4,19 +4,16 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::script::{
-    BATCH, BATCH_CODES, DEDUCT, DEDUCT_LUA, FENCED_RELEASE, FORGET_FENCE, WRITE_LUA, WRITE_RELEASE,
-};
-use super::{Buy, BuyOptions, Outcome, Purchase, Strategy, read_stock, stock_value};
-use crate::conn::{Conn, Target, evalsha};
+use super::calls::{Batch, Decided, Deduct, Write};
+use super::script::{FENCED_RELEASE, FORGET_FENCE, WRITE_RELEASE};
+use super::{Buy, BuyOptions, Purchase, Strategy, read_stock, stock_value};
+use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
 use crate::lock::{Acquire, Guard, Lock, Release};
-use crate::metrics::{AcquireResult, Metrics};
+use crate::metrics::AcquireResult;
 use crate::redlock::Quorum;
 use crate::sku::Sku;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 
 /// Where a purchase stands once the stock has been read.
 enum Step {
@@ -41,50 +38,12 @@ pub struct Buyer {
     in_bucket: bool,
 }
 
-/// This buyer's metrics, looked up once: a purchase then costs two atomic operations (none
-/// when its target records nowhere: `Meters` is then `None`).
-#[derive(Clone)]
-struct Meters {
-    /// One counter per outcome, in the order of [`Outcome::ALL`].
-    outcomes: [Counter; Outcome::ALL.len()],
-    /// `lockctl_buy_total{outcome="error"}`.
-    errors: Counter,
-    stock: Gauge,
-}
-
-impl std::fmt::Debug for Meters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Meters")
-    }
-}
-
-impl Meters {
-    fn new(m: &Metrics, sku: &Sku) -> Meters {
-        Meters {
-            outcomes: Outcome::ALL.map(|o| m.buy_counter(o.as_str())),
-            errors: m.buy_counter("error"),
-            stock: m.stock_gauge(sku.as_str()),
-        }
-    }
-
-    /// Counts one purchase: its outcome (and the stock it saw), or an error.
-    fn record(&self, result: std::result::Result<&Buy, ()>) {
-        match result {
-            Ok(buy) => {
-                self.outcomes[buy.outcome() as usize].inc();
-                if let Some(left) = buy.remaining() {
-                    self.stock.set(left);
-                }
-            }
-            Err(()) => {
-                self.errors.inc();
-            }
-        }
-    }
-}
-
 mod answers;
+mod atomic;
 mod bucketed;
+mod meters;
+
+use meters::Meters;
 
 impl Buyer {
     /// Counts one purchase in the target's metrics, if it has any.
@@ -330,19 +289,25 @@ impl Buyer {
         conn: &mut Conn,
         purchases: &[(&str, Option<&str>)],
     ) -> Result<Vec<Result<Purchase>>> {
-        let limit = self.options.limit.unwrap_or(0);
-        let mut inv = BATCH.prepare_invoke();
-        inv.key(&self.deduct_keys())
-            .arg(self.options.qty)
-            .arg(limit)
-            .arg(if self.options.queue { "1" } else { "" })
-            .arg(self.sku.as_str());
-        for (order_id, user) in purchases {
-            // As for one purchase: the user counts only under a per-user limit.
-            let user = user.filter(|_| self.options.limit.is_some());
-            inv.arg(order_id).arg(user.unwrap_or(""));
-        }
-        let replies: Vec<String> = conn.script(&inv)?;
+        let call = Batch {
+            keys: &self.keys,
+            lock: &self.lock.keys().lock,
+            qty: self.options.qty,
+            limit: self.options.limit.unwrap_or(0),
+            queue: self.options.queue,
+            sku: self.sku.as_str(),
+        };
+        // As for one purchase: the user counts only under a per-user limit.
+        let each: Vec<(&str, &str)> = purchases
+            .iter()
+            .map(|(order, user)| {
+                (
+                    *order,
+                    user.filter(|_| self.options.limit.is_some()).unwrap_or(""),
+                )
+            })
+            .collect();
+        let replies: Vec<String> = conn.script(&call.invocation(&each))?;
         if replies.len() != purchases.len() {
             return Err(conn.unexpected(format!(
                 "the batch script answered {} purchases of {}",
@@ -356,10 +321,9 @@ impl Buyer {
             .map(|(reply, (order_id, user))| {
                 let mut p = self.new_purchase(order_id);
                 let limit = user.and(self.options.limit).unwrap_or(0);
-                let reply = batch_answer(&reply).ok_or_else(|| {
-                    conn.unexpected(format!("the batch script answered '{reply}'"))
-                })?;
-                p.outcome = self.deduct_outcome(conn, reply, limit, &mut p)?;
+                let decided =
+                    Decided::parse_batch(&reply).map_err(|e| answers::unknown(conn, e))?;
+                p.outcome = self.outcome_of(decided, limit, &mut p)?;
                 Ok(p)
             })
             .collect())
@@ -464,16 +428,18 @@ impl Buyer {
         p: &mut Purchase,
     ) -> Result<(Result<Buy>, Option<Release>)> {
         if self.options.strategy == Strategy::Fenced {
-            let args = self.deduct_args(guard.token(), &p.order_id, ul.map(|(u, _)| u), p.fence);
+            let token = guard.token().to_string();
+            let call = self.deduct_call(&token, &p.order_id, ul.map(|(u, _)| u), p.fence);
+            let (keys, args) = (call.keys(), call.args());
             let limit = ul.map_or(0, |(_, l)| l);
-            let (reply, released) =
-                guard.release_inside(conn, &FENCED_RELEASE, &self.deduct_keys(), &args)?;
+            let (reply, released) = guard.release_inside(conn, &FENCED_RELEASE, &keys, &args)?;
             let reply = redis::from_redis_value(reply)
                 .map_err(|e| conn.unexpected(format!("the fenced deduct script answered {e}")));
             let outcome = reply.and_then(|r| self.deduct_outcome(conn, r, limit, p));
             return Ok((outcome, released));
         }
-        let (keys, args) = self.write_parts(&p.order_id, ul, p.fence);
+        let call = self.write_call(&p.order_id, ul, p.fence);
+        let (keys, args) = (call.keys(), call.args());
         let (reply, released) = guard.release_inside(conn, &WRITE_RELEASE, &keys, &args)?;
         Ok((self.bought(conn, &[reply]), released))
     }
@@ -527,30 +493,23 @@ impl Buyer {
         Ok(Step::Deduct)
     }
 
-    /// The write script's keys and arguments (see `WRITE_BODY`): the tutorial's DECR, with
-    /// the order recorded, all or nothing. Its reply is the stock left.
-    fn write_parts(
-        &self,
-        order_id: &str,
-        ul: Option<(&str, u64)>,
+    /// The write script's call (see `lua/write.lua`): the tutorial's DECR, with the order
+    /// recorded, all or nothing. Its reply is the stock left.
+    fn write_call<'a>(
+        &'a self,
+        order: &'a str,
+        ul: Option<(&'a str, u64)>,
         fence: Option<u64>,
-    ) -> ([&str; 5], [String; 6]) {
-        let keys = [
-            self.keys.stock.as_str(),
-            &self.keys.ledger,
-            &self.keys.sold,
-            &self.keys.buyers,
-            &self.keys.events,
-        ];
-        let args = [
-            self.options.qty.to_string(),
-            order_id.to_string(),
-            ul.map_or("", |(user, _)| user).to_string(),
-            if self.options.queue { "1" } else { "" }.to_string(),
-            fence.map_or(String::new(), |f| f.to_string()),
-            self.sku.to_string(),
-        ];
-        (keys, args)
+    ) -> Write<'a> {
+        Write {
+            keys: &self.keys,
+            qty: self.options.qty,
+            order,
+            user: ul.map(|(user, _)| user),
+            queue: self.options.queue,
+            fence,
+            sku: self.sku.as_str(),
+        }
     }
 
     /// The naive strategy's write: the same transaction, with no lock around it.
@@ -560,12 +519,7 @@ impl Buyer {
         order_id: &str,
         ul: Option<(&str, u64)>,
     ) -> Result<Buy> {
-        let (keys, args) = self.write_parts(order_id, ul, None);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(WRITE_LUA.as_str())
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args);
+        let eval = self.write_call(order_id, ul, None).eval();
         let (replies, _): (Vec<redis::Value>, _) = conn.transaction(&[eval], None)?;
         self.bought(conn, &replies)
     }
@@ -578,132 +532,32 @@ impl Buyer {
         p: &mut Purchase,
     ) -> Result<Buy> {
         let limit = ul.map_or(0, |(_, l)| l);
-        let mut inv = DEDUCT.prepare_invoke();
-        inv.key(&self.deduct_keys()).arg(&self.deduct_args(
-            token,
-            &p.order_id,
-            ul.map(|(u, _)| u),
-            p.fence,
-        ));
-        let reply: (String, i64, String) = conn.script(&inv)?;
+        let call = self.deduct_call(token, &p.order_id, ul.map(|(u, _)| u), p.fence);
+        let reply: (String, i64, String) = conn.script(&call.invocation())?;
         self.deduct_outcome(conn, reply, limit, p)
     }
 
-    /// The deduct script's keys, in its order.
-    fn deduct_keys(&self) -> [&str; 6] {
-        [
-            &self.keys.stock,
-            &self.keys.ledger,
-            &self.lock.keys().lock,
-            &self.keys.buyers,
-            &self.keys.sold,
-            &self.keys.events,
-        ]
-    }
-
-    /// The deduct script's arguments, in its order (see `DEDUCT_BODY`).
-    fn deduct_args(
-        &self,
-        token: &str,
-        order_id: &str,
-        user: Option<&str>,
+    /// The deduct script's call (see `lua/deduct.lua`): `holder` is the lock's token, ''
+    /// when the buyer holds no lock.
+    fn deduct_call<'a>(
+        &'a self,
+        holder: &'a str,
+        order: &'a str,
+        user: Option<&'a str>,
         fence: Option<u64>,
-    ) -> [String; 8] {
-        let (user, limit) = user.zip(self.options.limit).unwrap_or(("", 0));
-        [
-            token.to_string(),
-            self.options.qty.to_string(),
-            order_id.to_string(),
-            user.to_string(),
-            limit.to_string(),
-            if self.options.queue { "1" } else { "" }.to_string(),
-            fence.map_or(String::new(), |f| f.to_string()),
-            self.sku.to_string(),
-        ]
-    }
-
-    /// The atomic strategy's purchase as one command, for a caller that drives many connections
-    /// from one thread (send on each, then read each reply with [`Buyer::atomic_reply`]). Uses
-    /// EVALSHA without loading: call [`Buyer::load_scripts`] first.
-    pub fn atomic_command(&self, order_id: &str, user: Option<&str>) -> redis::Cmd {
-        if let Some(b) = self.bucketed() {
-            return b.buyers[b.map.home(user, order_id)].atomic_command(order_id, user);
-        }
-        let mut cmd = evalsha(&DEDUCT, &self.deduct_keys());
-        cmd.arg(&self.deduct_args("", order_id, user, None));
-        cmd
-    }
-
-    /// Makes sure the server knows the atomic strategy's script.
-    pub fn load_scripts(&self, conn: &mut Conn) -> Result<()> {
-        let sha: String = conn.query(redis::cmd("SCRIPT").arg("LOAD").arg(DEDUCT_LUA.as_str()))?;
-        debug_assert_eq!(sha, DEDUCT.get_hash());
-        Ok(())
-    }
-
-    /// The purchase an [`Buyer::atomic_command`] reply stands for, counted in the metrics like
-    /// [`Buyer::buy`]. `Ok(None)` when the purchase must be made again the ordinary way: the
-    /// server had lost the script (a flush or a restart), or the lock was held and this buyer
-    /// has a wait to spend.
-    pub fn atomic_reply(
-        &self,
-        conn: &Conn,
-        reply: Result<(String, i64, String)>,
-        order_id: &str,
-        user: Option<&str>,
-    ) -> Result<Option<Purchase>> {
-        let wait = !self.options.lock.wait.is_zero();
-        self.atomic_answer(conn, reply, order_id, user, wait)
-    }
-
-    /// [`Buyer::atomic_reply`], with a busy answer given back as `Ok(None)` only when
-    /// `busy_again` (the caller tries busy purchases again itself otherwise).
-    pub(super) fn atomic_answer(
-        &self,
-        conn: &Conn,
-        reply: Result<(String, i64, String)>,
-        order_id: &str,
-        user: Option<&str>,
-        busy_again: bool,
-    ) -> Result<Option<Purchase>> {
-        let mut p = self.new_purchase(order_id);
-        let limit = user.zip(self.options.limit).map_or(0, |(_, l)| l);
-        let result = match reply {
-            Err(Error::Redis { code: Some(c), .. }) if c == "NOSCRIPT" => return Ok(None),
-            Err(e) => Err(e),
-            Ok(r) => self.deduct_outcome(conn, r, limit, &mut p),
-        };
-        // The ordinary way finds the SKU's buckets, borrows for a bucket that is short, and
-        // waits for the replicas asked for: none of which one command could do.
-        let bucketed = !self.in_bucket && self.bucketed().is_some();
-        match (&result, bucketed) {
-            (Err(Error::Unseeded { .. }), _) if !self.in_bucket => return Ok(None),
-            (Ok(Buy::SoldOut { .. }), true) if p.replayed.is_none() => return Ok(None),
-            (Ok(Buy::Bought { .. }), _) if self.options.require_replicas > 0 => return Ok(None),
-            _ => {}
-        }
-        match result {
-            Ok(Buy::Busy) if busy_again => Ok(None),
-            Ok(outcome) => {
-                p.outcome = outcome;
-                self.meter(Ok(&outcome));
-                Ok(Some(p))
-            }
-            Err(e) => {
-                self.meter(Err(()));
-                Err(e)
-            }
+    ) -> Deduct<'a> {
+        Deduct {
+            keys: &self.keys,
+            lock: &self.lock.keys().lock,
+            holder,
+            qty: self.options.qty,
+            order,
+            user_limit: user.zip(self.options.limit),
+            queue: self.options.queue,
+            fence,
+            sku: self.sku.as_str(),
         }
     }
-}
-
-/// One answer of the batch script, `<code><n>:<text>`, as the deduct script's
-/// `{status, n, text}`.
-fn batch_answer(a: &str) -> Option<(String, i64, String)> {
-    let code = *a.as_bytes().first()?;
-    let (_, status) = BATCH_CODES.iter().find(|(c, _)| *c == code)?;
-    let (n, text) = a.get(1..)?.split_once(':')?;
-    Some((status.to_string(), n.parse().ok()?, text.to_string()))
 }
 
 /// How long a lockless purchase that found the lock held waits before it tries again: random,

@@ -3,29 +3,22 @@
 use super::Buyer;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
+use crate::stock::calls::{Decided, UnknownAnswer, Written};
 use crate::stock::{Buy, Purchase};
 
 impl Buyer {
     /// What the write script answered.
     pub(super) fn bought(&self, conn: &Conn, replies: &[redis::Value]) -> Result<Buy> {
-        use redis::Value;
-        let text = |v: Option<&Value>| match v {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(Value::SimpleString(s)) => s.clone(),
-            _ => String::new(),
+        let reply = match replies.first() {
+            Some(redis::Value::ServerError(e)) => return Err(conn.map_err(e.clone().into())),
+            Some(reply) => reply,
+            None => return Err(conn.unexpected("the write script answered nothing".into())),
         };
-        match replies.first() {
-            Some(Value::Int(left)) => Ok(Buy::Bought { remaining: *left }),
-            Some(Value::Array(a)) => match text(a.first()).as_str() {
-                "unseeded" => Err(Error::Unseeded {
-                    sku: self.sku.to_string(),
-                }),
-                "bad_stock" => Err(self.bad_stock(text(a.get(1)))),
-                "bad_data" => Err(self.bad_data(text(a.get(1)))),
-                other => Err(conn.unexpected(format!("the write script answered '{other}'"))),
-            },
-            Some(Value::ServerError(e)) => Err(conn.map_err(e.clone().into())),
-            other => Err(conn.unexpected(format!("the write script answered {other:?}"))),
+        match Written::parse(reply).map_err(|e| unknown(conn, e))? {
+            Written::Left(left) => Ok(Buy::Bought { remaining: left }),
+            Written::Unseeded => Err(self.unseeded()),
+            Written::BadStock(v) => Err(self.bad_stock(v)),
+            Written::BadData(why) => Err(self.bad_data(why)),
         }
     }
 
@@ -33,34 +26,41 @@ impl Buyer {
     pub(super) fn deduct_outcome(
         &self,
         conn: &Conn,
-        (status, n, text): (String, i64, String),
+        reply: (String, i64, String),
         limit: u64,
         p: &mut Purchase,
     ) -> Result<Buy> {
-        Ok(match status.as_str() {
-            "bought" => Buy::Bought { remaining: n },
-            "replayed" => {
-                p.replayed = Some(n.max(0) as u64);
+        let decided = Decided::parse(reply).map_err(|e| unknown(conn, e))?;
+        self.outcome_of(decided, limit, p)
+    }
+
+    /// What one decision of the deduct or batch script means for the purchase `p`.
+    pub(super) fn outcome_of(&self, decided: Decided, limit: u64, p: &mut Purchase) -> Result<Buy> {
+        Ok(match decided {
+            Decided::Bought { left } => Buy::Bought { remaining: left },
+            Decided::Replayed { units, now } => {
+                p.replayed = Some(units.max(0) as u64);
                 Buy::Bought {
-                    remaining: text.parse().unwrap_or(0),
+                    remaining: now.parse().unwrap_or(0),
                 }
             }
-            "sold_out" => Buy::SoldOut { remaining: n },
-            "limit" => Buy::LimitReached {
-                bought: n.max(0) as u64,
+            Decided::SoldOut { stock } => Buy::SoldOut { remaining: stock },
+            Decided::Limit { had } => Buy::LimitReached {
+                bought: had.max(0) as u64,
                 limit,
             },
-            "busy" => Buy::Busy,
-            "lease_lost" => Buy::LeaseLost,
-            "unseeded" => {
-                return Err(Error::Unseeded {
-                    sku: self.sku.to_string(),
-                });
-            }
-            "bad_stock" => return Err(self.bad_stock(text)),
-            "bad_data" => return Err(self.bad_data(text)),
-            other => return Err(conn.unexpected(format!("the deduct script answered '{other}'"))),
+            Decided::Busy => Buy::Busy,
+            Decided::LeaseLost => Buy::LeaseLost,
+            Decided::Unseeded => return Err(self.unseeded()),
+            Decided::BadStock(v) => return Err(self.bad_stock(v)),
+            Decided::BadData(why) => return Err(self.bad_data(why)),
         })
+    }
+
+    pub(super) fn unseeded(&self) -> Error {
+        Error::Unseeded {
+            sku: self.sku.to_string(),
+        }
     }
 
     pub(super) fn bad_data(&self, reason: String) -> Error {
@@ -77,4 +77,9 @@ impl Buyer {
             value,
         }
     }
+}
+
+/// A script's answer this code does not know, as the connection's protocol error.
+pub(super) fn unknown(conn: &Conn, e: UnknownAnswer) -> Error {
+    conn.unexpected(e.to_string())
 }

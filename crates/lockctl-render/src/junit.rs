@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use lockctl_hammer::Verdict;
 use lockctl_hammer::hunt::HuntReport;
 
-use super::hunt::Replay;
+use crate::hunt::Replay;
 
 /// `h` as a JUnit XML document; `name` names the test case (the system's URL, say).
 pub fn hunt_junit(h: &HuntReport, replay: &Replay, name: &str) -> String {

@@ -1,14 +1,29 @@
-//! Turns reports into what a person or a script reads: text, JSON, Markdown or HTML.
+//! lockctl's reports as what a person or a script reads: text, JSON, Markdown, JUnit XML or
+//! HTML.
 //!
-//! Rendering is pure (a report in, a `String` out), so every format is tested from hand-built
-//! reports with no Redis. Units live in field names (`p99_ms`, `elapsed_s`).
+//! Rendering is pure (a report in, a `String` or a `Serialize` document out), so every format
+//! is tested from hand-built reports with no Redis. Units live in field names (`p99_ms`,
+//! `elapsed_s`). The crate speaks no command line: a fix the library names as a [`Hint`] is
+//! worded by the [`Advice`] the caller passes in, and the JSON documents are typed structs
+//! whose field names are the contract's. HTML goes through maud, which escapes every value
+//! spliced into the markup by construction.
 //!
-//! Layout: `check`, `status` and `buy` here; the hammer's text, JSON and Markdown in `hammer`;
-//! its self-contained HTML page in `html`; the hunt's report in `hunt`; a round's timeline
-//! (lanes, faults, the stock) in `timeline`.
+//! Layout:
+//! - here: `check`, `status` and `buy`;
+//! - `advice`: the [`Advice`] a caller words fixes with;
+//! - `hammer`: the hammer's text, JSON and Markdown; `html`: its self-contained HTML page,
+//!   with `chart`'s SVG line charts;
+//! - `hunt`: the hunt's report and the strategies' matrix; `junit`: the hunt as JUnit XML;
+//! - `timeline`: a round's timeline (lanes, faults, the stock) as a page;
+//! - `escape`: text made safe for a terminal.
+//!
+//! [`Hint`]: lockctl_core::Hint
 
+mod advice;
 mod chart;
 mod escape;
+#[cfg(test)]
+mod fixtures;
 mod hammer;
 mod html;
 mod hunt;
@@ -19,12 +34,17 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::advice;
-
+pub use advice::{Advice, Unworded};
 pub use escape::{terminal, terminal_lines};
-pub use hammer::{Context, comparison_text, hammer_document, hammer_markdown, hammer_text};
+pub use hammer::{
+    Comparison, Context, HammerDocument, SCHEMA_VERSION, comparison_text, hammer_document,
+    hammer_json, hammer_markdown, hammer_text,
+};
 pub use html::hammer_html;
-pub use hunt::{Replay, hunt_json, hunt_text, matrix_html, matrix_json, matrix_text};
+pub use hunt::{
+    CellJson, CleanedJson, FailureJson, FaultJson, HuntJson, LeaseJson, MatrixJson, Replay,
+    hunt_json, hunt_text, matrix_html, matrix_json, matrix_text,
+};
 pub use junit::hunt_junit;
 pub use timeline::timeline_html;
 
@@ -35,7 +55,7 @@ use lockctl_core::stock::{Buy, Purchase, Strategy};
 use lockctl_core::wire::BuyJson;
 
 /// `check` for a person.
-pub fn check_text(r: &CheckReport) -> String {
+pub fn check_text(r: &CheckReport, advice: &dyn Advice) -> String {
     // A product other than Redis reports a redis_version of its own for compatibility: said
     // beside its own version, so that neither is mistaken for the other.
     let compat = match r.server.as_str() {
@@ -56,7 +76,7 @@ pub fn check_text(r: &CheckReport) -> String {
                     s,
                     "lock node {}: DOWN ({})",
                     n.addr,
-                    e.as_ref().map_or("no answer".into(), advice::finding)
+                    e.as_ref().map_or("no answer".into(), |e| advice.finding(e))
                 );
             }
         }
@@ -76,10 +96,10 @@ pub fn check_text(r: &CheckReport) -> String {
         );
     }
     for p in &r.problems {
-        let _ = writeln!(s, "problem: {}", advice::finding(p));
+        let _ = writeln!(s, "problem: {}", advice.finding(p));
     }
     for w in &r.warnings {
-        let _ = writeln!(s, "warning: {}", advice::finding(w));
+        let _ = writeln!(s, "warning: {}", advice.finding(w));
     }
     s.push_str(if r.ok {
         "ok: fit for locking\n"
@@ -90,20 +110,20 @@ pub fn check_text(r: &CheckReport) -> String {
 }
 
 /// `check --json`.
-pub fn check_json(r: &CheckReport) -> Value {
+pub fn check_json(r: &CheckReport, advice: &dyn Advice) -> Value {
     let mut v = to_json(r);
-    v["problems"] = worded(&r.problems);
-    v["warnings"] = worded(&r.warnings);
+    v["problems"] = worded(&r.problems, advice);
+    v["warnings"] = worded(&r.warnings, advice);
     for (i, n) in r.nodes.iter().enumerate() {
         if let Some(e) = &n.error {
-            v["nodes"][i]["error"] = advice::finding(e).into();
+            v["nodes"][i]["error"] = advice.finding(e).into();
         }
     }
     v
 }
 
 /// `status` for a person.
-pub fn status_text(st: &Status) -> String {
+pub fn status_text(st: &Status, advice: &dyn Advice) -> String {
     let mut s = match st.stock {
         Some(stock) => format!(
             "{}: stock {stock}, seeded {}, sold {} (ledger: {} in {})\n",
@@ -134,7 +154,7 @@ pub fn status_text(st: &Status) -> String {
         (Some(false), _) => {
             s.push_str("books: DO NOT RECONCILE\n");
             for p in &st.problems {
-                let _ = writeln!(s, "  - {}", advice::finding(p));
+                let _ = writeln!(s, "  - {}", advice.finding(p));
             }
         }
         (None, Some(_)) => s.push_str(
@@ -143,7 +163,7 @@ pub fn status_text(st: &Status) -> String {
         (None, None) => {}
     }
     for w in &st.warnings {
-        let _ = writeln!(s, "warning: {}", advice::finding(w));
+        let _ = writeln!(s, "warning: {}", advice.finding(w));
     }
     if let Some(buckets) = &st.buckets {
         let _ = writeln!(
@@ -212,11 +232,11 @@ fn orders_lines(s: &mut String, st: &Status) {
 }
 
 /// `status --json`.
-pub fn status_json(st: &Status) -> Value {
+pub fn status_json(st: &Status, advice: &dyn Advice) -> Value {
     let mut v = to_json(st);
-    v["problems"] = worded(&st.problems);
+    v["problems"] = worded(&st.problems, advice);
     if !st.warnings.is_empty() {
-        v["warnings"] = worded(&st.warnings);
+        v["warnings"] = worded(&st.warnings, advice);
     }
     v
 }
@@ -275,10 +295,10 @@ fn to_json<T: serde::Serialize>(v: &T) -> Value {
 }
 
 /// Findings as JSON strings, each with its fix in the command line's words.
-fn worded(findings: &[Finding]) -> Value {
+fn worded(findings: &[Finding], advice: &dyn Advice) -> Value {
     findings
         .iter()
-        .map(advice::finding)
+        .map(|f| advice.finding(f))
         .collect::<Vec<_>>()
         .into()
 }

@@ -3,12 +3,21 @@
 
 use std::borrow::Cow;
 
-/// `s` with the characters HTML gives meaning to written as entities.
-pub(super) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// `s` with the characters HTML gives meaning to written as entities: `'` too, so that a value
+/// is safe in an attribute whichever quote delimits it.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `s` with every control character written as Rust writes it in a string literal (`\u{1b}`,

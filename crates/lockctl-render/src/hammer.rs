@@ -3,18 +3,21 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+
+use crate::Advice;
 
 use lockctl_core::units::{count, round3};
 use lockctl_hammer::judge::errors_in_words;
+use lockctl_hammer::report::Subject;
 use lockctl_hammer::{
     HttpFacts, LATE_AFTER_MS, Mode, Percentiles, Report, Verdict, overall_verdict,
 };
 
-/// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`).
-pub fn hammer_text(r: &Report, color: bool) -> String {
+/// `hammer` for a person: aligned rows, the verdict last (in green or red when `color`); the
+/// first error's fix in `advice`'s words.
+pub fn hammer_text(r: &Report, color: bool, advice: &dyn Advice) -> String {
     let mut s = String::new();
-    facts_rows(&mut s, r);
+    facts_rows(&mut s, r, advice);
     verdict_rows(&mut s, r, color);
     s
 }
@@ -28,12 +31,12 @@ fn row(s: &mut String, label: &str, text: String) {
 /// A row that starts with `painted` (lockctl's own colours, shown as they are) and goes on
 /// with `text`, escaped as in [`row`].
 fn painted_row(s: &mut String, label: &str, painted: &str, text: &str) {
-    let _ = writeln!(s, "  {label:<12}{painted}{}", super::terminal(text));
+    let _ = writeln!(s, "  {label:<12}{painted}{}", crate::terminal(text));
 }
 
 /// The header and what was measured: outcomes, stock, latencies, throughput, notes.
-fn facts_rows(s: &mut String, r: &Report) {
-    let _ = writeln!(s, "{}", super::terminal(&header(r)));
+fn facts_rows(s: &mut String, r: &Report, advice: &dyn Advice) {
+    let _ = writeln!(s, "{}", crate::terminal(&header(r)));
     let mut outcomes = format!(
         "bought {}  sold out {}  busy {}",
         r.bought, r.sold_out, r.busy
@@ -65,7 +68,7 @@ fn facts_rows(s: &mut String, r: &Report) {
     for n in &r.notes {
         row(s, "note", n.clone());
     }
-    if let Some(e) = first_error(r) {
+    if let Some(e) = first_error(r, advice) {
         row(s, "first error", e);
     }
 }
@@ -284,13 +287,13 @@ fn verdict_rows(s: &mut String, r: &Report, color: bool) {
     }
 }
 
-/// `hammer --json`: the whole report.
-pub fn hammer_json(r: &Report) -> Value {
-    let mut v = super::to_json(r);
-    if let Some(e) = first_error(r) {
-        v["first_error"] = e.into();
+/// `hammer --json` for one run: the whole report, its first error with its fix in `advice`'s
+/// words.
+pub fn hammer_json(r: &Report, advice: &dyn Advice) -> Report {
+    Report {
+        first_error: first_error(r, advice),
+        ..r.clone()
     }
-    v
 }
 
 /// Where and when a hammer ran, beyond the run's own facts: what a report needs to stand
@@ -315,33 +318,62 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// `{schema_version, context, verdict, runs: [report...], comparison: [...]}`, `verdict` pass
 /// only if every run passed. With one strategy the document also carries that run's fields at
 /// the top level (what `hammer --json` promises).
-pub fn hammer_document(reports: &[Report], context: &Context) -> Value {
-    let mut doc = match reports {
-        [one] => hammer_json(one),
-        _ => json!({}),
-    };
-    doc["schema_version"] = json!(SCHEMA_VERSION);
-    doc["context"] = json!(context);
-    doc["verdict"] = json!(overall_verdict(reports));
-    doc["runs"] = reports.iter().map(hammer_json).collect::<Vec<_>>().into();
-    doc["comparison"] = ranked(reports)
-        .iter()
-        .map(|(r, rel)| {
-            json!({
-                "strategy": r.run.strategy,
-                "throughput_rps": r.throughput_rps,
-                "relative_speed": rel,
-                "verdict": r.verdict,
-            })
-        })
-        .collect::<Vec<_>>()
-        .into();
-    doc
+#[derive(Debug, Serialize)]
+pub struct HammerDocument<'a> {
+    /// The one run's fields, at the top level; absent with several strategies.
+    #[serde(flatten)]
+    pub single: Option<Report>,
+    pub schema_version: u32,
+    pub context: &'a Context,
+    /// The verdict over every run. With one run, that run's own `verdict` (in `single`) says
+    /// it, so that the key appears once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    pub runs: Vec<Report>,
+    pub comparison: Vec<Comparison>,
 }
 
-/// All pass: pass; any fail: fail; otherwise (some unknown): unknown.
+/// One row of the document's `comparison`, fastest first.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    pub strategy: Subject,
+    pub throughput_rps: f64,
+    /// The fastest run's speed as a multiple of this one's (1 for the fastest; null when this
+    /// one made no progress).
+    pub relative_speed: f64,
+    pub verdict: Verdict,
+}
+
+/// The [`HammerDocument`] of `reports`.
+pub fn hammer_document<'a>(
+    reports: &[Report],
+    context: &'a Context,
+    advice: &dyn Advice,
+) -> HammerDocument<'a> {
+    let single = match reports {
+        [one] => Some(hammer_json(one, advice)),
+        _ => None,
+    };
+    HammerDocument {
+        verdict: single.is_none().then(|| overall_verdict(reports)),
+        single,
+        schema_version: SCHEMA_VERSION,
+        context,
+        runs: reports.iter().map(|r| hammer_json(r, advice)).collect(),
+        comparison: ranked(reports)
+            .into_iter()
+            .map(|(r, rel)| Comparison {
+                strategy: r.run.strategy,
+                throughput_rps: r.throughput_rps,
+                relative_speed: rel,
+                verdict: r.verdict,
+            })
+            .collect(),
+    }
+}
+
 /// Reports from fastest to slowest, each with the fastest one's speed as a multiple of its own.
-pub(super) fn ranked(reports: &[Report]) -> Vec<(&Report, f64)> {
+pub(crate) fn ranked(reports: &[Report]) -> Vec<(&Report, f64)> {
     let mut v: Vec<&Report> = reports.iter().collect();
     v.sort_by(|a, b| b.throughput_rps.total_cmp(&a.throughput_rps));
     let best = v.first().map_or(0.0, |r| r.throughput_rps);
@@ -388,7 +420,7 @@ pub fn comparison_text(reports: &[Report]) -> String {
     s
 }
 
-pub(super) fn verdict_word(v: Verdict) -> &'static str {
+pub(crate) fn verdict_word(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
@@ -399,7 +431,7 @@ pub(super) fn verdict_word(v: Verdict) -> &'static str {
 /// `text` as a Markdown code span (its control characters escaped), whatever backticks it holds: the fence is one backtick
 /// longer than the longest run inside, padded with spaces when the text starts or ends with one.
 fn code_span(text: &str) -> String {
-    let text = super::terminal(text);
+    let text = crate::terminal(text);
     let text = text.as_ref();
     let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
@@ -412,7 +444,7 @@ fn code_span(text: &str) -> String {
 }
 
 /// A number read back from Redis, or `?` when it could not be.
-pub(super) fn opt(v: Option<i64>) -> String {
+pub(crate) fn opt(v: Option<i64>) -> String {
     v.map_or("?".into(), |v| v.to_string())
 }
 
@@ -468,7 +500,7 @@ pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .map(move |v| format!("- {}: {}", r.run.strategy, super::terminal(v)))
+                .map(move |v| format!("- {}: {}", r.run.strategy, crate::terminal(v)))
         })
         .collect();
     if !violations.is_empty() {
@@ -480,7 +512,7 @@ pub fn hammer_markdown(reports: &[Report], context: &Context) -> String {
 /// One strategy's row of the summary table (Markdown and HTML), in the header's order:
 /// strategy, purchases/s, slower than fastest, p50, p90, p99, p99.9, max (ms), bought, sold
 /// out, busy, lease lost, errors, final stock, oversold, verdict.
-pub(super) fn summary_cells(r: &Report, rel: f64) -> [String; 16] {
+pub(crate) fn summary_cells(r: &Report, rel: f64) -> [String; 16] {
     let l = &r.latency_ms;
     [
         r.run.strategy.to_string(),
@@ -512,7 +544,7 @@ pub(crate) fn lock_kind(r: &Report) -> String {
     }
 }
 
-pub(super) fn mode_name(r: &Report) -> &'static str {
+pub(crate) fn mode_name(r: &Report) -> &'static str {
     match r.run.mode {
         Mode::Threads => "threads",
         Mode::Procs => "processes",
@@ -528,9 +560,9 @@ fn pct_text(p: &Percentiles) -> String {
 }
 
 /// The run's first error with its fix in the command line's words.
-fn first_error(r: &Report) -> Option<String> {
+fn first_error(r: &Report, advice: &dyn Advice) -> Option<String> {
     let e = r.first_error.as_ref()?;
-    Some(crate::advice::with_hint(e, r.first_error_hint.as_ref()))
+    Some(advice.with_hint(e, r.first_error_hint.as_ref()))
 }
 
 #[cfg(test)]

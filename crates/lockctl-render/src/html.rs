@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::chart::{Scale, Series, line_chart};
-use super::escape::escape;
-use super::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
-use super::hunt::verdict_word;
+use crate::chart::{Scale, Series, line_chart};
+use crate::escape::escape;
+use crate::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
+use crate::hunt::verdict_word;
 use lockctl_hammer::{Bucket, Report, Verdict, overall_verdict};
 
 /// The page.
@@ -374,4 +374,84 @@ fn findings(reports: &[Report]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fixtures::round;
+    use lockctl_hammer::history::Fault;
+
+    /// Text that would break out of an element or of either kind of attribute quote.
+    fn hostile(field: &str) -> String {
+        format!("{field}'\"<>&'><script>")
+    }
+
+    /// [`hostile`] as it must appear on the page.
+    fn escaped(field: &str) -> String {
+        format!("{field}&#39;&quot;&lt;&gt;&amp;&#39;&gt;&lt;script&gt;")
+    }
+
+    fn assert_escaped(html: &str, fields: &[&str]) {
+        assert!(!html.contains("<script>"), "{html}");
+        for f in fields {
+            assert!(!html.contains(&hostile(f)), "{f} shown raw: {html}");
+            assert!(html.contains(&escaped(f)), "{f} not shown escaped: {html}");
+        }
+    }
+
+    #[test]
+    fn every_field_the_hammer_page_shows_is_escaped() {
+        let mut h = round(3, 3);
+        h.facts.sku = hostile("sku");
+        let mut failed = h.judge();
+        failed.verdict = Verdict::Fail;
+        failed.violations.push(hostile("violation"));
+        failed.notes.push(hostile("note"));
+        let mut unknown = h.judge();
+        unknown.verdict = Verdict::Unknown;
+        unknown.unknown_because = Some(hostile("unknown"));
+        let context = Context {
+            redis: hostile("redis"),
+            redis_version: Some(hostile("version")),
+            lockctl_version: hostile("lockctl"),
+            started_at: hostile("date"),
+            command_line: hostile("command"),
+        };
+        let html = hammer_html(&[failed, unknown], &context);
+        assert_escaped(
+            &html,
+            &[
+                "sku",
+                "violation",
+                "note",
+                "unknown",
+                "redis",
+                "version",
+                "lockctl",
+                "date",
+                "command",
+            ],
+        );
+    }
+
+    #[test]
+    fn every_field_the_timeline_shows_is_escaped() {
+        let mut h = round(3, 3);
+        h.facts.sku = hostile("sku");
+        h.facts.run_id = hostile("run");
+        h.faults.push(Fault {
+            fault: hostile("fault"),
+            start: Duration::from_millis(1),
+            stop: Some(Duration::from_millis(2)),
+            detail: hostile("detail"),
+            took: true,
+        });
+        let mut report = h.judge();
+        report.violations.push(hostile("violation"));
+        let html = crate::timeline_html(&h, &report);
+        assert_escaped(&html, &["sku", "run", "fault", "detail", "violation"]);
+    }
 }

@@ -201,7 +201,7 @@ fn draw_series(
         r#"<text x="{tx}" y="{ty}" font-size="13">{n}</text>"#,
         tx = lx + 34.0,
         ty = ly + 4.0,
-        n = super::escape::escape(&se.name)
+        n = crate::escape::escape(&se.name)
     );
 }
 

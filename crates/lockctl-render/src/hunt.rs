@@ -3,13 +3,16 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
-use super::hammer::{hammer_json, hammer_text};
+use serde::Serialize;
+
+use crate::Advice;
+use crate::hammer::{hammer_json, hammer_text};
 use lockctl_core::units::count;
-use lockctl_hammer::Verdict;
 use lockctl_hammer::hunt::HuntReport;
 use lockctl_hammer::hunt::own::Matrix;
+use lockctl_hammer::{Report, Verdict};
 
 /// The command that replays a hunt, and the environment variables it takes its secrets from.
 #[derive(Debug, Default)]
@@ -48,12 +51,12 @@ impl Replay {
         }
     }
 
-    fn json(&self) -> Value {
+    /// `replay_env`: each variable with what it must hold.
+    fn env(&self) -> BTreeMap<&str, &str> {
         self.secrets
             .iter()
-            .map(|(name, what)| (name.clone(), Value::from(what.as_str())))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+            .map(|(name, what)| (name.as_str(), what.as_str()))
+            .collect()
     }
 }
 
@@ -68,7 +71,13 @@ fn counts<K: std::fmt::Display>(m: &std::collections::BTreeMap<K, u64>) -> Strin
 }
 
 /// The hunt for a person: what was tried, the verdict, and on a FAIL the round's report.
-pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> String {
+pub fn hunt_text(
+    h: &HuntReport,
+    replay: &Replay,
+    color: bool,
+    quiet: bool,
+    advice: &dyn Advice,
+) -> String {
     let mut s = String::new();
     let verdict = match h.verdict {
         Verdict::Pass => "PASS",
@@ -109,7 +118,7 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
             let _ = writeln!(
                 s,
                 "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
-                super::terminal(&l.key),
+                crate::terminal(&l.key),
                 (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
                 h.longest_fault.as_secs_f64()
             );
@@ -133,7 +142,7 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
             }
         }
         for u in &h.unknown {
-            let _ = writeln!(s, "  unjudged  {}", super::terminal(u));
+            let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
         }
         let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
         if more > 0 {
@@ -141,7 +150,14 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
         }
     }
     match &h.failure {
-        Some(f) => failure_text(&mut s, f, &paint(verdict), replay, color, quiet),
+        Some(f) => {
+            let shown = Shown {
+                color,
+                quiet,
+                advice,
+            };
+            failure_text(&mut s, f, &paint(verdict), replay, &shown)
+        }
         None => {
             let why = match h.verdict {
                 Verdict::Pass => "nothing broke within the budget".to_string(),
@@ -155,14 +171,20 @@ pub fn hunt_text(h: &HuntReport, replay: &Replay, color: bool, quiet: bool) -> S
     s
 }
 
+/// How a text report is shown: in colour, quietly, and with whose words for a fix.
+struct Shown<'a> {
+    color: bool,
+    quiet: bool,
+    advice: &'a dyn Advice,
+}
+
 /// The failing round: its violations, faults, replay command and (unless quiet) its report.
 fn failure_text(
     s: &mut String,
     f: &lockctl_hammer::hunt::Failure,
     verdict: &str,
     replay: &Replay,
-    color: bool,
-    quiet: bool,
+    shown: &Shown<'_>,
 ) {
     let _ = writeln!(
         s,
@@ -170,7 +192,7 @@ fn failure_text(
         f.round.number, f.sku, f.round.stock, f.report.run.requests, f.round.shape
     );
     for v in &f.report.violations {
-        let _ = writeln!(s, "              - {}", super::terminal(v));
+        let _ = writeln!(s, "              - {}", crate::terminal(v));
     }
     for fault in &f.faults {
         let _ = writeln!(
@@ -178,63 +200,135 @@ fn failure_text(
             "  fault     {} at {:.0} ms: {}",
             fault.fault,
             fault.start.as_secs_f64() * 1000.0,
-            super::terminal(&fault.detail)
+            crate::terminal(&fault.detail)
         );
     }
     replay.text(s);
-    if !quiet {
+    if !shown.quiet {
         s.push_str("\nthe failing round:\n");
-        s.push_str(&hammer_text(&f.report, color));
+        s.push_str(&hammer_text(&f.report, shown.color, shown.advice));
     }
 }
 
-/// `hunt --json`.
-pub fn hunt_json(h: &HuntReport, replay: &Replay) -> Value {
-    let failure = h.failure.as_ref().map(|f| {
-        json!({
-            "round": f.round.number,
-            "sku": f.sku,
-            "stock": f.round.stock,
-            "requests": f.report.run.requests,
-            "shape": f.round.shape.to_string(),
-            "faults": f.faults.iter().map(|x| json!({
-                "fault": x.fault,
-                "detail": x.detail,
-                "start_ms": x.start.as_secs_f64() * 1000.0,
-                "stop_ms": x.stop.map(|d| d.as_secs_f64() * 1000.0),
-            })).collect::<Vec<_>>(),
-            "violations": f.report.violations,
-            "report": hammer_json(&f.report),
-        })
+/// `hunt --json`: what was tried, the verdict, and the first failing round.
+#[derive(Debug, Serialize)]
+pub struct HuntJson<'a> {
+    pub verdict: Verdict,
+    pub seed: u64,
+    /// The command that replays the hunt.
+    pub replay: &'a str,
+    /// Each variable the replay reads its secrets from, with what it must hold.
+    pub replay_env: BTreeMap<&'a str, &'a str>,
+    pub rounds: u64,
+    pub judged: u64,
+    pub requests: u64,
+    pub elapsed_s: f64,
+    /// Rounds per load shape.
+    pub shapes: &'a BTreeMap<&'static str, u64>,
+    /// Faults that took effect, per kind.
+    pub faults: &'a BTreeMap<String, u64>,
+    /// Faults tried, per kind.
+    pub faults_tried: &'a BTreeMap<String, u64>,
+    pub longest_lease: Option<LeaseJson<'a>>,
+    pub longest_fault_ms: f64,
+    pub interrupted: bool,
+    /// Why rounds went unjudged (the first few).
+    pub unjudged: &'a [String],
+    pub unjudged_rounds: u64,
+    pub cleaned: Option<CleanedJson<'a>>,
+    pub failure: Option<FailureJson<'a>>,
+}
+
+/// The longest lease the hunt saw on the system's keys.
+#[derive(Debug, Serialize)]
+pub struct LeaseJson<'a> {
+    pub key: &'a str,
+    pub ttl_ms: u64,
+}
+
+/// What the hunt removed after itself, and what it left.
+#[derive(Debug, Serialize)]
+pub struct CleanedJson<'a> {
+    pub rows: u64,
+    pub keys: u64,
+    pub left: &'a [String],
+}
+
+/// The first round that broke a promise.
+#[derive(Debug, Serialize)]
+pub struct FailureJson<'a> {
+    pub round: u64,
+    pub sku: &'a str,
+    pub stock: u64,
+    pub requests: u64,
+    pub shape: String,
+    pub faults: Vec<FaultJson<'a>>,
+    pub violations: &'a [String],
+    /// The round's hammer report.
+    pub report: Report,
+}
+
+/// One fault of the failing round, its times from the round's start.
+#[derive(Debug, Serialize)]
+pub struct FaultJson<'a> {
+    pub fault: &'a str,
+    pub detail: &'a str,
+    pub start_ms: f64,
+    pub stop_ms: Option<f64>,
+}
+
+/// The [`HuntJson`] of `h`, the failing round's first error worded by `advice`.
+pub fn hunt_json<'a>(h: &'a HuntReport, replay: &'a Replay, advice: &dyn Advice) -> HuntJson<'a> {
+    let failure = h.failure.as_ref().map(|f| FailureJson {
+        round: f.round.number,
+        sku: &f.sku,
+        stock: f.round.stock,
+        requests: f.report.run.requests,
+        shape: f.round.shape.to_string(),
+        faults: f
+            .faults
+            .iter()
+            .map(|x| FaultJson {
+                fault: &x.fault,
+                detail: &x.detail,
+                start_ms: x.start.as_secs_f64() * 1000.0,
+                stop_ms: x.stop.map(|d| d.as_secs_f64() * 1000.0),
+            })
+            .collect(),
+        violations: &f.report.violations,
+        report: hammer_json(&f.report, advice),
     });
-    json!({
-        "verdict": h.verdict,
-        "seed": h.seed,
-        "replay": replay.command,
-        "replay_env": replay.json(),
-        "rounds": h.rounds,
-        "judged": h.judged,
-        "requests": h.requests,
-        "elapsed_s": h.elapsed.as_secs_f64(),
-        "shapes": h.shapes,
-        "faults": h.faults,
-        "faults_tried": h.faults_tried,
-        "longest_lease": h.lease.as_ref().map(|l| json!({"key": l.key, "ttl_ms": l.ttl_ms})),
-        "longest_fault_ms": h.longest_fault.as_secs_f64() * 1000.0,
-        "interrupted": h.interrupted,
-        "unjudged": h.unknown,
-        "unjudged_rounds": h.unjudged,
-        "cleaned": h.cleaned.as_ref().map(|c| json!({
-            "rows": c.rows,
-            "keys": c.keys,
-            "left": c.left,
-        })),
-        "failure": failure,
-    })
+    HuntJson {
+        verdict: h.verdict,
+        seed: h.seed,
+        replay: &replay.command,
+        replay_env: replay.env(),
+        rounds: h.rounds,
+        judged: h.judged,
+        requests: h.requests,
+        elapsed_s: h.elapsed.as_secs_f64(),
+        shapes: &h.shapes,
+        faults: &h.faults,
+        faults_tried: &h.faults_tried,
+        longest_lease: h.lease.as_ref().map(|l| LeaseJson {
+            key: &l.key,
+            ttl_ms: l.ttl_ms,
+        }),
+        longest_fault_ms: h.longest_fault.as_secs_f64() * 1000.0,
+        interrupted: h.interrupted,
+        unjudged: &h.unknown,
+        unjudged_rounds: h.unjudged,
+        cleaned: h.cleaned.as_ref().map(|c| CleanedJson {
+            rows: c.rows,
+            keys: c.keys,
+            left: &c.left,
+        }),
+        failure,
+    }
 }
 
 /// The verdict as a word in capitals (PASS, FAIL, UNKNOWN).
-pub(super) fn verdict_word(v: Verdict) -> &'static str {
+pub(crate) fn verdict_word(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "PASS",
         Verdict::Fail => "FAIL",
@@ -306,24 +400,51 @@ pub fn matrix_text(m: &Matrix, replay: &Replay) -> String {
     s
 }
 
-/// `hunt --strategy --json`.
-pub fn matrix_json(m: &Matrix, replay: &Replay) -> Value {
-    json!({
-        "verdict": m.verdict(),
-        "seed": m.seed,
-        "replay": replay.command,
-        "replay_env": replay.json(),
-        "elapsed_s": m.elapsed.as_secs_f64(),
-        "interrupted": m.interrupted,
-        "matrix": m.cells.iter().map(|c| json!({
-            "strategy": c.strategy.name(),
-            "fault": c.fault.map(|f| f.name()),
-            "rounds": c.rounds,
-            "verdict": c.verdict,
-            "violation": c.violation,
-            "unjudged": c.unjudged,
-        })).collect::<Vec<_>>(),
-    })
+/// `hunt --strategy --json`: the strategy x fault matrix.
+#[derive(Debug, Serialize)]
+pub struct MatrixJson<'a> {
+    pub verdict: Verdict,
+    pub seed: u64,
+    pub replay: &'a str,
+    pub replay_env: BTreeMap<&'a str, &'a str>,
+    pub elapsed_s: f64,
+    pub interrupted: bool,
+    pub matrix: Vec<CellJson<'a>>,
+}
+
+/// One strategy under one fault (or none).
+#[derive(Debug, Serialize)]
+pub struct CellJson<'a> {
+    pub strategy: &'static str,
+    pub fault: Option<&'static str>,
+    pub rounds: u64,
+    pub verdict: Verdict,
+    pub violation: Option<&'a str>,
+    pub unjudged: Option<&'a str>,
+}
+
+/// The [`MatrixJson`] of `m`.
+pub fn matrix_json<'a>(m: &'a Matrix, replay: &'a Replay) -> MatrixJson<'a> {
+    MatrixJson {
+        verdict: m.verdict(),
+        seed: m.seed,
+        replay: &replay.command,
+        replay_env: replay.env(),
+        elapsed_s: m.elapsed.as_secs_f64(),
+        interrupted: m.interrupted,
+        matrix: m
+            .cells
+            .iter()
+            .map(|c| CellJson {
+                strategy: c.strategy.name(),
+                fault: c.fault.map(|f| f.name()),
+                rounds: c.rounds,
+                verdict: c.verdict,
+                violation: c.violation.as_deref(),
+                unjudged: c.unjudged.as_deref(),
+            })
+            .collect(),
+    }
 }
 
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
@@ -353,7 +474,7 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
             let _ = write!(
                 rows,
                 r#"<td style="background:{colour}" title="{}">{} ({})</td>"#,
-                super::escape::escape(title),
+                crate::escape::escape(title),
                 verdict_word(c.verdict),
                 c.rounds
             );
@@ -371,7 +492,7 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
             "<li>{} under {}: {}</li>",
             c.strategy.name(),
             c.fault.map_or("no fault", |f| f.name()),
-            super::escape::escape(c.violation.as_deref().unwrap_or_default())
+            crate::escape::escape(c.violation.as_deref().unwrap_or_default())
         );
     }
     format!(
@@ -389,7 +510,7 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
         verdict = verdict_word(m.verdict()),
         seed = m.seed,
         elapsed = m.elapsed.as_secs_f64(),
-        replay = super::escape::escape(&replay.command),
+        replay = crate::escape::escape(&replay.command),
     )
 }
 
@@ -405,11 +526,13 @@ mod tests {
         h.rounds = 12;
         h.unjudged = 12;
         h.unknown = (1..=5).map(|n| format!("round {n}: down")).collect();
-        let text = hunt_text(&h, &Replay::default(), false, false);
+        let text = hunt_text(&h, &Replay::default(), false, false, &crate::Unworded);
         assert!(text.contains("unjudged  and 7 more"), "{text}");
-        assert_eq!(hunt_json(&h, &Replay::default())["unjudged_rounds"], 12);
+        let replay = Replay::default();
+        let json = serde_json::to_value(hunt_json(&h, &replay, &crate::Unworded)).unwrap();
+        assert_eq!(json["unjudged_rounds"], 12);
         h.unjudged = 5;
-        let text = hunt_text(&h, &Replay::default(), false, false);
+        let text = hunt_text(&h, &Replay::default(), false, false, &crate::Unworded);
         assert!(!text.contains("more"), "{text}");
     }
 }
