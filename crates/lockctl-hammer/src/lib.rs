@@ -25,12 +25,14 @@
 //!   checks it applies to lockctl's buyers and to an endpoint (which keeps no ledger).
 //! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
 //! - `capacity`: open files and connections a run needs; [`usage`]: the hammer's own cost.
+//! - [`error`]: what stops a run, typed; the program that runs the hammer words it.
 
 #![deny(missing_docs)]
 
 mod batched;
 mod capacity;
 pub mod drive;
+pub mod error;
 pub mod evidence;
 mod fan_out;
 pub mod history;
@@ -53,6 +55,7 @@ pub mod usage;
 mod watch;
 
 pub use capacity::{connections_needed, ensure_descriptors};
+pub use error::{Error, Result};
 pub use fan_out::OUTAGE_LIMIT;
 pub use judge::{judge, judge_unreadable};
 pub use ledger_check::LedgerCheck;

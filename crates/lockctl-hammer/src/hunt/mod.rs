@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result, StoreError};
 use crate::history::{Fault, History, Recorded};
 use crate::http::ids::{IdFormat, Ids};
 use crate::http::{self, HttpOptions, StockStore};
@@ -38,7 +39,6 @@ use crate::options::{Hook, LoadOptions};
 use crate::report::{Report, Verdict};
 use liveness::{quiet_reader, stalled};
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::sku::Sku;
 use nemesis::{FaultKind, Nemesis};
 use plan::{Planner, Round, Shape};
@@ -78,11 +78,11 @@ impl SqlStock {
 }
 
 impl StockStore for SqlStock {
-    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String> {
-        self.db.execute(&self.seed, self.param(sku), n as i64)
+    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), StoreError> {
+        Ok(self.db.execute(&self.seed, self.param(sku), n as i64)?)
     }
 
-    fn read(&self, sku: &Sku) -> std::result::Result<i64, String> {
+    fn read(&self, sku: &Sku) -> std::result::Result<i64, StoreError> {
         let n = self.db.integer(&self.query, self.param(sku))?;
         // A stock is a count lockctl can do sums with; anything beyond is not one.
         let bound = lockctl_core::stock::MAX_STOCK;
@@ -90,7 +90,8 @@ impl StockStore for SqlStock {
             true => Ok(n),
             false => Err(format!(
                 "it read {n}, not a stock count (at most {bound} either side of zero)"
-            )),
+            )
+            .into()),
         }
     }
 
@@ -836,7 +837,8 @@ mod tests {
         let mut planner = Planner::new(7, 16, None, &[]);
         let mut hunt = HuntReport::new(7);
         for _ in 0..12 {
-            let report = crate::judge::judge_unreadable(&facts, &[], &Error::internal("down"));
+            let report =
+                crate::judge::judge_unreadable(&facts, &[], &lockctl_core::Error::internal("down"));
             let failed = hunt.add(planner.next_round(), report, None, Vec::new(), "s".into());
             assert!(!failed);
         }

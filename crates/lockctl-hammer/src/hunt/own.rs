@@ -15,10 +15,10 @@ use rand::SeedableRng;
 
 use super::nemesis::{FaultKind, Nemesis};
 use super::plan::{PlannedFault, Planner};
+use crate::error::{Error, Result};
 use crate::options::{Driving, HammerOptions, Hook};
 use crate::report::{Report, Verdict};
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
 
 /// What the matrix is told. No `Default`: it runs against a target and within a budget the
