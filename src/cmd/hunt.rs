@@ -16,16 +16,16 @@ use lockctl_core::stock::{BuyOptions, Strategy};
 use lockctl_hammer::http::Store;
 use lockctl_hammer::http::ids::{IdFormat, Ids};
 use lockctl_hammer::http::{HttpOptions, Probe};
-use lockctl_hammer::hunt::clean::{self, Cleaned};
-use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, OWN_NAME, SqlFaults};
-use lockctl_hammer::hunt::own::{OwnOptions, run_matrix};
-use lockctl_hammer::hunt::plan::Fixed;
-use lockctl_hammer::hunt::proxy::Proxy;
-use lockctl_hammer::hunt::serve::{Reach, Served};
-use lockctl_hammer::hunt::sql::SkuParam;
-use lockctl_hammer::hunt::sql::SqlDb;
-use lockctl_hammer::hunt::{self, HuntOptions, OnRound, OrdersSql, RoundSeen, SqlStock};
 use lockctl_hammer::{Driving, HammerOptions, LoadOptions, Verdict};
+use lockctl_hunt::clean::{self, Cleaned};
+use lockctl_hunt::nemesis::{FaultKind, Nemesis, OWN_NAME, SqlFaults};
+use lockctl_hunt::own::{OwnOptions, run_matrix};
+use lockctl_hunt::plan::Fixed;
+use lockctl_hunt::proxy::Proxy;
+use lockctl_hunt::serve::{Reach, Served};
+use lockctl_hunt::sql::SkuParam;
+use lockctl_hunt::sql::SqlDb;
+use lockctl_hunt::{self as hunt, HuntOptions, OnRound, OrdersSql, RoundSeen, SqlStock};
 
 pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let faults = faults(&args, ctx.redis_named)?;

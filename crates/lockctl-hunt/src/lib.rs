@@ -3,7 +3,7 @@
 //!
 //! Rounds follow one another on fresh SKUs (so one round's books never mix with another's),
 //! each with a small stock, a load shape and perhaps a fault, drawn from one seeded schedule
-//! ([`plan`]). A round is an endpoint run ([`crate::http::run`]) with the faults done while it
+//! ([`plan`]). A round is an endpoint run ([`lockctl_hammer::http::run`]) with the faults done while it
 //! runs ([`nemesis`]) and undone before its books are read; its verdict is the one judgement of
 //! its history, with the promises checked beyond the books ([`checks`]) and the liveness
 //! probe's finding added. The first FAIL ends the hunt.
@@ -12,6 +12,8 @@
 //! processes), `sql` (stock and orders in PostgreSQL or MySQL), `checks` (per-user limit, order
 //! rows), `own` (lockctl's own strategies under the same nemesis: the matrix), `clean` (what the
 //! hunt created in the user's stores, removed at the end).
+
+#![deny(missing_docs)]
 
 pub mod checks;
 pub mod clean;
@@ -31,15 +33,15 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::history::{Fault, History, Recorded};
-use crate::http::ids::{IdFormat, Ids};
-use crate::http::{self, HttpOptions, StockStore};
-use crate::options::{Hook, LoadOptions};
-use crate::report::{Report, Verdict};
 use liveness::{quiet_reader, stalled};
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::sku::Sku;
+use lockctl_hammer::history::{Fault, History, Recorded};
+use lockctl_hammer::http::ids::{IdFormat, Ids};
+use lockctl_hammer::http::{self, HttpOptions, StockStore};
+use lockctl_hammer::report::{Report, Verdict};
+use lockctl_hammer::{Hook, LoadOptions};
 use nemesis::{FaultKind, Nemesis};
 use plan::{Planner, Round, Shape};
 use sql::{SkuParam, SqlDb};
@@ -786,9 +788,9 @@ fn findings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::Mode;
-    use crate::report::RunFacts;
     use lockctl_core::stock::Strategy;
+    use lockctl_hammer::Mode;
+    use lockctl_hammer::report::RunFacts;
 
     /// Past the lease seen and each common timeout, as far as the heal and the budget allow.
     #[test]
@@ -836,7 +838,8 @@ mod tests {
         let mut planner = Planner::new(7, 16, None, &[]);
         let mut hunt = HuntReport::new(7);
         for _ in 0..12 {
-            let report = crate::judge::judge_unreadable(&facts, &[], &Error::internal("down"));
+            let report =
+                lockctl_hammer::judge::judge_unreadable(&facts, &[], &Error::internal("down"));
             let failed = hunt.add(planner.next_round(), report, None, Vec::new(), "s".into());
             assert!(!failed);
         }

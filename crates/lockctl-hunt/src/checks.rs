@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::sql::OrderRow;
-use crate::report::{Ended, Sample};
 use lockctl_core::stock::{Buy, Outcome};
 use lockctl_core::units::count;
+use lockctl_hammer::report::{Ended, Sample};
 
 /// How many findings of one kind are listed by name.
 const SHOWN: usize = 5;
@@ -48,7 +48,7 @@ pub fn user_limit(
 ) -> Vec<String> {
     let mut bought: BTreeMap<u64, u64> = BTreeMap::new();
     for s in samples.iter().filter(|s| told_bought(s)) {
-        let base = crate::options::original_of(every, s.index);
+        let base = lockctl_hammer::original_of(every, s.index);
         *bought.entry(base % users.max(1)).or_default() += qty;
     }
     let over: Vec<String> = bought
@@ -104,7 +104,7 @@ pub fn order_rows(
         OrderIds::Requested(run_id) => by_id(samples, rows, qty, |s| {
             Some(format!(
                 "{run_id}-{}",
-                crate::options::original_of(every, s.index)
+                lockctl_hammer::original_of(every, s.index)
             ))
         }),
         OrderIds::Answered => by_id(samples, rows, qty, |s| match &s.ended {
@@ -229,7 +229,7 @@ fn counted(
 ) -> Vec<String> {
     let user_of = user_of.filter(|_| !rows.is_empty() && rows.iter().all(|r| r.user.is_some()));
     let per_user = user_of.is_some();
-    let key = |s: &Sample| user_of.map(|f| f(crate::options::original_of(every, s.index)));
+    let key = |s: &Sample| user_of.map(|f| f(lockctl_hammer::original_of(every, s.index)));
     // Per key (a user, or everyone): units told bought, units that may have been, failed.
     let mut told: BTreeMap<Option<String>, (i64, i64, u64)> = BTreeMap::new();
     for s in samples {
@@ -302,7 +302,7 @@ pub fn retries(samples: &mut [Sample], every: u64) -> Vec<String> {
     let mut contradicted = Vec::new();
     for j in 0..samples.len() {
         let index = samples[j].index;
-        let first = crate::options::original_of(Some(every), index);
+        let first = lockctl_hammer::original_of(Some(every), index);
         let Some(&i) = by_index.get(&first).filter(|_| first != index) else {
             continue;
         };
@@ -403,6 +403,8 @@ mod tests {
         ];
         let v = user_limit(&samples, None, 2, 1, 1);
         assert!(v[0].contains("u0 was sold 2"), "{v:?}");
+        // The history's blame finds the user by this opening (lockctl-hammer's `blame`).
+        assert!(v[0].starts_with("the per-user limit of 1 "), "{v:?}");
         assert!(user_limit(&samples, None, 4, 1, 1).is_empty());
 
         let good = [row("r-0", 1), row("r-1", 1), row("r-2", 1)];

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::HuntOptions;
 use super::leases::Lease;
-use crate::http::{self, HttpOptions};
-use crate::options::LoadOptions;
-use crate::report::Report;
 use lockctl_core::conn::Target;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
+use lockctl_hammer::LoadOptions;
+use lockctl_hammer::http::{self, HttpOptions};
+use lockctl_hammer::report::Report;
 
 /// Waits until the round's stock stops moving (two reads 150 ms apart agree, at most 2 s):
 /// a system whose paused worker was continued may still be finishing a request.

@@ -34,7 +34,7 @@ pub enum Shape {
         users: u64,
     },
     /// A sale: `buyers` connections, each clicking again a few milliseconds after a busy or
-    /// failed answer until it is told sold out or `cap` has passed ([`crate::http::Sale`]).
+    /// failed answer until it is told sold out or `cap` has passed ([`lockctl_hammer::http::Sale`]).
     /// A round sized in time: a system that answers busy at once is still clicking when its
     /// first lease runs out.
     Sale {

@@ -15,11 +15,11 @@ use rand::SeedableRng;
 
 use super::nemesis::{FaultKind, Nemesis};
 use super::plan::{PlannedFault, Planner};
-use crate::options::{Driving, HammerOptions, Hook};
-use crate::report::{Report, Verdict};
 use lockctl_core::conn::Target;
 use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
+use lockctl_hammer::report::{Report, Verdict};
+use lockctl_hammer::{Driving, HammerOptions, Hook};
 
 /// What the matrix is told. No `Default`: it runs against a target and within a budget the
 /// caller gives.
@@ -261,7 +261,7 @@ fn own_round(
             nemesis.lift(f.kind, start.elapsed());
         }
     });
-    let report = crate::run::run(target, &run);
+    let report = lockctl_hammer::run(target, &run);
     let _ = striker.join();
     report
 }

@@ -12,8 +12,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::http::ids::IdFormat;
 use lockctl_core::redact::{redact, scrub};
+use lockctl_hammer::http::ids::IdFormat;
 
 /// A SKU as a statement's parameter: its text and the format of the hunt's SKUs.
 #[derive(Clone, Copy, Debug)]
@@ -88,7 +88,7 @@ struct PgUuid([u8; 16]);
 
 impl PgUuid {
     fn parse(text: &str) -> Option<PgUuid> {
-        if !crate::http::ids::is_uuid(text) {
+        if !lockctl_hammer::http::ids::is_uuid(text) {
             return None;
         }
         let mut b = [0u8; 16];
@@ -447,7 +447,7 @@ fn pg_text(row: &postgres::Row, i: usize) -> Result<String, String> {
         }
         Type::UUID => row
             .try_get::<_, PgUuid>(i)
-            .map(|u| crate::http::ids::uuid_text(u.0))
+            .map(|u| lockctl_hammer::http::ids::uuid_text(u.0))
             .map_err(|e| e.to_string()),
         _ => pg_integer(row, i).map(|n| n.to_string()),
     }

@@ -13,8 +13,8 @@ use rand::RngExt;
 use rustix::process::Signal;
 
 use super::serve::Served;
-use crate::history::Fault;
 use lockctl_core::conn::Target;
+use lockctl_hammer::history::Fault;
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -163,7 +163,7 @@ pub struct SqlFaults {
     /// stock in SQL, so no `db-lock`.
     pub stock_query: Option<String>,
     /// What the SKUs are, for binding them.
-    pub format: crate::http::ids::IdFormat,
+    pub format: lockctl_hammer::http::ids::IdFormat,
 }
 
 /// A client of the hunt's Redis that is neither lockctl's nor, as far as this machine can

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::http::{Got, Probe};
+use lockctl_hammer::http::{Got, Probe};
 use rustix::process::{Pid, Signal, WaitOptions, kill_process, kill_process_group, waitpid};
 
 /// How long a started system may take to answer.
