@@ -480,8 +480,9 @@ fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
         let healed = nemesis.heal(Duration::ZERO);
         let detail = &healed.faults[0].detail;
         assert!(healed.faults[0].took, "{detail}");
-        consumer_paused +=
-            u32::from(detail == &format!("process {consumer} of --serve stopped (SIGSTOP)"));
+        consumer_paused += u32::from(
+            detail == &format!("process {consumer} of the system under test stopped (SIGSTOP)"),
+        );
     }
     assert!(
         (18..=42).contains(&consumer_paused),
