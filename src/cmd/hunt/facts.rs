@@ -213,6 +213,27 @@ pub(super) fn stock_store(
         clean: None,
         probe: Some(probe.to_string()),
     };
+    clean_probe(&db, args, param, probe, &query, &mut rows)?;
+    let store = Store(Arc::new(SqlStock {
+        db,
+        query,
+        seed,
+        format: args.sku_format.into(),
+    }));
+    Ok((store, rows))
+}
+
+/// The delete the hunt ends with, tried on the probe SKU's row (unless --keep): given
+/// (`--stock-clean`), it must delete that row; derived from `--stock-query`, it is used only
+/// once it deleted that row, and only that.
+fn clean_probe(
+    db: &SqlDb,
+    args: &HuntArgs,
+    param: SkuParam,
+    probe: &str,
+    query: &str,
+    rows: &mut StockRows,
+) -> anyhow::Result<()> {
     match (&args.stock_clean, args.keep) {
         (Some(clean), true) => rows.clean = Some(clean.clone()),
         (Some(clean), false) => match db.delete(clean, param) {
@@ -235,7 +256,7 @@ pub(super) fn stock_store(
         },
         // Derived, it is used only once it deleted the probe's row, and only that.
         (None, keep) => {
-            if let Some(clean) = clean::delete_for(&query) {
+            if let Some(clean) = clean::delete_for(query) {
                 match keep {
                     true => rows.clean = Some(clean),
                     false => {
@@ -248,13 +269,7 @@ pub(super) fn stock_store(
             }
         }
     }
-    let store = Store(Arc::new(SqlStock {
-        db,
-        query,
-        seed,
-        format: args.sku_format.into(),
-    }));
-    Ok((store, rows))
+    Ok(())
 }
 
 /// The orders database, its query tried on the probe SKU before any request.
