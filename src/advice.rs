@@ -187,16 +187,13 @@ mod tests {
     /// Files of the library crates that may name flags or commands, and why: a redactor's
     /// tests feed it command lines; a server's own command line for doc examples. Each must
     /// exist, so that an entry left behind by a move fails here rather than hiding a new file.
-    const MAY_NAME_FLAGS: [&str; 4] = [
+    const MAY_NAME_FLAGS: [&str; 3] = [
         "lockctl-core/src/redact/tests.rs",
         "lockctl-core/src/doc_server.rs",
         // The renderer writes lockctl's own reports (an HTML title "lockctl hammer", a
         // buy's "wait longer with --wait-ms"): its words are this program's, as the binary's
         // are. Its fixes for a library's failures come through `Advice`, worded here.
         "lockctl-render/src",
-        // The hunt's messages still name its flags; it is typed as it moves into its own
-        // crate (lockctl-hunt), and this entry goes with that move.
-        "lockctl-hammer/src/hunt",
     ];
 
     /// Every source file under `dir`.

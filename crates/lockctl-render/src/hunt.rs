@@ -10,9 +10,9 @@ use serde::Serialize;
 use crate::Advice;
 use crate::hammer::{hammer_json, hammer_text};
 use lockctl_core::units::count;
-use lockctl_hammer::hunt::HuntReport;
-use lockctl_hammer::hunt::own::Matrix;
 use lockctl_hammer::{Report, Verdict};
+use lockctl_hunt::HuntReport;
+use lockctl_hunt::own::Matrix;
 
 /// The command that replays a hunt, and the environment variables it takes its secrets from.
 #[derive(Debug, Default)]
@@ -181,7 +181,7 @@ struct Shown<'a> {
 /// The failing round: its violations, faults, replay command and (unless quiet) its report.
 fn failure_text(
     s: &mut String,
-    f: &lockctl_hammer::hunt::Failure,
+    f: &lockctl_hunt::Failure,
     verdict: &str,
     replay: &Replay,
     shown: &Shown<'_>,
@@ -449,7 +449,7 @@ pub fn matrix_json<'a>(m: &'a Matrix, replay: &'a Replay) -> MatrixJson<'a> {
 
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
 pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
-    let mut columns: Vec<Option<lockctl_hammer::hunt::nemesis::FaultKind>> = Vec::new();
+    let mut columns: Vec<Option<lockctl_hunt::nemesis::FaultKind>> = Vec::new();
     for c in &m.cells {
         if !columns.contains(&c.fault) {
             columns.push(c.fault);
