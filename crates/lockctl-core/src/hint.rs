@@ -161,11 +161,7 @@ mod tests {
                     dirs.push(path);
                     continue;
                 }
-                // (doc_server.rs: redis-server's own command line, for the doc examples.)
-                if path.ends_with("redact/tests.rs")
-                    || path.ends_with("hint.rs")
-                    || path.ends_with("doc_server.rs")
-                {
+                if path.ends_with("redact/tests.rs") || path.ends_with("hint.rs") {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
