@@ -444,6 +444,47 @@ fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
     }
 }
 
+/// pause-worker on a web tier of 8 workers stops a random half of them, so that whichever
+/// worker holds a lock is stopped half the time (one worker of 8 was mostly one waiting for
+/// the lock), a different half from round to round, and the heal continues every one.
+#[test]
+fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all() {
+    use lockctl_hunt::nemesis::{FaultKind, Nemesis};
+    use lockctl_hunt::serve::{Reach, Served};
+    use rand::SeedableRng;
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    let redis = RedisServer::start();
+    let port = free_port();
+    let command = format!("PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}");
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
+    let tree = served.processes();
+    assert_eq!(tree.len(), 9, "php -S and its 8 workers: {tree:?}");
+    let stopped = || -> Vec<i32> {
+        let state = |pid: &i32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('T')
+        };
+        tree.iter().copied().filter(state).collect()
+    };
+    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let mut halves = HashSet::new();
+    for _ in 0..8 {
+        nemesis.begin_round();
+        nemesis.strike(FaultKind::PauseWorker, Duration::ZERO, Duration::ZERO, &mut rng);
+        let mut half = stopped();
+        half.sort_unstable();
+        assert_eq!(half.len(), 4, "stopped: {half:?} of {tree:?}");
+        let healed = nemesis.heal(Duration::ZERO);
+        assert!(healed.faults[0].took, "{}", healed.faults[0].detail);
+        assert!(stopped().is_empty(), "left stopped: {:?}", stopped());
+        halves.insert(half);
+    }
+    assert!(halves.len() > 1, "the same half every time: {halves:?}");
+}
+
 /// A system of a web tier (a `php -S` with 8 workers) and a queue's consumer (a process with
 /// no listening socket): pause-worker stops the consumer as often as the web tier, not one
 /// time in nine.

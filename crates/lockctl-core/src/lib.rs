@@ -8,30 +8,16 @@
 //! watchdog, fencing tokens, atomic and group-committed deductions, an idempotent ledger and an
 //! orders pipeline into PostgreSQL.
 //!
-//! One fenced purchase, the shortest program on it (this example runs as a doc test, against a
-//! `redis-server` it starts on a free port, and is skipped when none is installed):
+//! One fenced purchase, the shortest program on it:
 //!
+//! ```no_run
+#![doc = include_str!("../doc-examples/fenced_purchase.rs")]
 //! ```
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let Some(server) = lockctl_core::doc_server::start() else { return Ok(()) };
-//! # let url = server.url();
-//! use lockctl_core::conn::{ConnectOptions, Target};
-//! use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy};
 //!
-//! let target = Target::open(&url, ConnectOptions::default())?;
-//! let mut conn = target.connect()?;
-//! let sku = "sku_886".parse()?;
-//! stock::seed(&mut conn, &sku, 1)?;
-//!
-//! let fenced = BuyOptions { strategy: Strategy::Fenced, ..BuyOptions::default() };
-//! let buyer = Buyer::new(&target, &sku, fenced);
-//! assert!(matches!(buyer.buy(&mut conn, "order-1", None)?.outcome, Buy::Bought { remaining: 0 }));
-//! assert!(matches!(buyer.buy(&mut conn, "order-2", None)?.outcome, Buy::SoldOut { .. }));
-//! // The first order id again deducts nothing: the ledger remembers it.
-//! assert_eq!(buyer.buy(&mut conn, "order-1", None)?.replayed, Some(1));
-//! # Ok(())
-//! # }
-//! ```
+//! The documentation's examples are compiled with every `cargo test` but never run by it
+//! (`no_run`): running them needs a Redis server, and an example that skipped itself without
+//! one would pass without being checked. Each lives in a file of `doc-examples/`, which the
+//! server tier (`tests/it/doc_examples.rs`) runs, as it is, against a `redis-server` of its own.
 //!
 //! It holds no process-wide state (metrics and the locks to give back on a quick exit travel
 //! with the caller's [`conn::Target`]), never prints and never exits: its errors carry the key,
@@ -66,8 +52,6 @@ pub use redis;
 pub mod aio;
 pub mod check;
 pub mod conn;
-#[doc(hidden)]
-pub mod doc_server;
 pub mod error;
 pub mod hint;
 pub mod keys;

@@ -116,22 +116,8 @@ impl Guard {
     /// lock's server (in a cluster, in the lock's slot: give the lock name and the keys one
     /// hash tag, `{order-42}`); a command Redis does not allow in scripts is refused by Redis.
     ///
-    /// ```
-    /// # let Some(server) = lockctl_core::doc_server::start() else { return Ok(()) };
-    /// # let url = server.url();
-    /// use lockctl_core::conn::{ConnectOptions, Target};
-    /// use lockctl_core::lock::{Acquire, Fenced, Lock, LockOptions};
-    /// use lockctl_core::redis;
-    ///
-    /// // url: your Redis, "redis://127.0.0.1:6379" say (here a private one the doc test starts).
-    /// let target = Target::open(&url, ConnectOptions::default())?;
-    /// let mut conn = target.connect()?;
-    /// let lock = Lock::new(&target, "{report}", LockOptions::default());
-    /// let Acquire::Acquired(guard) = lock.acquire(&mut conn)? else { panic!("held") };
-    /// let written = guard.fenced(&mut conn, redis::cmd("SET").arg("{report}:total").arg(42))?;
-    /// assert_eq!(written, Fenced::Written(redis::Value::Okay));
-    /// guard.release(&mut conn)?;
-    /// # Ok::<(), lockctl_core::Error>(())
+    /// ```no_run
+    #[doc = include_str!("../../doc-examples/fenced_write.rs")]
     /// ```
     pub fn fenced(&self, conn: &mut Conn, cmd: &redis::Cmd) -> Result<Fenced<redis::Value>> {
         fenced_write(conn, &self.keys, self.token.as_str(), cmd)

@@ -201,7 +201,8 @@ impl Nemesis {
         }
     }
 
-    fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
+    /// The group a process fault picks from, a draw in it, and whether it is the web tier.
+    fn group(&self, rng: &mut impl rand::Rng) -> Option<(Vec<i32>, usize, bool)> {
         let serve = self.serve.as_ref()?.lock().ok()?;
         let tree = serve.processes();
         // Never the shell the command runs in.
@@ -221,30 +222,58 @@ impl Nemesis {
             serving.remove(0);
         }
         let (side, pick) = (rng.random_range(0..2u32), rng.random_range(0..1024usize));
-        let group = match (side, serving.is_empty(), other.is_empty()) {
-            (_, true, true) => &tree,
-            (0, false, _) | (_, false, true) => &serving,
-            _ => &other,
-        };
+        Some(match (side, serving.is_empty(), other.is_empty()) {
+            (_, true, true) => (tree, pick, false),
+            (0, false, _) | (_, false, true) => (serving, pick, true),
+            _ => (other, pick, false),
+        })
+    }
+
+    fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
+        let (group, pick, _) = self.group(rng)?;
         group.get(pick % group.len().max(1)).copied()
     }
 
-    pub(super) fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
-        let Some(pid) = self.pick(rng) else {
-            return (false, "no process to pause".into());
+    /// The processes a pause stops. Of a web tier with several workers, a random half (the
+    /// others go on serving): a worker that holds a lock is then among them half the time,
+    /// whichever it is, and only a holder stalled past its lease shows that bug (one worker
+    /// picked of 16 was, most of the time, one waiting for the lock). Else the one process
+    /// [`Self::pick`] would pick. The half is drawn from the same two draws as one process,
+    /// so a seed's later rounds stay as they were.
+    fn pick_for_pause(&self, rng: &mut impl rand::Rng) -> Vec<i32> {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        let Some((mut group, pick, web)) = self.group(rng) else {
+            return Vec::new();
         };
-        let stopped = self
-            .serve
-            .as_ref()
-            .and_then(|s| s.lock().ok())
-            .is_some_and(|s| s.signal(pid, Signal::STOP));
-        if stopped && let Ok(mut u) = self.undo.lock() {
-            u.stopped.push(pid);
+        if !web || group.len() < 2 {
+            return group.get(pick % group.len().max(1)).copied().into_iter().collect();
         }
-        (
-            stopped,
-            format!("process {pid} of the system under test stopped (SIGSTOP)"),
-        )
+        group.shuffle(&mut rand::rngs::StdRng::seed_from_u64(pick as u64));
+        group.truncate(group.len() / 2);
+        group
+    }
+
+    pub(super) fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
+        let pids = self.pick_for_pause(rng);
+        if pids.is_empty() {
+            return (false, "no process to pause".into());
+        }
+        let stopped: Vec<i32> = match self.serve.as_ref().and_then(|s| s.lock().ok()) {
+            Some(s) => pids.into_iter().filter(|p| s.signal(*p, Signal::STOP)).collect(),
+            None => Vec::new(),
+        };
+        if let Ok(mut u) = self.undo.lock() {
+            u.stopped.extend(&stopped);
+        }
+        let detail = match stopped.as_slice() {
+            [one] => format!("process {one} of the system under test stopped (SIGSTOP)"),
+            many => format!(
+                "processes {} of the system under test stopped (SIGSTOP)",
+                many.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        (!stopped.is_empty(), detail)
     }
 
     pub(super) fn pause_holder(&self, rng: &mut impl rand::Rng) -> (bool, String) {
