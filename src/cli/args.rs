@@ -468,7 +468,6 @@ impl PurchaseArgs {
         BuyOptions {
             strategy,
             qty: self.qty,
-            work: Duration::from_millis(self.work_ms),
             lock: LockOptions {
                 ttl: Duration::from_millis(self.ttl_ms),
                 wait: Duration::from_millis(self.wait_ms.unwrap_or(default_wait_ms)),
@@ -482,6 +481,13 @@ impl PurchaseArgs {
             },
             require_replicas: self.require_replicas as u32,
         }
+    }
+}
+
+impl PurchaseArgs {
+    /// `--work-ms`: the simulated business time inside each purchase.
+    pub fn work(&self) -> Duration {
+        Duration::from_millis(self.work_ms)
     }
 }
 

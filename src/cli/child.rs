@@ -31,7 +31,6 @@ pub fn args(child: &ChildBuy<'_>) -> Vec<OsString> {
     let BuyOptions {
         strategy,
         qty,
-        work,
         lock: LockOptions {
             ttl,
             wait,
@@ -59,7 +58,7 @@ pub fn args(child: &ChildBuy<'_>) -> Vec<OsString> {
     push(&mut a, "--qty", qty.to_string());
     push(&mut a, "--ttl-ms", ms(ttl));
     push(&mut a, "--wait-ms", ms(wait));
-    push(&mut a, "--work-ms", ms(work));
+    push(&mut a, "--work-ms", ms(&child.work));
     push(&mut a, "--order-id", child.order_id);
     push(&mut a, "--batch-ms", ms(&batch.window));
     push(&mut a, "--batch-max", batch.max.to_string());

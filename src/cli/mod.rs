@@ -340,7 +340,6 @@ mod tests {
             let buy = BuyOptions {
                 strategy,
                 qty: 1 + i as u64,
-                work: Duration::from_millis(7 * i as u64),
                 lock: LockOptions {
                     ttl: Duration::from_millis(1000 + i as u64),
                     wait: Duration::from_millis(10 * i as u64),
@@ -358,6 +357,7 @@ mod tests {
                 target: &target,
                 sku: &sku,
                 buy: &buy,
+                work: Duration::from_millis(7 * i as u64),
                 order_id: "h1-7",
                 user: Some("u3"),
                 lock_nodes: None,
@@ -370,6 +370,7 @@ mod tests {
                 panic!("not a buy: {:?}", cli.command)
             };
             assert_eq!(b.buy_options(), buy, "{strategy}");
+            assert_eq!(b.purchase.work(), child.work, "{strategy}");
             assert_eq!(b.sku, sku);
             assert_eq!(b.order_id.as_deref(), Some("h1-7"));
             assert_eq!(b.user.as_deref(), buy.limit.map(|_| "u3"));

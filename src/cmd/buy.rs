@@ -29,6 +29,12 @@ pub fn run(ctx: &Ctx, args: BuyArgs) -> anyhow::Result<Exit> {
     if let Some(q) = &ctx.quorum {
         buyer = buyer.with_quorum(q.clone());
     }
+    // The simulated business time, inside the purchase (under the lock, for the lock
+    // strategies), as the hammer's buyers do it.
+    let work = args.purchase.work();
+    if !work.is_zero() {
+        buyer = buyer.with_work(move || std::thread::sleep(work));
+    }
     let order_id = args.order_id.unwrap_or_else(stock::new_order_id);
     let purchase = buyer.buy(&mut ctx.target.connect()?, &order_id, args.user.as_deref())?;
     let sku = args.sku.as_str();

@@ -117,6 +117,7 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
         },
         mode: args.mode.into(),
         buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
+        work: args.purchase.work(),
         children: std::env::current_exe()
             .ok()
             .map(crate::cli::child::children),

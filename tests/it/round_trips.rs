@@ -269,11 +269,11 @@ fn a_release_that_fails_inside_the_write_script_leaves_the_purchase_standing() {
         stock::seed(&mut server.conn(), &s, 5).unwrap();
         let options = BuyOptions {
             strategy,
-            work: Duration::from_millis(300),
             lock: lock_options(2_000, 0),
             ..BuyOptions::default()
         };
-        let buyer = Buyer::new(&server.target(), &s, options);
+        let buyer = Buyer::new(&server.target(), &s, options)
+            .with_work(|| thread::sleep(Duration::from_millis(300)));
         let mut conn = server.conn();
         let working = thread::spawn(move || buyer.buy(&mut conn, "o", None));
         thread::sleep(Duration::from_millis(100));

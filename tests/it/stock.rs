@@ -204,12 +204,55 @@ fn seeding_sets_the_stock_and_clears_the_ledger() {
     assert_eq!(raw_stock(&server, "reseed").as_deref(), Some("7"));
 }
 
+/// What the caller's work saw of Redis while it ran: the lock held, and the stock.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(bool, Option<String>)>>>;
+
+#[test]
+fn the_callers_work_runs_once_before_the_deduction_and_under_the_lock_for_lock_strategies() {
+    let server = RedisServer::start();
+    let target = server.target();
+    let mut conn = server.conn();
+    for strategy in ALL {
+        let s = sku(&format!("work_{strategy}"));
+        stock::seed(&mut conn, &s, 2).unwrap();
+        let seen = Seen::default();
+        let (url, log, key) = (server.url(), seen.clone(), s.to_string());
+        let buyer = Buyer::new(&target, &s, with(strategy)).with_work(move || {
+            let mut raw = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let held: bool = raw.exists(format!("dist_lock:{key}")).unwrap();
+            let stock: Option<String> = raw.get(format!("item:stock:{key}")).unwrap();
+            log.lock().unwrap().push((held, stock));
+        });
+        let p = buyer.buy(&mut conn, "a", None).unwrap();
+        assert_eq!(p.outcome, Buy::Bought { remaining: 1 }, "{strategy}");
+        let locks = matches!(strategy, Strategy::Lock | Strategy::Fenced);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(locks, Some("2".to_string()))],
+            "{strategy}: the work ran once, before the deduction, under the lock if any"
+        );
+        // A purchase that finds no stock for it does no work.
+        stock::seed(&mut conn, &s, 0).unwrap();
+        let p = buyer.buy(&mut conn, "b", None).unwrap();
+        assert_eq!(p.outcome, Buy::SoldOut { remaining: 0 }, "{strategy}");
+        if !matches!(strategy, Strategy::Atomic | Strategy::Batch) {
+            assert_eq!(
+                seen.lock().unwrap().len(),
+                1,
+                "{strategy} worked for nothing"
+            );
+        }
+    }
+}
+
 /// Seeds `name` with 5 and buys one ("late") with 150 ms of work on a 50 ms lease: the lease
 /// runs out mid-work.
 fn buy_outliving_the_lease(server: &RedisServer, name: &str, strategy: Strategy) -> Purchase {
     let options = BuyOptions {
         strategy,
-        work: Duration::from_millis(150),
         lock: LockOptions {
             ttl: Duration::from_millis(50),
             ..LockOptions::default()
@@ -220,6 +263,7 @@ fn buy_outliving_the_lease(server: &RedisServer, name: &str, strategy: Strategy)
     let s = sku(name);
     stock::seed(&mut conn, &s, 5).unwrap();
     Buyer::new(&server.target(), &s, options)
+        .with_work(|| thread::sleep(Duration::from_millis(150)))
         .buy(&mut conn, "late", None)
         .unwrap()
 }

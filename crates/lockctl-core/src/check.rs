@@ -110,13 +110,7 @@ pub fn check_quorum(report: &mut CheckReport, q: &Quorum) {
 /// Runs every check on `conn` (a cluster node when `cluster`, as `--cluster` says). Fails only
 /// when the server cannot be talked to at all.
 pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
-    let mut rtts = Vec::with_capacity(RTT_SAMPLES);
-    for _ in 0..RTT_SAMPLES {
-        let t = Instant::now();
-        conn.query::<String>(&redis::cmd("PING"))?;
-        rtts.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    rtts.sort_by(f64::total_cmp);
+    let rtts = round_trips(conn)?;
     let info = conn.info("")?;
     let field = |name: &str| info.get::<String>(name);
     let version = field("redis_version").unwrap_or_else(|| "unknown".into());
@@ -142,6 +136,54 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
             "scripts do not run (EVAL failed: {e}); release and renewal need them"
         ))),
     }
+    topology(&field, &role, cluster, &mut problems, &mut warnings);
+    warnings.extend(durability_warnings(conn));
+    warnings.extend(product_warnings(conn, &server, &own_version));
+    let native = NATIVE
+        .iter()
+        .filter(|name| conn.has_command(name))
+        .map(|name| name.to_string())
+        .collect();
+
+    Ok(CheckReport {
+        ok: problems.is_empty(),
+        addr: conn.addr().to_string(),
+        server,
+        version: own_version,
+        redis_version: version,
+        role,
+        rtt_ms: round3(rtts[rtts.len() / 2]),
+        rtt_max_ms: round3(rtts[rtts.len() - 1]),
+        problems,
+        warnings,
+        native,
+        nodes: Vec::new(),
+        quorum: None,
+    })
+}
+
+/// `RTT_SAMPLES` PINGs' round trips in ms, shortest first.
+fn round_trips(conn: &mut Conn) -> Result<Vec<f64>> {
+    let mut rtts = Vec::with_capacity(RTT_SAMPLES);
+    for _ in 0..RTT_SAMPLES {
+        let t = Instant::now();
+        conn.query::<String>(&redis::cmd("PING"))?;
+        rtts.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    rtts.sort_by(f64::total_cmp);
+    Ok(rtts)
+}
+
+/// What the server's place in its deployment means for a lock (INFO's `field`s): a cluster
+/// node reached as a single server and a replica are problems, asynchronous replicas a
+/// warning.
+fn topology(
+    field: &impl Fn(&str) -> Option<String>,
+    role: &str,
+    cluster: bool,
+    problems: &mut Vec<Finding>,
+    warnings: &mut Vec<Finding>,
+) {
     if field("cluster_enabled").as_deref() == Some("1") && !cluster {
         problems.push(
             Finding::from("this server is a node of a Redis Cluster, reached as a single server")
@@ -166,29 +208,6 @@ pub fn check(conn: &mut Conn, cluster: bool) -> Result<CheckReport> {
             );
         }
     }
-    warnings.extend(durability_warnings(conn));
-    warnings.extend(product_warnings(conn, &server, &own_version));
-    let native = NATIVE
-        .iter()
-        .filter(|name| conn.has_command(name))
-        .map(|name| name.to_string())
-        .collect();
-
-    Ok(CheckReport {
-        ok: problems.is_empty(),
-        addr: conn.addr().to_string(),
-        server,
-        version: own_version,
-        redis_version: version,
-        role,
-        rtt_ms: round3(rtts[rtts.len() / 2]),
-        rtt_max_ms: round3(rtts[rtts.len() - 1]),
-        problems,
-        warnings,
-        native,
-        nodes: Vec::new(),
-        quorum: None,
-    })
 }
 
 /// Settings under which Redis itself may drop lock keys or stock: an eviction policy that

@@ -22,7 +22,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
     let batcher = Batcher::start(target, &opts.load.sku, opts.buy.clone())?;
     let concurrency = opts.load.in_flight();
     let start = Instant::now();
-    if !opts.buy.work.is_zero() {
+    if !opts.work.is_zero() {
         return fan_out(
             opts,
             start,
@@ -34,7 +34,7 @@ pub(super) fn run_batched(target: &Target, opts: &HammerOptions, run_id: &str) -
                     .iter()
                     .map(|&i| {
                         let t = Began::now(start);
-                        thread::sleep(opts.buy.work);
+                        thread::sleep(opts.work);
                         let user = user_of(opts, i);
                         match batcher.buy(&format!("{run_id}-{i}"), user.as_deref()) {
                             Ok(p) => done(i, t, &p),

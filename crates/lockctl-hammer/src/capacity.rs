@@ -172,6 +172,6 @@ pub(crate) fn waits_as_tasks(opts: &HammerOptions) -> bool {
 pub(crate) fn multiplexes(opts: &HammerOptions, target: &Target) -> bool {
     opts.mode == Driving::Threads
         && opts.buy.strategy == Strategy::Atomic
-        && opts.buy.work.is_zero()
+        && opts.work.is_zero()
         && !target.is_cluster()
 }

@@ -140,6 +140,11 @@ pub struct HammerOptions {
     /// [`HAMMER_WAIT`] for a held lock (a hammer that tried once would turn most of its buyers
     /// away busy, and its stock would not sell out).
     pub buy: BuyOptions,
+    /// Simulated business time in each purchase: the buyer sleeps this long once it has found
+    /// enough stock, before it deducts (under the lock for `lock` and `fenced`, between the
+    /// read and the write for `naive`, before the script for `atomic` and `batch`). A lease
+    /// shorter than this runs out mid-purchase: the tutorial's homework. Default: zero.
+    pub work: Duration,
     /// How each child purchase is started, for [`Driving::Procs`] (the binary starts `lockctl
     /// buy --json`). Default: none, and a child-process run is refused.
     pub children: Option<Children>,
@@ -161,6 +166,7 @@ impl Default for HammerOptions {
             load: LoadOptions::default(),
             mode: Driving::default(),
             buy,
+            work: Duration::ZERO,
             children: None,
             quorum: None,
             pipeline: None,
@@ -208,6 +214,8 @@ pub struct ChildBuy<'a> {
     pub sku: &'a Sku,
     /// How to buy: the strategy, the units, the lock.
     pub buy: &'a BuyOptions,
+    /// The simulated business time inside the purchase ([`HammerOptions::work`]).
+    pub work: Duration,
     /// The order id (`<run id>-<index>`).
     pub order_id: &'a str,
     /// The buyer's user (`u<k>`); `None` when the load has no users.

@@ -24,13 +24,13 @@ use lockctl_core::wire::BuyReply;
 
 /// How long a child may take before it is killed: its own limits (connecting, waiting for
 /// the lock, working, the lease, a handful of calls) and two seconds to start and exit.
-pub fn child_deadline(target: &Target, buy: &BuyOptions) -> Duration {
+pub fn child_deadline(target: &Target, buy: &BuyOptions, work: Duration) -> Duration {
     let o = target.options();
     Duration::from_secs(2)
         + o.connect_timeout * 3
         + o.call_timeout * 8
         + buy.lock.wait
-        + buy.work
+        + work
         + buy.lock.ttl
 }
 
@@ -41,7 +41,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
         ));
     };
     let lock_nodes = opts.quorum.as_ref().map(|q| q.secret_urls().join(","));
-    let deadline = child_deadline(target, &opts.buy);
+    let deadline = child_deadline(target, &opts.buy, opts.work);
     let start = Instant::now();
     let one_child = |i: u64| {
         let t = Instant::now();
@@ -51,6 +51,7 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
             target,
             sku: &opts.load.sku,
             buy: &opts.buy,
+            work: opts.work,
             order_id: &order_id,
             user: user.as_deref(),
             lock_nodes: lock_nodes.as_deref(),

@@ -149,7 +149,7 @@ impl RunFacts {
             mode: opts.mode.into(),
             ttl_ms: opts.buy.lock.ttl.as_millis() as u64,
             wait_ms: opts.buy.lock.wait.as_millis() as u64,
-            work_ms: opts.buy.work.as_millis() as u64,
+            work_ms: opts.work.as_millis() as u64,
             watchdog: opts.buy.lock.watchdog,
             redlock_nodes: opts.quorum.as_ref().map(|q| q.addrs().len() as u64),
             ..RunFacts::of_load(&opts.load, opts.buy.qty)

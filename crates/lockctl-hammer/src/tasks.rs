@@ -9,7 +9,6 @@ use crate::tally::Tally;
 use lockctl_core::aio::AsyncBuyer;
 use lockctl_core::conn::Target;
 use lockctl_core::error::Result;
-use lockctl_core::stock::Buyer;
 
 /// `lock` and `fenced` with more buyers than [`AsyncBuyer`]'s waiting room: every buyer is a
 /// task, the room's few wait for the lock in Redis (each on a connection and a blocking
@@ -18,11 +17,7 @@ use lockctl_core::stock::Buyer;
 /// three times a second: measured here, 5,000 such buyers fell to 92 purchases/s, 12,087 of
 /// 20,000 turned away busy with a minute to wait.
 pub(super) fn run_tasks(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
-    let mut buyer = Buyer::new(target, &opts.load.sku, opts.buy.clone());
-    if let Some(q) = &opts.quorum {
-        buyer = buyer.with_quorum(q.clone());
-    }
-    let buyer = AsyncBuyer::from_buyer(target, buyer);
+    let buyer = AsyncBuyer::from_buyer(target, crate::threads::buyer(target, opts));
     let start = Instant::now();
     // Ctrl-C: the buyers still waiting for a place give up unsent; those in Redis finish.
     fan_out_tasks(opts, start, opts.load.in_flight(), |i, began, mut stop| {

@@ -37,12 +37,23 @@ pub(super) fn one_purchase(
     }
 }
 
-/// One thread and one connection per buyer: every strategy, every kind of server.
-pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+/// The run's buyer: its options, its Redlock quorum if any, and the simulated work
+/// ([`HammerOptions::work`]) as a sleep inside each purchase.
+pub(super) fn buyer(target: &Target, opts: &HammerOptions) -> Buyer {
     let mut buyer = Buyer::new(target, &opts.load.sku, opts.buy.clone());
     if let Some(q) = &opts.quorum {
         buyer = buyer.with_quorum(q.clone());
     }
+    let work = opts.work;
+    if !work.is_zero() {
+        buyer = buyer.with_work(move || std::thread::sleep(work));
+    }
+    buyer
+}
+
+/// One thread and one connection per buyer: every strategy, every kind of server.
+pub(super) fn run_threads(target: &Target, opts: &HammerOptions, run_id: &str) -> Result<Tally> {
+    let buyer = buyer(target, opts);
     let workers = opts.load.in_flight();
     let start = Instant::now();
     fan_out(

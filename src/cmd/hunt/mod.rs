@@ -307,7 +307,6 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
         mode: Driving::Threads,
         buy: BuyOptions {
             qty: args.qty,
-            work: Duration::from_millis(args.work_ms),
             lock: LockOptions {
                 ttl: Duration::from_millis(args.ttl_ms),
                 wait: Duration::from_millis(args.wait_ms),
@@ -315,6 +314,7 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
             },
             ..BuyOptions::default()
         },
+        work: Duration::from_millis(args.work_ms),
         children: std::env::current_exe()
             .ok()
             .map(crate::cli::child::children),

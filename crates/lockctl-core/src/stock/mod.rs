@@ -98,8 +98,6 @@ pub struct BuyOptions {
     pub strategy: Strategy,
     /// Units per purchase. Default: 1.
     pub qty: u64,
-    /// Simulated business time between reading the stock and writing it. Default: zero.
-    pub work: Duration,
     /// The lock's lease, wait and watchdog. Default: [`LockOptions::default`].
     pub lock: LockOptions,
     /// The most units one user may buy of the SKU in all; applies to purchases that name a
@@ -122,7 +120,6 @@ impl Default for BuyOptions {
         BuyOptions {
             strategy: Strategy::Lock,
             qty: 1,
-            work: Duration::ZERO,
             lock: LockOptions::default(),
             limit: None,
             queue: false,

@@ -29,26 +29,8 @@ impl Buckets {
     ) -> Result<Borrowed> {
         let keys: Vec<StockKeys> = self.skus.iter().map(StockKeys::new).collect();
         let parent = StockKeys::new(&self.sku);
-        // The home first, in one call: its keys checked (so that no delivery into it fails
-        // half way), its drained mark read, and the moves out of it that a stopped buyer left
-        // unfinished listed: they are finished here, since nobody else looks at the home's
-        // moves before answering sold out for it.
-        let at = self.home_state(conn, &keys, home)?;
-        if at.stale {
-            return self.stale(conn, &keys[home].bucket_sale);
-        }
-        for (id, units, to) in &at.unfinished {
-            if self.finish(conn, &keys, &parent, home, id, *units, *to)? == Finished::Stale {
-                return self.stale(conn, &keys[*to].bucket_sale);
-            }
-        }
-        // Marked drained: every bucket held fewer than some purchase's quantity. A purchase of
-        // fewer units than were left looks again.
-        if at.unfinished.is_empty()
-            && let Some(units) = at.drained
-            && units < qty as i64
-        {
-            return Ok(Borrowed::SoldOut { remaining: units });
+        if let Some(answer) = self.home_first(conn, &keys, &parent, home, qty)? {
+            return Ok(answer);
         }
         let before = self.moves(conn, &parent)?;
         let mut locked = false;
@@ -86,9 +68,57 @@ impl Buckets {
         if moved {
             return Ok(Borrowed::Moved);
         }
-        // The home again, with the moves out of it: one taken during the pass by a buyer who
-        // then stopped holds units that no bucket's stock shows.
-        let end = self.home_state(conn, &keys, home)?;
+        self.home_again(conn, &keys, &parent, home, qty, locked, before, total)
+    }
+
+    /// The home first, in one call: its keys checked (so that no delivery into it fails half
+    /// way), its drained mark read, and the moves out of it that a stopped buyer left
+    /// unfinished listed: they are finished here, since nobody else looks at the home's moves
+    /// before answering sold out for it. `Some` when that already answers the borrow.
+    fn home_first(
+        &self,
+        conn: &mut Conn,
+        keys: &[StockKeys],
+        parent: &StockKeys,
+        home: usize,
+        qty: u64,
+    ) -> Result<Option<Borrowed>> {
+        let at = self.home_state(conn, keys, home)?;
+        if at.stale {
+            return self.stale(conn, &keys[home].bucket_sale).map(Some);
+        }
+        for (id, units, to) in &at.unfinished {
+            if self.finish(conn, keys, parent, home, id, *units, *to)? == Finished::Stale {
+                return self.stale(conn, &keys[*to].bucket_sale).map(Some);
+            }
+        }
+        // Marked drained: every bucket held fewer than some purchase's quantity. A purchase of
+        // fewer units than were left looks again.
+        if at.unfinished.is_empty()
+            && let Some(units) = at.drained
+            && units < qty as i64
+        {
+            return Ok(Some(Borrowed::SoldOut { remaining: units }));
+        }
+        Ok(None)
+    }
+
+    /// After a pass over the donors that moved nothing: the home again, with the moves out of
+    /// it (one taken during the pass by a buyer who then stopped holds units that no bucket's
+    /// stock shows); sold out, marked drained, only when nothing moved or is moving.
+    #[allow(clippy::too_many_arguments)]
+    fn home_again(
+        &self,
+        conn: &mut Conn,
+        keys: &[StockKeys],
+        parent: &StockKeys,
+        home: usize,
+        qty: u64,
+        locked: bool,
+        before: i64,
+        mut total: i64,
+    ) -> Result<Borrowed> {
+        let end = self.home_state(conn, keys, home)?;
         if end.stale {
             return self.stale(conn, &keys[home].bucket_sale);
         }
@@ -102,12 +132,12 @@ impl Buckets {
         if locked {
             return Ok(Borrowed::Locked);
         }
-        if self.moves(conn, &parent)? != before {
+        if self.moves(conn, parent)? != before {
             return Ok(Borrowed::Unsettled);
         }
         total += at_home.max(0);
         let mark = format!("{}:{total}", self.nonce);
-        for key in &keys {
+        for key in keys {
             conn.query::<()>(redis::cmd("SET").arg(&key.drained).arg(&mark))?;
         }
         Ok(Borrowed::SoldOut { remaining: total })

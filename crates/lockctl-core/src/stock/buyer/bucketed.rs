@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Buyer;
+use super::{Buyer, Order, Turn, only};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::lock::Acquire;
@@ -50,6 +50,7 @@ impl Buyer {
                 // The purchase is counted once, by this buyer.
                 buyer.meters = None;
                 buyer.in_bucket = true;
+                buyer.work = self.work.clone();
                 buyer
             })
             .collect();
@@ -60,8 +61,36 @@ impl Buyer {
         Ok(Some(found))
     }
 
+    /// The route step's way for a bucketed SKU: a lone purchase at its home bucket,
+    /// borrowing while the home is short; a group commit by bucket.
+    pub(super) fn in_buckets(
+        &self,
+        b: &Arc<Bucketed>,
+        conn: &mut Conn,
+        purchases: &[Order<'_>],
+        turn: Turn,
+    ) -> Result<Vec<Result<Purchase>>> {
+        match (turn, purchases) {
+            (Turn::Alone(started), [(order_id, user)]) => {
+                Ok(vec![self.buy_bucketed(b, conn, order_id, *user, started)])
+            }
+            _ => self.batch_bucketed(b, conn, purchases),
+        }
+    }
+
+    /// A lone purchase at this buyer's own stock (of the SKU, or of one bucket), confirmed.
+    fn at_own_stock(
+        &self,
+        conn: &mut Conn,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
+        only(self.confirmed(conn, &[(order_id, user)], Turn::Alone(started))?)
+    }
+
     /// Buys at the home bucket, borrowing from the others while it is short.
-    pub(super) fn buy_bucketed(
+    fn buy_bucketed(
         &self,
         b: &Arc<Bucketed>,
         conn: &mut Conn,
@@ -72,7 +101,7 @@ impl Buyer {
         let mut b = b.clone();
         for _ in 0..MAX_ROUNDS {
             let home = b.map.home(user, order_id);
-            let bought = b.buyers[home].buy_plain(conn, order_id, user, started);
+            let bought = b.buyers[home].at_own_stock(conn, order_id, user, started);
             let p = match bought {
                 Err(Error::Unseeded { .. }) => match self.buckets_again(conn, &b.map, home)? {
                     Some(again) => {
@@ -80,7 +109,7 @@ impl Buyer {
                         continue;
                     }
                     // Seeded again without buckets: the SKU's own stock is the sale now.
-                    None => return self.as_sku(self.buy_plain(conn, order_id, user, started)),
+                    None => return self.as_sku(self.at_own_stock(conn, order_id, user, started)),
                 },
                 other => self.as_sku(other)?,
             };
@@ -104,7 +133,7 @@ impl Buyer {
                 }
                 Borrowed::Stale => match self.buckets_again(conn, &b.map, home)? {
                     Some(again) => b = again,
-                    None => return self.as_sku(self.buy_plain(conn, order_id, user, started)),
+                    None => return self.as_sku(self.at_own_stock(conn, order_id, user, started)),
                 },
                 Borrowed::SoldOut { remaining } => {
                     return Ok(Purchase {
@@ -181,11 +210,11 @@ impl Buyer {
 
     /// A group commit over buckets: each bucket's purchases in one script call there, then
     /// each purchase its bucket could not serve bought again on its own, borrowing.
-    pub(super) fn batch_bucketed(
+    fn batch_bucketed(
         &self,
         b: &Arc<Bucketed>,
         conn: &mut Conn,
-        purchases: &[(&str, Option<&str>)],
+        purchases: &[Order<'_>],
     ) -> Result<Vec<Result<Purchase>>> {
         let mut answers: Vec<Option<Result<Purchase>>> = vec![None; purchases.len()];
         let mut failed: Option<Error> = None;
@@ -202,7 +231,7 @@ impl Buyer {
             // perhaps) stands.
             let each = match &failed {
                 Some(e) => Err(e.clone()),
-                None => buyer.batch_plain(conn, &group),
+                None => buyer.confirmed(conn, &group, Turn::Group),
             };
             match each {
                 Ok(each) => {
