@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeMap;
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Serialize;
 
 use crate::Advice;
@@ -447,6 +448,10 @@ pub fn matrix_json<'a>(m: &'a Matrix, replay: &'a Replay) -> MatrixJson<'a> {
     }
 }
 
+/// The matrix page's style sheet: a constant, so it goes into the page as it is.
+const MATRIX_STYLE: &str = "body{font-family:sans-serif;margin:20px} \
+    td,th{padding:6px 12px;border:1px solid #ccc} table{border-collapse:collapse}";
+
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
 pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
     let mut columns: Vec<Option<lockctl_hammer::hunt::nemesis::FaultKind>> = Vec::new();
@@ -455,63 +460,69 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
             columns.push(c.fault);
         }
     }
-    let mut rows = String::new();
     let mut strategies: Vec<_> = m.cells.iter().map(|c| c.strategy).collect();
     strategies.dedup();
-    for strategy in strategies {
-        let _ = write!(rows, "<tr><th>{}</th>", strategy.name());
-        for c in m.cells.iter().filter(|c| c.strategy == strategy) {
-            let colour = match c.verdict {
-                Verdict::Pass => "#cfc",
-                Verdict::Fail => "#fcc",
-                Verdict::Unknown => "#eee",
-            };
-            let title = c
-                .violation
-                .as_deref()
-                .or(c.unjudged.as_deref())
-                .unwrap_or_default();
-            let _ = write!(
-                rows,
-                r#"<td style="background:{colour}" title="{}">{} ({})</td>"#,
-                crate::escape::escape(title),
-                verdict_word(c.verdict),
-                c.rounds
-            );
+    let page = html! {
+        (DOCTYPE)
+        html {
+            head {
+                meta charset="utf-8";
+                title { "lockctl: strategies under faults" }
+                style { (PreEscaped(MATRIX_STYLE)) }
+            }
+            body {
+                h1 { "lockctl's own strategies under faults: " (verdict_word(m.verdict())) }
+                p {
+                    "Seed " (m.seed) ", " (format!("{:.1}", m.elapsed.as_secs_f64()))
+                    " s; rounds in parentheses. Replay: " code { (replay.command) }
+                }
+                table {
+                    tr {
+                        th { "strategy" }
+                        @for f in &columns { th { (f.map_or("no fault", |f| f.name())) } }
+                    }
+                    @for strategy in strategies {
+                        tr {
+                            th { (strategy.name()) }
+                            @for c in m.cells.iter().filter(|c| c.strategy == strategy) {
+                                (matrix_cell(c))
+                            }
+                        }
+                    }
+                }
+                h2 { "First violations" }
+                ul {
+                    @for c in m.cells.iter().filter(|c| c.violation.is_some()) {
+                        li {
+                            (c.strategy.name()) " under " (c.fault.map_or("no fault", |f| f.name()))
+                            ": " (c.violation.as_deref().unwrap_or_default())
+                        }
+                    }
+                }
+            }
         }
-        rows.push_str("</tr>\n");
+    };
+    page.into_string() + "\n"
+}
+
+/// One strategy under one fault: its verdict and rounds, coloured, with its first violation
+/// (or why a round went unjudged) as the tooltip.
+fn matrix_cell(c: &lockctl_hammer::hunt::own::Cell) -> Markup {
+    let colour = match c.verdict {
+        Verdict::Pass => "#cfc",
+        Verdict::Fail => "#fcc",
+        Verdict::Unknown => "#eee",
+    };
+    let title = c
+        .violation
+        .as_deref()
+        .or(c.unjudged.as_deref())
+        .unwrap_or_default();
+    html! {
+        td style={ "background:" (colour) } title=(title) {
+            (verdict_word(c.verdict)) " (" (c.rounds) ")"
+        }
     }
-    let head: String = columns
-        .iter()
-        .map(|f| format!("<th>{}</th>", f.map_or("no fault", |f| f.name())))
-        .collect();
-    let mut failing = String::new();
-    for c in m.cells.iter().filter(|c| c.violation.is_some()) {
-        let _ = write!(
-            failing,
-            "<li>{} under {}: {}</li>",
-            c.strategy.name(),
-            c.fault.map_or("no fault", |f| f.name()),
-            crate::escape::escape(c.violation.as_deref().unwrap_or_default())
-        );
-    }
-    format!(
-        r#"<!doctype html>
-<html><head><meta charset="utf-8"><title>lockctl: strategies under faults</title>
-<style>body{{font-family:sans-serif;margin:20px}} td,th{{padding:6px 12px;border:1px solid #ccc}} table{{border-collapse:collapse}}</style>
-</head><body>
-<h1>lockctl's own strategies under faults: {verdict}</h1>
-<p>Seed {seed}, {elapsed:.1} s; rounds in parentheses. Replay: <code>{replay}</code></p>
-<table><tr><th>strategy</th>{head}</tr>
-{rows}</table>
-<h2>First violations</h2><ul>{failing}</ul>
-</body></html>
-"#,
-        verdict = verdict_word(m.verdict()),
-        seed = m.seed,
-        elapsed = m.elapsed.as_secs_f64(),
-        replay = crate::escape::escape(&replay.command),
-    )
 }
 
 #[cfg(test)]
