@@ -80,11 +80,7 @@ pub fn hunt_text(
     advice: &dyn Advice,
 ) -> String {
     let mut s = String::new();
-    let verdict = match h.verdict {
-        Verdict::Pass => "PASS",
-        Verdict::Fail => "FAIL",
-        Verdict::Unknown => "UNKNOWN",
-    };
+    let verdict = verdict_word(h.verdict);
     let paint = |text: &str| match (color, h.verdict) {
         (true, Verdict::Pass) => format!("\x1b[1;32m{text}\x1b[0m"),
         (true, Verdict::Fail) => format!("\x1b[1;31m{text}\x1b[0m"),
@@ -92,63 +88,7 @@ pub fn hunt_text(
         (false, _) => text.to_string(),
     };
     if !quiet {
-        let _ = writeln!(
-            s,
-            "hunt: seed {}, {} rounds ({} judged), {} requests in {:.1} s{}",
-            h.seed,
-            h.rounds,
-            h.judged,
-            h.requests,
-            h.elapsed.as_secs_f64(),
-            if h.interrupted { ", interrupted" } else { "" }
-        );
-        let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
-        let faults = match h.faults_tried.is_empty() {
-            true => "none".to_string(),
-            false => {
-                h.faults_tried
-                    .iter()
-                    .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + " took effect"
-            }
-        };
-        let _ = writeln!(s, "  faults    {faults}");
-        if let Some(l) = &h.lease {
-            let _ = writeln!(
-                s,
-                "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
-                crate::terminal(&l.key),
-                (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
-                h.longest_fault.as_secs_f64()
-            );
-        }
-        if let Some(c) = &h.cleaned {
-            let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
-                .into_iter()
-                .filter(|(n, ..)| *n > 0)
-                .map(|(n, one, many)| count(n, one, many))
-                .collect();
-            let cleaned = match removed.is_empty() {
-                true => "nothing the hunt created was left to remove".to_string(),
-                false => format!(
-                    "removed {} the hunt created; --keep keeps them",
-                    removed.join(" and ")
-                ),
-            };
-            let _ = writeln!(s, "  cleaned   {cleaned}");
-            for left in &c.left {
-                let _ = writeln!(s, "  left      {left}");
-            }
-        }
-        for u in &h.unknown {
-            let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
-        }
-        let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
-        if more > 0 {
-            let _ = writeln!(s, "  unjudged  and {more} more");
-        }
+        tried_text(&mut s, h);
     }
     match &h.failure {
         Some(f) => {
@@ -170,6 +110,74 @@ pub fn hunt_text(
         }
     }
     s
+}
+
+/// What the hunt tried: rounds, shapes, faults, the longest lease, what it cleaned up and
+/// why rounds went unjudged.
+fn tried_text(s: &mut String, h: &HuntReport) {
+    let _ = writeln!(
+        s,
+        "hunt: seed {}, {} rounds ({} judged), {} requests in {:.1} s{}",
+        h.seed,
+        h.rounds,
+        h.judged,
+        h.requests,
+        h.elapsed.as_secs_f64(),
+        if h.interrupted { ", interrupted" } else { "" }
+    );
+    let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
+    let faults = match h.faults_tried.is_empty() {
+        true => "none".to_string(),
+        false => {
+            h.faults_tried
+                .iter()
+                .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " took effect"
+        }
+    };
+    let _ = writeln!(s, "  faults    {faults}");
+    if let Some(l) = &h.lease {
+        let _ = writeln!(
+            s,
+            "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
+            crate::terminal(&l.key),
+            (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
+            h.longest_fault.as_secs_f64()
+        );
+    }
+    cleaned_text(s, h);
+    for u in &h.unknown {
+        let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
+    }
+    let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
+    if more > 0 {
+        let _ = writeln!(s, "  unjudged  and {more} more");
+    }
+}
+
+/// What the hunt removed after itself, and what it left.
+fn cleaned_text(s: &mut String, h: &HuntReport) {
+    let Some(c) = &h.cleaned else {
+        return;
+    };
+    let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
+        .into_iter()
+        .filter(|(n, ..)| *n > 0)
+        .map(|(n, one, many)| count(n, one, many))
+        .collect();
+    let cleaned = match removed.is_empty() {
+        true => "nothing the hunt created was left to remove".to_string(),
+        false => format!(
+            "removed {} the hunt created; --keep keeps them",
+            removed.join(" and ")
+        ),
+    };
+    let _ = writeln!(s, "  cleaned   {cleaned}");
+    for left in &c.left {
+        let _ = writeln!(s, "  left      {left}");
+    }
 }
 
 /// How a text report is shown: in colour, quietly, and with whose words for a fix.
