@@ -80,7 +80,10 @@ pub fn run(ctx: &Ctx, args: HammerArgs) -> anyhow::Result<Exit> {
             }
             Err(e) => {
                 exports.discard();
-                return Err(unseeded_hint(e));
+                return Err(match e {
+                    lockctl_hammer::Error::Core(e) => unseeded_hint(e),
+                    e => e.into(),
+                });
             }
         }
     }

@@ -105,8 +105,8 @@ pub(super) fn http_options(ctx: &Ctx, a: &HttpArgs, qty: u64) -> anyhow::Result<
         (Some(url), _) => url.clone(),
         (None, _) => format!("{TUTORIAL_URL}{TUTORIAL_PATH}"),
     };
-    let request =
-        RequestSpec::new(&a.method, &url, &a.headers, a.body.as_deref()).map_err(UsageError)?;
+    let request = RequestSpec::new(&a.method, &url, &a.headers, a.body.as_deref())
+        .map_err(|e| UsageError(lockctl::advice::request(&e)))?;
     let patterns = Patterns {
         bought: a.bought_if.clone(),
         sold_out: a.sold_out_if.clone(),
@@ -225,14 +225,9 @@ fn login_request(login: &str, headers: &[String]) -> anyhow::Result<RequestSpec>
         .cloned()
         .collect();
     sent.push("Connection: close".into());
-    RequestSpec::new(method, url, &sent, body).map_err(|e| {
-        UsageError(format!(
-            "--login '{shown}': {}",
-            e.replace("--url", "the URL")
-                .replace("--method", "the method")
-        ))
-        .into()
-    })
+    // The login's URL and method are parts of --login, named as such: "the URL '...'".
+    RequestSpec::new(method, url, &sent, body)
+        .map_err(|e| UsageError(format!("--login '{shown}': {e}")).into())
 }
 
 /// `--users-file`: one user a line, `USER<TAB>TOKEN` or `{"user": ..., "token": ...}`; blank

@@ -393,37 +393,27 @@ pub fn failed(err: &anyhow::Error, json: bool) -> ExitCode {
         }
         return ExitCode::from(m.code());
     }
-    // The library names the fix as data; the command line words it.
-    let message = match err.downcast_ref::<Error>() {
-        Some(lib) => lockctl_render::Advice::with_hint(
-            &lockctl::advice::CliAdvice,
-            &format!("{err:#}"),
-            lib.hint().as_ref(),
-        ),
-        None => format!("{err:#}"),
-    };
+    // The libraries name the fix as data; the command line words it.
+    let message = lockctl::advice::error_message(err);
     // A message may quote a system's answer or output: nothing of it may drive the terminal.
     eprintln!(
         "lockctl: error: {}",
         lockctl_render::terminal_lines(&message)
     );
     // A URL that does not parse is a bad argument like any other.
+    let hammer = err.downcast_ref::<lockctl_hammer::Error>();
+    let core = err
+        .downcast_ref::<Error>()
+        .or_else(|| hammer.and_then(lockctl_hammer::Error::as_core));
     let usage = err.is::<UsageError>()
-        || err.downcast_ref::<Error>().is_some_and(|e| {
-            matches!(
-                e,
-                Error::BadUrl { .. }
-                    | Error::BadDbUrl { .. }
-                    | Error::Login { .. }
-                    | Error::TooManyClients { .. }
-                    | Error::TooFewDescriptors { .. }
-            )
-        });
+        || core.is_some_and(|e| matches!(e, Error::BadUrl { .. } | Error::BadDbUrl { .. }))
+        || hammer.is_some_and(lockctl_hammer::Error::is_usage);
     if json {
-        let reply = match (err.is::<UsageError>(), err.downcast_ref::<Error>()) {
-            (true, _) => ErrorJson::new(message, ErrorKind::Usage, false),
-            (false, Some(lib)) => ErrorJson::from_error(message, lib),
-            (false, None) => ErrorJson::new(message, ErrorKind::Internal, false),
+        let reply = match (err.is::<UsageError>(), core, hammer) {
+            (true, ..) => ErrorJson::new(message, ErrorKind::Usage, false),
+            (false, Some(lib), _) => ErrorJson::from_error(message, lib),
+            (false, None, Some(h)) => ErrorJson::new(message, h.kind(), h.is_indeterminate()),
+            (false, None, None) => ErrorJson::new(message, ErrorKind::Internal, false),
         };
         let _ = emit_json(&reply);
     }

@@ -207,13 +207,16 @@ fn interim_answers_are_skipped() {
 fn a_connection_the_server_closed_while_idle_is_not_used_again() {
     let redis = RedisServer::start();
     let endpoint = Endpoint::start(&redis, Mode::ClosesIdle);
-    // 20 requests a second on one connection: each finds the last one closed 30 ms after
-    // its answer, and must go out on a new one rather than fail on the dead one.
-    let args = ["-n", "20", "-c", "1", "--rate", "20", "--stock", "15"];
+    // 5 requests a second on one connection: each finds the last one closed 30 ms after its
+    // answer, and must go out on a new one rather than fail on the dead one. (The 170 ms
+    // between the close and the next request is margin for a loaded machine: at 20 a second,
+    // a server thread late by 20 ms closed the connection under a request already sent, the
+    // race every kept-alive client has, which is not what this test is about.)
+    let args = ["-n", "10", "-c", "1", "--rate", "5", "--stock", "8"];
     let (exit, v, text) = hammer(&redis, &endpoint, &args);
     assert_eq!((exit, v["verdict"].as_str()), (0, Some("pass")), "{text}");
     assert_eq!(v["errors"], 0, "{text}");
-    assert_eq!(endpoint.accepted.load(Ordering::SeqCst), 20, "{text}");
+    assert_eq!(endpoint.accepted.load(Ordering::SeqCst), 10, "{text}");
 }
 
 #[test]

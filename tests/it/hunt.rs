@@ -449,8 +449,8 @@ fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
 /// time in nine.
 #[test]
 fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
-    use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis};
-    use lockctl_hammer::hunt::serve::{Reach, Served};
+    use lockctl_hunt::nemesis::{FaultKind, Nemesis};
+    use lockctl_hunt::serve::{Reach, Served};
     use rand::SeedableRng;
     use std::sync::{Arc, Mutex};
     let redis = RedisServer::start();
@@ -480,8 +480,9 @@ fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
         let healed = nemesis.heal(Duration::ZERO);
         let detail = &healed.faults[0].detail;
         assert!(healed.faults[0].took, "{detail}");
-        consumer_paused +=
-            u32::from(detail == &format!("process {consumer} of --serve stopped (SIGSTOP)"));
+        consumer_paused += u32::from(
+            detail == &format!("process {consumer} of the system under test stopped (SIGSTOP)"),
+        );
     }
     assert!(
         (18..=42).contains(&consumer_paused),
@@ -517,7 +518,7 @@ fn a_fault_range_that_is_no_range_is_a_usage_error_naming_it() {
 /// go, and a reset one is broken; the others go on meanwhile.
 #[test]
 fn the_proxy_stalls_and_resets_one_connection_while_the_others_go_on() {
-    use lockctl_hammer::hunt::proxy::Proxy;
+    use lockctl_hunt::proxy::Proxy;
     let redis = RedisServer::start();
     let upstream = vec![std::net::SocketAddr::from(([127, 0, 0, 1], redis.port))];
     let proxy = Proxy::start("127.0.0.1:0", upstream).unwrap();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockctl_hammer::http::ids::IdFormat;
-use lockctl_hammer::hunt::nemesis::{FaultKind, Nemesis, SqlFaults};
-use lockctl_hammer::hunt::sql::{SkuParam, SqlDb};
+use lockctl_hunt::nemesis::{FaultKind, Nemesis, SqlFaults};
+use lockctl_hunt::sql::{SkuParam, SqlDb};
 use rand::SeedableRng;
 
 use crate::support::{Killed, RedisServer, TestDb, TestMyDb};

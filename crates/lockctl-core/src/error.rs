@@ -110,23 +110,6 @@ pub enum Error {
         addr: String,
     },
 
-    /// `hammer --url`: the endpoint cannot be reached at all (its name does not resolve).
-    #[error("{reason}")]
-    Endpoint {
-        /// What went wrong, as the server or the driver said it (never a password).
-        reason: String,
-    },
-
-    /// A user's login to an endpoint failed (no 2xx, or no token in the answer): the facts
-    /// given for logging in are wrong, so nothing the endpoint answers could be judged.
-    #[error("the login of user '{user}' failed: {reason}")]
-    Login {
-        /// The user (a name lockctl made, not a secret).
-        user: String,
-        /// What the login answered, escaped (never the password sent).
-        reason: String,
-    },
-
     /// The SKU's stock key holds something that is not a count lockctl can use.
     #[error(
         "the stock of '{sku}' ('{key}') holds {value}, not a stock count (an integer as Redis writes one, no larger than 9007199254740991 either side of zero, as far as Lua counts exactly); nothing was changed"
@@ -138,20 +121,6 @@ pub enum Error {
         key: String,
         /// What it holds instead, as read.
         value: String,
-    },
-
-    /// A run was to start from a stock below zero: whatever it did, the books would show an
-    /// oversale that was there before it.
-    #[error(
-        "the stock of '{sku}' ('{key}') is {value}, below zero (oversold before this run?); a run starts from a stock of 0 or more: nothing was changed"
-    )]
-    NegativeStock {
-        /// The SKU.
-        sku: String,
-        /// The Redis key.
-        key: String,
-        /// The stock, below zero.
-        value: i64,
     },
 
     /// One of the SKU's books (ledger, sold counter, per-user totals) holds something lockctl
@@ -227,38 +196,6 @@ pub enum Error {
         total: usize,
         /// How many are needed.
         needed: usize,
-    },
-
-    /// The run would need more connections than the server accepts.
-    #[error(
-        "this run needs about {needed} connections to Redis at '{addr}', which accepts {maxclients} (maxclients) and has {in_use} in use: {advice}"
-    )]
-    TooManyClients {
-        /// The server's `host:port` (never a password).
-        addr: String,
-        /// Connections the run would open.
-        needed: u64,
-        /// The server's `maxclients`.
-        maxclients: u64,
-        /// Connections the server has open now.
-        in_use: u64,
-        /// What would fit: a lower -c, or (when not even one buyer fits) fewer clients.
-        advice: String,
-    },
-
-    /// The run would need more open files (connections, pipes) than this process may hold.
-    #[error(
-        "{concurrency} concurrent requests need about {needed} open files (their connections, pipes to child processes, the orders workers' clients), but this process may open {limit} (its open-file limit, ulimit -n; the hard limit allows no more): {advice}"
-    )]
-    TooFewDescriptors {
-        /// The requests in flight the run asked for.
-        concurrency: u64,
-        /// Open files the run would need.
-        needed: u64,
-        /// Open files this process may have.
-        limit: u64,
-        /// What would fit: a lower -c, or a higher limit.
-        advice: String,
     },
 
     /// The server is older than a feature needs (by its compatibility version,
@@ -477,9 +414,7 @@ impl Error {
             Error::Timeout { .. } | Error::ConnectTimeout { .. } => ErrorKind::TimedOut,
             Error::Auth { .. } => ErrorKind::Auth,
             Error::Unseeded { .. } | Error::NoStockKey { .. } => ErrorKind::Unseeded,
-            Error::Endpoint { .. } => ErrorKind::Refused,
-            Error::Login { .. } => ErrorKind::Usage,
-            Error::BadStock { .. } | Error::NegativeStock { .. } => ErrorKind::BadStock,
+            Error::BadStock { .. } => ErrorKind::BadStock,
             Error::BadData { .. } => ErrorKind::BadData,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Outrun { .. } => ErrorKind::Conflict,
@@ -487,7 +422,6 @@ impl Error {
             Error::Database { .. } => ErrorKind::Database,
             Error::BadDbUrl { .. } => ErrorKind::BadUrl,
             Error::WrongTypeKey { .. } | Error::DamagedLock { .. } => ErrorKind::BadData,
-            Error::TooManyClients { .. } | Error::TooFewDescriptors { .. } => ErrorKind::Usage,
             Error::Redis { .. } | Error::TooOld { .. } => ErrorKind::Redis,
         }
     }
@@ -521,9 +455,7 @@ impl Error {
             Error::Auth { .. } => Hint::Credentials,
             Error::Unseeded { sku } => Hint::Seed { sku: sku.clone() },
             Error::NoStockKey { .. } => Hint::StockKey,
-            Error::BadStock { sku, .. } | Error::NegativeStock { sku, .. } => {
-                Hint::Reseed { sku: sku.clone() }
-            }
+            Error::BadStock { sku, .. } => Hint::Reseed { sku: sku.clone() },
             // A seed resets the ledger and the counters; the order stream it does not (it may
             // hold orders not yet in PostgreSQL): a stream key of another type is for the
             // operator to look at and delete.
@@ -537,11 +469,7 @@ impl Error {
             Error::BadDbUrl { .. } => Hint::DbUrl,
             Error::NoQuorum { .. } => Hint::LockNodes,
             Error::Database { hint, .. } | Error::Redis { hint, .. } => return hint.clone(),
-            Error::Endpoint { .. }
-            | Error::Login { .. }
-            | Error::WrongTypeKey { .. }
-            | Error::TooManyClients { .. }
-            | Error::TooFewDescriptors { .. }
+            Error::WrongTypeKey { .. }
             | Error::TooOld { .. }
             | Error::Outrun { .. }
             | Error::NoCryptoProvider

@@ -1,10 +1,10 @@
 //! What a run needs of this machine and of Redis before it starts: open files, connections,
 //! and which driver a strategy goes through.
 
+use crate::error::{Error, Result};
 use crate::options::{Driving, HammerOptions, LoadOptions};
 use lockctl_core::aio::DEFAULT_ROOM;
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
 
 /// Open files a run holds besides its connections: standard streams, the runtime's epoll and
@@ -60,15 +60,11 @@ fn ensure_files(c: u64, per_buyer: u64, held: u64) -> Result<()> {
     // What fits: the files not held per buyer (the hammer's own connections) come first.
     let shared = held.saturating_sub(per_buyer * c);
     let fits = limit.saturating_sub(OWN_FILES + shared) / per_buyer;
-    let advice = match fits {
-        0 => format!("raise the limit (ulimit -n {needed}) and try again"),
-        _ => format!("lower -c to at most {fits}, or raise the limit (ulimit -n {needed})"),
-    };
     Err(Error::TooFewDescriptors {
         concurrency: c,
         needed,
         limit,
-        advice,
+        fits,
     })
 }
 
@@ -149,17 +145,12 @@ pub(crate) fn check_capacity(
     let spare = maxclients.saturating_sub(in_use.saturating_sub(1));
     let per_buyer = needed.saturating_sub(4) / opts.load.concurrency.max(1);
     let fits = spare.saturating_sub(4) / per_buyer.max(1);
-    let advice = match fits {
-        0 => "not even -c 1 fits; close some of its clients or raise the server's maxclients"
-            .to_string(),
-        _ => format!("lower -c to at most {fits}, or raise the server's maxclients"),
-    };
     Err(Error::TooManyClients {
         addr: target.addr().to_string(),
         needed,
         maxclients,
         in_use,
-        advice,
+        fits,
     })
 }
 

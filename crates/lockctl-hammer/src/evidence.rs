@@ -8,19 +8,19 @@
 //! make a FAIL even when Redis could not be read back; then what a restart of Redis means for
 //! the verdict as it now stands; then, first among the notes, an interruption.
 
+use crate::error::Error;
 use crate::ledger_check::LedgerCheck;
 use crate::readback::Restart;
 use crate::report::{PipelineReport, Report, RunFacts, Verdict};
 use crate::tally::Tally;
 use crate::{judge, judge_http};
-use lockctl_core::error::Error;
 use lockctl_core::units::count;
 
 /// What was read back after the load.
 pub enum Books {
     /// lockctl's own buyers: the stock and this run's ledger entries, or why they could not
     /// be read.
-    Ledger(Result<(i64, LedgerCheck), Error>),
+    Ledger(Result<(i64, LedgerCheck), lockctl_core::Error>),
     /// Someone's endpoint: the stock key, or why it could not be read. No ledger is kept
     /// there.
     Stock(Result<i64, Error>),
@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn unreadable_books_are_unknown_but_a_pipeline_violation_still_fails() {
         let (f, t) = (facts(10, 3), tally(10, 3, 0));
-        let gone = || Error::internal("the stock is gone");
+        let gone = || lockctl_core::Error::internal("the stock is gone");
         let r = conclude(evidence(&f, &t, Books::Ledger(Err(gone()))));
         assert_eq!(r.verdict, Verdict::Unknown);
         let mut ev = evidence(&f, &t, Books::Ledger(Err(gone())));

@@ -223,7 +223,7 @@ fn notes(t: &Tally, final_stock: i64) -> Vec<String> {
     }
     if t.busy > 0 && final_stock > 0 {
         notes.push(format!(
-            "{} turned away busy while stock remained (raise --wait-ms to wait for the lock)",
+            "{} turned away busy while stock remained (a longer wait for the lock would have served them)",
             count(t.busy, "buyer was", "buyers were")
         ));
     }

@@ -16,10 +16,11 @@
 //! stock only going down, so it counts only when nothing says it went up
 //! ([`crate::watch::went_up`]).
 
+use crate::error::Error;
 use crate::judge::{conclude, errors_in_words, first_checks, measured, sold_out_before_a_sale};
 use crate::report::{Report, RunFacts, Verdict};
 use crate::tally::Tally;
-use lockctl_core::error::{Error, ErrorKind};
+use lockctl_core::error::ErrorKind;
 use lockctl_core::units::count;
 
 /// The report of a run whose stock was read back. `went_up`: why the stock may have gone up
@@ -60,7 +61,7 @@ pub(super) fn nothing_to_judge(facts: &RunFacts, t: &Tally) -> Report {
     let mut r = measured(facts, t, None);
     r.verdict = Verdict::Unknown;
     r.unknown_because = Some(
-        "nothing to judge: no --bought-if, --sold-out-if, --busy-if or --preset says which answers sold anything, so the stock was not read"
+        "nothing to judge: no pattern (bought, sold out, busy, or a preset's) says which answers sold anything, so the stock was not read"
             .into(),
     );
     if t.errors > 0 {

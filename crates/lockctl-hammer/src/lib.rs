@@ -18,24 +18,24 @@
 //! - [`tally`]: the answers folded as they come.
 //! - `readback`, `ledger_check`, `watch`: the books read back, the ledger against the answers,
 //!   the stock watched during the run.
-//! - [`hunt`]: the search for a run that breaks someone's flash sale, under load and faults.
 //! - [`history`]: every request as Jepsen's operations, written as JSON Lines and judged
 //!   again from them.
 //! - [`evidence`]: everything observed, and the one judgement; `judge`, `judge_http`: the
 //!   checks it applies to lockctl's buyers and to an endpoint (which keeps no ledger).
 //! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
 //! - `capacity`: open files and connections a run needs; [`usage`]: the hammer's own cost.
+//! - [`error`]: what stops a run, typed; the program that runs the hammer words it.
 
 #![deny(missing_docs)]
 
 mod batched;
 mod capacity;
 pub mod drive;
+pub mod error;
 pub mod evidence;
 mod fan_out;
 pub mod history;
 pub mod http;
-pub mod hunt;
 pub mod judge;
 mod judge_http;
 mod ledger_check;
@@ -53,10 +53,12 @@ pub mod usage;
 mod watch;
 
 pub use capacity::{connections_needed, ensure_descriptors};
+pub use error::{Error, Result};
 pub use fan_out::OUTAGE_LIMIT;
 pub use judge::{judge, judge_unreadable};
 pub use ledger_check::LedgerCheck;
 pub use options::PipelineOptions;
+pub use options::original_of;
 pub use options::{ChildBuy, Children};
 pub use options::{Driving, HAMMER_WAIT, HammerOptions, Hook, LoadOptions, Mode, TIMELINE_POINTS};
 pub use procs::child_deadline;

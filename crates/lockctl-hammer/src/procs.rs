@@ -59,11 +59,11 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
         let (ended, lock_wait, lock_hold) = match ended {
             Ok(reply) => reply,
             // A child that died without saying what happened may have deducted.
-            Err(message) => (
+            Err(failed) => (
                 Ended::Failed {
                     kind: ErrorKind::Child,
                     indeterminate: true,
-                    message,
+                    message: failed.to_string(),
                     hint: None,
                 },
                 None,
@@ -94,37 +94,49 @@ pub(super) fn run_procs(target: &Target, opts: &HammerOptions, run_id: &str) -> 
 
 type ChildResult = (Ended, Option<Duration>, Option<Duration>);
 
+/// A child purchase that never said what happened: it may have deducted.
+#[derive(Debug, thiserror::Error)]
+enum ChildError {
+    #[error("could not start lockctl: {0}")]
+    Start(std::io::Error),
+    #[error("could not read lockctl's output: {0}")]
+    Read(std::io::Error),
+    #[error("lockctl buy did not finish within {} ms and was killed", .0.as_millis())]
+    Killed(Duration),
+    #[error("lockctl did not finish: {0}")]
+    Wait(std::io::Error),
+    #[error("lockctl buy exited with {status} and no JSON reply ({reason}): {stderr}")]
+    NoReply {
+        status: std::process::ExitStatus,
+        reason: serde_json::Error,
+        stderr: String,
+    },
+}
+
 /// Runs one child `lockctl buy --json` and reads its one JSON object, killing the child if it
 /// has not finished within `deadline` (a stopped or hung child must not hang the run).
-fn run_child(mut cmd: Command, deadline: Duration) -> Result<ChildResult, String> {
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start lockctl: {e}"))?;
+fn run_child(mut cmd: Command, deadline: Duration) -> Result<ChildResult, ChildError> {
+    let mut child = cmd.spawn().map_err(ChildError::Start)?;
     let (stdout, stderr) = match read_within(&mut child, deadline) {
         Ok(Some(out)) => out,
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("could not read lockctl's output: {e}"));
+            return Err(ChildError::Read(e));
         }
         Ok(None) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "lockctl buy did not finish within {} ms and was killed",
-                deadline.as_millis()
-            ));
+            return Err(ChildError::Killed(deadline));
         }
     };
-    let status = child
-        .wait()
-        .map_err(|e| format!("lockctl did not finish: {e}"))?;
-    let reply: BuyReply = serde_json::from_str(stdout.trim()).map_err(|e| {
-        format!(
-            "lockctl buy exited with {status} and no JSON reply ({e}): {}",
-            stderr.trim()
-        )
-    })?;
+    let status = child.wait().map_err(ChildError::Wait)?;
+    let reply: BuyReply =
+        serde_json::from_str(stdout.trim()).map_err(|reason| ChildError::NoReply {
+            status,
+            reason,
+            stderr: stderr.trim().to_string(),
+        })?;
     let ms = |v: Option<f64>| v.map(|x| Duration::from_secs_f64(x.max(0.0) / 1000.0));
     Ok(match reply {
         BuyReply::Failed(e) => (

@@ -187,6 +187,23 @@ fn read_back(conn: &mut Conn, sku: &Sku, run_id: &str, t: &Tally) -> Result<(i64
     Ok((final_stock, check))
 }
 
+/// The stock a run starts from, read at `key`: `None` when there is no such key; below zero is
+/// refused (the run's books would show an oversale from before it).
+pub(crate) fn starting_stock_at(
+    conn: &mut Conn,
+    sku: &Sku,
+    key: &str,
+) -> crate::error::Result<Option<i64>> {
+    match stock::read_stock_at(conn, sku, key)? {
+        Some(n) if n < 0 => Err(crate::error::Error::NegativeStock {
+            sku: sku.to_string(),
+            key: key.to_string(),
+            value: n,
+        }),
+        read => Ok(read),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

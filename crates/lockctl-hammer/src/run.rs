@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
+use crate::error::{Error, Result};
 use crate::evidence::{Books, Evidence, conclude};
 use crate::history::{History, Recorded};
 use crate::options::Mode;
@@ -13,7 +14,6 @@ use crate::options::{HammerOptions, LoadOptions};
 use crate::report::{Report, RunFacts, Subject};
 use crate::{pipeline, readback, usage, watch};
 use lockctl_core::conn::{Conn, Target};
-use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::stock;
 
@@ -120,23 +120,24 @@ fn starting_stock(conn: &mut Conn, opts: &HammerOptions, keys: &StockKeys) -> Re
             stock::seed(conn, sku, n)?;
             Ok(n as i64)
         }
-        (None, _) => match stock::buckets::Buckets::read(conn, sku)? {
-            Some(_) => match stock::buckets::stock_of(conn, sku)? {
-                Some(n) if n < 0 => Err(Error::NegativeStock {
-                    sku: sku.to_string(),
-                    key: StockKeys::new(sku).buckets,
-                    value: n,
-                }),
-                n => n.ok_or_else(|| Error::Unseeded {
-                    sku: sku.to_string(),
-                }),
-            },
-            None => {
-                stock::starting_stock_at(conn, sku, &keys.stock)?.ok_or_else(|| Error::Unseeded {
-                    sku: sku.to_string(),
-                })
+        (None, _) => {
+            match stock::buckets::Buckets::read(conn, sku)? {
+                Some(_) => match stock::buckets::stock_of(conn, sku)? {
+                    Some(n) if n < 0 => Err(Error::NegativeStock {
+                        sku: sku.to_string(),
+                        key: StockKeys::new(sku).buckets,
+                        value: n,
+                    }),
+                    n => Ok(n.ok_or_else(|| lockctl_core::Error::Unseeded {
+                        sku: sku.to_string(),
+                    })?),
+                },
+                None => Ok(crate::readback::starting_stock_at(conn, sku, &keys.stock)?
+                    .ok_or_else(|| lockctl_core::Error::Unseeded {
+                        sku: sku.to_string(),
+                    })?),
             }
-        },
+        }
     }
 }
 
@@ -225,7 +226,7 @@ fn failed_over(target: &Target, opts: &HammerOptions, before: &[Option<String>])
         .filter(|(_, (a, b))| a != b)
         .map(|(i, (a, b))| {
             format!(
-                "bucket {i}'s master changed during the run, from {} to {} (a failover): deductions the old master acknowledged before its replica had them are lost with it; any order below told it bought but missing from the ledger is such a loss (--require-replicas 1 makes a purchase wait until a replica has it)",
+                "bucket {i}'s master changed during the run, from {} to {} (a failover): deductions the old master acknowledged before its replica had them are lost with it; any order below told it bought but missing from the ledger is such a loss (a purchase that waits for a replica's copy, as buckets with required replicas do, is not lost so)",
                 a.as_deref().unwrap_or("none"),
                 b.as_deref().unwrap_or("none")
             )

@@ -11,9 +11,9 @@ use serde::Serialize;
 use crate::Advice;
 use crate::hammer::{hammer_json, hammer_text};
 use lockctl_core::units::count;
-use lockctl_hammer::hunt::HuntReport;
-use lockctl_hammer::hunt::own::Matrix;
 use lockctl_hammer::{Report, Verdict};
+use lockctl_hunt::HuntReport;
+use lockctl_hunt::own::Matrix;
 
 /// The command that replays a hunt, and the environment variables it takes its secrets from.
 #[derive(Debug, Default)]
@@ -190,7 +190,7 @@ struct Shown<'a> {
 /// The failing round: its violations, faults, replay command and (unless quiet) its report.
 fn failure_text(
     s: &mut String,
-    f: &lockctl_hammer::hunt::Failure,
+    f: &lockctl_hunt::Failure,
     verdict: &str,
     replay: &Replay,
     shown: &Shown<'_>,
@@ -462,7 +462,7 @@ const MATRIX_STYLE: &str = "body{font-family:sans-serif;margin:20px} \
 
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
 pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
-    let mut columns: Vec<Option<lockctl_hammer::hunt::nemesis::FaultKind>> = Vec::new();
+    let mut columns: Vec<Option<lockctl_hunt::nemesis::FaultKind>> = Vec::new();
     for c in &m.cells {
         if !columns.contains(&c.fault) {
             columns.push(c.fault);

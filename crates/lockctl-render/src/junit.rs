@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use lockctl_hammer::Verdict;
-use lockctl_hammer::hunt::HuntReport;
+use lockctl_hunt::HuntReport;
 
 use crate::hunt::Replay;
 

@@ -318,19 +318,6 @@ pub fn read_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64
     stock_value(sku, key, read)
 }
 
-/// The stock a run starts from, read at `key`: `None` when there is no such key; below zero is
-/// refused (the run's books would show an oversale from before it).
-pub fn starting_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64>> {
-    match read_stock_at(conn, sku, key)? {
-        Some(n) if n < 0 => Err(Error::NegativeStock {
-            sku: sku.to_string(),
-            key: key.to_string(),
-            value: n,
-        }),
-        read => Ok(read),
-    }
-}
-
 /// A stock read (by `GET`, or carried by a lock's grant) as a count, by the rules of
 /// [`parse_stock`]: `None` when there is no such key.
 pub(crate) fn stock_value(sku: &Sku, key: &str, read: Carried) -> Result<Option<i64>> {

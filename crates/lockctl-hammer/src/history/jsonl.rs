@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Fault, History, HuntOrigin, MAX_STOCK_READS, ReadBack, StockRead};
-use crate::options::Mode;
 use crate::readback::Restart;
 use crate::report::{Ended, HttpFacts, PipelineReport, RunFacts, Sample};
-use lockctl_core::error::ErrorKind;
 use lockctl_core::stock::{Buy, Outcome};
+
+mod ops;
 
 /// The version of the history's shape, in its first line.
 const VERSION: u64 = 1;
@@ -358,7 +358,7 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
         let op: Op =
             serde_json::from_str(text).map_err(|e| fail(format!("not an operation: {e}")))?;
         let Some(fv) = &facts else {
-            facts = Some(first_line(&op).map_err(fail)?);
+            facts = Some(ops::first_line(&op).map_err(|e| fail(e.to_string()))?);
             continue;
         };
         match (op.f.as_str(), op.process.as_str()) {
@@ -367,7 +367,9 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
                     .map_err(|e| fail(format!("the read-back line: {e}")))?;
                 last = Some((line, v));
             }
-            (_, Some("nemesis")) => nemesis(&mut faults, &op).map_err(fail)?,
+            (_, Some("nemesis")) => {
+                ops::nemesis(&mut faults, &op).map_err(|e| fail(e.to_string()))?
+            }
             (READ_STOCK, Some(OBSERVER)) => match op.kind.as_str() {
                 "invoke" => reading = Some(op.time),
                 // A read that failed, or one past the most kept, is left out.
@@ -383,11 +385,14 @@ pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
                 },
             },
             ("buy", _) if op.kind == "invoke" => {
-                sent.insert(request_of(&op.value).map_err(fail)?, op.time);
+                sent.insert(
+                    ops::request_of(&op.value).map_err(|e| fail(e.to_string()))?,
+                    op.time,
+                );
             }
             ("buy", _) => {
                 let mode = fv.facts.mode;
-                samples.push(sample(&op, mode, &sent).map_err(fail)?);
+                samples.push(ops::sample(&op, mode, &sent).map_err(|e| fail(e.to_string()))?);
             }
             (f, _) => return Err(fail(format!("an operation lockctl does not know: f '{f}'"))),
         }
@@ -487,129 +492,4 @@ fn check_bounds(fv: &FactsValue, rv: &ReadValue, samples: &[Sample]) -> Result<(
         }
     }
     Ok(())
-}
-
-fn first_line(op: &Op) -> Result<FactsValue, String> {
-    if op.f != "facts" {
-        return Err(format!(
-            "a history starts with its facts (f: \"facts\"), not f '{}'",
-            op.f
-        ));
-    }
-    let fv: FactsValue =
-        serde_json::from_value(op.value.clone()).map_err(|e| format!("the facts line: {e}"))?;
-    if fv.version != VERSION {
-        return Err(format!(
-            "a history of version {}, and this lockctl reads version {VERSION}",
-            fv.version
-        ));
-    }
-    Ok(fv)
-}
-
-fn request_of(v: &Value) -> Result<u64, String> {
-    v["request"]
-        .as_u64()
-        .ok_or_else(|| format!("no request number in {v}"))
-}
-
-fn nemesis(faults: &mut Vec<Fault>, op: &Op) -> Result<(), String> {
-    let at = Duration::from_nanos(op.time);
-    let name = op.value["fault"].as_str().unwrap_or_default().to_string();
-    match op.f.as_str() {
-        "start" => faults.push(Fault {
-            fault: name,
-            start: at,
-            stop: None,
-            detail: op.value["detail"].as_str().unwrap_or_default().into(),
-            took: op.value["took"].as_bool().unwrap_or(true),
-        }),
-        "stop" => {
-            if let Some(f) = faults
-                .iter_mut()
-                .rev()
-                .find(|f| f.fault == name && f.stop.is_none())
-            {
-                f.stop = Some(at);
-            }
-        }
-        other => {
-            return Err(format!(
-                "a nemesis operation lockctl does not know: '{other}'"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A completion read back into the record it was written from.
-fn sample(op: &Op, mode: Mode, sent: &HashMap<u64, u64>) -> Result<Sample, String> {
-    let v = &op.value;
-    let index = request_of(v)?;
-    let dur = |k: &str| v[k].as_u64().map(Duration::from_nanos);
-    let answer = v["answer"]
-        .as_str()
-        .ok_or("a completion without an answer")?;
-    let ended = match answer {
-        "error" => Ended::Failed {
-            kind: ErrorKind::from_name(v["error"]["kind"].as_str().unwrap_or("unknown")),
-            indeterminate: v["error"]["indeterminate"].as_bool().unwrap_or(true),
-            message: v["error"]["message"].as_str().unwrap_or_default().into(),
-            hint: None,
-        },
-        // A retry told "bought" for an order that had bought: nothing deducted now.
-        "bought" if mode == Mode::Http && v["replayed"] == true => Ended::Done {
-            outcome: buy(answer, v)?,
-            replayed: true,
-            overran_lease: false,
-        },
-        _ if mode == Mode::Http => Ended::Answered {
-            outcome: outcome(answer)?,
-            remaining: v["remaining"].as_i64(),
-            order: v["order_id"].as_str().map(str::to_string),
-        },
-        _ => Ended::Done {
-            outcome: buy(answer, v)?,
-            replayed: v["replayed"].as_bool().unwrap_or(false),
-            overran_lease: v["overran_lease"].as_bool().unwrap_or(false),
-        },
-    };
-    Ok(Sample {
-        index,
-        ended,
-        latency: dur("latency_ns").unwrap_or_default(),
-        lock_wait: dur("lock_wait_ns"),
-        lock_hold: dur("lock_hold_ns"),
-        sent: Duration::from_nanos(sent.get(&index).copied().unwrap_or(0)),
-        at: Duration::from_nanos(op.time),
-    })
-}
-
-fn outcome(answer: &str) -> Result<Option<Outcome>, String> {
-    if answer == "answered" {
-        return Ok(None);
-    }
-    serde_json::from_value(Value::from(answer))
-        .map(Some)
-        .map_err(|_| format!("an answer lockctl does not know: '{answer}'"))
-}
-
-fn buy(answer: &str, v: &Value) -> Result<Buy, String> {
-    let remaining = || v["remaining"].as_i64().unwrap_or(0);
-    Ok(
-        match outcome(answer)?.ok_or("'answered' from lockctl's own buyer")? {
-            Outcome::Bought => Buy::Bought {
-                remaining: remaining(),
-            },
-            Outcome::SoldOut => Buy::SoldOut {
-                remaining: remaining(),
-            },
-            Outcome::Busy => Buy::Busy,
-            Outcome::LeaseLost => Buy::LeaseLost,
-            Outcome::LimitReached => Buy::LimitReached {
-                bought: v["bought"].as_u64().unwrap_or(0),
-                limit: v["limit"].as_u64().unwrap_or(0),
-            },
-        },
-    )
 }

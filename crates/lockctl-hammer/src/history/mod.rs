@@ -89,6 +89,17 @@ pub struct ReadBack {
     pub ledger: Option<Vec<(u64, i64)>>,
 }
 
+impl ReadBack {
+    /// Books that could not be read, and why.
+    fn failed(e: &dyn std::fmt::Display) -> ReadBack {
+        ReadBack {
+            stock_after: None,
+            error: Some(e.to_string()),
+            ledger: None,
+        }
+    }
+}
+
 /// The most stock reads a history keeps (a change at every read for over a minute and a half); reads
 /// beyond are not kept.
 pub const MAX_STOCK_READS: usize = 10_000;
@@ -159,11 +170,8 @@ impl History {
                 error: None,
                 ledger: None,
             },
-            Books::Ledger(Err(e)) | Books::Stock(Err(e)) => ReadBack {
-                stock_after: None,
-                error: Some(e.to_string()),
-                ledger: None,
-            },
+            Books::Ledger(Err(e)) => ReadBack::failed(e),
+            Books::Stock(Err(e)) => ReadBack::failed(e),
             Books::Unjudged => ReadBack {
                 stock_after: None,
                 error: None,
@@ -232,7 +240,7 @@ impl History {
             }
             (crate::options::Mode::Http, Some(stock), None) => Books::Stock(Ok(stock)),
             (crate::options::Mode::Http, None, _) if rb.error.is_none() => Books::Unjudged,
-            (crate::options::Mode::Http, None, _) => Books::Stock(Err(failed())),
+            (crate::options::Mode::Http, None, _) => Books::Stock(Err(failed().into())),
             _ => Books::Ledger(Err(failed())),
         }
     }

@@ -7,23 +7,23 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::HttpOptions;
+use crate::error::{Error, Result, StoreError};
 use crate::evidence::Books;
 use crate::history::StockRead;
 use crate::options::LoadOptions;
 use crate::readback::{Incarnation, READ_BACK_PATIENCE, Restart};
 use crate::watch;
 use lockctl_core::conn::{Conn, Target};
-use lockctl_core::error::{Error, Result};
 use lockctl_core::sku::Sku;
 use lockctl_core::stock;
 
 /// Where an endpoint keeps its stock when it is not a Redis key: set before the run and read
-/// after it. Errors are words naming what failed.
+/// after it. Errors are the store's own, boxed ([`StoreError`]).
 pub trait StockStore: Send + Sync {
     /// Sets the SKU's stock to `n`.
-    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String>;
+    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), StoreError>;
     /// The SKU's stock now.
-    fn read(&self, sku: &Sku) -> std::result::Result<i64, String>;
+    fn read(&self, sku: &Sku) -> std::result::Result<i64, StoreError>;
     /// Where the stock is, for the report (a URL without its password, and the query).
     fn shown(&self) -> String;
     /// The same store on a connection of its own, to read the stock while the run goes;
@@ -68,8 +68,9 @@ pub(super) fn open(
     key: &str,
 ) -> Result<Opened> {
     if let Some(store) = &http.store {
-        let failed = |e: String| Error::Endpoint {
-            reason: format!("the stock in {}: {e}", store.0.shown()),
+        let failed = |source| Error::Store {
+            store: store.0.shown(),
+            source,
         };
         if let Some(n) = load.stock {
             store.0.set(&load.sku, n).map_err(failed)?;
@@ -90,12 +91,14 @@ pub(super) fn open(
             conn.query::<()>(redis::cmd("SET").arg(key).arg(n))?;
             n as i64
         }
-        None => stock::starting_stock_at(&mut conn, &load.sku, key)?.ok_or_else(|| {
-            Error::NoStockKey {
-                key: key.to_string(),
-                addr: target.addr().to_string(),
-            }
-        })?,
+        None => {
+            crate::readback::starting_stock_at(&mut conn, &load.sku, key)?.ok_or_else(|| {
+                lockctl_core::Error::NoStockKey {
+                    key: key.to_string(),
+                    addr: target.addr().to_string(),
+                }
+            })?
+        }
     };
     let incarnation = Incarnation::of(target, &mut conn);
     let watch = watch::start(target, &load.sku, key, initial);
@@ -144,8 +147,9 @@ impl Opened {
             }
             Opened::Store { store, watch, .. } => {
                 let reads = watch.map_or_else(Vec::new, |w| w.finish().reads_since(origin));
-                let read = patiently(|| store.0.read(sku)).map_err(|e| Error::Endpoint {
-                    reason: format!("the stock in {}: {e}", store.0.shown()),
+                let read = patiently(|| store.0.read(sku)).map_err(|source| Error::Store {
+                    store: store.0.shown(),
+                    source,
                 });
                 (Books::Stock(read), None, None, reads)
             }
@@ -155,8 +159,8 @@ impl Opened {
 
 /// `read`, tried again with pauses while it fails, for at most [`READ_BACK_PATIENCE`].
 fn patiently<T>(
-    mut read: impl FnMut() -> std::result::Result<T, String>,
-) -> std::result::Result<T, String> {
+    mut read: impl FnMut() -> std::result::Result<T, StoreError>,
+) -> std::result::Result<T, StoreError> {
     let deadline = Instant::now() + READ_BACK_PATIENCE;
     loop {
         match read() {
@@ -170,6 +174,17 @@ fn patiently<T>(
 /// fails, for at most [`READ_BACK_PATIENCE`]. A key gone is an error too: the endpoint (or
 /// someone) deleted the stock the verdict rests on.
 fn read_back(target: &Target, conn: &mut Conn, sku: &Sku, key: &str) -> Result<i64> {
+    Ok(read_key_back(target, conn, sku, key)?)
+}
+
+/// [`read_back`], in lockctl-core's terms: every failure is of Redis or of what it holds.
+fn read_key_back(
+    target: &Target,
+    conn: &mut Conn,
+    sku: &Sku,
+    key: &str,
+) -> lockctl_core::Result<i64> {
+    use lockctl_core::Error;
     let read = |c: &mut Conn| {
         stock::read_stock_at(c, sku, key)?.ok_or_else(|| Error::NoStockKey {
             key: key.to_string(),
@@ -178,7 +193,7 @@ fn read_back(target: &Target, conn: &mut Conn, sku: &Sku, key: &str) -> Result<i
     };
     let deadline = Instant::now() + READ_BACK_PATIENCE;
     let mut result = read(conn);
-    let worth_retrying = |r: &Result<i64>| matches!(r, Err(e) if !matches!(e, Error::NoStockKey { .. } | Error::BadStock { .. }));
+    let worth_retrying = |r: &lockctl_core::Result<i64>| matches!(r, Err(e) if !matches!(e, Error::NoStockKey { .. } | Error::BadStock { .. }));
     while worth_retrying(&result) && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(200));
         result = target.connect().and_then(|mut c| read(&mut c));

@@ -29,7 +29,8 @@ use tokio::sync::mpsc::{self, Receiver, channel};
 use super::classify::{Classifier, KEPT_BODY, SHOWN_BODY};
 use super::request::{RequestSpec, Vars};
 use super::socket::{
-    Link, Stream, connect, failure, is_self_connect, nobody_there, still_open, unacknowledged,
+    Link, Stream, connect, failure, failure_fixed_by, is_self_connect, nobody_there, still_open,
+    unacknowledged,
 };
 use super::tls::Dial;
 use super::wire::{self, ReadError};
@@ -39,6 +40,7 @@ use crate::options::LoadOptions;
 use crate::report::{Ended, LATE_AFTER_MS, Sample};
 use crate::tally::{Tally, new_histogram, record};
 use lockctl_core::error::{Error, ErrorKind, Result};
+use lockctl_core::hint::Hint;
 use lockctl_core::stock::Outcome;
 
 /// What the driver needs besides the common hammer options.
@@ -401,7 +403,7 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
     let sent_at = Instant::now();
     let (mut stage, mut status) = (Stage::Building, None);
     let ended = match sh.plan.spec.write(&vars, &mut wire.request) {
-        Err(message) => failure(ErrorKind::Internal, false, message),
+        Err(unwritable) => failure(ErrorKind::Internal, false, unwritable.to_string()),
         Ok(()) => {
             let exchange = exchange(sh, wire, &mut stage, &mut status);
             match tokio::time::timeout(sh.plan.timeout, exchange).await {
@@ -470,25 +472,26 @@ async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instan
 fn timed_out(stage: Stage, limit: Duration, total: usize) -> Ended {
     let ms = limit.as_millis();
     match stage {
-        Stage::Building | Stage::Connecting => failure(
+        Stage::Building | Stage::Connecting => failure_fixed_by(
+            Hint::RequestTimeout,
             ErrorKind::TimedOut,
             false,
-            format!(
-                "timed out after {ms} ms connecting to the endpoint (see --request-timeout-ms)"
-            ),
+            format!("timed out after {ms} ms connecting to the endpoint"),
         ),
         // Sent: the endpoint may still act on it.
-        Stage::Sending(written) => failure(
+        Stage::Sending(written) => failure_fixed_by(
+            Hint::RequestTimeout,
             ErrorKind::TimedOut,
             written > 0,
             format!(
-                "timed out after {ms} ms sending the request ({written} of {total} bytes went out; the endpoint was not reading it; see --request-timeout-ms)"
+                "timed out after {ms} ms sending the request ({written} of {total} bytes went out; the endpoint was not reading it)"
             ),
         ),
-        Stage::Sent => failure(
+        Stage::Sent => failure_fixed_by(
+            Hint::RequestTimeout,
             ErrorKind::TimedOut,
             true,
-            format!("no answer within {ms} ms (see --request-timeout-ms)"),
+            format!("no answer within {ms} ms"),
         ),
         Stage::Answering(status) => failure(
             ErrorKind::TimedOut,
@@ -571,9 +574,8 @@ async fn exchange(
         {
             Err(nobody_there(sh.plan.dial.addr))
         }
-        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => {
-            Err(failure(ErrorKind::Broken, true, why))
-        }
+        Err(ReadError::Cut(why)) => Err(failure(ErrorKind::Broken, true, why.to_string())),
+        Err(ReadError::Malformed(why)) => Err(failure(ErrorKind::Broken, true, why.to_string())),
     }
 }
 

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::{Error, Result};
 use lockctl_core::conn::TlsFiles;
-use lockctl_core::error::{Error, Result};
 
 use super::classify::Taken;
 use super::probe::{Got, once};

@@ -17,7 +17,7 @@ mod driver;
 pub mod ids;
 mod login;
 mod probe;
-mod request;
+pub(crate) mod request;
 mod socket;
 mod tls;
 mod wire;
@@ -29,9 +29,10 @@ pub use books::{StockStore, Store};
 pub use classify::{AnswerClass, BadPattern, Classifier, Patterns, TUTORIAL_PATH};
 pub use login::{DEFAULT_TOKEN_AT, Logins};
 pub use probe::{Got, Probe};
-pub use request::{RequestSpec, Vars};
+pub use request::{Part, Problem, RequestError, RequestSpec, Unwritable, Vars};
 
 use crate::drive::{Driven, Driver};
+use crate::error::Result;
 use crate::evidence::{Books, Evidence, conclude};
 use crate::history::{History, Recorded};
 use crate::judge::percentiles;
@@ -40,7 +41,6 @@ use crate::report::{HttpFacts, LoadModel, Report, RunFacts};
 use crate::run::interrupted;
 use crate::usage;
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::keys::StockKeys;
 use lockctl_core::units::millis;
 
@@ -115,10 +115,7 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
 /// [`run`], with the run's history when `load.history` asks for one.
 pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Recorded> {
     crate::capacity::ensure_endpoint_descriptors(load)?;
-    let addr = http
-        .request
-        .resolve()
-        .map_err(|reason| Error::Endpoint { reason })?;
+    let addr = http.request.resolve()?;
     let dial = tls::Dial {
         addr,
         tls: tls::Tls::of(&http.request, &http.tls)?,
@@ -219,7 +216,7 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
 struct Endpoint<'a>(&'a driver::Plan, &'a LoadOptions, u64);
 
 impl Driver for Endpoint<'_> {
-    fn drive(&self, _run_id: &str) -> Result<Driven> {
+    fn drive(&self, _run_id: &str) -> lockctl_core::Result<Driven> {
         driver::drive(self.1, self.2, self.0)
     }
 }
@@ -232,7 +229,7 @@ fn late_note(http: &HttpOptions, driven: &Driven) -> Option<String> {
     let (n, ms) = (driven.late, crate::report::LATE_AFTER_MS);
     let requests = if n == 1 { "request" } else { "requests" };
     Some(format!(
-        "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; raise -c or lower --rate"
+        "{n} {requests} left more than {ms} ms after the scheduled moment (every connection was busy, or lockctl fell behind): latency counts from the schedule; more connections or a lower rate keep to it"
     ))
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use crate::error::Result;
 use lockctl_core::conn::TlsFiles;
-use lockctl_core::error::{Error, Result};
 
 use super::request::{RequestSpec, Vars};
 use super::socket::{Stream, secure};
@@ -41,8 +41,7 @@ pub struct Probe {
 impl Probe {
     /// A GET of `url`, checked as `--url` is (an error names the URL and the fix).
     pub fn new(url: &str) -> Result<Probe> {
-        let spec = RequestSpec::new("GET", url, &["Connection: close".to_string()], None)
-            .map_err(|reason| Error::Endpoint { reason })?;
+        let spec = RequestSpec::new("GET", url, &["Connection: close".to_string()], None)?;
         let tls = Tls::of(&spec, &TlsFiles::default())?;
         Ok(Probe { spec, tls })
     }
@@ -99,11 +98,11 @@ pub(super) async fn once(
 ) -> Got {
     let addr = match spec.resolve() {
         Ok(a) => a,
-        Err(e) => return Got::Nothing(e),
+        Err(e) => return Got::Nothing(e.to_string()),
     };
     let mut request = Vec::new();
     if let Err(e) = spec.write(vars, &mut request) {
-        return Got::Nothing(e);
+        return Got::Nothing(e.to_string());
     }
     let stream = match tokio::net::TcpStream::connect(addr).await {
         Ok(s) => s,
@@ -144,6 +143,7 @@ pub(super) async fn once(
             body: String::from_utf8_lossy(&body).trim().to_string(),
         },
         Err(ReadError::Silent) => Got::Nothing("closed without answering".into()),
-        Err(ReadError::Cut(why) | ReadError::Malformed(why)) => Got::Nothing(why),
+        Err(ReadError::Cut(why)) => Got::Nothing(why.to_string()),
+        Err(ReadError::Malformed(why)) => Got::Nothing(why.to_string()),
     }
 }

@@ -16,6 +16,7 @@ use tokio_rustls::client::TlsStream;
 use super::tls::{Dial, Tls};
 use crate::report::Ended;
 use lockctl_core::error::ErrorKind;
+use lockctl_core::hint::Hint;
 
 /// An open connection.
 pub(crate) struct Link {
@@ -94,6 +95,21 @@ pub(super) fn failure(kind: ErrorKind, indeterminate: bool, message: String) -> 
         indeterminate,
         message,
         hint: None,
+    }
+}
+
+/// A [`failure`] with its fix named, for the program to word.
+pub(super) fn failure_fixed_by(
+    hint: Hint,
+    kind: ErrorKind,
+    indeterminate: bool,
+    message: String,
+) -> Ended {
+    Ended::Failed {
+        kind,
+        indeterminate,
+        message,
+        hint: Some(hint),
     }
 }
 
@@ -188,11 +204,12 @@ pub(crate) async fn connect(
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(connect_failed(addr, e)),
             Err(_) => {
-                return Err(failure(
+                return Err(failure_fixed_by(
+                    Hint::ConnectTimeout,
                     ErrorKind::TimedOut,
                     false,
                     format!(
-                        "timed out after {} ms connecting to {addr} (see --connect-timeout-ms)",
+                        "timed out after {} ms connecting to {addr}",
                         limit.as_millis()
                     ),
                 ));
@@ -277,10 +294,11 @@ pub(super) fn connect_failed(addr: SocketAddr, e: std::io::Error) -> Ended {
                 ),
             )
         }
-        _ => failure(
+        _ => failure_fixed_by(
+            Hint::StartEndpoint,
             ErrorKind::Refused,
             false,
-            format!("could not connect to {addr}: {e} (is the endpoint running? see --url)"),
+            format!("could not connect to {addr}: {e}"),
         ),
     }
 }
@@ -296,11 +314,12 @@ pub(super) fn is_self_connect(socket: socket2::SockRef<'_>, addr: SocketAddr) ->
 }
 
 pub(super) fn nobody_there(addr: SocketAddr) -> Ended {
-    failure(
+    failure_fixed_by(
+        Hint::StartEndpoint,
         ErrorKind::Refused,
         false,
         format!(
-            "could not connect to {addr}: nothing is listening there (the connection came back to lockctl itself; is the endpoint running? see --url)"
+            "could not connect to {addr}: nothing is listening there (the connection came back to lockctl itself)"
         ),
     )
 }

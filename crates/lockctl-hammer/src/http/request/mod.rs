@@ -16,6 +16,9 @@ use http::{Method, Uri};
 
 use lockctl_core::redact::{redact, redact_header};
 
+mod error;
+pub use error::{Part, Problem, RequestError, Unwritable};
+
 /// The values of one request's placeholders.
 #[derive(Clone, Copy, Debug)]
 pub struct Vars<'a> {
@@ -223,18 +226,17 @@ pub struct RequestSpec {
 }
 
 impl RequestSpec {
-    /// Checks and splits the request of `hammer --url`. The error names the value at fault and
-    /// the fix (the command line turns it into a usage error, exit 2).
+    /// Checks and splits the request of `hammer --url`. The error names the part and the value
+    /// at fault and the fix (the command line turns it into a usage error, exit 2).
     pub fn new(
         method: &str,
         url: &str,
         headers: &[String],
         body: Option<&str>,
-    ) -> Result<RequestSpec, String> {
+    ) -> Result<RequestSpec, RequestError> {
         // Methods are case-sensitive on the wire; on the command line `head` means HEAD.
-        let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|_| {
-            format!("--method '{method}' is not an HTTP method (GET, POST, PUT, ...)")
-        })?;
+        let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| RequestError::new(Part::Method, method, Problem::NotAMethod))?;
         let template = Template::parse(url);
         let shown_url = redact(url);
         let mut authorities = Vec::new();
@@ -245,8 +247,10 @@ impl RequestSpec {
             authorities.push(authority.rsplit('@').next().unwrap_or_default().to_string());
         }
         if authorities[0] != authorities[1] {
-            return Err(format!(
-                "--url '{shown_url}' has a placeholder in its host: placeholders may appear in the path, the query, --header and --body"
+            return Err(RequestError::new(
+                Part::Url,
+                shown_url,
+                Problem::PlaceholderInHost,
             ));
         }
         let uri = check_url(&template.fill(&SAMPLES[0], true), &shown_url)?;
@@ -257,8 +261,13 @@ impl RequestSpec {
             .trim_end_matches(']')
             .to_string();
         let authority = authorities.swap_remove(0);
-        HeaderValue::from_str(&authority)
-            .map_err(|_| format!("--url '{shown_url}': '{authority}' cannot be a Host header"))?;
+        if HeaderValue::from_str(&authority).is_err() {
+            return Err(RequestError::new(
+                Part::Url,
+                shown_url,
+                Problem::HostHeader { authority },
+            ));
+        }
         let (fixed_head, headers, closes) = split_headers(&authority, headers)?;
         let mut spec = RequestSpec {
             method,
@@ -278,7 +287,9 @@ impl RequestSpec {
             && spec.body.as_ref().is_none_or(Template::is_constant);
         if constant {
             let mut whole = Vec::new();
-            spec.write(&SAMPLES[0], &mut whole)?;
+            // Nothing varies, so the values checked above are the values written.
+            let written = spec.write(&SAMPLES[0], &mut whole);
+            debug_assert!(written.is_ok(), "{written:?}");
             spec.constant = Some(whole);
         }
         Ok(spec)
@@ -350,19 +361,22 @@ impl RequestSpec {
     }
 
     /// The server's address, looked up once for the whole run.
-    pub fn resolve(&self) -> Result<SocketAddr, String> {
-        let name = format!("{}:{}", self.host, self.port);
+    pub fn resolve(&self) -> Result<SocketAddr, crate::error::Error> {
+        let unresolved = |reason| crate::error::Error::Unresolved {
+            host: format!("{}:{}", self.host, self.port),
+            reason,
+        };
         let found = (self.host.as_str(), self.port).to_socket_addrs();
         match found.map(|mut a| a.next()) {
             Ok(Some(addr)) => Ok(addr),
-            Ok(None) => Err(format!("'{name}' (from --url) has no address")),
-            Err(e) => Err(format!("cannot look up '{name}' (from --url): {e}")),
+            Ok(None) => Err(unresolved(None)),
+            Err(e) => Err(unresolved(Some(e.to_string()))),
         }
     }
 
     /// Request number `vars.n` as the bytes to send, HTTP/1.1, into `out` (emptied first).
     /// Fails only if a filled-in header value is not one a header may hold.
-    pub fn write(&self, vars: &Vars, out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn write(&self, vars: &Vars, out: &mut Vec<u8>) -> Result<(), Unwritable> {
         out.clear();
         if let Some(whole) = &self.constant {
             out.extend_from_slice(whole);
@@ -379,10 +393,10 @@ impl RequestSpec {
             let at = out.len();
             template.fill_into(vars, false, out);
             if !header_value_ok(&out[at..]) {
-                return Err(format!(
-                    "request {}: the value of header '{name}' holds characters no header may hold",
-                    vars.n
-                ));
+                return Err(Unwritable {
+                    request: vars.n,
+                    name: name.to_string(),
+                });
             }
             out.extend_from_slice(b"\r\n");
         }
@@ -409,14 +423,17 @@ impl RequestSpec {
 /// `Transfer-Encoding` are lockctl's to write, from `--body`.
 type Headers = (Vec<u8>, Vec<(HeaderName, Template)>, bool);
 
-fn split_headers(authority: &str, given: &[String]) -> Result<Headers, String> {
+fn split_headers(authority: &str, given: &[String]) -> Result<Headers, RequestError> {
     let mut all = vec![(HOST, Template::literal(authority))];
     for h in given {
         let (name, value) = parse_header(h)?;
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
-            return Err(format!(
-                "--header '{}': lockctl frames the body itself (from --body); leave {name} out",
-                redact_header(h)
+            return Err(RequestError::new(
+                Part::Header,
+                redact_header(h),
+                Problem::Framing {
+                    name: name.to_string(),
+                },
             ));
         }
         match all.iter_mut().find(|(n, _)| *n == name) {
@@ -472,32 +489,30 @@ fn target_of(url: &str) -> String {
 }
 
 /// The URL with `vars` filled in, parsed and checked: `http[s]://host[:port]/...`.
-fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
+fn check_url(filled: &str, shown: &str) -> Result<Uri, RequestError> {
+    let bad = |problem| Err(RequestError::new(Part::Url, shown, problem));
     if filled.contains('{') || filled.contains('}') {
-        return Err(format!(
-            "--url '{shown}' holds a brace that is not a placeholder; the placeholders are {{sku}}, {{user}}, {{order}}, {{n}} and {{token}} (write a literal brace as %7B or %7D)"
-        ));
+        return bad(Problem::StrayBrace);
     }
-    let uri: Uri = filled.parse().map_err(|e| {
-        format!("--url '{shown}' is not a URL ({e}); write it as http://host:port/path?query")
-    })?;
+    let uri: Uri = match filled.parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            return bad(Problem::NotAUrl {
+                reason: e.to_string(),
+            });
+        }
+    };
     match uri.scheme_str() {
         Some("http" | "https") => {}
         Some(other) => {
-            return Err(format!(
-                "--url '{shown}': the scheme '{other}' is neither http nor https; write it as http://host:port/path or https://host:port/path"
-            ));
+            return bad(Problem::Scheme {
+                scheme: other.to_string(),
+            });
         }
-        None => {
-            return Err(format!(
-                "--url '{shown}' has no scheme and host; write it as http://host:port/path"
-            ));
-        }
+        None => return bad(Problem::NoScheme),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!(
-            "--url '{shown}' has no host; write it as http://host:port/path"
-        ));
+        return bad(Problem::NoHost);
     }
     // The URL parser takes any digits (or, after an IPv6 address, anything) as a port and
     // then has none: never port 80 instead. What follows the host is nothing, or ':' and a
@@ -515,36 +530,29 @@ fn check_url(filled: &str, shown: &str) -> Result<Uri, String> {
         Some(p) => p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok_and(|p| p != 0),
     };
     if !valid {
-        return Err(format!(
-            "--url '{shown}': '{}' is not a port (1 to 65535); write it as http://host:port/path",
-            port.unwrap_or(after_host)
-        ));
+        return bad(Problem::Port {
+            port: port.unwrap_or(after_host).to_string(),
+        });
     }
     Ok(uri)
 }
 
 /// `Name: value` split and checked; placeholders may appear in the value. An error quotes
 /// the header as [`redact_header`] shows it: a mistyped `Authorization` still holds the token.
-fn parse_header(text: &str) -> Result<(HeaderName, Template), String> {
-    let shown = redact_header(text);
+fn parse_header(text: &str) -> Result<(HeaderName, Template), RequestError> {
+    let bad = |problem| RequestError::new(Part::Header, redact_header(text), problem);
     let Some((name, value)) = text.split_once(':') else {
-        return Err(format!(
-            "--header '{shown}' has no ':'; write it as 'Name: value'"
-        ));
+        return Err(bad(Problem::NoColon));
     };
     let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-        format!(
-            "--header '{shown}': '{}' is not a header name (letters, digits and -, no spaces); write it as 'Name: value'",
-            redact_header(name.trim())
-        )
+        bad(Problem::HeaderName {
+            name: redact_header(name.trim()),
+        })
     })?;
     let value = Template::parse(value.trim());
     for vars in &SAMPLES {
-        HeaderValue::from_bytes(value.fill(vars, false).as_bytes()).map_err(|_| {
-            format!(
-                "--header '{shown}': the value holds characters no header may hold (control characters or line breaks)"
-            )
-        })?;
+        HeaderValue::from_bytes(value.fill(vars, false).as_bytes())
+            .map_err(|_| bad(Problem::HeaderValue))?;
     }
     Ok((name, value))
 }

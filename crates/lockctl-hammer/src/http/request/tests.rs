@@ -74,8 +74,10 @@ fn no_header_value_can_smuggle_a_line_break() {
         ..VARS
     };
     let err = spec.write(&vars, &mut out).unwrap_err();
+    assert_eq!((err.request, err.name.as_str()), (7, "x-sku"));
     assert!(
-        err.contains("request 7: the value of header 'x-sku'"),
+        err.to_string()
+            .contains("request 7: the value of header 'x-sku'"),
         "{err}"
     );
     // In the URL every such byte is escaped.
@@ -114,7 +116,9 @@ fn bad_requests_are_refused_naming_the_value() {
             .filter(|h| !h.is_empty())
             .map(|h| h.to_string())
             .collect();
-        RequestSpec::new(method, url, &headers, None).unwrap_err()
+        RequestSpec::new(method, url, &headers, None)
+            .unwrap_err()
+            .to_string()
     };
     assert!(bad("GET", "not a url", "").contains("'not a url' is not a URL"));
     assert!(bad("GET", "ftp://x/", "").contains("'ftp' is neither http nor https"));
@@ -127,7 +131,13 @@ fn bad_requests_are_refused_naming_the_value() {
     assert!(RequestSpec::new("GET", "http://[::1]:7412/", &[], None).is_ok());
     assert!(bad("GET", "http://{sku}.shop/", "").contains("placeholder in its host"));
     assert!(bad("GET", "http://x/{skus}", "").contains("brace that is not a placeholder"));
-    assert!(bad("GE T", "http://x/", "").contains("--method 'GE T'"));
+    assert!(bad("GE T", "http://x/", "").contains("the method 'GE T'"));
+    // The part at fault is data, for a program to name in its own terms.
+    let e = RequestSpec::new("GET", "http://x/", &["NoColon".into()], None).unwrap_err();
+    assert_eq!((e.part, e.given.as_str()), (Part::Header, "NoColon"));
+    assert_eq!(e.problem, Problem::NoColon);
+    let e = RequestSpec::new("GET", "ftp://x/", &[], None).unwrap_err();
+    assert_eq!(e.part, Part::Url);
     let head = RequestSpec::new("head", "http://x/", &[], None).unwrap();
     assert!(head.is_head());
     assert!(bad("GET", "http://x/", "NoColon").contains("has no ':'"));
@@ -147,11 +157,14 @@ fn a_bad_header_is_quoted_without_its_credential() {
         "Cookie: s=S3cr3t\r\nX: y",
     ] {
         let err = bad(header);
+        assert_eq!(err.part, Part::Header, "{err}");
+        let err = err.to_string();
         assert!(!err.contains("S3cr3t"), "{err}");
-        assert!(err.contains("--header '"), "{err}");
+        assert!(err.contains("the header '"), "{err}");
     }
-    let err =
-        RequestSpec::new("GET", "http://u:S3cr3t@x/?token=S3cr3t&{skus}", &[], None).unwrap_err();
+    let err = RequestSpec::new("GET", "http://u:S3cr3t@x/?token=S3cr3t&{skus}", &[], None)
+        .unwrap_err()
+        .to_string();
     assert!(!err.contains("S3cr3t") && err.contains("brace"), "{err}");
 }
 

@@ -21,6 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::request::has_token;
 
+mod errors;
+pub use errors::{Cut, Malformed, ReadError};
+
 /// The longest answer head (status line and headers) read, and the longest chunk-size line
 /// or trailer line.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -65,22 +68,20 @@ pub enum Parsed {
 
 /// Parses the answer head at the start of `buf`; `head_request` when the request was `HEAD`
 /// (whose answer has no body whatever its headers say). The error says what is wrong.
-pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
+pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, Malformed> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(format!(
-                "the answer has more than {MAX_HEADERS} header lines"
-            ));
+            return Err(Malformed::TooManyHeaders);
         }
         Err(e) => return Err(not_http(buf, &e.to_string())),
     };
     let status = resp.code.unwrap_or(0);
     if status == 101 {
-        return Err("HTTP 101: the endpoint switched protocols, which nobody asked for".into());
+        return Err(Malformed::SwitchedProtocols);
     }
     if (100..200).contains(&status) {
         return Ok(Parsed::Interim(len));
@@ -94,9 +95,7 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
             for v in h.value.split(|&b| b == b',') {
                 let n = parse_length(v)?;
                 if let Some(l) = length.filter(|&l| l != n) {
-                    return Err(format!(
-                        "the answer has two Content-Length values, {l} and {n}"
-                    ));
+                    return Err(Malformed::TwoLengths(l, n));
                 }
                 length = Some(n);
             }
@@ -140,15 +139,12 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
 
 /// The error for bytes that are not an HTTP/1.x answer: what came, and a hint when it looks
 /// like TLS (an https endpoint given as http://).
-fn not_http(buf: &[u8], why: &str) -> String {
-    let hint = match buf.first() {
-        Some(0x15 | 0x16) => "; it looks like TLS: is the endpoint https?",
-        _ => "",
-    };
-    format!(
-        "the answer is not HTTP/1.x ({why}); it began {}{hint}",
-        shown(&buf[..buf.len().min(40)])
-    )
+fn not_http(buf: &[u8], why: &str) -> Malformed {
+    Malformed::NotHttp {
+        why: why.to_string(),
+        began: shown(&buf[..buf.len().min(40)]),
+        tls: matches!(buf.first(), Some(0x15 | 0x16)),
+    }
 }
 
 /// What came of a head that never ended: how much, and how it began.
@@ -166,13 +162,10 @@ fn shown(bytes: &[u8]) -> String {
 }
 
 /// A `Content-Length` value: digits only, at most 18 of them.
-fn parse_length(v: &[u8]) -> Result<u64, String> {
+fn parse_length(v: &[u8]) -> Result<u64, Malformed> {
     let v = v.trim_ascii();
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        return Err(format!(
-            "the answer's Content-Length {} is not a length",
-            shown(&v[..v.len().min(40)])
-        ));
+        return Err(Malformed::Length(shown(&v[..v.len().min(40)])));
     }
     Ok(v.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
 }
@@ -250,24 +243,23 @@ impl Body {
 
     /// What the end of the connection means here: `None` if it ends the body, else why it
     /// cut the body short.
-    pub fn cut_by_eof(&self) -> Option<String> {
+    pub fn cut_by_eof(&self) -> Option<Cut> {
         match self.framing {
             _ if self.done() => None,
             Framing::Eof => None,
-            Framing::Length(n) => Some(format!(
-                "the connection closed after {} of the answer's {n} body bytes",
-                self.received
-            )),
-            Framing::Chunked => Some(format!(
-                "the connection closed inside the answer's chunked body, after {} bytes of data",
-                self.received
-            )),
+            Framing::Length(length) => Some(Cut::ShortBody {
+                received: self.received,
+                length,
+            }),
+            Framing::Chunked => Some(Cut::InChunks {
+                received: self.received,
+            }),
         }
     }
 
     /// Takes what it can of `input`, handing the body's data to `sink`; returns the bytes
     /// used: all of `input` unless the body ended inside it.
-    pub fn feed(&mut self, input: &[u8], sink: &mut impl FnMut(&[u8])) -> Result<usize, String> {
+    pub fn feed(&mut self, input: &[u8], sink: &mut impl FnMut(&[u8])) -> Result<usize, Malformed> {
         let used = match self.framing {
             Framing::Eof => {
                 sink(input);
@@ -289,7 +281,7 @@ impl Body {
         &mut self,
         input: &[u8],
         sink: &mut impl FnMut(&[u8]),
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Malformed> {
         let mut at = 0;
         while at < input.len() && self.chunk != Chunk::Done {
             if let Chunk::Data(left) = self.chunk {
@@ -307,10 +299,7 @@ impl Body {
             }
             self.line += 1;
             if self.line > MAX_HEAD {
-                return Err(format!(
-                    "a chunk-size or trailer line of the answer runs past {} KiB",
-                    MAX_HEAD / 1024
-                ));
+                return Err(Malformed::LongLine);
             }
             self.chunk = step(self.chunk, input[at])?;
             if matches!(self.chunk, NEW_LINE | Chunk::TrailerStart) {
@@ -323,12 +312,12 @@ impl Body {
 }
 
 /// One byte of a chunked body outside chunk data.
-fn step(state: Chunk, b: u8) -> Result<Chunk, String> {
-    let bad = |what: &str| {
-        Err(format!(
-            "the answer's chunked body is malformed: {what} (byte {})",
-            shown(&[b])
-        ))
+fn step(state: Chunk, b: u8) -> Result<Chunk, Malformed> {
+    let bad = |what: &'static str| {
+        Err(Malformed::Chunked {
+            what,
+            byte: shown(&[b]),
+        })
     };
     let line_end = |n: u64| match n {
         0 => Chunk::TrailerStart,
@@ -394,17 +383,6 @@ fn step(state: Chunk, b: u8) -> Result<Chunk, String> {
     })
 }
 
-/// How reading an answer failed.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ReadError {
-    /// The connection ended (closed or reset) before a single byte of an answer.
-    Silent,
-    /// The connection ended or failed part way through the answer.
-    Cut(String),
-    /// The bytes were not an HTTP/1.1 answer.
-    Malformed(String),
-}
-
 /// What [`read_answer`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
@@ -443,8 +421,7 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
             }
         }
         if buf.len() >= MAX_HEAD {
-            let why = format!("the answer's head is longer than {} KiB", MAX_HEAD / 1024);
-            return Err(ReadError::Malformed(why));
+            return Err(ReadError::Malformed(Malformed::LongHead));
         }
         searched = buf.len();
         let nothing_yet = buf.is_empty() && !interim;
@@ -452,16 +429,18 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
             Ok(0) | Err(_) if nothing_yet => return Err(ReadError::Silent),
             Ok(0) => {
                 let why = match buf.is_empty() {
-                    true => "the connection closed after interim (1xx) answers only".to_string(),
-                    false => format!(
-                        "the connection closed inside the answer's head, {}",
-                        unfinished(buf)
-                    ),
+                    true => Cut::AfterInterim,
+                    false => Cut::InHead(unfinished(buf)),
                 };
                 return Err(ReadError::Cut(why));
             }
             Ok(_) => {}
-            Err(e) => return Err(ReadError::Cut(format!("reading the answer: {e}"))),
+            Err(e) => {
+                return Err(ReadError::Cut(Cut::Failed {
+                    body: false,
+                    reason: e.to_string(),
+                }));
+            }
         }
     };
     *status = Some(head.status);
@@ -474,9 +453,12 @@ pub async fn read_answer<R: AsyncRead + Unpin>(
         }
         buf.clear();
         at = 0;
-        let n = fill(stream, buf)
-            .await
-            .map_err(|e| ReadError::Cut(format!("reading the answer's body: {e}")))?;
+        let n = fill(stream, buf).await.map_err(|e| {
+            ReadError::Cut(Cut::Failed {
+                body: true,
+                reason: e.to_string(),
+            })
+        })?;
         if n == 0 {
             match body.cut_by_eof() {
                 None => break,

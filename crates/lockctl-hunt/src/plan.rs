@@ -34,7 +34,7 @@ pub enum Shape {
         users: u64,
     },
     /// A sale: `buyers` connections, each clicking again a few milliseconds after a busy or
-    /// failed answer until it is told sold out or `cap` has passed ([`crate::http::Sale`]).
+    /// failed answer until it is told sold out or `cap` has passed ([`lockctl_hammer::http::Sale`]).
     /// A round sized in time: a system that answers busy at once is still clicking when its
     /// first lease runs out.
     Sale {
@@ -253,23 +253,7 @@ impl Planner {
             },
             false => shape,
         };
-        // Most rounds have a fault, some none: a bug that needs no fault is found sooner.
-        let faults = match (self.faults.is_empty(), r.random_range(0..4u32)) {
-            (true, _) | (false, 0) => Vec::new(),
-            _ => {
-                let kind = self.faults[r.random_range(0..self.faults.len())];
-                let after = Duration::from_millis(r.random_range(0..15));
-                let short = Duration::from_millis(r.random_range(300..1500));
-                let hold = match self.fault_ms {
-                    Some((lo, hi)) => lo + (hi - lo).mul_f64(within),
-                    None if long && kind.is_held() && !self.long_holds.is_empty() => {
-                        self.long_holds[pick % self.long_holds.len()]
-                    }
-                    None => short,
-                };
-                vec![PlannedFault { kind, after, hold }]
-            }
-        };
+        let faults = self.draw_faults((long, pick, within));
         // A long hold is held through a sale that outlasts it by a second or more.
         let shape = match faults.iter().map(|f| f.hold).max() {
             Some(hold) if hold > SHORT_HOLD_MAX && self.fixed.requests.is_none() => Shape::Sale {
@@ -285,7 +269,7 @@ impl Planner {
             }
             _ => requests,
         };
-        let retry_every = self.idempotent.then(|| r.random_range(2..=4u64));
+        let retry_every = self.idempotent.then(|| self.rng.random_range(2..=4u64));
         let shape = match (self.fixed.rate, shape) {
             (Some(rate), Shape::Rate { concurrency, .. } | Shape::Burst { concurrency }) => {
                 Shape::Rate { rate, concurrency }
@@ -299,6 +283,30 @@ impl Planner {
             shape,
             faults,
             retry_every,
+        }
+    }
+
+    /// The round's faults: most rounds have one, some none (a bug that needs no fault is
+    /// found sooner). `long`, `pick` and `within` are the draws that choose a long hold, and
+    /// where in the caller's range a hold falls.
+    fn draw_faults(&mut self, (long, pick, within): (bool, usize, f64)) -> Vec<PlannedFault> {
+        use rand::RngExt;
+        let r = &mut self.rng;
+        match (self.faults.is_empty(), r.random_range(0..4u32)) {
+            (true, _) | (false, 0) => Vec::new(),
+            _ => {
+                let kind = self.faults[r.random_range(0..self.faults.len())];
+                let after = Duration::from_millis(r.random_range(0..15));
+                let short = Duration::from_millis(r.random_range(300..1500));
+                let hold = match self.fault_ms {
+                    Some((lo, hi)) => lo + (hi - lo).mul_f64(within),
+                    None if long && kind.is_held() && !self.long_holds.is_empty() => {
+                        self.long_holds[pick % self.long_holds.len()]
+                    }
+                    None => short,
+                };
+                vec![PlannedFault { kind, after, hold }]
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 //! system. A pump checks the stall between reads, so a stall takes hold at the connection's next
 //! bytes.
 
+use crate::error::ProxyError;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -35,11 +36,13 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on `listen` and forwards every connection to `upstream`. An address that cannot
     /// be bound is an error naming it.
-    pub fn start(listen: &str, upstream: Vec<SocketAddr>) -> Result<Proxy, String> {
-        let listener = TcpListener::bind(listen)
-            .map_err(|e| format!("--proxy cannot listen on '{listen}': {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    pub fn start(listen: &str, upstream: Vec<SocketAddr>) -> Result<Proxy, ProxyError> {
+        let listener = TcpListener::bind(listen).map_err(|source| ProxyError::Listen {
+            listen: listen.to_string(),
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(ProxyError::Socket)?;
+        listener.set_nonblocking(true).map_err(ProxyError::Socket)?;
         let proxy = Proxy {
             listen: addr,
             links: Arc::default(),
@@ -49,7 +52,7 @@ impl Proxy {
         thread::Builder::new()
             .name("lockctl-proxy".into())
             .spawn(move || accept(listener, upstream, links, stop))
-            .map_err(|e| format!("could not start the proxy: {e}"))?;
+            .map_err(ProxyError::Thread)?;
         Ok(proxy)
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Rounds follow one another on fresh SKUs (so one round's books never mix with another's),
 //! each with a small stock, a load shape and perhaps a fault, drawn from one seeded schedule
-//! ([`plan`]). A round is an endpoint run ([`crate::http::run`]) with the faults done while it
+//! ([`plan`]). A round is an endpoint run ([`lockctl_hammer::http::run`]) with the faults done while it
 //! runs ([`nemesis`]) and undone before its books are read; its verdict is the one judgement of
 //! its history, with the promises checked beyond the books ([`checks`]) and the liveness
 //! probe's finding added. The first FAIL ends the hunt.
@@ -13,8 +13,12 @@
 //! rows), `own` (lockctl's own strategies under the same nemesis: the matrix), `clean` (what the
 //! hunt created in the user's stores, removed at the end).
 
+#![deny(missing_docs)]
+
 pub mod checks;
 pub mod clean;
+pub mod error;
+mod findings;
 pub mod leases;
 mod liveness;
 pub mod nemesis;
@@ -22,26 +26,28 @@ pub mod own;
 pub mod owners;
 pub mod plan;
 pub mod proxy;
+mod round;
 pub mod serve;
 pub mod sql;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::history::{Fault, History, Recorded};
-use crate::http::ids::{IdFormat, Ids};
-use crate::http::{self, HttpOptions, StockStore};
-use crate::options::{Hook, LoadOptions};
-use crate::report::{Report, Verdict};
-use liveness::{quiet_reader, stalled};
+pub use error::HuntError;
+use error::SqlError;
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::sku::Sku;
+use lockctl_hammer::Error;
+use lockctl_hammer::error::StoreError;
+use lockctl_hammer::history::{Fault, History};
+use lockctl_hammer::http::ids::{IdFormat, Ids};
+use lockctl_hammer::http::{HttpOptions, StockStore};
+use lockctl_hammer::report::{Report, Verdict};
 use nemesis::{FaultKind, Nemesis};
-use plan::{Planner, Round, Shape};
+use plan::{Planner, Round};
+use round::{Ran, RoundEnd, RoundSkus, round};
 use sql::{SkuParam, SqlDb};
 
 /// Where the system's orders land, and the query that reads a SKU's.
@@ -75,23 +81,25 @@ impl SqlStock {
             format: self.format,
         }
     }
-}
 
-impl StockStore for SqlStock {
-    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), String> {
-        self.db.execute(&self.seed, self.param(sku), n as i64)
-    }
-
-    fn read(&self, sku: &Sku) -> std::result::Result<i64, String> {
+    /// The SKU's stock, which must be a count lockctl can do sums with.
+    pub fn stock(&self, sku: &Sku) -> std::result::Result<i64, SqlError> {
         let n = self.db.integer(&self.query, self.param(sku))?;
-        // A stock is a count lockctl can do sums with; anything beyond is not one.
         let bound = lockctl_core::stock::MAX_STOCK;
         match n.unsigned_abs() <= bound {
             true => Ok(n),
-            false => Err(format!(
-                "it read {n}, not a stock count (at most {bound} either side of zero)"
-            )),
+            false => Err(SqlError::NotAStock { n, bound }),
         }
+    }
+}
+
+impl StockStore for SqlStock {
+    fn set(&self, sku: &Sku, n: u64) -> std::result::Result<(), StoreError> {
+        Ok(self.db.execute(&self.seed, self.param(sku), n as i64)?)
+    }
+
+    fn read(&self, sku: &Sku) -> std::result::Result<i64, StoreError> {
+        Ok(self.stock(sku)?)
     }
 
     fn shown(&self) -> String {
@@ -261,7 +269,7 @@ pub fn long_holds(lease: Option<&leases::Lease>, heal: Duration, left: Duration)
 
 /// Hunts until a round fails, the budget is spent, or `stop` is set. Every fault is undone
 /// before this returns, whatever happens.
-pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
+pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport, HuntError> {
     let started = Instant::now();
     let mut planner = Planner::new(opts.seed, opts.concurrency, opts.users, &opts.faults);
     if opts.idempotent {
@@ -287,7 +295,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
         // Whatever the round came to, nothing stays broken; a system that cannot be brought
         // back ends the hunt (its rounds could no longer be told from its failures).
         if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
-            return Err(cannot_go_on(&failed));
+            return Err(HuntError::Restart(failed));
         }
         let Ran {
             report,
@@ -297,7 +305,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
             lease,
         } = match outcome {
             Ok(ran) => ran,
-            Err(RoundEnd::CannotGoOn(failed)) => return Err(cannot_go_on(&failed)),
+            Err(RoundEnd::CannotGoOn(failed)) => return Err(HuntError::Restart(failed)),
             // A fault may break the run's own calls (the stock set before it, say): the round is
             // not judged. Without a fault the error is the facts', and it stands.
             // A login that fails is the facts' (a bad password, the wrong --token), fault or
@@ -313,7 +321,7 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport> {
                 tell(opts, &plan, 0, &[], Verdict::Unknown, &hunt, started);
                 continue;
             }
-            Err(RoundEnd::Failed(e)) => return Err(e),
+            Err(RoundEnd::Failed(e)) => return Err(e.into()),
         };
         if let Some(l) = lease
             && hunt.lease.as_ref().is_none_or(|h| l.ttl_ms > h.ttl_ms)
@@ -438,357 +446,12 @@ impl HuntReport {
     }
 }
 
-/// How a round ended without a report.
-enum RoundEnd {
-    /// The system could not be brought back (a restart failed): that ends the hunt.
-    CannotGoOn(String),
-    /// The round's own calls failed: with a fault in the round it is only left unjudged.
-    Failed(Error),
-}
-
-impl From<Error> for RoundEnd {
-    fn from(e: Error) -> Self {
-        RoundEnd::Failed(e)
-    }
-}
-
-/// The error that ends a hunt whose system could not be brought back.
-fn cannot_go_on(failed: &str) -> Error {
-    Error::internal(format!("the hunt cannot go on: {failed}"))
-}
-
-/// What one round came to.
-struct Ran {
-    report: Report,
-    history: Option<Box<History>>,
-    faults: Vec<Fault>,
-    sku: String,
-    /// The longest lease seen during the round.
-    lease: Option<leases::Lease>,
-}
-
-/// A hunt's own SKUs: a random tag (text) or block of numbers or UUIDs of its own, so that a
-/// replay of the same seed on the same servers meets none of the earlier hunt's keys or rows.
-struct RoundSkus {
-    tag: String,
-    ids: Ids,
-}
-
-/// The SKU of round `n` of the hunt `run`.
-fn sku_of(opts: &HuntOptions, run: &RoundSkus, n: u64) -> Result<Sku> {
-    let name = match opts.sku_format {
-        IdFormat::Text => format!("{}-{}-{n}", opts.sku, run.tag),
-        _ => run.ids.name(n),
-    };
-    name.parse()
-        .map_err(|e| Error::internal(format!("the round's SKU '{name}': {e}")))
-}
-
-/// One round: the load with its faults, healed before the books are read, then the checks
-/// beyond the books and the liveness probe, all judged as one history.
-fn round(
-    target: &Target,
-    opts: &HuntOptions,
-    run: &RoundSkus,
-    plan: &Round,
-    planner: &mut Planner,
-    known: Option<&leases::Lease>,
-) -> std::result::Result<Ran, RoundEnd> {
-    let sku = sku_of(opts, run, plan.number)?;
-    opts.nemesis.round_sku(sku.as_str());
-    if let Ok(mut skus) = opts.skus.lock() {
-        skus.push(sku.clone());
-    }
-    let start = Instant::now();
-    let done = Arc::new(AtomicBool::new(false));
-    let healing = Healing::default();
-    let answered = Arc::new(AtomicU64::new(0));
-    let hook = healing.hook(target, opts, &sku, start, done.clone());
-    let load = LoadOptions {
-        sku: sku.clone(),
-        requests: plan.requests,
-        concurrency: plan.shape.concurrency(),
-        stock: Some(plan.stock),
-        buckets: None,
-        users: match plan.shape {
-            Shape::DoubleClick { users } => Some(users),
-            _ => opts.users,
-        },
-        users_from: 0,
-        progress: Some(answered.clone()),
-        stop: opts.stop.clone(),
-        retries: plan.retry_every,
-        history: true,
-        before_read_back: Some(hook),
-    };
-    let mut http = opts.http.clone();
-    http.stock_key = opts
-        .http
-        .stock_key
-        .as_ref()
-        .map(|k| k.replace("{sku}", sku.as_str()));
-    http.rate = match plan.shape {
-        Shape::Rate { rate, .. } => Some(rate),
-        _ => None,
-    };
-    http.sale = match plan.shape {
-        Shape::Sale { cap, .. } => Some(http::Sale {
-            cap,
-            think_min: plan::THINK_MIN,
-            think_max: plan::THINK_MAX,
-        }),
-        _ => None,
-    };
-    let striker = strike(opts, plan, start, done.clone(), answered, planner);
-    let watcher = opts
-        .leases
-        .then(|| leases::watch(target, sku.as_str(), done.clone()));
-    let result = http::run_recorded(target, &load, &http);
-    done.store(true, Ordering::SeqCst);
-    let _ = striker.join();
-    let lease = watcher.and_then(|w| w.join().ok().flatten());
-    let Recorded { report, history } = result?;
-    let (mut faults, healed, failed) = healing.take();
-    let more = opts.nemesis.heal(start.elapsed());
-    faults.extend(more.faults);
-    if let Some(failed) = failed.or(more.failed) {
-        return Err(RoundEnd::CannotGoOn(failed));
-    }
-    let Some(mut history) = history else {
-        return Ok(Ran {
-            report,
-            history: None,
-            faults,
-            sku: sku.to_string(),
-            lease,
-        });
-    };
-    let mut found = Vec::new();
-    if let Some(k) = plan.retry_every {
-        found.extend(checks::retries(&mut history.samples, k));
-    }
-    // The longest lease of the hunt so far, if this round saw none longer.
-    let longest = [lease.as_ref(), known]
-        .into_iter()
-        .flatten()
-        .max_by_key(|l| l.ttl_ms);
-    let seen = (healed, longest);
-    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
-    found.extend(more);
-    history.findings = found;
-    history.unjudged = unjudged;
-    history.faults = faults.clone();
-    Ok(Ran {
-        report: history.judge(),
-        history: Some(history),
-        faults,
-        sku: sku.to_string(),
-        lease,
-    })
-}
-
-/// What the round's heal did: the faults it undid, and when.
-#[derive(Clone, Default)]
-struct Healing {
-    faults: Arc<Mutex<Vec<Fault>>>,
-    at: Arc<Mutex<Option<Instant>>>,
-    failed: Arc<Mutex<Option<String>>>,
-}
-
-impl Healing {
-    /// The hook the load calls when every request has ended: the load is done, the faults are
-    /// undone, and the stock settles before the books are read.
-    fn hook(
-        &self,
-        target: &Target,
-        opts: &HuntOptions,
-        sku: &Sku,
-        start: Instant,
-        done: Arc<AtomicBool>,
-    ) -> Hook {
-        let (me, nemesis) = (self.clone(), opts.nemesis.clone());
-        let quiet = quiet_reader(target, opts, sku);
-        Hook(Arc::new(move || {
-            done.store(true, Ordering::SeqCst);
-            let healed = nemesis.heal(start.elapsed());
-            if let Ok(mut all) = me.faults.lock() {
-                all.extend(healed.faults);
-            }
-            if let Ok(mut failed) = me.failed.lock() {
-                *failed = failed.take().or(healed.failed);
-            }
-            quiet();
-            // Liveness is counted from here: the system healed and at rest.
-            if let Ok(mut at) = me.at.lock() {
-                *at = Some(Instant::now());
-            }
-        }))
-    }
-
-    /// The faults undone, when, and a restart that failed (now, if the hook never ran).
-    fn take(&self) -> (Vec<Fault>, Instant, Option<String>) {
-        let faults = self
-            .faults
-            .lock()
-            .map(|mut f| std::mem::take(&mut *f))
-            .unwrap_or_default();
-        let at = self.at.lock().ok().and_then(|a| *a);
-        let failed = self.failed.lock().ok().and_then(|mut f| f.take());
-        (faults, at.unwrap_or_else(Instant::now), failed)
-    }
-}
-
-/// The faults of the round, done on a thread of their own at their moments, each lifted as
-/// its hold ends or when the load is done.
-fn strike(
-    opts: &HuntOptions,
-    plan: &Round,
-    start: Instant,
-    done: Arc<AtomicBool>,
-    answered: Arc<AtomicU64>,
-    planner: &mut Planner,
-) -> thread::JoinHandle<()> {
-    use rand::SeedableRng;
-    let nemesis = opts.nemesis.clone();
-    let faults = plan.faults.clone();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::RngExt::random(planner.rng()));
-    thread::spawn(move || {
-        let wait_until = |at: Instant| {
-            while Instant::now() < at && !done.load(Ordering::SeqCst) {
-                thread::sleep(Duration::from_millis(5).min(at - Instant::now()));
-            }
-        };
-        // The load is under way once its first request is answered (setting the stock and
-        // connecting come before): a fault's moment counts from then, so that it meets the
-        // system at work, not idle.
-        while answered.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
-            thread::sleep(Duration::from_millis(1));
-        }
-        let underway = Instant::now();
-        for f in faults {
-            wait_until(underway + f.after);
-            if done.load(Ordering::SeqCst) {
-                return;
-            }
-            nemesis.strike(f.kind, f.hold, start.elapsed(), &mut rng);
-            wait_until(Instant::now() + f.hold);
-            nemesis.lift(f.kind, start.elapsed());
-        }
-    })
-}
-
-/// How often order rows that disagree with the answers are read again.
-const ORDERS_REREAD: Duration = Duration::from_millis(250);
-
-/// How long order rows that came late are watched once they agree, at least: a consumer that
-/// flushes every second or two writes a redelivered order's second row a flush later.
-const ORDERS_SETTLE: Duration = Duration::from_secs(2);
-
-/// The promises checked beyond the books: the per-user limit, the order rows (at rest: read
-/// again while they disagree, and a while after they come to agree if they came late, for at
-/// most the heal), and that the system sells again after
-/// the faults are undone.
-fn findings(
-    target: &Target,
-    opts: &HuntOptions,
-    load: &LoadOptions,
-    http: &HttpOptions,
-    history: &History,
-    report: &Report,
-    (healed, lease): (Instant, Option<&leases::Lease>),
-) -> (Vec<String>, Option<String>) {
-    let mut v = Vec::new();
-    let mut unjudged = None;
-    let qty = http.qty;
-    let stopping = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
-    if let (Some(users), Some(limit)) = (load.users, opts.limit) {
-        v.extend(checks::user_limit(
-            &history.samples,
-            load.retries,
-            users,
-            limit,
-            qty,
-        ));
-    }
-    if let Some(orders) = &opts.orders {
-        // At rest: a system that writes its orders a moment after it answers (a queue, and a
-        // consumer that flushes every second or two) is read again while the rows disagree
-        // with the answers, every 250 ms, for at most the heal; what disagrees then counts.
-        let user_of = |base: u64| {
-            http.users
-                .name(load.users_from + load.users.map_or(base, |k| base % k.max(1)))
-        };
-        let ids = if http.classifier.takes_order_ids() {
-            checks::OrderIds::Answered
-        } else if http.request.uses_order() {
-            checks::OrderIds::Requested(&report.run.run_id)
-        } else {
-            checks::OrderIds::Counted(
-                http.request
-                    .uses_user()
-                    .then_some(&user_of as &dyn Fn(u64) -> String),
-            )
-        };
-        let check = || {
-            orders
-                .db
-                .orders(
-                    &orders.query,
-                    SkuParam {
-                        text: load.sku.as_str(),
-                        format: opts.sku_format,
-                    },
-                )
-                .map(|rows| checks::order_rows(&history.samples, load.retries, ids, &rows, qty))
-        };
-        // Rows that came late are watched a while longer once they agree (ORDERS_SETTLE, or
-        // as long as they took to come): a consumer that delivers at least once writes its
-        // duplicate a flush later. Rows that agree at the first read are at rest already.
-        let (started, deadline) = (Instant::now(), Instant::now() + opts.heal);
-        let mut found = check();
-        let mut agreed: Option<(Instant, Duration)> = None;
-        let mut late = false;
-        loop {
-            if matches!(&found, Ok(f) if f.is_empty()) {
-                let (at, lag) = *agreed.get_or_insert((Instant::now(), started.elapsed()));
-                if !late || at.elapsed() >= lag.max(ORDERS_SETTLE) {
-                    break;
-                }
-            } else {
-                (agreed, late) = (None, true);
-            }
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            if stopping() {
-                break;
-            }
-            thread::sleep(ORDERS_REREAD.min(left));
-            found = check();
-        }
-        match found {
-            Ok(f) => v.extend(f),
-            // lockctl's own read failed: nothing is known of the rows, so no PASS is claimed.
-            Err(e) => unjudged = Some(format!("the order rows could not be read ({e})")),
-        }
-    }
-    // An interrupted round proves nothing about liveness: its probes would not be sent.
-    if report.verdict != Verdict::Unknown
-        && !report.interrupted
-        && !stopping()
-        && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
-    {
-        v.push(stalled);
-    }
-    (v, unjudged)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::Mode;
-    use crate::report::RunFacts;
     use lockctl_core::stock::Strategy;
+    use lockctl_hammer::Mode;
+    use lockctl_hammer::report::RunFacts;
 
     /// Past the lease seen and each common timeout, as far as the heal and the budget allow.
     #[test]
@@ -836,7 +499,11 @@ mod tests {
         let mut planner = Planner::new(7, 16, None, &[]);
         let mut hunt = HuntReport::new(7);
         for _ in 0..12 {
-            let report = crate::judge::judge_unreadable(&facts, &[], &Error::internal("down"));
+            let report = lockctl_hammer::judge::judge_unreadable(
+                &facts,
+                &[],
+                &lockctl_core::Error::internal("down"),
+            );
             let failed = hunt.add(planner.next_round(), report, None, Vec::new(), "s".into());
             assert!(!failed);
         }

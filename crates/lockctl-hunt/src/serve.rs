@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::http::{Got, Probe};
+use crate::error::ServeError;
+use lockctl_hammer::http::{Got, Probe};
 use rustix::process::{Pid, Signal, WaitOptions, kill_process, kill_process_group, waitpid};
 
 /// How long a started system may take to answer.
@@ -105,11 +106,11 @@ impl Served {
         ready: Option<Probe>,
         reach: Arc<Reach>,
         stop: Option<&AtomicBool>,
-    ) -> Result<Served, String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+    ) -> Result<Served, ServeError> {
+        let dir = tempfile::tempdir().map_err(ServeError::TempDir)?;
         let log = dir.path().join("serve.log");
-        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let out = std::fs::File::create(&log).map_err(ServeError::Log)?;
+        let err = out.try_clone().map_err(ServeError::Log)?;
         if let Ok(mut before) = reach.before.lock() {
             *before = children_of(me());
         }
@@ -124,7 +125,10 @@ impl Served {
                 .stdout(out)
                 .stderr(err)
                 .spawn()
-                .map_err(|e| format!("could not start --serve '{command}': {e}"))?
+                .map_err(|source| ServeError::Spawn {
+                    command: command.to_string(),
+                    source,
+                })?
         };
         reach.group.store(child.id() as i32, Ordering::SeqCst);
         let mut served = Served {
@@ -145,23 +149,22 @@ impl Served {
         Ok(served)
     }
 
-    fn wait_ready(&mut self, stop: Option<&AtomicBool>) -> Result<(), String> {
+    fn wait_ready(&mut self, stop: Option<&AtomicBool>) -> Result<(), ServeError> {
         let deadline = Instant::now() + READY_WITHIN;
         let mut last = String::from("no answer");
         loop {
             if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
-                return Err(format!(
-                    "interrupted while --serve '{}' was starting",
-                    self.command
-                ));
+                return Err(ServeError::Interrupted {
+                    command: self.command.clone(),
+                });
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!(
-                    "--serve '{}' exited ({status}) before {} answered; its output ends:\n{}",
-                    self.command,
-                    self.addr,
-                    self.tail()
-                ));
+                return Err(ServeError::Exited {
+                    command: self.command.clone(),
+                    status,
+                    addr: self.addr,
+                    tail: self.tail(),
+                });
             }
             // Ready when it says so (or its address answers) and it is still running (not a
             // server of before that has not finished dying, answering for a command that
@@ -185,19 +188,21 @@ impl Served {
             }
             if Instant::now() >= deadline {
                 let tail = self.tail();
+                let (command, within_s) = (self.command.clone(), READY_WITHIN.as_secs());
                 return Err(match &self.ready {
-                    None => format!(
-                        "--serve '{}' never answered at {} within {} s; its output ends:\n{tail}",
-                        self.command,
-                        self.addr,
-                        READY_WITHIN.as_secs()
-                    ),
-                    Some(probe) => format!(
-                        "--serve '{}' was not ready within {} s: --ready '{}' was never answered 2xx (the last: {last}); its output ends:\n{tail}",
-                        self.command,
-                        READY_WITHIN.as_secs(),
-                        probe.shown_url()
-                    ),
+                    None => ServeError::NeverAnswered {
+                        command,
+                        addr: self.addr,
+                        within_s,
+                        tail,
+                    },
+                    Some(probe) => ServeError::NotReady {
+                        command,
+                        within_s,
+                        ready: probe.shown_url().to_string(),
+                        last,
+                        tail,
+                    },
                 });
             }
             thread::sleep(Duration::from_millis(50));
@@ -271,7 +276,7 @@ impl Served {
     }
 
     /// Stops the system and everything it started, and starts it again.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub fn restart(&mut self) -> Result<(), ServeError> {
         self.stop();
         // The old server's address must be free first: a process of its group still dying
         // would answer for the new one.

@@ -6,10 +6,10 @@
 use std::collections::BTreeSet;
 
 use super::sql::{SkuParam, SqlDb};
-use crate::http::ids::IdFormat;
 use lockctl_core::conn::Target;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
+use lockctl_hammer::http::ids::IdFormat;
 
 /// What was removed, and what was left and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl Shape {
     fn of(name: &str) -> Shape {
         if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
             Shape::Number
-        } else if crate::http::ids::is_uuid(name) {
+        } else if lockctl_hammer::http::ids::is_uuid(name) {
             Shape::Uuid
         } else {
             Shape::Text
@@ -139,7 +139,7 @@ fn names_one(key: &str, names: &BTreeSet<&str>) -> bool {
     if key.len() >= 36 {
         for at in 0..=key.len() - 36 {
             if let Some(w) = key.get(at..at + 36)
-                && crate::http::ids::is_uuid(w)
+                && lockctl_hammer::http::ids::is_uuid(w)
                 && names.contains(w)
             {
                 return true;

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::sql::OrderRow;
-use crate::report::{Ended, Sample};
 use lockctl_core::stock::{Buy, Outcome};
 use lockctl_core::units::count;
+use lockctl_hammer::report::{Ended, Sample};
 
 /// How many findings of one kind are listed by name.
 const SHOWN: usize = 5;
@@ -48,7 +48,7 @@ pub fn user_limit(
 ) -> Vec<String> {
     let mut bought: BTreeMap<u64, u64> = BTreeMap::new();
     for s in samples.iter().filter(|s| told_bought(s)) {
-        let base = crate::options::original_of(every, s.index);
+        let base = lockctl_hammer::original_of(every, s.index);
         *bought.entry(base % users.max(1)).or_default() += qty;
     }
     let over: Vec<String> = bought
@@ -104,7 +104,7 @@ pub fn order_rows(
         OrderIds::Requested(run_id) => by_id(samples, rows, qty, |s| {
             Some(format!(
                 "{run_id}-{}",
-                crate::options::original_of(every, s.index)
+                lockctl_hammer::original_of(every, s.index)
             ))
         }),
         OrderIds::Answered => by_id(samples, rows, qty, |s| match &s.ended {
@@ -115,6 +115,25 @@ pub fn order_rows(
     }
 }
 
+/// What the rows held against the answers by order id came to.
+#[derive(Default)]
+struct ById {
+    /// Orders answered "bought" with no row.
+    missing: Vec<String>,
+    /// Orders with more than one row.
+    doubled: Vec<String>,
+    /// Rows of the wrong units.
+    wrong: Vec<String>,
+    /// Rows of no order a request was told of.
+    orphans: Vec<String>,
+    /// "Bought" answers that carried no order id.
+    no_id: Vec<String>,
+    /// Orders answered "failed" that have a row.
+    failed_sold: Vec<String>,
+    /// Requests that may have written a row nobody was told the id of.
+    unknown_ids: u64,
+}
+
 /// The rows held against the answers by order id (`id_of` a request's, when it has one).
 fn by_id(
     samples: &[Sample],
@@ -122,21 +141,28 @@ fn by_id(
     qty: u64,
     id_of: impl Fn(&Sample) -> Option<String>,
 ) -> Vec<String> {
+    by_id_words(samples, &tally_by_id(samples, rows, qty, id_of))
+}
+
+/// Each answer's order held against its rows.
+fn tally_by_id(
+    samples: &[Sample],
+    rows: &[OrderRow],
+    qty: u64,
+    id_of: impl Fn(&Sample) -> Option<String>,
+) -> ById {
     let mut by_order: HashMap<&str, Vec<&OrderRow>> = HashMap::new();
     for r in rows {
         by_order.entry(r.order.as_str()).or_default().push(r);
     }
-    let (mut missing, mut doubled, mut wrong, mut orphans) = (vec![], vec![], vec![], vec![]);
-    let (mut no_id, mut failed_sold) = (vec![], vec![]);
+    let mut t = ById::default();
     let mut known = std::collections::HashSet::new();
-    // Requests that may have written a row nobody was told the id of.
-    let mut unknown_ids = 0u64;
     for s in samples {
         let Some(order) = id_of(s) else {
             if told_bought(s) {
-                no_id.push(format!("request {}", s.index));
+                t.no_id.push(format!("request {}", s.index));
             }
-            unknown_ids += u64::from(maybe_applied(s));
+            t.unknown_ids += u64::from(maybe_applied(s));
             continue;
         };
         let found = by_order
@@ -146,71 +172,82 @@ fn by_id(
             known.insert(order.clone());
         }
         if told_failed(s) && !found.is_empty() {
-            failed_sold.push(order.clone());
+            t.failed_sold.push(order.clone());
             known.insert(order.clone());
         }
         match (told_bought(s), found) {
-            (true, []) => missing.push(order),
-            (true, [one]) if one.qty != qty as i64 => {
-                wrong.push(format!("{order} has {} units, not {qty}", one.qty))
-            }
-            (_, [_, _, ..]) => doubled.push(format!("{order} ({} rows)", found.len())),
+            (true, []) => t.missing.push(order),
+            (true, [one]) if one.qty != qty as i64 => t
+                .wrong
+                .push(format!("{order} has {} units, not {qty}", one.qty)),
+            (_, [_, _, ..]) => t.doubled.push(format!("{order} ({} rows)", found.len())),
             _ => {}
         }
     }
     for r in rows {
         if !known.contains(&r.order) {
-            orphans.push(r.order.clone());
+            t.orphans.push(r.order.clone());
         }
     }
+    t
+}
+
+/// The findings of [`tally_by_id`], in words.
+fn by_id_words(samples: &[Sample], t: &ById) -> Vec<String> {
     let mut v = Vec::new();
-    if !missing.is_empty() {
+    if !t.missing.is_empty() {
         v.push(format!(
             "lost orders: {} answered \"bought\" but {} no row: {}",
-            count(missing.len() as u64, "request was", "requests were"),
-            if missing.len() == 1 { "has" } else { "have" },
-            list(&missing)
+            count(t.missing.len() as u64, "request was", "requests were"),
+            if t.missing.len() == 1 { "has" } else { "have" },
+            list(&t.missing)
         ));
     }
-    if !no_id.is_empty() {
+    if !t.no_id.is_empty() {
         v.push(format!(
             "{} answered \"bought\" without an order id where the pattern looks for one: {}",
-            count(no_id.len() as u64, "request was", "requests were"),
-            list(&no_id)
+            count(t.no_id.len() as u64, "request was", "requests were"),
+            list(&t.no_id)
         ));
     }
-    if !doubled.is_empty() {
-        v.push(format!("orders written more than once: {}", list(&doubled)));
+    if !t.doubled.is_empty() {
+        v.push(format!(
+            "orders written more than once: {}",
+            list(&t.doubled)
+        ));
     }
-    if !wrong.is_empty() {
-        v.push(format!("order rows with the wrong units: {}", list(&wrong)));
+    if !t.wrong.is_empty() {
+        v.push(format!(
+            "order rows with the wrong units: {}",
+            list(&t.wrong)
+        ));
     }
-    if !failed_sold.is_empty() {
+    if !t.failed_sold.is_empty() {
         v.push(format!(
             "told it failed, but sold: {} answered that the purchase failed, and {} a row: {}",
-            count(failed_sold.len() as u64, "request was", "requests were"),
-            if failed_sold.len() == 1 {
+            count(t.failed_sold.len() as u64, "request was", "requests were"),
+            if t.failed_sold.len() == 1 {
                 "it has"
             } else {
                 "each has"
             },
-            list(&failed_sold)
+            list(&t.failed_sold)
         ));
     }
     // Rows of requests whose answer never came (a timeout) are theirs, up to their number.
-    if orphans.len() as u64 > unknown_ids {
+    if t.orphans.len() as u64 > t.unknown_ids {
         let failed = samples.iter().filter(|s| told_failed(s)).count() as u64;
         v.push(match failed {
             0 => format!(
                 "{} without a \"bought\" answer: {}",
-                count(orphans.len() as u64, "order row", "order rows"),
-                list(&orphans)
+                count(t.orphans.len() as u64, "order row", "order rows"),
+                list(&t.orphans)
             ),
             n => format!(
                 "told it failed, but sold: {} without a \"bought\" answer, and {} answered that the purchase failed: {}",
-                count(orphans.len() as u64, "order row", "order rows"),
+                count(t.orphans.len() as u64, "order row", "order rows"),
                 count(n, "request was", "requests were"),
-                list(&orphans)
+                list(&t.orphans)
             ),
         });
     }
@@ -229,7 +266,7 @@ fn counted(
 ) -> Vec<String> {
     let user_of = user_of.filter(|_| !rows.is_empty() && rows.iter().all(|r| r.user.is_some()));
     let per_user = user_of.is_some();
-    let key = |s: &Sample| user_of.map(|f| f(crate::options::original_of(every, s.index)));
+    let key = |s: &Sample| user_of.map(|f| f(lockctl_hammer::original_of(every, s.index)));
     // Per key (a user, or everyone): units told bought, units that may have been, failed.
     let mut told: BTreeMap<Option<String>, (i64, i64, u64)> = BTreeMap::new();
     for s in samples {
@@ -302,7 +339,7 @@ pub fn retries(samples: &mut [Sample], every: u64) -> Vec<String> {
     let mut contradicted = Vec::new();
     for j in 0..samples.len() {
         let index = samples[j].index;
-        let first = crate::options::original_of(Some(every), index);
+        let first = lockctl_hammer::original_of(Some(every), index);
         let Some(&i) = by_index.get(&first).filter(|_| first != index) else {
             continue;
         };
@@ -403,6 +440,8 @@ mod tests {
         ];
         let v = user_limit(&samples, None, 2, 1, 1);
         assert!(v[0].contains("u0 was sold 2"), "{v:?}");
+        // The history's blame finds the user by this opening (lockctl-hammer's `blame`).
+        assert!(v[0].starts_with("the per-user limit of 1 "), "{v:?}");
         assert!(user_limit(&samples, None, 4, 1, 1).is_empty());
 
         let good = [row("r-0", 1), row("r-1", 1), row("r-2", 1)];

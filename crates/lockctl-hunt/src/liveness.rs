@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::HuntOptions;
 use super::leases::Lease;
-use crate::http::{self, HttpOptions};
-use crate::options::LoadOptions;
-use crate::report::Report;
 use lockctl_core::conn::Target;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::sku::Sku;
+use lockctl_hammer::LoadOptions;
+use lockctl_hammer::http::{self, HttpOptions};
+use lockctl_hammer::report::Report;
 
 /// Waits until the round's stock stops moving (two reads 150 ms apart agree, at most 2 s):
 /// a system whose paused worker was continued may still be finishing a request.
@@ -83,18 +83,7 @@ pub(super) fn stalled(
     if left < http.qty as i64 {
         return None;
     }
-    let probe = LoadOptions {
-        requests: 1,
-        concurrency: 1,
-        stock: None,
-        users: None,
-        retries: None,
-        history: false,
-        before_read_back: None,
-        // A probe is one request, sent whole; a Ctrl-C ends the probing between probes.
-        stop: None,
-        ..load.clone()
-    };
+    let probe = probe_of(load);
     let mut probe_http = http.clone();
     probe_http.rate = None;
     let deadline = healed + opts.heal;
@@ -136,39 +125,70 @@ pub(super) fn stalled(
         "stalled: {left} units were left, and for {} ms after the faults were undone none of {tries} requests bought (the last: {last})",
         opts.heal.as_millis()
     );
-    // How long the system took, when a lease it was seen to take explains the stall: probed
-    // on until that lease (and a margin) has run out since the heal, at most a minute more.
+    // How long the system took, when a lease it was seen to take explains the stall.
     if let Some(l) = lease {
-        let ttl = Duration::from_millis(l.ttl_ms);
-        let until = healed + (ttl + LEASE_MARGIN).min(opts.heal + AFTER_HEAL_MAX);
-        let again = sells_again(
+        let seen = (tries, left);
+        found.push_str(&lease_explains(
             target,
-            &probe,
-            &probe_http,
             opts,
-            until,
-            tries,
+            (&probe, &probe_http),
+            l,
+            healed,
+            seen,
             &*read,
-            left,
-        )
-        .map(|at| at.saturating_duration_since(healed));
-        let took = match again {
-            Some(d) => format!(
-                "it sold again {:.1} s after the faults were undone",
-                d.as_secs_f64()
-            ),
-            None => format!(
-                "it had not sold again {:.1} s after the faults were undone",
-                until.saturating_duration_since(healed).as_secs_f64()
-            ),
-        };
-        found.push_str(&format!(
-            "; {took}; a key with a {:.1} s TTL was held ('{}', the longest lease seen)",
-            tenths_up(ttl),
-            l.key.escape_debug()
         ));
     }
     Some(found)
+}
+
+/// The round's load as one probe: one request, nothing seeded, no users of the round's, no
+/// history.
+fn probe_of(load: &LoadOptions) -> LoadOptions {
+    LoadOptions {
+        requests: 1,
+        concurrency: 1,
+        stock: None,
+        users: None,
+        retries: None,
+        history: false,
+        before_read_back: None,
+        // A probe is one request, sent whole; a Ctrl-C ends the probing between probes.
+        stop: None,
+        ..load.clone()
+    }
+}
+
+/// How long a stalled system took, when a lease it was seen to take explains the stall:
+/// probed on until that lease (and a margin) has run out since the heal, at most a minute
+/// more. The words that follow the stall's.
+fn lease_explains(
+    target: &Target,
+    opts: &HuntOptions,
+    (probe, probe_http): (&LoadOptions, &HttpOptions),
+    l: &Lease,
+    healed: Instant,
+    (tries, left): (u64, i64),
+    read: &dyn Fn() -> Option<i64>,
+) -> String {
+    let ttl = Duration::from_millis(l.ttl_ms);
+    let until = healed + (ttl + LEASE_MARGIN).min(opts.heal + AFTER_HEAL_MAX);
+    let again = sells_again(target, probe, probe_http, opts, until, tries, read, left)
+        .map(|at| at.saturating_duration_since(healed));
+    let took = match again {
+        Some(d) => format!(
+            "it sold again {:.1} s after the faults were undone",
+            d.as_secs_f64()
+        ),
+        None => format!(
+            "it had not sold again {:.1} s after the faults were undone",
+            until.saturating_duration_since(healed).as_secs_f64()
+        ),
+    };
+    format!(
+        "; {took}; a key with a {:.1} s TTL was held ('{}', the longest lease seen)",
+        tenths_up(ttl),
+        l.key.escape_debug()
+    )
 }
 
 /// A lease in seconds, rounded up to a tenth: a key's time to live is read after it was set,

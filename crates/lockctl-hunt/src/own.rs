@@ -15,11 +15,12 @@ use rand::SeedableRng;
 
 use super::nemesis::{FaultKind, Nemesis};
 use super::plan::{PlannedFault, Planner};
-use crate::options::{Driving, HammerOptions, Hook};
-use crate::report::{Report, Verdict};
+use crate::error::HuntError;
 use lockctl_core::conn::Target;
-use lockctl_core::error::{Error, Result};
 use lockctl_core::stock::Strategy;
+use lockctl_hammer::error::{Error, Result};
+use lockctl_hammer::report::{Report, Verdict};
+use lockctl_hammer::{Driving, HammerOptions, Hook};
 
 /// What the matrix is told. No `Default`: it runs against a target and within a budget the
 /// caller gives.
@@ -91,7 +92,7 @@ impl Matrix {
 
 /// Runs every strategy against every fault, the budget shared evenly between the cells.
 /// A cell stops at its first FAIL; every fault is undone before this returns.
-pub fn run_matrix(target: &Target, opts: &OwnOptions) -> Result<Matrix> {
+pub fn run_matrix(target: &Target, opts: &OwnOptions) -> Result<Matrix, HuntError> {
     let started = Instant::now();
     let columns: Vec<Option<FaultKind>> = std::iter::once(None)
         .chain(opts.faults.iter().copied().map(Some))
@@ -141,7 +142,7 @@ fn run_cell(
     at: &Place<'_>,
     share: Duration,
     interrupted: &mut bool,
-) -> Result<Cell> {
+) -> Result<Cell, HuntError> {
     let (strategy, fault, (s, f)) = (at.strategy, at.fault, at.number);
     let mut cell = Cell {
         strategy,
@@ -174,7 +175,7 @@ fn run_cell(
         opts.nemesis.begin_round();
         let report = own_round(target, opts, strategy, fault, &sku, &plan, &mut planner);
         if let Some(failed) = opts.nemesis.heal(Duration::ZERO).failed {
-            return Err(Error::internal(failed));
+            return Err(HuntError::Restart(failed));
         }
         cell.rounds += 1;
         let report = match report {
@@ -185,7 +186,7 @@ fn run_cell(
                 cell.unjudged.get_or_insert_with(|| format!("{sku}: {e}"));
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         match report.verdict {
             Verdict::Fail => {
@@ -261,7 +262,7 @@ fn own_round(
             nemesis.lift(f.kind, start.elapsed());
         }
     });
-    let report = crate::run::run(target, &run);
+    let report = lockctl_hammer::run(target, &run);
     let _ = striker.join();
     report
 }

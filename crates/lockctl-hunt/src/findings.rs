@@ -1,0 +1,137 @@
+//! The promises checked beyond the books once a round is healed: the per-user limit, the
+//! order rows (read again while they disagree), and that the system sells again.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::SqlError;
+use crate::liveness::stalled;
+use crate::sql::SkuParam;
+use crate::{HuntOptions, OrdersSql, checks, leases};
+use lockctl_core::conn::Target;
+use lockctl_hammer::LoadOptions;
+use lockctl_hammer::history::History;
+use lockctl_hammer::http::HttpOptions;
+use lockctl_hammer::report::{Report, Verdict};
+use std::sync::atomic::Ordering;
+
+/// How often order rows that disagree with the answers are read again.
+const ORDERS_REREAD: Duration = Duration::from_millis(250);
+
+/// How long order rows that came late are watched once they agree, at least: a consumer that
+/// flushes every second or two writes a redelivered order's second row a flush later.
+const ORDERS_SETTLE: Duration = Duration::from_secs(2);
+
+/// The promises checked beyond the books: the per-user limit, the order rows (at rest: read
+/// again while they disagree, and a while after they come to agree if they came late, for at
+/// most the heal), and that the system sells again after
+/// the faults are undone.
+pub(crate) fn findings(
+    target: &Target,
+    opts: &HuntOptions,
+    load: &LoadOptions,
+    http: &HttpOptions,
+    history: &History,
+    report: &Report,
+    (healed, lease): (Instant, Option<&leases::Lease>),
+) -> (Vec<String>, Option<String>) {
+    let mut v = Vec::new();
+    let mut unjudged = None;
+    let qty = http.qty;
+    let stopping = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+    if let (Some(users), Some(limit)) = (load.users, opts.limit) {
+        v.extend(checks::user_limit(
+            &history.samples,
+            load.retries,
+            users,
+            limit,
+            qty,
+        ));
+    }
+    if let Some(orders) = &opts.orders {
+        match order_findings(opts, orders, load, http, history, report) {
+            Ok(f) => v.extend(f),
+            // lockctl's own read failed: nothing is known of the rows, so no PASS is claimed.
+            Err(e) => unjudged = Some(format!("the order rows could not be read ({e})")),
+        }
+    }
+    // An interrupted round proves nothing about liveness: its probes would not be sent.
+    if report.verdict != Verdict::Unknown
+        && !report.interrupted
+        && !stopping()
+        && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
+    {
+        v.push(stalled);
+    }
+    (v, unjudged)
+}
+
+/// The order rows against the answers, at rest: read again while they disagree (and a while
+/// after they come to agree, if they came late), for at most the heal.
+fn order_findings(
+    opts: &HuntOptions,
+    orders: &OrdersSql,
+    load: &LoadOptions,
+    http: &HttpOptions,
+    history: &History,
+    report: &Report,
+) -> Result<Vec<String>, SqlError> {
+    let qty = http.qty;
+    let stopping = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+    // At rest: a system that writes its orders a moment after it answers (a queue, and a
+    // consumer that flushes every second or two) is read again while the rows disagree
+    // with the answers, every 250 ms, for at most the heal; what disagrees then counts.
+    let user_of = |base: u64| {
+        http.users
+            .name(load.users_from + load.users.map_or(base, |k| base % k.max(1)))
+    };
+    let ids = if http.classifier.takes_order_ids() {
+        checks::OrderIds::Answered
+    } else if http.request.uses_order() {
+        checks::OrderIds::Requested(&report.run.run_id)
+    } else {
+        checks::OrderIds::Counted(
+            http.request
+                .uses_user()
+                .then_some(&user_of as &dyn Fn(u64) -> String),
+        )
+    };
+    let check = || {
+        orders
+            .db
+            .orders(
+                &orders.query,
+                SkuParam {
+                    text: load.sku.as_str(),
+                    format: opts.sku_format,
+                },
+            )
+            .map(|rows| checks::order_rows(&history.samples, load.retries, ids, &rows, qty))
+    };
+    // Rows that came late are watched a while longer once they agree (ORDERS_SETTLE, or
+    // as long as they took to come): a consumer that delivers at least once writes its
+    // duplicate a flush later. Rows that agree at the first read are at rest already.
+    let (started, deadline) = (Instant::now(), Instant::now() + opts.heal);
+    let mut found = check();
+    let mut agreed: Option<(Instant, Duration)> = None;
+    let mut late = false;
+    loop {
+        if matches!(&found, Ok(f) if f.is_empty()) {
+            let (at, lag) = *agreed.get_or_insert((Instant::now(), started.elapsed()));
+            if !late || at.elapsed() >= lag.max(ORDERS_SETTLE) {
+                break;
+            }
+        } else {
+            (agreed, late) = (None, true);
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        if stopping() {
+            break;
+        }
+        thread::sleep(ORDERS_REREAD.min(left));
+        found = check();
+    }
+    found
+}

@@ -1,0 +1,274 @@
+//! One round of the hunt: its SKU, its load with the faults struck on a thread of their own,
+//! the heal before the books are read, and its history judged with the findings beyond the
+//! books.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::ServeError;
+use crate::findings::findings;
+use crate::liveness::quiet_reader;
+use crate::plan::{self, Planner, Round, Shape};
+use crate::{HuntOptions, checks, leases};
+use lockctl_core::conn::Target;
+use lockctl_core::sku::Sku;
+use lockctl_hammer::Error;
+use lockctl_hammer::history::{Fault, History, Recorded};
+use lockctl_hammer::http::ids::{IdFormat, Ids};
+use lockctl_hammer::http::{self, HttpOptions};
+use lockctl_hammer::report::Report;
+use lockctl_hammer::{Hook, LoadOptions};
+
+/// How a round ended without a report.
+pub(crate) enum RoundEnd {
+    /// The system could not be brought back (a restart failed): that ends the hunt.
+    CannotGoOn(ServeError),
+    /// The round's own calls failed: with a fault in the round it is only left unjudged.
+    Failed(Error),
+}
+
+impl From<Error> for RoundEnd {
+    fn from(e: Error) -> Self {
+        RoundEnd::Failed(e)
+    }
+}
+
+/// What one round came to.
+pub(crate) struct Ran {
+    pub(crate) report: Report,
+    pub(crate) history: Option<Box<History>>,
+    pub(crate) faults: Vec<Fault>,
+    pub(crate) sku: String,
+    /// The longest lease seen during the round.
+    pub(crate) lease: Option<leases::Lease>,
+}
+
+/// A hunt's own SKUs: a random tag (text) or block of numbers or UUIDs of its own, so that a
+/// replay of the same seed on the same servers meets none of the earlier hunt's keys or rows.
+pub(crate) struct RoundSkus {
+    pub(crate) tag: String,
+    pub(crate) ids: Ids,
+}
+
+/// The SKU of round `n` of the hunt `run`.
+fn sku_of(opts: &HuntOptions, run: &RoundSkus, n: u64) -> Result<Sku, Error> {
+    let name = match opts.sku_format {
+        IdFormat::Text => format!("{}-{}-{n}", opts.sku, run.tag),
+        _ => run.ids.name(n),
+    };
+    name.parse()
+        .map_err(|e| Error::internal(format!("the round's SKU '{name}': {e}")))
+}
+
+/// One round: the load with its faults, healed before the books are read, then the checks
+/// beyond the books and the liveness probe, all judged as one history.
+pub(crate) fn round(
+    target: &Target,
+    opts: &HuntOptions,
+    run: &RoundSkus,
+    plan: &Round,
+    planner: &mut Planner,
+    known: Option<&leases::Lease>,
+) -> std::result::Result<Ran, RoundEnd> {
+    let sku = sku_of(opts, run, plan.number)?;
+    opts.nemesis.round_sku(sku.as_str());
+    if let Ok(mut skus) = opts.skus.lock() {
+        skus.push(sku.clone());
+    }
+    let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let healing = Healing::default();
+    let answered = Arc::new(AtomicU64::new(0));
+    let hook = healing.hook(target, opts, &sku, start, done.clone());
+    let load = round_load(opts, plan, &sku, answered.clone(), hook);
+    let http = round_http(opts, plan, &sku);
+    let striker = strike(opts, plan, start, done.clone(), answered, planner);
+    let watcher = opts
+        .leases
+        .then(|| leases::watch(target, sku.as_str(), done.clone()));
+    let result = http::run_recorded(target, &load, &http);
+    done.store(true, Ordering::SeqCst);
+    let _ = striker.join();
+    let lease = watcher.and_then(|w| w.join().ok().flatten());
+    let Recorded { report, history } = result?;
+    let (mut faults, healed, failed) = healing.take();
+    let more = opts.nemesis.heal(start.elapsed());
+    faults.extend(more.faults);
+    if let Some(failed) = failed.or(more.failed) {
+        return Err(RoundEnd::CannotGoOn(failed));
+    }
+    let Some(mut history) = history else {
+        return Ok(Ran {
+            report,
+            history: None,
+            faults,
+            sku: sku.to_string(),
+            lease,
+        });
+    };
+    let mut found = Vec::new();
+    if let Some(k) = plan.retry_every {
+        found.extend(checks::retries(&mut history.samples, k));
+    }
+    // The longest lease of the hunt so far, if this round saw none longer.
+    let longest = [lease.as_ref(), known]
+        .into_iter()
+        .flatten()
+        .max_by_key(|l| l.ttl_ms);
+    let seen = (healed, longest);
+    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
+    found.extend(more);
+    history.findings = found;
+    history.unjudged = unjudged;
+    history.faults = faults.clone();
+    Ok(Ran {
+        report: history.judge(),
+        history: Some(history),
+        faults,
+        sku: sku.to_string(),
+        lease,
+    })
+}
+
+/// The round's load: its SKU, requests, concurrency, stock and users as planned, with the
+/// heal's hook run before the books are read.
+fn round_load(
+    opts: &HuntOptions,
+    plan: &Round,
+    sku: &Sku,
+    answered: Arc<AtomicU64>,
+    hook: Hook,
+) -> LoadOptions {
+    LoadOptions {
+        sku: sku.clone(),
+        requests: plan.requests,
+        concurrency: plan.shape.concurrency(),
+        stock: Some(plan.stock),
+        buckets: None,
+        users: match plan.shape {
+            Shape::DoubleClick { users } => Some(users),
+            _ => opts.users,
+        },
+        users_from: 0,
+        progress: Some(answered),
+        stop: opts.stop.clone(),
+        retries: plan.retry_every,
+        history: true,
+        before_read_back: Some(hook),
+    }
+}
+
+/// The round's request: the hunt's, with the round's stock key, and its rate or sale shape.
+fn round_http(opts: &HuntOptions, plan: &Round, sku: &Sku) -> HttpOptions {
+    let mut http = opts.http.clone();
+    http.stock_key = opts
+        .http
+        .stock_key
+        .as_ref()
+        .map(|k| k.replace("{sku}", sku.as_str()));
+    http.rate = match plan.shape {
+        Shape::Rate { rate, .. } => Some(rate),
+        _ => None,
+    };
+    http.sale = match plan.shape {
+        Shape::Sale { cap, .. } => Some(http::Sale {
+            cap,
+            think_min: plan::THINK_MIN,
+            think_max: plan::THINK_MAX,
+        }),
+        _ => None,
+    };
+    http
+}
+
+/// What the round's heal did: the faults it undid, and when.
+#[derive(Clone, Default)]
+struct Healing {
+    faults: Arc<Mutex<Vec<Fault>>>,
+    at: Arc<Mutex<Option<Instant>>>,
+    failed: Arc<Mutex<Option<ServeError>>>,
+}
+
+impl Healing {
+    /// The hook the load calls when every request has ended: the load is done, the faults are
+    /// undone, and the stock settles before the books are read.
+    fn hook(
+        &self,
+        target: &Target,
+        opts: &HuntOptions,
+        sku: &Sku,
+        start: Instant,
+        done: Arc<AtomicBool>,
+    ) -> Hook {
+        let (me, nemesis) = (self.clone(), opts.nemesis.clone());
+        let quiet = quiet_reader(target, opts, sku);
+        Hook(Arc::new(move || {
+            done.store(true, Ordering::SeqCst);
+            let healed = nemesis.heal(start.elapsed());
+            if let Ok(mut all) = me.faults.lock() {
+                all.extend(healed.faults);
+            }
+            if let Ok(mut failed) = me.failed.lock() {
+                *failed = failed.take().or(healed.failed);
+            }
+            quiet();
+            // Liveness is counted from here: the system healed and at rest.
+            if let Ok(mut at) = me.at.lock() {
+                *at = Some(Instant::now());
+            }
+        }))
+    }
+
+    /// The faults undone, when, and a restart that failed (now, if the hook never ran).
+    fn take(&self) -> (Vec<Fault>, Instant, Option<ServeError>) {
+        let faults = self
+            .faults
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        let at = self.at.lock().ok().and_then(|a| *a);
+        let failed = self.failed.lock().ok().and_then(|mut f| f.take());
+        (faults, at.unwrap_or_else(Instant::now), failed)
+    }
+}
+
+/// The faults of the round, done on a thread of their own at their moments, each lifted as
+/// its hold ends or when the load is done.
+fn strike(
+    opts: &HuntOptions,
+    plan: &Round,
+    start: Instant,
+    done: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    planner: &mut Planner,
+) -> thread::JoinHandle<()> {
+    use rand::SeedableRng;
+    let nemesis = opts.nemesis.clone();
+    let faults = plan.faults.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::RngExt::random(planner.rng()));
+    thread::spawn(move || {
+        let wait_until = |at: Instant| {
+            while Instant::now() < at && !done.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(5).min(at - Instant::now()));
+            }
+        };
+        // The load is under way once its first request is answered (setting the stock and
+        // connecting come before): a fault's moment counts from then, so that it meets the
+        // system at work, not idle.
+        while answered.load(Ordering::SeqCst) == 0 && !done.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let underway = Instant::now();
+        for f in faults {
+            wait_until(underway + f.after);
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            nemesis.strike(f.kind, f.hold, start.elapsed(), &mut rng);
+            wait_until(Instant::now() + f.hold);
+            nemesis.lift(f.kind, start.elapsed());
+        }
+    })
+}
