@@ -451,8 +451,8 @@ mod tests {
     #[test]
     fn every_field_the_matrix_page_shows_is_escaped() {
         use lockctl_core::stock::Strategy;
-        use lockctl_hammer::hunt::nemesis::FaultKind;
-        use lockctl_hammer::hunt::own::{Cell, Matrix};
+        use lockctl_hunt::nemesis::FaultKind;
+        use lockctl_hunt::own::{Cell, Matrix};
         let cell = |fault, verdict, violation, unjudged| Cell {
             strategy: Strategy::Lock,
             fault,

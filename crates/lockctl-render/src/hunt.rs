@@ -515,7 +515,7 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
 
 /// One strategy under one fault: its verdict and rounds, coloured, with its first violation
 /// (or why a round went unjudged) as the tooltip.
-fn matrix_cell(c: &lockctl_hammer::hunt::own::Cell) -> Markup {
+fn matrix_cell(c: &lockctl_hunt::own::Cell) -> Markup {
     let colour = match c.verdict {
         Verdict::Pass => "#cfc",
         Verdict::Fail => "#fcc",
