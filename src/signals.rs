@@ -127,19 +127,33 @@ pub fn stopped_before_report(code: i32, what: &str) {
     signal_json(n, what);
 }
 
+/// What a command a signal quit prints under `--json`: an error, as [`ErrorJson`] has it,
+/// whose kind is `signal`.
+///
+/// [`ErrorJson`]: lockctl_core::wire::ErrorJson
+#[derive(serde::Serialize)]
+struct SignalJson {
+    error: String,
+    error_kind: &'static str,
+    signal: i32,
+}
+
 /// Under `--json`, the one object on stdout for a run ended by signal `n`.
 fn signal_json(n: i32, what: &str) {
     if !JSON.load(Ordering::SeqCst) {
         return;
     }
     use std::io::Write as _;
-    let doc = serde_json::json!({
-        "error": format!("{}: {what}", name(n)),
-        "error_kind": "signal",
-        "signal": n,
-    });
+    let doc = SignalJson {
+        error: format!("{}: {what}", name(n)),
+        error_kind: "signal",
+        signal: n,
+    };
+    let Ok(line) = serde_json::to_string(&doc) else {
+        return;
+    };
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{doc}");
+    let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 

@@ -23,8 +23,6 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::cli::{Cli, ColorArg, Command, DbCommand};
 use crate::private_redis::PrivateRedis;
 use crate::signals;
@@ -437,10 +435,10 @@ pub fn emit_json<T: serde::Serialize + ?Sized>(v: &T) -> io::Result<()> {
 
 /// Text or JSON, as the command line asked; with `-q`, only the text's first line (`check`
 /// hands over its verdict as that line).
-pub fn output(
+pub fn output<T: serde::Serialize>(
     ctx: &Ctx,
     text: impl FnOnce() -> String,
-    json: impl FnOnce() -> Value,
+    json: impl FnOnce() -> T,
 ) -> io::Result<()> {
     if ctx.json {
         return emit_json(&json());

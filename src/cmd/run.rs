@@ -16,7 +16,7 @@ use std::process::ExitStatus;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde::Serialize;
 
 use lockctl_core::lock::{Acquire, Lock, LockOptions, Release};
 use lockctl_core::sku::Sku;
@@ -25,6 +25,35 @@ use super::run_job::{Job, SAFETY, terminal};
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::RunArgs;
 use crate::signals;
+
+/// `run --json` when the lock was taken: how the job went under it. Fields in alphabetical
+/// order, the order `--json` has always printed them in (the README shows it).
+#[derive(Serialize)]
+struct Ran<'a> {
+    /// Always true here; [`NotAcquired`] says false.
+    acquired: bool,
+    /// The job's exit code; null when a signal ended it.
+    exit_code: Option<i32>,
+    fence: u64,
+    held_ms: u64,
+    lease_lost: bool,
+    name: &'a str,
+    released: bool,
+    renewals: u64,
+    /// The signal that ended the job, if one did.
+    signal: Option<i32>,
+    waited_ms: u64,
+}
+
+/// `run --json` when the lock was not taken within `--wait-ms`.
+#[derive(Serialize)]
+struct NotAcquired<'a> {
+    /// Always false here.
+    acquired: bool,
+    lease_lost: bool,
+    name: &'a str,
+    waited_ms: u64,
+}
 
 pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     let name = match &args.name {
@@ -82,18 +111,18 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     let held = held_from.elapsed();
     let status = ended.status;
     if ctx.json {
-        emit_json(&json!({
-            "name": name.as_str(),
-            "acquired": true,
-            "fence": fence,
-            "waited_ms": waited.as_millis() as u64,
-            "held_ms": held.as_millis() as u64,
-            "exit_code": status.and_then(|s| s.code()),
-            "signal": status.and_then(|s| s.signal()),
-            "renewals": renewals,
-            "lease_lost": ended.lease_lost,
-            "released": matches!(released, Ok(Release::Released)),
-        }))?;
+        emit_json(&Ran {
+            name: name.as_str(),
+            acquired: true,
+            fence,
+            waited_ms: waited.as_millis() as u64,
+            held_ms: held.as_millis() as u64,
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            renewals,
+            lease_lost: ended.lease_lost,
+            released: matches!(released, Ok(Release::Released)),
+        })?;
     } else if ended.lease_lost {
         eprintln!(
             "lockctl: the lease on dist_lock:{name} was lost; the command's process group was stopped"
@@ -140,12 +169,12 @@ fn grace(ttl: Duration, asked: Option<u64>) -> anyhow::Result<Duration> {
 fn report_busy(ctx: &Ctx, name: &Sku, lock: &Lock, started: Instant) -> anyhow::Result<()> {
     let waited = started.elapsed();
     if ctx.json {
-        emit_json(&json!({
-            "name": name.as_str(),
-            "acquired": false,
-            "waited_ms": waited.as_millis() as u64,
-            "lease_lost": false,
-        }))?;
+        emit_json(&NotAcquired {
+            name: name.as_str(),
+            acquired: false,
+            waited_ms: waited.as_millis() as u64,
+            lease_lost: false,
+        })?;
     } else {
         emit(&format!(
             "busy: {} is held by another job (waited {} ms; wait longer with --wait-ms)\n",

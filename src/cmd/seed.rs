@@ -1,13 +1,36 @@
 //! `lockctl seed SKU COUNT [--buckets K]`: set the stock and clear the ledger.
 
 use anyhow::Context;
-use serde_json::json;
+use serde::Serialize;
 
 use lockctl_core::sku::Sku;
 use lockctl_core::stock;
-use lockctl_core::stock::buckets::seed_buckets;
+use lockctl_core::stock::buckets::{Placement, seed_buckets};
 
 use super::{Ctx, Exit, output};
+
+/// `seed --json`. Fields in alphabetical order, the order `--json` has always printed them in.
+#[derive(Serialize)]
+struct Seeded<'a> {
+    /// With `--buckets`: each bucket's SKU, units, slot and master.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buckets: Option<&'a [Placement]>,
+    /// Always true: a seed clears the order ledger.
+    ledger_cleared: bool,
+    sku: &'a str,
+    stock: u64,
+}
+
+impl<'a> Seeded<'a> {
+    fn new(sku: &'a Sku, stock: u64, buckets: Option<&'a [Placement]>) -> Seeded<'a> {
+        Seeded {
+            sku: sku.as_str(),
+            stock,
+            ledger_cleared: true,
+            buckets,
+        }
+    }
+}
 
 pub fn run(ctx: &Ctx, sku: &Sku, count: u64, buckets: Option<usize>) -> anyhow::Result<Exit> {
     let mut conn = ctx.target.connect()?;
@@ -16,7 +39,7 @@ pub fn run(ctx: &Ctx, sku: &Sku, count: u64, buckets: Option<usize>) -> anyhow::
         output(
             ctx,
             || format!("seeded {sku}: stock {count}, ledger cleared\n"),
-            || json!({ "sku": sku.as_str(), "stock": count, "ledger_cleared": true }),
+            || Seeded::new(sku, count, None),
         )?;
         return Ok(Exit::Ok);
     };
@@ -57,14 +80,7 @@ pub fn run(ctx: &Ctx, sku: &Sku, count: u64, buckets: Option<usize>) -> anyhow::
             }
             s
         },
-        || {
-            json!({
-                "sku": sku.as_str(),
-                "stock": count,
-                "ledger_cleared": true,
-                "buckets": placed,
-            })
-        },
+        || Seeded::new(sku, count, Some(&placed)),
     )?;
     Ok(Exit::Ok)
 }

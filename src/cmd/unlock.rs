@@ -1,12 +1,31 @@
 //! `lockctl unlock SKU`: the operator's escape hatch for a stuck lock.
 
-use serde_json::json;
+use serde::Serialize;
 
 use lockctl_core::conn::Conn;
 use lockctl_core::lock::{Lock, LockOptions, Release};
 use lockctl_core::sku::Sku;
 
 use super::{Ctx, Exit, output};
+
+/// `unlock --json`: what held the lock and what was removed. Fields in alphabetical order,
+/// the order `--json` has always printed them in.
+#[derive(Serialize)]
+struct Unlocked<'a> {
+    /// Under `--force`: queue entries not written by lockctl, removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    damaged_removed: Option<u64>,
+    /// The holder's token, if the lock was held.
+    held_by: Option<&'a str>,
+    message: &'a str,
+    removed: bool,
+    sku: &'a str,
+    /// The holder's lease left; null under `--force`, which does not wait on it.
+    ttl_ms: Option<u64>,
+    /// Under `--force`: queued waiters removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiters_removed: Option<u64>,
+}
 
 pub fn run(ctx: &Ctx, sku: &Sku, force: bool, token: Option<String>) -> anyhow::Result<Exit> {
     let mut conn = ctx.target.connect()?;
@@ -43,14 +62,14 @@ pub fn run(ctx: &Ctx, sku: &Sku, force: bool, token: Option<String>) -> anyhow::
     output(
         ctx,
         || format!("{message}\n"),
-        || {
-            json!({
-                "sku": sku.as_str(),
-                "held_by": holder.as_ref().map(|(t, _)| t),
-                "ttl_ms": holder.as_ref().map(|(_, d)| d.as_millis() as u64),
-                "removed": removed,
-                "message": message,
-            })
+        || Unlocked {
+            sku: sku.as_str(),
+            held_by: holder.as_ref().map(|(t, _)| t.as_str()),
+            ttl_ms: holder.as_ref().map(|(_, d)| d.as_millis() as u64),
+            removed,
+            waiters_removed: None,
+            damaged_removed: None,
+            message: &message,
         },
     )?;
     Ok(exit)
@@ -88,16 +107,14 @@ fn forced(ctx: &Ctx, sku: &Sku, lock: &Lock, conn: &mut Conn) -> anyhow::Result<
     output(
         ctx,
         || format!("{message}\n"),
-        || {
-            json!({
-                "sku": sku.as_str(),
-                "held_by": f.holder,
-                "ttl_ms": null,
-                "removed": f.holder.is_some(),
-                "waiters_removed": f.waiters,
-                "damaged_removed": f.damaged,
-                "message": message,
-            })
+        || Unlocked {
+            sku: sku.as_str(),
+            held_by: f.holder.as_deref(),
+            ttl_ms: None,
+            removed: f.holder.is_some(),
+            waiters_removed: Some(f.waiters),
+            damaged_removed: Some(f.damaged),
+            message: &message,
         },
     )?;
     Ok(Exit::Ok)

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde::Serialize;
 
 use lockctl_core::keys::StockKeys;
 use lockctl_core::orders::db::{Db, SCHEMA_VERSION};
-use lockctl_core::orders::dead;
+use lockctl_core::orders::dead::{self, Requeued};
 use lockctl_core::orders::events::Listener;
 use lockctl_core::orders::worker::{self, WorkerOptions};
 use lockctl_core::sku::Sku;
@@ -62,17 +62,7 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
                 count(stats.set_aside, "locked batch", "locked batches"),
             )
         },
-        || {
-            json!({
-                "persisted": stats.persisted,
-                "redelivered": stats.redelivered,
-                "conflicts": stats.conflicts,
-                "dead_letters": stats.dead_letters,
-                "batches": stats.batches,
-                "retries": stats.retries,
-                "set_aside": stats.set_aside,
-            })
-        },
+        || stats,
     )?;
     Ok(match stop.exit_code() {
         Some(code) => Exit::Signal(code),
@@ -83,6 +73,32 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<Exit> {
 /// A worker's events, said on stderr as `lockctl worker: ...`.
 pub(super) fn to_stderr() -> Listener {
     Listener::new(|event| eprintln!("lockctl worker: {event}"))
+}
+
+/// `worker --requeue-dead --json`: what was put back, SKU by SKU.
+#[derive(Serialize)]
+struct RequeuedJson<'a> {
+    requeued: Vec<SkuRequeued<'a>>,
+}
+
+/// One SKU's (or bucket's) dead letters put back, and those left.
+#[derive(Serialize)]
+struct SkuRequeued<'a> {
+    sku: &'a str,
+    #[serde(flatten)]
+    done: Requeued,
+}
+
+/// `db init --json`: the schema's version before and after. Fields in alphabetical order, the
+/// order `--json` has always printed them in.
+#[derive(Serialize)]
+struct DbInitJson<'a> {
+    /// The version this lockctl knows.
+    latest: usize,
+    /// Tables created again although their version was recorded.
+    repaired: &'a [String],
+    schema_version: usize,
+    schema_version_before: usize,
 }
 
 /// `--requeue-dead`: each SKU's dead letters that hold orders, back on its queue (of a
@@ -119,14 +135,14 @@ fn requeue_dead(ctx: &Ctx, skus: &[Sku]) -> anyhow::Result<Exit> {
                 })
                 .collect()
         },
-        || {
-            json!({
-                "requeued": per_sku.iter().map(|(sku, _, d)| json!({
-                    "sku": sku.as_str(),
-                    "requeued": d.requeued,
-                    "left": d.left,
-                })).collect::<Vec<_>>(),
-            })
+        || RequeuedJson {
+            requeued: per_sku
+                .iter()
+                .map(|(sku, _, done)| SkuRequeued {
+                    sku: sku.as_str(),
+                    done: *done,
+                })
+                .collect(),
         },
     )?;
     Ok(Exit::Ok)
@@ -149,13 +165,11 @@ pub fn db_init(ctx: &Ctx, url: &str) -> anyhow::Result<Exit> {
                 r.now, r.before
             ),
         },
-        || {
-            json!({
-                "schema_version_before": r.before,
-                "schema_version": r.now,
-                "latest": SCHEMA_VERSION,
-                "repaired": r.repaired,
-            })
+        || DbInitJson {
+            schema_version_before: r.before,
+            schema_version: r.now,
+            latest: SCHEMA_VERSION,
+            repaired: &r.repaired,
         },
     )?;
     Ok(Exit::Ok)

@@ -2,7 +2,7 @@
 //! a power of ten), and series that stay apart when they overlap (each its own colour, dash
 //! pattern and marker shape).
 
-use std::fmt::Write as _;
+use maud::{Markup, html};
 
 /// One line.
 pub struct Series {
@@ -98,16 +98,47 @@ fn label(v: f64) -> String {
     }
 }
 
+/// Where the points of a chart go: the data's bounds and scale mapped onto the plot area.
+struct Plot {
+    scale: Scale,
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+}
+
+impl Plot {
+    fn fx(&self, x: f64) -> f64 {
+        match self.scale {
+            Scale::Log => x.max(1e-6).log10(),
+            Scale::Linear => x,
+        }
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        LEFT + (self.fx(x) - self.fx(self.x0)) / (self.fx(self.x1) - self.fx(self.x0)).max(1e-12)
+            * (W - LEFT - RIGHT)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        H - BOTTOM - (y - self.y0) / (self.y1 - self.y0).max(1e-12) * (H - TOP - BOTTOM)
+    }
+}
+
+/// `v` to a tenth of a pixel, as every computed coordinate is written.
+fn d1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
 /// The chart, or a line of text when there is nothing to draw.
-pub fn line_chart(series: &[Series], scale: Scale, x_label: &str, y_label: &str) -> String {
+///
+/// Built with maud like the page around it: the coordinates and the `points` lists are numbers
+/// formatted here, and the only text from outside (a series' name) is escaped like any other.
+pub fn line_chart(series: &[Series], scale: Scale, x_label: &str, y_label: &str) -> Markup {
     let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.clone()).collect();
     if all.is_empty() {
-        return "<p><em>nothing to draw</em></p>".into();
+        return html! { p { em { "nothing to draw" } } };
     }
-    let fx = |x: f64| match scale {
-        Scale::Log => x.max(1e-6).log10(),
-        Scale::Linear => x,
-    };
     let (mut x0, mut x1) = all
         .iter()
         .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
@@ -126,120 +157,92 @@ pub fn line_chart(series: &[Series], scale: Scale, x_label: &str, y_label: &str)
         Scale::Log => log_ticks(x0, x1),
         Scale::Linear => nice_ticks(x0, x1, 6),
     };
-    let px = |x: f64| LEFT + (fx(x) - fx(x0)) / (fx(x1) - fx(x0)).max(1e-12) * (W - LEFT - RIGHT);
-    let py = |y: f64| H - BOTTOM - (y - y0) / (y1 - y0).max(1e-12) * (H - TOP - BOTTOM);
-    let mut s = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">"#
-    );
+    let plot = Plot {
+        scale,
+        x0,
+        x1,
+        y0,
+        y1,
+    };
     let (b, r) = (H - BOTTOM, W - RIGHT);
-    for &x in &xt {
-        let _ = write!(
-            s,
-            r##"<line x1="{p:.1}" y1="{TOP}" x2="{p:.1}" y2="{b}" stroke="#eee"/><text x="{p:.1}" y="{ty}" text-anchor="middle" font-size="12">{l}</text>"##,
-            p = px(x),
-            ty = b + 16.0,
-            l = label(x)
-        );
+    let cy = (TOP + H - BOTTOM) / 2.0;
+    html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(W) height=(H)
+            viewBox={ "0 0 " (W) " " (H) } role="img" {
+            @for &x in &xt {
+                line x1=(d1(plot.px(x))) y1=(TOP) x2=(d1(plot.px(x))) y2=(b) stroke="#eee" {}
+                text x=(d1(plot.px(x))) y=(b + 16.0) text-anchor="middle" font-size="12" {
+                    (label(x))
+                }
+            }
+            @for &y in &yt {
+                line x1=(LEFT) y1=(d1(plot.py(y))) x2=(r) y2=(d1(plot.py(y))) stroke="#eee" {}
+                text x=(LEFT - 6.0) y=(d1(plot.py(y))) text-anchor="end" font-size="12" dy="4" {
+                    (label(y))
+                }
+            }
+            line x1=(LEFT) y1=(b) x2=(r) y2=(b) stroke="#444" {}
+            line x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(b) stroke="#444" {}
+            text x=((LEFT + W - RIGHT) / 2.0) y=(H - 8.0) text-anchor="middle" font-size="13" {
+                (x_label)
+            }
+            text x="18" y=(cy) text-anchor="middle" font-size="12"
+                transform={ "rotate(-90 18 " (cy) ")" } { (y_label) }
+            @for (i, se) in series.iter().enumerate() {
+                (draw_series(i, se, &plot))
+            }
+        }
     }
-    for &y in &yt {
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{p:.1}" x2="{r}" y2="{p:.1}" stroke="#eee"/><text x="{tx}" y="{p:.1}" text-anchor="end" font-size="12" dy="4">{l}</text>"##,
-            p = py(y),
-            tx = LEFT - 6.0,
-            l = label(y)
-        );
-    }
-    let _ = write!(
-        s,
-        r##"<line x1="{LEFT}" y1="{b}" x2="{r}" y2="{b}" stroke="#444"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{b}" stroke="#444"/><text x="{cx}" y="{by}" text-anchor="middle" font-size="13">{x_label}</text><text x="18" y="{cy}" text-anchor="middle" font-size="12" transform="rotate(-90 18 {cy})">{y_label}</text>"##,
-        cx = (LEFT + W - RIGHT) / 2.0,
-        by = H - 8.0,
-        cy = (TOP + H - BOTTOM) / 2.0
-    );
-    for (i, se) in series.iter().enumerate() {
-        draw_series(&mut s, i, se, &px, &py);
-    }
-    s.push_str("</svg>");
-    s
 }
 
-fn draw_series(
-    s: &mut String,
-    i: usize,
-    se: &Series,
-    px: &dyn Fn(f64) -> f64,
-    py: &dyn Fn(f64) -> f64,
-) {
+fn draw_series(i: usize, se: &Series, plot: &Plot) -> Markup {
     let (color, dash, marker) = STYLES[i % STYLES.len()];
     let pts: Vec<String> = se
         .points
         .iter()
-        .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+        .map(|&(x, y)| format!("{:.1},{:.1}", plot.px(x), plot.py(y)))
         .collect();
-    let _ = write!(
-        s,
-        r#"<polyline fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}" points="{}"/>"#,
-        pts.join(" ")
-    );
     // A dozen markers per line, each series starting at its own offset, so that lines on top
     // of each other still show every marker shape.
-    let n = se.points.len();
-    let every = (n / 12).max(1);
-    for (x, y) in se.points.iter().skip(i % every).step_by(every) {
-        mark(s, marker, color, px(*x), py(*y));
-    }
+    let every = (se.points.len() / 12).max(1);
     let (lx, ly) = (LEFT + 160.0 * i as f64, 18.0);
-    let _ = write!(
-        s,
-        r#"<line x1="{lx}" y1="{ly}" x2="{l2}" y2="{ly}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#,
-        l2 = lx + 28.0
-    );
-    mark(s, marker, color, lx + 14.0, ly);
-    let _ = write!(
-        s,
-        r#"<text x="{tx}" y="{ty}" font-size="13">{n}</text>"#,
-        tx = lx + 34.0,
-        ty = ly + 4.0,
-        n = crate::escape::escape(&se.name)
-    );
+    html! {
+        polyline fill="none" stroke=(color) stroke-width="2" stroke-dasharray=(dash)
+            points=(pts.join(" ")) {}
+        @for (x, y) in se.points.iter().skip(i % every).step_by(every) {
+            (mark(marker, color, plot.px(*x), plot.py(*y)))
+        }
+        line x1=(lx) y1=(ly) x2=(lx + 28.0) y2=(ly) stroke=(color) stroke-width="2"
+            stroke-dasharray=(dash) {}
+        (mark(marker, color, lx + 14.0, ly))
+        text x=(lx + 34.0) y=(ly + 4.0) font-size="13" { (se.name) }
+    }
 }
 
-fn mark(s: &mut String, marker: Marker, color: &str, x: f64, y: f64) {
-    let _ = match marker {
-        Marker::Circle => write!(
-            s,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="{color}"/>"#
-        ),
-        Marker::Square => write!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="7" height="7" fill="{color}"/>"#,
-            x - 3.5,
-            y - 3.5
-        ),
-        Marker::Triangle => write!(
-            s,
-            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{color}"/>"#,
-            x,
-            y - 4.5,
-            x - 4.0,
-            y + 3.5,
-            x + 4.0,
-            y + 3.5
-        ),
-        Marker::Diamond => write!(
-            s,
-            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{color}"/>"#,
-            x,
-            y - 4.5,
-            x + 4.5,
-            y,
-            x,
-            y + 4.5,
-            x - 4.5,
-            y
-        ),
-    };
+/// A marker's shape at (`x`, `y`): `points` of a polygon as the SVG attribute wants them.
+fn polygon(corners: &[(f64, f64)]) -> String {
+    corners
+        .iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn mark(marker: Marker, color: &str, x: f64, y: f64) -> Markup {
+    match marker {
+        Marker::Circle => html! { circle cx=(d1(x)) cy=(d1(y)) r="3.5" fill=(color) {} },
+        Marker::Square => {
+            html! { rect x=(d1(x - 3.5)) y=(d1(y - 3.5)) width="7" height="7" fill=(color) {} }
+        }
+        Marker::Triangle => {
+            let points = polygon(&[(x, y - 4.5), (x - 4.0, y + 3.5), (x + 4.0, y + 3.5)]);
+            html! { polygon points=(points) fill=(color) {} }
+        }
+        Marker::Diamond => {
+            let points = polygon(&[(x, y - 4.5), (x + 4.5, y), (x, y + 4.5), (x - 4.5, y)]);
+            html! { polygon points=(points) fill=(color) {} }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,24 +1,8 @@
-//! Text made safe to show: in HTML and SVG (the HTML report and its charts), and on a terminal
-//! (every string that comes from the system under test or from a history).
+//! Text made safe to show on a terminal: every string that comes from the system under test
+//! or from a history. (HTML needs nothing here: the pages are written with maud, which escapes
+//! every value spliced into them.)
 
 use std::borrow::Cow;
-
-/// `s` with the characters HTML gives meaning to written as entities: `'` too, so that a value
-/// is safe in an attribute whichever quote delimits it.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// `s` with every control character written as Rust writes it in a string literal (`\u{1b}`,
 /// `\r`, `\n`, `\u{9b}`), so that text from outside (an endpoint's answer, a history) cannot

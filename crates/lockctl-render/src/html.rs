@@ -2,13 +2,44 @@
 //! alone: what was run and where, every column of the Markdown table, the latency, lock wait
 //! and lock hold distributions, and the stock over time.
 
-use std::fmt::Write as _;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::chart::{Scale, Series, line_chart};
-use crate::escape::escape;
 use crate::hammer::{Context, lock_kind, mode_name, ranked, summary_cells};
 use crate::hunt::verdict_word;
 use lockctl_hammer::{Bucket, Report, Verdict, overall_verdict};
+
+/// The page's style sheet: a constant, so it goes into the page as it is.
+const STYLE: &str = "
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
+td:first-child, th:first-child { text-align: left; }
+table.settings td { text-align: left; }
+.pass { color: #1a7f37; font-weight: bold; } .fail, .unknown { color: #c62828; font-weight: bold; }
+svg { background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100%; height: auto; }
+.banner { padding: 0.8em 1.2em; margin: 1em 0; border-radius: 6px; color: #fff; }
+.banner h2 { margin: 0 0 0.3em 0; font-size: 2em; } .banner ul { margin: 0.3em 0; }
+.banner.pass { background: #1a7f37; } .banner.fail { background: #c62828; } .banner.unknown { background: #b26a00; }
+";
+
+/// The summary table's headings after the strategy's (and, comparing strategies, after
+/// "slower than fastest").
+const HEADINGS: [&str; 13] = [
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "p99.9 ms",
+    "max ms",
+    "bought",
+    "sold out",
+    "busy",
+    "lease lost",
+    "errors",
+    "final stock",
+    "oversold",
+    "verdict",
+];
 
 /// The page.
 pub fn hammer_html(reports: &[Report], context: &Context) -> String {
@@ -16,11 +47,38 @@ pub fn hammer_html(reports: &[Report], context: &Context) -> String {
         format!(
             "{} of {}, {} at a time",
             lockctl_core::units::count(r.run.requests, "purchase", "purchases"),
-            escape(&r.run.sku),
+            r.run.sku,
             r.run.concurrency.min(r.run.requests)
         )
     });
-    let charts = [
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (verdict_word(overall_verdict(reports))) " · lockctl hammer: " (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { "lockctl hammer: " (title) }
+                (banner(reports))
+                (settings_table(reports, context))
+                (summary_table(reports))
+                ul { (findings(reports)) }
+                (errors_table(reports))
+                @for (heading, svg) in charts(reports) {
+                    h2 { (heading) }
+                    (svg)
+                }
+            }
+        }
+    };
+    page.into_string() + "\n"
+}
+
+/// The distributions and the stock and throughput over time, each under its heading.
+fn charts(reports: &[Report]) -> [(&'static str, Markup); 5] {
+    [
         (
             "Latency",
             line_chart(
@@ -66,53 +124,13 @@ pub fn hammer_html(reports: &[Report], context: &Context) -> String {
                 "units sold per second",
             ),
         ),
-    ];
-    let mut body = String::new();
-    for (heading, svg) in charts {
-        let _ = write!(body, "<h2>{heading}</h2>\n{svg}\n");
-    }
-    format!(
-        r#"<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{word} · lockctl hammer: {title}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-table.settings td {{ text-align: left; }}
-.pass {{ color: #1a7f37; font-weight: bold; }} .fail, .unknown {{ color: #c62828; font-weight: bold; }}
-svg {{ background: #fff; border: 1px solid #ddd; margin: 0.5em 0; max-width: 100%; height: auto; }}
-.banner {{ padding: 0.8em 1.2em; margin: 1em 0; border-radius: 6px; color: #fff; }}
-.banner h2 {{ margin: 0 0 0.3em 0; font-size: 2em; }} .banner ul {{ margin: 0.3em 0; }}
-.banner.pass {{ background: #1a7f37; }} .banner.fail {{ background: #c62828; }} .banner.unknown {{ background: #b26a00; }}
-</style></head><body>
-<h1>lockctl hammer: {title}</h1>
-{banner}
-{settings}
-<table><tr><th>strategy</th><th>purchases/s</th>{compare}<th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>bought</th><th>sold out</th><th>busy</th><th>lease lost</th><th>errors</th><th>final stock</th><th>oversold</th><th>verdict</th></tr>
-{rows}</table>
-<ul>{findings}</ul>
-{errors}
-{body}</body></html>
-"#,
-        word = verdict_word(overall_verdict(reports)),
-        banner = banner(reports),
-        compare = if reports.len() > 1 {
-            "<th>slower than fastest</th>"
-        } else {
-            ""
-        },
-        settings = settings_table(reports, context),
-        rows = summary_rows(reports),
-        findings = findings(reports),
-        errors = errors_table(reports),
-    )
+    ]
 }
 
 /// What was run, where, when and by which command.
-fn settings_table(reports: &[Report], c: &Context) -> String {
+fn settings_table(reports: &[Report], c: &Context) -> Markup {
     let Some(r) = reports.first() else {
-        return String::new();
+        return Markup::default();
     };
     let strategies: Vec<&str> = reports.iter().map(|r| r.run.strategy.name()).collect();
     let lock = match lock_kind(r).trim_start_matches(", ") {
@@ -120,7 +138,7 @@ fn settings_table(reports: &[Report], c: &Context) -> String {
         k => k.to_string(),
     };
     let rows = [
-        ("SKU", escape(&r.run.sku)),
+        ("SKU", r.run.sku.clone()),
         ("stock", r.run.initial_stock.to_string()),
         ("purchases (-n)", r.run.requests.to_string()),
         ("at a time (-c)", r.run.concurrency.to_string()),
@@ -139,23 +157,21 @@ fn settings_table(reports: &[Report], c: &Context) -> String {
             "Redis",
             format!(
                 "{} (version {})",
-                escape(&c.redis),
-                escape(c.redis_version.as_deref().unwrap_or("unknown"))
+                c.redis,
+                c.redis_version.as_deref().unwrap_or("unknown")
             ),
         ),
-        ("lockctl", escape(&c.lockctl_version)),
-        ("date", escape(&c.started_at)),
-        (
-            "command",
-            format!("<code>{}</code>", escape(&c.command_line)),
-        ),
+        ("lockctl", c.lockctl_version.clone()),
+        ("date", c.started_at.clone()),
     ];
-    let mut s = String::from("<table class=\"settings\">");
-    for (k, v) in rows {
-        let _ = write!(s, "<tr><th>{k}</th><td>{v}</td></tr>");
+    html! {
+        table class="settings" {
+            @for (k, v) in rows {
+                tr { th { (k) } td { (v) } }
+            }
+            tr { th { "command" } td { code { (c.command_line) } } }
+        }
     }
-    s.push_str("</table>");
-    s
 }
 
 /// Per strategy, the share of purchases at or below each bucket of a distribution.
@@ -243,25 +259,21 @@ fn throughput_series(reports: &[Report]) -> Vec<Series> {
 }
 
 /// The errors by kind, per strategy, as a table; nothing when no request failed.
-fn errors_table(reports: &[Report]) -> String {
+fn errors_table(reports: &[Report]) -> Markup {
     if reports.iter().all(|r| r.errors == 0) {
-        return String::new();
+        return Markup::default();
     }
-    let mut out = String::from(
-        "<h2>Errors by kind</h2>\n<table><tr><th>strategy</th><th>kind</th><th>requests</th></tr>\n",
-    );
-    for r in reports {
-        for (kind, n) in &r.errors_by_kind {
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{n}</td></tr>",
-                r.run.strategy,
-                escape(&kind.to_string())
-            );
+    html! {
+        h2 { "Errors by kind" }
+        table {
+            tr { th { "strategy" } th { "kind" } th { "requests" } }
+            @for r in reports {
+                @for (kind, n) in &r.errors_by_kind {
+                    tr { td { (r.run.strategy.name()) } td { (kind.name()) } td { (n) } }
+                }
+            }
         }
     }
-    out.push_str("</table>");
-    out
 }
 
 /// What the verdict checked, as the judge checks it (`lockctl_hammer::judge`): the same for
@@ -285,95 +297,93 @@ fn invariants(r: &Report) -> Vec<&'static str> {
 
 /// The banner at the top: the verdict, the invariants it checked and the ones violated (or
 /// why nothing could be claimed).
-fn banner(reports: &[Report]) -> String {
-    let verdict = overall_verdict(reports);
-    let word = verdict_word(verdict);
-    let mut out = format!(
-        "<div class=\"banner {}\"><h2>{word}</h2>",
-        word.to_lowercase()
-    );
-    for r in reports {
-        let who = if reports.len() > 1 {
-            format!("{}: ", r.run.strategy)
-        } else {
-            String::new()
-        };
-        match r.verdict {
+fn banner(reports: &[Report]) -> Markup {
+    let word = verdict_word(overall_verdict(reports));
+    html! {
+        div class={ "banner " (word.to_lowercase()) } {
+            h2 { (word) }
+            @for r in reports {
+                (banner_part(r, reports.len() > 1))
+            }
+        }
+    }
+}
+
+/// One strategy's part of the banner, named when the page compares strategies.
+fn banner_part(r: &Report, named: bool) -> Markup {
+    let who = match named {
+        true => format!("{}: ", r.run.strategy.name()),
+        false => String::new(),
+    };
+    let checked = match r.verdict {
+        Verdict::Pass => "checked, and every one held",
+        Verdict::Fail => "checked (the ones above broke)",
+        Verdict::Unknown => "would have checked",
+    };
+    html! {
+        @match r.verdict {
             Verdict::Fail => {
-                let _ = write!(out, "<div>{who}violated:</div><ul>");
-                for v in &r.violations {
-                    let _ = write!(out, "<li>{}</li>", escape(v));
-                }
-                out.push_str("</ul>");
+                div { (who) "violated:" }
+                ul { @for v in &r.violations { li { (v) } } }
             }
             Verdict::Unknown => {
-                let _ = write!(
-                    out,
-                    "<div>{who}nothing can be claimed: {}</div>",
-                    escape(
-                        r.unknown_because
-                            .as_deref()
-                            .unwrap_or("the run could not be judged")
-                    )
-                );
+                div {
+                    (who) "nothing can be claimed: "
+                    (r.unknown_because.as_deref().unwrap_or("the run could not be judged"))
+                }
             }
             Verdict::Pass => {}
         }
-        let checked = match r.verdict {
-            Verdict::Pass => "checked, and every one held",
-            Verdict::Fail => "checked (the ones above broke)",
-            Verdict::Unknown => "would have checked",
-        };
-        let _ = write!(out, "<div>{who}{checked}:</div><ul>");
-        for i in invariants(r) {
-            let _ = write!(out, "<li>{i}</li>");
-        }
-        out.push_str("</ul>");
+        div { (who) (checked) ":" }
+        ul { @for i in invariants(r) { li { (i) } } }
     }
-    out.push_str("</div>");
-    out
 }
 
-/// The summary table's rows, fastest strategy first: every column of the Markdown export.
-fn summary_rows(reports: &[Report]) -> String {
-    let mut rows = String::new();
-    for (r, rel) in ranked(reports) {
-        let mut cells = summary_cells(r, rel);
-        let word = std::mem::take(&mut cells[15]);
-        // "slower than fastest" compares strategies: not for a single run.
-        let single = reports.len() == 1;
-        let tds: String = cells[..15]
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !(single && *i == 2))
-            .map(|(_, c)| format!("<td>{}</td>", escape(c)))
-            .collect();
-        let _ = writeln!(
-            rows,
-            "<tr>{tds}<td class=\"{}\">{word}</td></tr>",
-            word.to_lowercase()
-        );
+/// The summary table, fastest strategy first: every column of the Markdown export.
+fn summary_table(reports: &[Report]) -> Markup {
+    // "slower than fastest" compares strategies: not for a single run.
+    let compare = reports.len() > 1;
+    html! {
+        table {
+            tr {
+                th { "strategy" }
+                th { "purchases/s" }
+                @if compare { th { "slower than fastest" } }
+                @for h in HEADINGS { th { (h) } }
+            }
+            @for (r, rel) in ranked(reports) {
+                (summary_row(r, rel, compare))
+            }
+        }
     }
-    rows
+}
+
+/// One strategy's row of the summary table, its verdict coloured.
+fn summary_row(r: &Report, rel: f64, compare: bool) -> Markup {
+    let mut cells = summary_cells(r, rel);
+    let word = std::mem::take(&mut cells[15]);
+    html! {
+        tr {
+            @for (i, c) in cells[..15].iter().enumerate() {
+                @if compare || i != 2 { td { (c) } }
+            }
+            td class=(word.to_lowercase()) { (word) }
+        }
+    }
 }
 
 /// Every violation and note, as list items.
-fn findings(reports: &[Report]) -> String {
-    let mut out = String::new();
-    for r in reports {
-        for v in &r.violations {
-            let _ = write!(
-                out,
-                "<li class=\"fail\">{}: {}</li>",
-                r.run.strategy,
-                escape(v)
-            );
-        }
-        for n in &r.notes {
-            let _ = write!(out, "<li>{}: {}</li>", r.run.strategy, escape(n));
+fn findings(reports: &[Report]) -> Markup {
+    html! {
+        @for r in reports {
+            @for v in &r.violations {
+                li class="fail" { (r.run.strategy.name()) ": " (v) }
+            }
+            @for n in &r.notes {
+                li { (r.run.strategy.name()) ": " (n) }
+            }
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -389,9 +399,10 @@ mod tests {
         format!("{field}'\"<>&'><script>")
     }
 
-    /// [`hostile`] as it must appear on the page.
+    /// [`hostile`] as it must appear on the page: maud writes every attribute value in double
+    /// quotes, so `'` cannot end one and is left as it is; `"`, `<`, `>` and `&` are entities.
     fn escaped(field: &str) -> String {
-        format!("{field}&#39;&quot;&lt;&gt;&amp;&#39;&gt;&lt;script&gt;")
+        format!("{field}'&quot;&lt;&gt;&amp;'&gt;&lt;script&gt;")
     }
 
     fn assert_escaped(html: &str, fields: &[&str]) {
@@ -435,6 +446,39 @@ mod tests {
                 "command",
             ],
         );
+    }
+
+    #[test]
+    fn every_field_the_matrix_page_shows_is_escaped() {
+        use lockctl_core::stock::Strategy;
+        use lockctl_hunt::nemesis::FaultKind;
+        use lockctl_hunt::own::{Cell, Matrix};
+        let cell = |fault, verdict, violation, unjudged| Cell {
+            strategy: Strategy::Lock,
+            fault,
+            rounds: 1,
+            verdict,
+            violation,
+            unjudged,
+        };
+        let m = Matrix {
+            seed: 1,
+            cells: vec![
+                cell(None, Verdict::Unknown, None, Some(hostile("unjudged"))),
+                cell(
+                    Some(FaultKind::PauseHolder),
+                    Verdict::Fail,
+                    Some(hostile("violation")),
+                    None,
+                ),
+            ],
+            elapsed: Duration::from_millis(1),
+            interrupted: false,
+        };
+        let mut replay = crate::Replay::default();
+        replay.command = hostile("replay");
+        let html = crate::matrix_html(&m, &replay);
+        assert_escaped(&html, &["unjudged", "violation", "replay"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeMap;
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Serialize;
 
 use crate::Advice;
@@ -79,11 +80,7 @@ pub fn hunt_text(
     advice: &dyn Advice,
 ) -> String {
     let mut s = String::new();
-    let verdict = match h.verdict {
-        Verdict::Pass => "PASS",
-        Verdict::Fail => "FAIL",
-        Verdict::Unknown => "UNKNOWN",
-    };
+    let verdict = verdict_word(h.verdict);
     let paint = |text: &str| match (color, h.verdict) {
         (true, Verdict::Pass) => format!("\x1b[1;32m{text}\x1b[0m"),
         (true, Verdict::Fail) => format!("\x1b[1;31m{text}\x1b[0m"),
@@ -91,63 +88,7 @@ pub fn hunt_text(
         (false, _) => text.to_string(),
     };
     if !quiet {
-        let _ = writeln!(
-            s,
-            "hunt: seed {}, {} rounds ({} judged), {} requests in {:.1} s{}",
-            h.seed,
-            h.rounds,
-            h.judged,
-            h.requests,
-            h.elapsed.as_secs_f64(),
-            if h.interrupted { ", interrupted" } else { "" }
-        );
-        let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
-        let faults = match h.faults_tried.is_empty() {
-            true => "none".to_string(),
-            false => {
-                h.faults_tried
-                    .iter()
-                    .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + " took effect"
-            }
-        };
-        let _ = writeln!(s, "  faults    {faults}");
-        if let Some(l) = &h.lease {
-            let _ = writeln!(
-                s,
-                "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
-                crate::terminal(&l.key),
-                (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
-                h.longest_fault.as_secs_f64()
-            );
-        }
-        if let Some(c) = &h.cleaned {
-            let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
-                .into_iter()
-                .filter(|(n, ..)| *n > 0)
-                .map(|(n, one, many)| count(n, one, many))
-                .collect();
-            let cleaned = match removed.is_empty() {
-                true => "nothing the hunt created was left to remove".to_string(),
-                false => format!(
-                    "removed {} the hunt created; --keep keeps them",
-                    removed.join(" and ")
-                ),
-            };
-            let _ = writeln!(s, "  cleaned   {cleaned}");
-            for left in &c.left {
-                let _ = writeln!(s, "  left      {left}");
-            }
-        }
-        for u in &h.unknown {
-            let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
-        }
-        let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
-        if more > 0 {
-            let _ = writeln!(s, "  unjudged  and {more} more");
-        }
+        tried_text(&mut s, h);
     }
     match &h.failure {
         Some(f) => {
@@ -169,6 +110,74 @@ pub fn hunt_text(
         }
     }
     s
+}
+
+/// What the hunt tried: rounds, shapes, faults, the longest lease, what it cleaned up and
+/// why rounds went unjudged.
+fn tried_text(s: &mut String, h: &HuntReport) {
+    let _ = writeln!(
+        s,
+        "hunt: seed {}, {} rounds ({} judged), {} requests in {:.1} s{}",
+        h.seed,
+        h.rounds,
+        h.judged,
+        h.requests,
+        h.elapsed.as_secs_f64(),
+        if h.interrupted { ", interrupted" } else { "" }
+    );
+    let _ = writeln!(s, "  shapes    {}", counts(&h.shapes));
+    let faults = match h.faults_tried.is_empty() {
+        true => "none".to_string(),
+        false => {
+            h.faults_tried
+                .iter()
+                .map(|(k, n)| format!("{k} {} of {n}", h.faults.get(k).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " took effect"
+        }
+    };
+    let _ = writeln!(s, "  faults    {faults}");
+    if let Some(l) = &h.lease {
+        let _ = writeln!(
+            s,
+            "  leases    the longest seen: {} with a TTL of {:.1} s; faults held up to {:.1} s",
+            crate::terminal(&l.key),
+            (l.ttl_ms as f64 / 100.0).ceil() / 10.0,
+            h.longest_fault.as_secs_f64()
+        );
+    }
+    cleaned_text(s, h);
+    for u in &h.unknown {
+        let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
+    }
+    let more = h.unjudged.saturating_sub(h.unknown.len() as u64);
+    if more > 0 {
+        let _ = writeln!(s, "  unjudged  and {more} more");
+    }
+}
+
+/// What the hunt removed after itself, and what it left.
+fn cleaned_text(s: &mut String, h: &HuntReport) {
+    let Some(c) = &h.cleaned else {
+        return;
+    };
+    let removed: Vec<String> = [(c.rows, "row", "rows"), (c.keys, "key", "keys")]
+        .into_iter()
+        .filter(|(n, ..)| *n > 0)
+        .map(|(n, one, many)| count(n, one, many))
+        .collect();
+    let cleaned = match removed.is_empty() {
+        true => "nothing the hunt created was left to remove".to_string(),
+        false => format!(
+            "removed {} the hunt created; --keep keeps them",
+            removed.join(" and ")
+        ),
+    };
+    let _ = writeln!(s, "  cleaned   {cleaned}");
+    for left in &c.left {
+        let _ = writeln!(s, "  left      {left}");
+    }
 }
 
 /// How a text report is shown: in colour, quietly, and with whose words for a fix.
@@ -447,6 +456,10 @@ pub fn matrix_json<'a>(m: &'a Matrix, replay: &'a Replay) -> MatrixJson<'a> {
     }
 }
 
+/// The matrix page's style sheet: a constant, so it goes into the page as it is.
+const MATRIX_STYLE: &str = "body{font-family:sans-serif;margin:20px} \
+    td,th{padding:6px 12px;border:1px solid #ccc} table{border-collapse:collapse}";
+
 /// `hunt --strategy --export-html`: the matrix as one self-contained page.
 pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
     let mut columns: Vec<Option<lockctl_hunt::nemesis::FaultKind>> = Vec::new();
@@ -455,63 +468,69 @@ pub fn matrix_html(m: &Matrix, replay: &Replay) -> String {
             columns.push(c.fault);
         }
     }
-    let mut rows = String::new();
     let mut strategies: Vec<_> = m.cells.iter().map(|c| c.strategy).collect();
     strategies.dedup();
-    for strategy in strategies {
-        let _ = write!(rows, "<tr><th>{}</th>", strategy.name());
-        for c in m.cells.iter().filter(|c| c.strategy == strategy) {
-            let colour = match c.verdict {
-                Verdict::Pass => "#cfc",
-                Verdict::Fail => "#fcc",
-                Verdict::Unknown => "#eee",
-            };
-            let title = c
-                .violation
-                .as_deref()
-                .or(c.unjudged.as_deref())
-                .unwrap_or_default();
-            let _ = write!(
-                rows,
-                r#"<td style="background:{colour}" title="{}">{} ({})</td>"#,
-                crate::escape::escape(title),
-                verdict_word(c.verdict),
-                c.rounds
-            );
+    let page = html! {
+        (DOCTYPE)
+        html {
+            head {
+                meta charset="utf-8";
+                title { "lockctl: strategies under faults" }
+                style { (PreEscaped(MATRIX_STYLE)) }
+            }
+            body {
+                h1 { "lockctl's own strategies under faults: " (verdict_word(m.verdict())) }
+                p {
+                    "Seed " (m.seed) ", " (format!("{:.1}", m.elapsed.as_secs_f64()))
+                    " s; rounds in parentheses. Replay: " code { (replay.command) }
+                }
+                table {
+                    tr {
+                        th { "strategy" }
+                        @for f in &columns { th { (f.map_or("no fault", |f| f.name())) } }
+                    }
+                    @for strategy in strategies {
+                        tr {
+                            th { (strategy.name()) }
+                            @for c in m.cells.iter().filter(|c| c.strategy == strategy) {
+                                (matrix_cell(c))
+                            }
+                        }
+                    }
+                }
+                h2 { "First violations" }
+                ul {
+                    @for c in m.cells.iter().filter(|c| c.violation.is_some()) {
+                        li {
+                            (c.strategy.name()) " under " (c.fault.map_or("no fault", |f| f.name()))
+                            ": " (c.violation.as_deref().unwrap_or_default())
+                        }
+                    }
+                }
+            }
         }
-        rows.push_str("</tr>\n");
+    };
+    page.into_string() + "\n"
+}
+
+/// One strategy under one fault: its verdict and rounds, coloured, with its first violation
+/// (or why a round went unjudged) as the tooltip.
+fn matrix_cell(c: &lockctl_hunt::own::Cell) -> Markup {
+    let colour = match c.verdict {
+        Verdict::Pass => "#cfc",
+        Verdict::Fail => "#fcc",
+        Verdict::Unknown => "#eee",
+    };
+    let title = c
+        .violation
+        .as_deref()
+        .or(c.unjudged.as_deref())
+        .unwrap_or_default();
+    html! {
+        td style={ "background:" (colour) } title=(title) {
+            (verdict_word(c.verdict)) " (" (c.rounds) ")"
+        }
     }
-    let head: String = columns
-        .iter()
-        .map(|f| format!("<th>{}</th>", f.map_or("no fault", |f| f.name())))
-        .collect();
-    let mut failing = String::new();
-    for c in m.cells.iter().filter(|c| c.violation.is_some()) {
-        let _ = write!(
-            failing,
-            "<li>{} under {}: {}</li>",
-            c.strategy.name(),
-            c.fault.map_or("no fault", |f| f.name()),
-            crate::escape::escape(c.violation.as_deref().unwrap_or_default())
-        );
-    }
-    format!(
-        r#"<!doctype html>
-<html><head><meta charset="utf-8"><title>lockctl: strategies under faults</title>
-<style>body{{font-family:sans-serif;margin:20px}} td,th{{padding:6px 12px;border:1px solid #ccc}} table{{border-collapse:collapse}}</style>
-</head><body>
-<h1>lockctl's own strategies under faults: {verdict}</h1>
-<p>Seed {seed}, {elapsed:.1} s; rounds in parentheses. Replay: <code>{replay}</code></p>
-<table><tr><th>strategy</th>{head}</tr>
-{rows}</table>
-<h2>First violations</h2><ul>{failing}</ul>
-</body></html>
-"#,
-        verdict = verdict_word(m.verdict()),
-        seed = m.seed,
-        elapsed = m.elapsed.as_secs_f64(),
-        replay = crate::escape::escape(&replay.command),
-    )
 }
 
 #[cfg(test)]

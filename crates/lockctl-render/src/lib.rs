@@ -9,7 +9,8 @@
 //! spliced into the markup by construction.
 //!
 //! Layout:
-//! - here: `check`, `status` and `buy`;
+//! - here: `check`, `status` and `buy` as text, and `buy`'s JSON; `worded`: `check`'s and
+//!   `status`'s JSON, each finding worded;
 //! - `advice`: the [`Advice`] a caller words fixes with;
 //! - `hammer`: the hammer's text, JSON and Markdown; `html`: its self-contained HTML page,
 //!   with `chart`'s SVG line charts;
@@ -29,10 +30,9 @@ mod html;
 mod hunt;
 mod junit;
 mod timeline;
+mod worded;
 
 use std::fmt::Write as _;
-
-use serde_json::{Value, json};
 
 pub use advice::{Advice, Unworded};
 pub use escape::{terminal, terminal_lines};
@@ -47,8 +47,8 @@ pub use hunt::{
 };
 pub use junit::hunt_junit;
 pub use timeline::timeline_html;
+pub use worded::{CheckJson, NodeJson, StatusJson, check_json, status_json};
 
-use lockctl_core::Finding;
 use lockctl_core::check::CheckReport;
 use lockctl_core::status::Status;
 use lockctl_core::stock::{Buy, Purchase, Strategy};
@@ -107,19 +107,6 @@ pub fn check_text(r: &CheckReport, advice: &dyn Advice) -> String {
         "not fit for locking\n"
     });
     s
-}
-
-/// `check --json`.
-pub fn check_json(r: &CheckReport, advice: &dyn Advice) -> Value {
-    let mut v = to_json(r);
-    v["problems"] = worded(&r.problems, advice);
-    v["warnings"] = worded(&r.warnings, advice);
-    for (i, n) in r.nodes.iter().enumerate() {
-        if let Some(e) = &n.error {
-            v["nodes"][i]["error"] = advice.finding(e).into();
-        }
-    }
-    v
 }
 
 /// `status` for a person.
@@ -231,16 +218,6 @@ fn orders_lines(s: &mut String, st: &Status) {
     }
 }
 
-/// `status --json`.
-pub fn status_json(st: &Status, advice: &dyn Advice) -> Value {
-    let mut v = to_json(st);
-    v["problems"] = worded(&st.problems, advice);
-    if !st.warnings.is_empty() {
-        v["warnings"] = worded(&st.warnings, advice);
-    }
-    v
-}
-
 /// `buy` for a person, after the tutorial's three messages. `wait` is how long the buyer was
 /// willing to wait for the lock (`--wait-ms`).
 pub fn buy_text(sku: &str, p: &Purchase, wait: std::time::Duration) -> String {
@@ -285,20 +262,6 @@ pub fn buy_text(sku: &str, p: &Purchase, wait: std::time::Duration) -> String {
 }
 
 /// `buy --json`: the [`BuyJson`] object (the procs hammer reads the same type back).
-pub fn buy_json(sku: &str, strategy: Strategy, p: &Purchase) -> Value {
-    to_json(&BuyJson::new(sku, strategy, p))
-}
-
-/// Any report as a JSON value; a report that cannot be serialised says so instead.
-fn to_json<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or_else(|e| json!({ "error": e.to_string() }))
-}
-
-/// Findings as JSON strings, each with its fix in the command line's words.
-fn worded(findings: &[Finding], advice: &dyn Advice) -> Value {
-    findings
-        .iter()
-        .map(|f| advice.finding(f))
-        .collect::<Vec<_>>()
-        .into()
+pub fn buy_json(sku: &str, strategy: Strategy, p: &Purchase) -> BuyJson {
+    BuyJson::new(sku, strategy, p)
 }

@@ -3,17 +3,19 @@
 //! coloured by answer, faults as bands across the lanes, the stock above them as a step line
 //! from lockctl's own reads during the round (the stock the answers reported as dots), and the
 //! requests the violations rest on outlined and listed. A hunt's round carries its seed and
-//! the command that replays it. Every string from outside (answers, SKUs, the command) goes
-//! through [`escape`] on its way into the page.
+//! the command that replays it. The page is written with maud: every string from outside
+//! (answers, SKUs, the command) is escaped by construction on its way in.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::escape::escape;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
 use lockctl_core::stock::{Buy, Outcome};
 use lockctl_hammer::history::{Blamed, History, blamed, lanes};
 use lockctl_hammer::{Ended, Report, Sample};
+
+use crate::hunt::verdict_word;
 
 const WIDTH: f64 = 1100.0;
 const LEFT: f64 = 70.0;
@@ -24,10 +26,36 @@ pub const BLAMED: &str = "#e0e";
 /// The most requests listed under "Violations" (all are outlined).
 const LISTED: usize = 50;
 
+/// The page's style sheet: a constant, so it goes into the page as it is.
+const STYLE: &str = "body{font-family:sans-serif;margin:20px;color:#222} \
+    .k span{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px} \
+    table.named{border-collapse:collapse} \
+    table.named td,table.named th{border:1px solid #ccc;padding:2px 6px} \
+    pre{background:#f4f4f4;padding:6px;white-space:pre-wrap}";
+
+/// Where things go on the drawing: time across, lanes down under the stock.
+struct Frame {
+    /// The last moment drawn.
+    end: Duration,
+    /// The top of the first lane.
+    top: f64,
+    lanes: u64,
+}
+
+impl Frame {
+    fn x(&self, d: Duration) -> f64 {
+        LEFT + (WIDTH - LEFT - 10.0) * d.as_secs_f64() / self.end.as_secs_f64()
+    }
+}
+
+/// `v` to a tenth, as every computed coordinate and time is written.
+fn d1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
 /// The page for `report`, judged from `h`.
 pub fn timeline_html(h: &History, report: &Report) -> String {
     let lane_of = lanes(&h.samples);
-    let lanes_n = lane_of.iter().copied().max().map_or(1, |m| m + 1);
     let end = h
         .samples
         .iter()
@@ -37,72 +65,75 @@ pub fn timeline_html(h: &History, report: &Report) -> String {
         .max()
         .unwrap_or(Duration::from_millis(1))
         .max(Duration::from_millis(1));
-    let x = |d: Duration| LEFT + (WIDTH - LEFT - 10.0) * d.as_secs_f64() / end.as_secs_f64();
-    let top = STOCK + 30.0;
-    let height = top + lanes_n as f64 * LANE + 40.0;
+    let frame = Frame {
+        end,
+        top: STOCK + 30.0,
+        lanes: lane_of.iter().copied().max().map_or(1, |m| m + 1),
+    };
     let named = blamed(h, report);
     let why: HashMap<u64, &str> = named.iter().map(|b| (b.index, b.why)).collect();
-    let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">"#
-    );
-    for f in &h.faults {
-        let (a, b) = (
-            x(f.start),
-            x(f.stop.unwrap_or(f.start + Duration::from_millis(5))),
-        );
-        let _ = write!(
-            svg,
-            r##"<rect x="{a:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#d33" opacity="0.15"><title>{}</title></rect><text x="{a:.1}" y="{:.1}" fill="#a00">{}</text>"##,
-            (b - a).max(2.0),
-            lanes_n as f64 * LANE,
-            escape(&f.detail),
-            top - 4.0,
-            escape(&f.fault)
-        );
-    }
-    stock_line(&mut svg, h, &x, end, top);
     // In request order: the page is the same whichever order the records were kept in. The
     // outlined ones last, so that no neighbour's bar covers an outline.
     let mut bars: Vec<(&Sample, u64)> = h.samples.iter().zip(lane_of.iter().copied()).collect();
     bars.sort_by_key(|(s, _)| (why.contains_key(&s.index), s.index));
-    for (s, lane) in bars {
-        let (a, b) = (x(s.sent), x(s.at.max(s.sent)));
-        let y = top + lane as f64 * LANE + 2.0;
-        let (fill, said) = colour(s);
-        let outline = match why.get(&s.index) {
-            Some(_) => format!(r#" class="blamed" stroke="{BLAMED}" stroke-width="2.5""#),
-            None => String::new(),
-        };
-        let _ = write!(
-            svg,
-            r#"<rect x="{a:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{fill}"{outline}><title>{}</title></rect>"#,
-            (b - a).max(1.5),
-            LANE - 4.0,
-            tooltip(h, s, &said, why.get(&s.index).copied()),
-        );
-    }
-    let _ = write!(
-        svg,
-        r#"<text x="{LEFT}" y="{:.1}">0 ms</text><text x="{:.1}" y="{:.1}" text-anchor="end">{:.1} ms</text><text x="4" y="{:.1}">lanes</text></svg>"#,
-        height - 10.0,
-        WIDTH - 10.0,
-        height - 10.0,
-        end.as_secs_f64() * 1000.0,
-        top + 12.0
+    let height = frame.top + frame.lanes as f64 * LANE + 40.0;
+    let svg = html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
+            font-family="sans-serif" font-size="11" {
+            @for f in &h.faults {
+                (fault_band(f, &frame))
+            }
+            (stock_line(h, &frame))
+            @for (s, lane) in bars {
+                (bar(h, s, lane, why.get(&s.index).copied(), &frame))
+            }
+            text x=(LEFT) y=(d1(height - 10.0)) { "0 ms" }
+            text x=(d1(WIDTH - 10.0)) y=(d1(height - 10.0)) text-anchor="end" {
+                (d1(ms(end))) " ms"
+            }
+            text x="4" y=(d1(frame.top + 12.0)) { "lanes" }
+        }
+    };
+    page(h, report, svg, &named)
+}
+
+/// A fault as a band across the lanes, named above them.
+fn fault_band(f: &lockctl_hammer::history::Fault, frame: &Frame) -> Markup {
+    let (a, b) = (
+        frame.x(f.start),
+        frame.x(f.stop.unwrap_or(f.start + Duration::from_millis(5))),
     );
-    page(h, report, &svg, &named)
+    html! {
+        rect x=(d1(a)) y=(frame.top) width=(d1((b - a).max(2.0)))
+            height=(d1(frame.lanes as f64 * LANE)) fill="#d33" opacity="0.15" {
+            title { (f.detail) }
+        }
+        text x=(d1(a)) y=(d1(frame.top - 4.0)) fill="#a00" { (f.fault) }
+    }
+}
+
+/// A request as a bar in its lane from sent to answered, coloured by its answer; outlined
+/// when a violation rests on it (`why`).
+fn bar(h: &History, s: &Sample, lane: u64, why: Option<&str>, frame: &Frame) -> Markup {
+    let (a, b) = (frame.x(s.sent), frame.x(s.at.max(s.sent)));
+    let y = frame.top + lane as f64 * LANE + 2.0;
+    let (fill, said) = colour(s);
+    let outlined = why.is_some();
+    html! {
+        rect x=(d1(a)) y=(d1(y)) width=(d1((b - a).max(1.5))) height=(d1(LANE - 4.0)) fill=(fill)
+            class=[outlined.then_some("blamed")] stroke=[outlined.then_some(BLAMED)]
+            stroke-width=[outlined.then_some("2.5")] {
+            title { (tooltip(h, s, &said, why)) }
+        }
+    }
 }
 
 /// `request 12 (user u3, order h1a2b3c4d-12): bought at 41.2 ms, 3.1 ms after it was sent`,
 /// and why a violation rests on it.
 fn tooltip(h: &History, s: &Sample, said: &str, why: Option<&str>) -> String {
     let who = match h.user_of(s.index) {
-        Some(u) => format!(
-            "user {}, order {}",
-            escape(&u),
-            escape(&h.order_of(s.index))
-        ),
-        None => format!("order {}", escape(&h.order_of(s.index))),
+        Some(u) => format!("user {u}, order {}", h.order_of(s.index)),
+        None => format!("order {}", h.order_of(s.index)),
     };
     let left = match remaining(s) {
         Some(n) => format!(" ({n} left, it said)"),
@@ -136,95 +167,114 @@ fn remaining(s: &Sample) -> Option<i64> {
     left.map(|l| l.clamp(-bound, bound))
 }
 
-/// The stock over the round, as a step line over the lanes: from lockctl's own reads while
-/// the round went when it has them, from the answers' "remaining" otherwise; from the stock
-/// at the start to the stock read back at the end. The answers' "remaining" are dots.
-fn stock_line(svg: &mut String, h: &History, x: &dyn Fn(Duration) -> f64, end: Duration, top: f64) {
-    let bound = lockctl_core::stock::MAX_STOCK as i64;
-    let said: Vec<(Duration, i64, u64)> = {
-        let mut v: Vec<_> = h
+/// The stock over a round: the steps of its line and the answers' "remaining".
+struct StockSteps {
+    /// (when, stock): from the stock at the start, through each read (or each answer's
+    /// "remaining" without reads), to the stock read back at the end.
+    steps: Vec<(Duration, i64)>,
+    /// (when, stock, request) of each answer that reported the stock, in time order.
+    said: Vec<(Duration, i64, u64)>,
+    /// Whether lockctl read the stock while the round went.
+    read: bool,
+}
+
+impl StockSteps {
+    fn of(h: &History, end: Duration) -> StockSteps {
+        let bound = lockctl_core::stock::MAX_STOCK as i64;
+        let mut said: Vec<_> = h
             .samples
             .iter()
             .filter_map(|s| remaining(s).map(|n| (s.at, n, s.index)))
             .collect();
-        v.sort_by_key(|p| (p.0, p.2));
-        v
-    };
-    let read = !h.stock_reads.is_empty();
-    let mut steps: Vec<(Duration, i64)> = vec![(Duration::ZERO, h.facts.initial_stock)];
-    match read {
-        true => steps.extend(
-            h.stock_reads
-                .iter()
-                .map(|r| (r.at, r.stock.clamp(-bound, bound))),
-        ),
-        false => steps.extend(said.iter().map(|p| (p.0, p.1))),
+        said.sort_by_key(|p| (p.0, p.2));
+        let read = !h.stock_reads.is_empty();
+        let mut steps: Vec<(Duration, i64)> = vec![(Duration::ZERO, h.facts.initial_stock)];
+        match read {
+            true => steps.extend(
+                h.stock_reads
+                    .iter()
+                    .map(|r| (r.at, r.stock.clamp(-bound, bound))),
+            ),
+            false => steps.extend(said.iter().map(|p| (p.0, p.1))),
+        }
+        steps.sort_by_key(|p| p.0);
+        if let Some(after) = h.read_back.stock_after {
+            steps.push((end, after.clamp(-bound, bound)));
+        }
+        StockSteps { steps, said, read }
     }
-    steps.sort_by_key(|p| p.0);
-    if let Some(after) = h.read_back.stock_after {
-        steps.push((end, after.clamp(-bound, bound)));
+
+    /// The highest and lowest stock drawn, 1 and 0 at least.
+    fn range(&self) -> (i64, i64) {
+        let values = self
+            .steps
+            .iter()
+            .map(|p| p.1)
+            .chain(self.said.iter().map(|p| p.1));
+        let high = values.clone().max().unwrap_or(1).max(1);
+        (high, values.min().unwrap_or(0).min(0))
     }
-    let values = steps.iter().map(|p| p.1).chain(said.iter().map(|p| p.1));
-    let high = values.clone().max().unwrap_or(1).max(1);
-    let low = values.min().unwrap_or(0).min(0);
+
+    /// The line's points, `x,y` apart by spaces: a step, the stock holding until the read
+    /// that found it changed.
+    fn points(&self, frame: &Frame, y: &dyn Fn(i64) -> f64) -> String {
+        let mut line: Vec<String> = Vec::new();
+        let mut point = |t: Duration, v: i64| {
+            let p = format!("{:.1},{:.1}", frame.x(t), y(v));
+            if line.last() != Some(&p) {
+                line.push(p);
+            }
+        };
+        let mut last: Option<i64> = None;
+        for &(t, v) in &self.steps {
+            if let Some(before) = last {
+                point(t, before);
+            }
+            point(t, v);
+            last = Some(v);
+        }
+        if let Some(v) = last {
+            point(frame.end, v);
+        }
+        line.join(" ")
+    }
+}
+
+/// The stock over the round, as a step line over the lanes: from lockctl's own reads while
+/// the round went when it has them, from the answers' "remaining" otherwise; from the stock
+/// at the start to the stock read back at the end. The answers' "remaining" are dots.
+fn stock_line(h: &History, frame: &Frame) -> Markup {
+    let stock = StockSteps::of(h, frame.end);
+    let (high, low) = stock.range();
     let span = (high as f64 - low as f64).max(1.0);
     let y = |v: i64| 20.0 + (STOCK - 20.0) * (high as f64 - v as f64) / span;
-    // A step: the stock holds until the read that found it changed.
-    let mut line: Vec<String> = Vec::new();
-    let mut point = |t: Duration, v: i64| {
-        let p = format!("{:.1},{:.1}", x(t), y(v));
-        if line.last() != Some(&p) {
-            line.push(p);
-        }
-    };
-    let mut last: Option<i64> = None;
-    for &(t, v) in &steps {
-        if let Some(before) = last {
-            point(t, before);
-        }
-        point(t, v);
-        last = Some(v);
-    }
-    if let Some(v) = last {
-        point(end, v);
-    }
-    let from = match read {
+    let from = match stock.read {
         true => "read by lockctl during the round",
         false => "as the answers reported it (no reads during the round)",
     };
-    let _ = write!(
-        svg,
-        r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="3,3"/><polyline class="stock" points="{}" fill="none" stroke="#236" stroke-width="1.5"><title>the stock, {from}</title></polyline>"##,
-        WIDTH - 10.0,
-        y(0),
-        y(0),
-        line.join(" "),
-    );
-    if read {
-        for (t, v, index) in &said {
-            let _ = write!(
-                svg,
-                r##"<circle class="said" cx="{:.1}" cy="{:.1}" r="2.5" fill="#69c"><title>request {index} said {v} left</title></circle>"##,
-                x(*t),
-                y(*v)
-            );
+    html! {
+        line x1=(LEFT) x2=(d1(WIDTH - 10.0)) y1=(d1(y(0))) y2=(d1(y(0))) stroke="#999"
+            stroke-dasharray="3,3" {}
+        polyline class="stock" points=(stock.points(frame, &y)) fill="none" stroke="#236"
+            stroke-width="1.5" {
+            title { "the stock, " (from) }
+        }
+        @if stock.read {
+            @for (t, v, index) in &stock.said {
+                circle class="said" cx=(d1(frame.x(*t))) cy=(d1(y(*v))) r="2.5" fill="#69c" {
+                    title { "request " (index) " said " (v) " left" }
+                }
+            }
+        }
+        text x="4" y=(d1(y(high) + 4.0)) { "stock " (high) }
+        text x="4" y=(d1(y(0) + 4.0)) { "0" }
+        text x="4" y=(d1(frame.top - 4.0)) fill="#999" {
+            @if low < 0 { "lowest " (low) }
         }
     }
-    let _ = write!(
-        svg,
-        r##"<text x="4" y="{:.1}">stock {high}</text><text x="4" y="{:.1}">0</text><text x="4" y="{:.1}" fill="#999">{}</text>"##,
-        y(high) + 4.0,
-        y(0) + 4.0,
-        top - 4.0,
-        if low < 0 {
-            format!("lowest {low}")
-        } else {
-            String::new()
-        }
-    );
 }
 
-/// A bar's colour and what its request was told (escaped).
+/// A bar's colour and what its request was told.
 fn colour(s: &Sample) -> (&'static str, String) {
     let outcome = match &s.ended {
         Ended::Done { outcome, .. } => Some(outcome.outcome()),
@@ -235,143 +285,155 @@ fn colour(s: &Sample) -> (&'static str, String) {
             ..
         } => {
             let colour = if *indeterminate { "#f90" } else { "#c33" };
-            return (colour, format!("error: {}", escape(message)));
+            return (colour, format!("error: {message}"));
         }
     };
     match outcome {
         Some(Outcome::Bought) => ("#3a3", "bought".into()),
         Some(Outcome::SoldOut) => ("#888", "sold out".into()),
         Some(Outcome::Busy) => ("#dc3", "busy".into()),
-        Some(o) => ("#69c", escape(&format!("{o:?}"))),
+        Some(o) => ("#69c", format!("{o:?}")),
         None => ("#bbb", "answered".into()),
     }
 }
 
 /// What replays the round: the hunt's seed and command, when the round was a hunt's.
-fn replay(h: &History) -> String {
+fn replay(h: &History) -> Markup {
     let Some(hunt) = &h.hunt else {
-        return String::new();
+        return Markup::default();
     };
     let round = hunt
         .round
         .map_or("A round".to_string(), |n| format!("Round {n}"));
-    let mut s = format!(
-        r#"<p id="replay">{round} of the hunt with seed <code>{}</code>. Replay it:</p><pre><code>{}</code></pre>"#,
-        hunt.seed,
-        escape(&hunt.replay)
-    );
-    if !hunt.set_first.is_empty() {
-        let each: Vec<String> = hunt
-            .set_first
-            .iter()
-            .map(|(name, what)| format!("<code>{}</code> to {}", escape(name), escape(what)))
-            .collect();
-        let _ = write!(s, "<p>(set {} first)</p>", each.join(", "));
+    html! {
+        p id="replay" { (round) " of the hunt with seed " code { (hunt.seed) } ". Replay it:" }
+        pre { code { (hunt.replay) } }
+        @if !hunt.set_first.is_empty() {
+            p {
+                "(set "
+                @for (i, (name, what)) in hunt.set_first.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    code { (name) } " to " (what)
+                }
+                " first)"
+            }
+        }
     }
-    s
 }
 
 /// The requests the violations rest on, as a table (at most [`LISTED`] rows).
-fn named_table(h: &History, named: &[Blamed]) -> String {
+fn named_table(h: &History, named: &[Blamed]) -> Markup {
     if named.is_empty() {
-        return String::new();
+        return Markup::default();
     }
     let by_index: HashMap<u64, &Sample> = h.samples.iter().map(|s| (s.index, s)).collect();
-    let mut t = String::from(
-        r#"<p>The requests they rest on (outlined above):</p><table class="named"><tr><th>request</th><th>user</th><th>order</th><th>answer</th><th>sent (ms)</th><th>answered (ms)</th><th>why</th></tr>"#,
-    );
-    for b in named.iter().take(LISTED) {
-        let Some(s) = by_index.get(&b.index) else {
-            continue;
-        };
-        let (_, said) = colour(s);
-        let said = match remaining(s) {
-            Some(n) => format!("{said} ({n} left)"),
-            None => said,
-        };
-        let _ = write!(
-            t,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{said}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
-            b.index,
-            escape(&h.user_of(b.index).unwrap_or_else(|| "-".into())),
-            escape(&h.order_of(b.index)),
-            ms(s.sent),
-            ms(s.at),
-            escape(b.why)
-        );
+    let listed = named
+        .iter()
+        .take(LISTED)
+        .filter_map(|b| by_index.get(&b.index).map(|s| (b, *s)));
+    html! {
+        p { "The requests they rest on (outlined above):" }
+        table class="named" {
+            tr {
+                th { "request" } th { "user" } th { "order" } th { "answer" }
+                th { "sent (ms)" } th { "answered (ms)" } th { "why" }
+            }
+            @for (b, s) in listed {
+                tr {
+                    td { (b.index) }
+                    td { (h.user_of(b.index).unwrap_or_else(|| "-".into())) }
+                    td { (h.order_of(b.index)) }
+                    td {
+                        (colour(s).1)
+                        @if let Some(n) = remaining(s) { " (" (n) " left)" }
+                    }
+                    td { (d1(ms(s.sent))) }
+                    td { (d1(ms(s.at))) }
+                    td { (b.why) }
+                }
+            }
+        }
+        @if named.len() > LISTED {
+            p { "and " (named.len() - LISTED) " more, outlined above." }
+        }
     }
-    t.push_str("</table>");
-    if named.len() > LISTED {
-        let _ = write!(
-            t,
-            "<p>and {} more, outlined above.</p>",
-            named.len() - LISTED
-        );
-    }
-    t
 }
 
 /// `items` as a list, or "none".
-fn list_or_none(items: &[String]) -> String {
-    match items.is_empty() {
-        true => r#"<p class="none">none</p>"#.to_string(),
-        false => format!("<ul>{}</ul>", items.concat()),
+fn list_or_none(items: &[Markup]) -> Markup {
+    html! {
+        @if items.is_empty() {
+            p class="none" { "none" }
+        } @else {
+            ul { @for i in items { li { (i) } } }
+        }
     }
 }
 
-fn page(h: &History, report: &Report, svg: &str, named: &[Blamed]) -> String {
-    let violations: Vec<String> = report
-        .violations
-        .iter()
-        .map(|v| format!("<li>{}</li>", escape(v)))
-        .collect();
-    let faults: Vec<String> = h
+/// The legend of the drawing: a swatch per colour and mark, and what it means.
+fn key() -> Markup {
+    let swatches = [
+        ("background:#3a3", "bought"),
+        ("background:#888", "sold out"),
+        ("background:#dc3", "busy"),
+        ("background:#f90", "failed, may have deducted"),
+        ("background:#c33", "failed"),
+        ("background:#d33;opacity:.3", "fault"),
+    ];
+    html! {
+        p class="k" {
+            @for (style, meaning) in swatches {
+                span style=(style) {} (meaning)
+            }
+            span style={ "border:2px solid " (BLAMED) ";width:8px;height:6px" } {}
+            "a violation rests on it"
+            span style="border-top:2px solid #236;height:0" {} "stock"
+            span style="background:#69c;border-radius:50%;width:6px;height:6px" {}
+            "stock an answer reported"
+        }
+    }
+}
+
+fn page(h: &History, report: &Report, svg: Markup, named: &[Blamed]) -> String {
+    let violations: Vec<Markup> = report.violations.iter().map(|v| html! { (v) }).collect();
+    let faults: Vec<Markup> = h
         .faults
         .iter()
         .map(|f| {
-            format!(
-                "<li>{} at {:.1} ms{}: {}</li>",
-                escape(&f.fault),
-                ms(f.start),
-                f.stop
-                    .map_or(String::new(), |stop| format!(" to {:.1} ms", ms(stop))),
-                escape(&f.detail)
-            )
+            html! {
+                (f.fault) " at " (d1(ms(f.start))) " ms"
+                @if let Some(stop) = f.stop { " to " (d1(ms(stop))) " ms" }
+                ": " (f.detail)
+            }
         })
         .collect();
-    format!(
-        r#"<!doctype html>
-<html><head><meta charset="utf-8"><title>lockctl: {sku}</title>
-<style>body{{font-family:sans-serif;margin:20px;color:#222}} .k span{{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}} table.named{{border-collapse:collapse}} table.named td,table.named th{{border:1px solid #ccc;padding:2px 6px}} pre{{background:#f4f4f4;padding:6px;white-space:pre-wrap}}</style>
-</head><body>
-<h1>{sku}: {verdict}</h1>
-<p>{requests} requests, {concurrency} at a time; stock {before} &rarr; {after}. Run {run}.</p>
-{replay}
-<p class="k"><span style="background:#3a3"></span>bought<span style="background:#888"></span>sold out<span style="background:#dc3"></span>busy<span style="background:#f90"></span>failed, may have deducted<span style="background:#c33"></span>failed<span style="background:#d33;opacity:.3"></span>fault<span style="border:2px solid {BLAMED};width:8px;height:6px"></span>a violation rests on it<span style="border-top:2px solid #236;height:0"></span>stock<span style="background:#69c;border-radius:50%;width:6px;height:6px"></span>stock an answer reported</p>
-{svg}
-<h2>Violations</h2>{violations}{named}
-<h2>Faults</h2>{faults}
-</body></html>
-"#,
-        sku = escape(&h.facts.sku),
-        verdict = match report.verdict {
-            lockctl_hammer::Verdict::Pass => "PASS",
-            lockctl_hammer::Verdict::Fail => "FAIL",
-            lockctl_hammer::Verdict::Unknown => "UNKNOWN",
-        },
-        requests = h.samples.len(),
-        concurrency = h.facts.concurrency,
-        before = h.facts.initial_stock,
-        after = h
-            .read_back
-            .stock_after
-            .map_or("unknown".into(), |s| s.to_string()),
-        run = escape(&h.facts.run_id),
-        replay = replay(h),
-        violations = list_or_none(&violations),
-        named = named_table(h, named),
-        faults = list_or_none(&faults),
-    )
+    let after = h
+        .read_back
+        .stock_after
+        .map_or("unknown".into(), |s| s.to_string());
+    let page = html! {
+        (DOCTYPE)
+        html {
+            head {
+                meta charset="utf-8";
+                title { "lockctl: " (h.facts.sku) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { (h.facts.sku) ": " (verdict_word(report.verdict)) }
+                p {
+                    (h.samples.len()) " requests, " (h.facts.concurrency) " at a time; stock "
+                    (h.facts.initial_stock) " → " (after) ". Run " (h.facts.run_id) "."
+                }
+                (replay(h))
+                (key())
+                (svg)
+                h2 { "Violations" } (list_or_none(&violations)) (named_table(h, named))
+                h2 { "Faults" } (list_or_none(&faults))
+            }
+        }
+    };
+    page.into_string() + "\n"
 }
 
 #[cfg(test)]

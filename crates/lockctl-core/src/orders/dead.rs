@@ -124,7 +124,7 @@ fn dead_letter((id, fields): Entry) -> DeadLetter {
 }
 
 /// What [`requeue`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Requeued {
     /// Orders put back on the queue.
     pub requeued: u64,

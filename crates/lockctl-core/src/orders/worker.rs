@@ -84,8 +84,8 @@ impl WorkerOptions {
     }
 }
 
-/// What a worker did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a worker did (`worker --json` prints it as it serializes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WorkerStats {
     /// Orders written to PostgreSQL for the first time.
     pub persisted: u64,
