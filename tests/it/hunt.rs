@@ -459,12 +459,22 @@ fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all(
     let command = format!("PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}");
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
-    let tree = served.processes();
+    // php -S answers before it has forked all its workers: wait for the 8.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tree = served.processes();
+    while tree.len() < 9 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        tree = served.processes();
+    }
     assert_eq!(tree.len(), 9, "php -S and its 8 workers: {tree:?}");
     let stopped = || -> Vec<i32> {
         let state = |pid: &i32| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('T')
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
         };
         tree.iter().copied().filter(state).collect()
     };
@@ -473,13 +483,29 @@ fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all(
     let mut halves = HashSet::new();
     for _ in 0..8 {
         nemesis.begin_round();
-        nemesis.strike(FaultKind::PauseWorker, Duration::ZERO, Duration::ZERO, &mut rng);
-        let mut half = stopped();
+        nemesis.strike(
+            FaultKind::PauseWorker,
+            Duration::ZERO,
+            Duration::ZERO,
+            &mut rng,
+        );
+        // A SIGSTOP is sent at once and takes effect when the process is next scheduled.
+        let settled = |want: usize| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut now = stopped();
+            while now.len() != want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+                now = stopped();
+            }
+            now
+        };
+        let mut half = settled(4);
         half.sort_unstable();
         assert_eq!(half.len(), 4, "stopped: {half:?} of {tree:?}");
         let healed = nemesis.heal(Duration::ZERO);
         assert!(healed.faults[0].took, "{}", healed.faults[0].detail);
-        assert!(stopped().is_empty(), "left stopped: {:?}", stopped());
+        let left = settled(0);
+        assert!(left.is_empty(), "left stopped: {left:?}");
         halves.insert(half);
     }
     assert!(halves.len() > 1, "the same half every time: {halves:?}");

@@ -252,10 +252,13 @@ fn the_watchdog_extends_the_lease_on_a_majority_while_the_holder_works() {
         panic!("four healthy nodes and a free data node");
     };
     std::thread::sleep(Duration::from_millis(3600)); // three leases
-    assert_eq!(
-        holding(&nodes[..4], "dist_lock:dog", g.token()),
-        4,
-        "the extension did not reach the healthy nodes"
+    // A majority of the five still holds it, three leases on. (Not all four healthy nodes
+    // necessarily: one whose extension timed out under load has let its copy lapse, as
+    // Redlock allows; the full run once saw 3 of 4.)
+    let held = holding(&nodes[..4], "dist_lock:dog", g.token());
+    assert!(
+        held >= 3,
+        "the extension reached {held} of the 4 healthy nodes, not a majority of 5"
     );
     assert!(!g.lease_lost());
     assert!(g.renewals() >= 3);

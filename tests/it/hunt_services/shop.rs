@@ -106,11 +106,12 @@ fn an_order_queue_whose_killed_worker_loses_its_batch_is_found_and_the_reliable_
     ));
 }
 
-/// A lease of 250 ms, so that today's pauses (0.3 to 1.5 s) outlive it; a lease of seconds
-/// needs faults as long as the leases (`--fault-ms`).
+/// A lock with a lease of seconds (the shop's 2 s) around a read-then-write: a holder stalled
+/// past it writes over the next holder's sale.
 #[test]
-#[ignore = "found in 2 of 3 hunts, not reliably yet (issue 42's trials): run with --ignored"]
 fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
+    // The shop's own lease of 2 s, learned by the hunt, which holds some pauses past it; a
+    // pause stops half the web tier's workers, the lock's holder among them half the time.
     let redis = RedisServer::start();
     let db = shop_db();
     let faults = [
@@ -119,19 +120,17 @@ fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
         "--failed-if",
         "json:/code=50003",
     ];
-    let bug = hunt_shop_with(
+    let bug = hunt_shop(
         &redis,
         &db,
         "leased",
-        "SHOP_LEASE_MS=250",
-        &[&["--budget", "40s"][..], &faults, &NUMBERED].concat(),
+        &[&["--budget", "60s"][..], &faults, &NUMBERED].concat(),
     );
     found(&bug, "oversold");
-    passed(&hunt_shop_with(
+    passed(&hunt_shop(
         &redis,
         &db,
         "fenced",
-        "SHOP_LEASE_MS=250",
         &[&["--budget", "12s"][..], &faults, &NUMBERED].concat(),
     ));
 }
