@@ -62,6 +62,8 @@ pub(super) struct Plan {
     pub users: super::ids::Ids,
     /// Each user's `{token}`, when requests carry one.
     pub tokens: Option<super::login::Tokens>,
+    /// Where a user the set-up did not log in gets its token (see [`token_of`]).
+    pub logins: Option<std::sync::Arc<super::login::Logins>>,
     /// Demand like a sale: each connection clicks again until it is told sold out or the
     /// time cap is reached; `None`: the run's requests, as many as it has.
     pub sale: Option<super::Sale>,
@@ -384,22 +386,56 @@ pub(super) fn users_of(load: &LoadOptions, names: &super::ids::Ids) -> Vec<Strin
         .collect()
 }
 
+/// `user`'s `{token}`: known from the set-up, or logged in now (a sale reaches users the
+/// set-up did not log in); empty when requests carry none.
+async fn token_of(sh: &Shared, user: &str, i: u64) -> crate::error::Result<String> {
+    if let Some(token) = sh.plan.tokens.as_ref().and_then(|t| t.get(user)) {
+        return Ok(token.clone());
+    }
+    match &sh.plan.logins {
+        Some(logins) => Ok(logins
+            .token_now(user, &sh.sku, i, sh.plan.timeout)
+            .await?
+            .unwrap_or_default()),
+        None => Ok(String::new()),
+    }
+}
+
+/// Request `i`, never sent: its user could not log in.
+fn unsent(sh: &Shared, i: u64, moment: Option<Instant>, why: String) -> Record {
+    let now = Instant::now();
+    Record {
+        sample: Sample {
+            index: i,
+            ended: failure(ErrorKind::Internal, false, why),
+            latency: moment.map_or(Duration::ZERO, |m| now - m),
+            lock_wait: None,
+            lock_hold: None,
+            sent: now.saturating_duration_since(sh.start),
+            at: Duration::ZERO,
+        },
+        service: Duration::ZERO,
+        lag: moment.map(|m| now.saturating_duration_since(m)),
+        trouble: Trouble::None,
+    }
+}
+
 /// Request `i`: built, sent within the request timeout, its answer classified.
 async fn one_request(sh: &Shared, wire: &mut Wire, i: u64, moment: Option<Instant>) -> Record {
     let (order, user) = ids(sh, i);
-    let token = sh
-        .plan
-        .tokens
-        .as_ref()
-        .and_then(|t| t.get(&user))
-        .map_or("", String::as_str);
+    let token = match token_of(sh, &user, i).await {
+        Ok(token) => token,
+        // Nothing was sent: the purchase had no effect, and the login's error says why.
+        Err(e) => return unsent(sh, i, moment, e.to_string()),
+    };
     let vars = Vars {
         sku: &sh.sku,
         user: &user,
         order: &order,
         n: i,
-        token,
+        token: &token,
     };
+    // Taken after the login (set-up, never timed).
     let sent_at = Instant::now();
     let (mut stage, mut status) = (Stage::Building, None);
     let ended = match sh.plan.spec.write(&vars, &mut wire.request) {

@@ -157,6 +157,39 @@ impl Logins {
     }
 }
 
+impl Logins {
+    /// `user`'s token: the one known, or (a user the set-up did not log in: a sale's later
+    /// clicks) a login now, on the run's own runtime. `None`: given tokens, none for `user`.
+    pub(super) async fn token_now(
+        &self,
+        user: &str,
+        sku: &str,
+        n: u64,
+        limit: Duration,
+    ) -> Result<Option<String>> {
+        let known = (self.tokens.lock().unwrap_or_else(|e| e.into_inner()))
+            .get(user)
+            .cloned();
+        if let Some(token) = known {
+            return Ok(Some(token));
+        }
+        let Source::Login {
+            request,
+            token_at,
+            tls,
+        } = &self.source
+        else {
+            return Ok(None);
+        };
+        let (_, token) = one(request, tls.as_ref(), token_at, user, sku, n, limit).await?;
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(user.to_string(), token.clone());
+        Ok(Some(token))
+    }
+}
+
 /// Logs each of `users` in, `concurrency` at a time, on a runtime of its own.
 fn log_in(
     request: &RequestSpec,
