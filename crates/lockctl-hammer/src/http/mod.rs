@@ -9,7 +9,8 @@
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
 //! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
-//! closed and open load models), `socket` (opening connections), `tls` (`https://`).
+//! closed and open load models) and its `exchange` (one request on one connection), `socket`
+//! (opening connections), `tls` (`https://`).
 
 mod books;
 mod classify;

@@ -12,7 +12,7 @@ use super::{
 use crate::history::{Fault, History, MAX_STOCK_READS, StockRead};
 use crate::report::Sample;
 
-/// Reads a history written by [`write()`] (or by anything that writes the same shape).
+/// Reads a history written by [`write()`](super::write()) (or by anything that writes the same shape).
 pub fn read(input: impl BufRead) -> Result<History, HistoryError> {
     let mut lines = Lines {
         input,
