@@ -116,9 +116,8 @@ pub fn run(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Re
 /// [`run`], with the run's history when `load.history` asks for one.
 pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Recorded> {
     crate::capacity::ensure_endpoint_descriptors(load)?;
-    let addr = http.request.resolve()?;
     let dial = tls::Dial {
-        addr,
+        addr: http.request.resolve()?,
         tls: tls::Tls::of(&http.request, &http.tls)?,
     };
     let judged = http.classifier.judges();
@@ -131,33 +130,10 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         false => None,
     };
     // Logins are set-up: done before the run's clock starts, never timed nor judged.
-    let tokens = match &http.logins {
-        Some(logins) if http.request.uses_token() => {
-            let users = driver::users_of(load, &http.users);
-            Some(logins.tokens_of(
-                &users,
-                load.sku.as_str(),
-                http.timeout,
-                load.in_flight() as usize,
-            )?)
-        }
-        _ => None,
-    };
+    let tokens = tokens(load, http)?;
     // The run's clock, which the answers and the stock reads are both timed from.
     let started = Instant::now();
-    let plan = driver::Plan {
-        spec: http.request.clone(),
-        classifier: http.classifier.clone(),
-        dial,
-        run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
-        rate: http.rate,
-        timeout: http.timeout,
-        connect_timeout: http.connect_timeout,
-        start: started,
-        users: http.users.clone(),
-        tokens,
-        sale: http.sale,
-    };
+    let plan = plan(http, dial, tokens, started);
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;
     let elapsed = started.elapsed();
@@ -211,6 +187,44 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         Box::new(h)
     });
     Ok(Recorded { report, history })
+}
+
+/// Each user's `{token}`, when the requests carry one: the users of the run log in.
+fn tokens(load: &LoadOptions, http: &HttpOptions) -> Result<Option<login::Tokens>> {
+    let Some(logins) = http.logins.as_ref().filter(|_| http.request.uses_token()) else {
+        return Ok(None);
+    };
+    let users = driver::users_of(load, &http.users);
+    let tokens = logins.tokens_of(
+        &users,
+        load.sku.as_str(),
+        http.timeout,
+        load.in_flight() as usize,
+    )?;
+    Ok(Some(tokens))
+}
+
+/// What the driver is to do: `http`'s requests to `dial`, each user with its token, timed
+/// from `start`, under a run id of their own.
+fn plan(
+    http: &HttpOptions,
+    dial: tls::Dial,
+    tokens: Option<login::Tokens>,
+    start: Instant,
+) -> driver::Plan {
+    driver::Plan {
+        spec: http.request.clone(),
+        classifier: http.classifier.clone(),
+        dial,
+        run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
+        rate: http.rate,
+        timeout: http.timeout,
+        connect_timeout: http.connect_timeout,
+        start,
+        users: http.users.clone(),
+        tokens,
+        sale: http.sale,
+    }
 }
 
 /// Someone's endpoint, driven as the plan says.
