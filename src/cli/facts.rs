@@ -42,23 +42,7 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let Some(hunt) = words
-        .iter()
-        .skip(1)
-        .position(|w| w == "hunt")
-        .map(|i| i + 1)
-    else {
-        return Ok(args);
-    };
-    let mut file = None;
-    for (i, w) in words.iter().enumerate().skip(hunt + 1) {
-        if w == "--facts" {
-            file = words.get(i + 1).cloned();
-        } else if let Some(f) = w.strip_prefix("--facts=") {
-            file = Some(f.to_string());
-        }
-    }
-    let Some(file) = file else {
+    let Some((hunt, file)) = facts_file(&words) else {
         return Ok(args);
     };
     let text = std::fs::read_to_string(&file)
@@ -81,44 +65,62 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         if given.iter().any(|g| g == key) {
             continue;
         }
-        let flag = format!("--{key}");
         let wrong = |what: &str| format!("--facts '{file}': '{key}' {what}");
         let value = item
             .as_value()
             .ok_or_else(|| wrong("must be a value, not a table"))?;
-        let switch = matches!(arg.get_action(), ArgAction::SetTrue);
-        let repeatable = matches!(arg.get_action(), ArgAction::Append);
-        match value {
-            toml_edit::Value::Boolean(b) if switch => {
-                if *b.value() {
-                    added.push(flag.into());
-                }
-            }
-            _ if switch => return Err(wrong("is a switch: write true or false")),
-            toml_edit::Value::Array(items) if repeatable => {
-                for v in items.iter() {
-                    added.push(
-                        format!(
-                            "{flag}={}",
-                            scalar(v)
-                                .ok_or_else(|| wrong("must be an array of strings or numbers"))?
-                        )
-                        .into(),
-                    );
-                }
-            }
-            toml_edit::Value::Array(_) => {
-                return Err(wrong("takes one value, not an array"));
-            }
-            v => {
-                let v = scalar(v).ok_or_else(|| wrong("must be a string or a number"))?;
-                added.push(format!("{flag}={v}").into());
-            }
-        }
+        added.extend(flag_words(arg, key, value).map_err(wrong)?);
     }
     let mut out = args;
     out.splice(hunt + 1..hunt + 1, added);
     Ok(out)
+}
+
+/// Where `hunt` is among the command line's `words`, and the file its `--facts` names; `None`
+/// for any other command, or a hunt without `--facts`.
+fn facts_file(words: &[String]) -> Option<(usize, String)> {
+    let hunt = words.iter().skip(1).position(|w| w == "hunt")? + 1;
+    let mut file = None;
+    for (i, w) in words.iter().enumerate().skip(hunt + 1) {
+        if w == "--facts" {
+            file = words.get(i + 1).cloned();
+        } else if let Some(f) = w.strip_prefix("--facts=") {
+            file = Some(f.to_string());
+        }
+    }
+    Some((hunt, file?))
+}
+
+/// The command-line words that set flag `arg` (the facts file's `key`) to `value`: a switch
+/// given or not, each item of a repeatable flag's array, or the one value. `Err` says what is
+/// wrong with the value, after its key.
+fn flag_words(
+    arg: &Arg,
+    key: &str,
+    value: &toml_edit::Value,
+) -> Result<Vec<OsString>, &'static str> {
+    let flag = format!("--{key}");
+    let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+    let repeatable = matches!(arg.get_action(), ArgAction::Append);
+    match value {
+        toml_edit::Value::Boolean(b) if switch => Ok(match *b.value() {
+            true => vec![flag.into()],
+            false => Vec::new(),
+        }),
+        _ if switch => Err("is a switch: write true or false"),
+        toml_edit::Value::Array(items) if repeatable => items
+            .iter()
+            .map(|v| match scalar(v) {
+                Some(v) => Ok(format!("{flag}={v}").into()),
+                None => Err("must be an array of strings or numbers"),
+            })
+            .collect(),
+        toml_edit::Value::Array(_) => Err("takes one value, not an array"),
+        v => match scalar(v) {
+            Some(v) => Ok(vec![format!("{flag}={v}").into()]),
+            None => Err("must be a string or a number"),
+        },
+    }
 }
 
 /// A string or number as the command line would carry it.

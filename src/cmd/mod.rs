@@ -144,32 +144,10 @@ fn register_clean_ups(holdings: &Holdings) {
 
 /// Opens what the global flags name, then runs the command.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
-    // These two only print what the command line itself defines.
-    match &cli.command {
-        Command::Completions { shell } => return docs::completions(*shell),
-        Command::Man { page, out_dir } => return docs::man(page.as_deref(), out_dir.as_deref()),
-        // A recorded history is judged offline: no server is opened.
-        Command::Judge { file, export_html } => {
-            return judge::run(&cli, file, export_html.as_deref());
-        }
-        // A template of the facts file: nothing is opened.
-        Command::Hunt(h) if matches!(h.action, Some(crate::cli::HuntAction::Init)) => {
-            emit(&crate::cli::facts::template())?;
-            return Ok(Exit::Ok);
-        }
-        _ => {}
+    if let Some(done) = run_offline(&cli) {
+        return done;
     }
-    let options = cli.connect_options();
-    let endpoint_tls = options.tls.clone();
-    // The TLS files serve an https:// endpoint as well as rediss://: a plain Redis beside an
-    // https:// endpoint does without them (given to neither, Redis refuses them, saying so).
-    let options = match requests_https(&cli.command) && !cli.redis_url().starts_with("rediss://") {
-        true => ConnectOptions {
-            tls: TlsFiles::default(),
-            ..options
-        },
-        false => options,
-    };
+    let (options, endpoint_tls) = connect_options(&cli);
     let private = private_redis(&cli, &options)?;
     let url = match &private {
         Some(p) => p.url(),
@@ -178,32 +156,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let metrics = Arc::new(Metrics::new());
     let holdings = Holdings::new();
     register_clean_ups(&holdings);
-    let target = if cli.cluster {
-        for sku in cli.command.skus() {
-            check_one_slot(sku).map_err(UsageError)?;
-        }
-        Target::open_cluster(&url, options.clone())?
-    } else {
-        Target::open(&url, options.clone())?
-    }
-    .with_metrics(metrics.clone())
-    .with_holdings(holdings);
-    let quorum = match cli.lock_node_count() {
-        Ok(0) => None,
-        Ok(_) => {
-            let nodes = cli
-                .lock_nodes
-                .iter()
-                .map(|u| Target::open(u, options.clone()).map_err(|e| e.of_flag("--lock-node")))
-                .collect::<Result<Vec<_>, _>>()?;
-            Some(Arc::new(Quorum::new(nodes)))
-        }
-        Err(message) => return Err(UsageError(message).into()),
-    };
+    let target = open_target(&cli, &url, &options)?
+        .with_metrics(metrics.clone())
+        .with_holdings(holdings);
     let ctx = Ctx {
         target,
         metrics,
-        quorum,
+        quorum: open_quorum(&cli, &options)?,
         options,
         endpoint_tls,
         json: cli.json,
@@ -230,6 +189,68 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Worker(args) => worker::run(&ctx, args),
         Command::Db(DbCommand::Init { db }) => worker::db_init(&ctx, &db),
         Command::Completions { .. } | Command::Man { .. } | Command::Judge { .. } => Ok(Exit::Ok),
+    }
+}
+
+/// Runs a command that opens no server, if `cli` names one; `None` for every other.
+fn run_offline(cli: &Cli) -> Option<anyhow::Result<Exit>> {
+    match &cli.command {
+        // These two only print what the command line itself defines.
+        Command::Completions { shell } => Some(docs::completions(*shell)),
+        Command::Man { page, out_dir } => Some(docs::man(page.as_deref(), out_dir.as_deref())),
+        // A recorded history is judged offline: no server is opened.
+        Command::Judge { file, export_html } => Some(judge::run(cli, file, export_html.as_deref())),
+        // A template of the facts file: nothing is opened.
+        Command::Hunt(h) if matches!(h.action, Some(crate::cli::HuntAction::Init)) => Some(
+            emit(&crate::cli::facts::template())
+                .map(|()| Exit::Ok)
+                .map_err(Into::into),
+        ),
+        _ => None,
+    }
+}
+
+/// Redis's connection options, and the TLS files for an `https://` endpoint.
+fn connect_options(cli: &Cli) -> (ConnectOptions, TlsFiles) {
+    let options = cli.connect_options();
+    let endpoint_tls = options.tls.clone();
+    // The TLS files serve an https:// endpoint as well as rediss://: a plain Redis beside an
+    // https:// endpoint does without them (given to neither, Redis refuses them, saying so).
+    let options = match requests_https(&cli.command) && !cli.redis_url().starts_with("rediss://") {
+        true => ConnectOptions {
+            tls: TlsFiles::default(),
+            ..options
+        },
+        false => options,
+    };
+    (options, endpoint_tls)
+}
+
+/// The Redis at `url`: a seed node of a cluster with `--cluster` (each SKU named must then
+/// keep its keys in one slot), else one server.
+fn open_target(cli: &Cli, url: &str, options: &ConnectOptions) -> anyhow::Result<Target> {
+    if !cli.cluster {
+        return Ok(Target::open(url, options.clone())?);
+    }
+    for sku in cli.command.skus() {
+        check_one_slot(sku).map_err(UsageError)?;
+    }
+    Ok(Target::open_cluster(url, options.clone())?)
+}
+
+/// The Redlock quorum of the `--lock-node` masters, if any are named.
+fn open_quorum(cli: &Cli, options: &ConnectOptions) -> anyhow::Result<Option<Arc<Quorum>>> {
+    match cli.lock_node_count() {
+        Ok(0) => Ok(None),
+        Ok(_) => {
+            let nodes = cli
+                .lock_nodes
+                .iter()
+                .map(|u| Target::open(u, options.clone()).map_err(|e| e.of_flag("--lock-node")))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(Arc::new(Quorum::new(nodes))))
+        }
+        Err(message) => Err(UsageError(message).into()),
     }
 }
 

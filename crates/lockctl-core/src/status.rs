@@ -17,6 +17,9 @@ use crate::sku::Sku;
 use crate::stock;
 use crate::stock::buckets::{self, BucketBooks, Buckets};
 
+mod bucketed;
+use bucketed::bucketed;
+
 /// Who holds the lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct Holder {
@@ -90,126 +93,6 @@ pub fn status(conn: &mut Conn, target: &Target, sku: &Sku) -> Result<Status> {
         }
         Err(e) => Err(e),
     }
-}
-
-/// The status of a bucketed SKU: each bucket's own (its seed record held against what moved
-/// in and out of it), added up, and the units over all buckets against the count seeded.
-fn bucketed(conn: &mut Conn, target: &Target, b: &Buckets) -> Result<Status> {
-    let (books, transit) = buckets::books(conn, b)?;
-    let parent = StockKeys::new(&b.sku);
-    let mut problems = Vec::new();
-    let seeded = read_counter(conn, &parent.seeded, &mut problems)?;
-    let (mut stock, mut sold, mut orders, mut qty, mut waiters) = (Some(0i64), 0, 0, 0, 0);
-    let mut unfinished = 0;
-    let mut warnings = Vec::new();
-    let mut marked: Option<i64> = None;
-    for (i, (bucket, bb)) in b.skus.iter().zip(&books).enumerate() {
-        let st = one(conn, target, bucket, bb.moved_in - bb.moved_out)?;
-        for w in st.warnings {
-            warnings.push(Finding::from(format!("bucket {i} ({bucket}): {}", w.text)));
-        }
-        // A bucket of the map always has a stock key (a missing one with a seed record is
-        // named by `one`): one missing counts 0, and the units it held show as unaccounted.
-        if st.stock.is_none() && st.seeded.is_none() {
-            problems.push(Finding::from(format!(
-                "bucket {i} ({bucket}): {} is missing, and so is its seed record: a bucket of the map with no stock (damaged books)",
-                StockKeys::new(bucket).stock
-            )));
-        }
-        stock = stock.map(|a| a + st.stock.unwrap_or(0));
-        sold += st.sold;
-        orders += st.ledger_orders;
-        qty += st.ledger_qty;
-        waiters += st.waiters;
-        for p in st.problems {
-            problems.push(Finding::from(format!("bucket {i} ({bucket}): {}", p.text)));
-        }
-        let bk = StockKeys::new(bucket);
-        match conn.query::<u64>(redis::cmd("HLEN").arg(&bk.moving)) {
-            Ok(n) => unfinished += n,
-            Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-                problems.push(Finding::from(format!(
-                    "bucket {i}: {} is not a hash (moves out of the bucket cannot be read)",
-                    bk.moving
-                )));
-            }
-            Err(e) => return Err(e),
-        }
-        // The bucket's sale: every move and purchase by the map checks it.
-        let sale: Option<String> = conn
-            .query(redis::cmd("GET").arg(&bk.bucket_sale))
-            .unwrap_or_else(|_| Some("a value that is not a string".into()));
-        if sale.as_deref() != Some(b.nonce.as_str()) {
-            problems.push(Finding::from(format!(
-                "bucket {i}: {} holds '{}', not the id of this sale ('{}'): moves into and out of the bucket stop",
-                bk.bucket_sale,
-                sale.unwrap_or_default().escape_debug(),
-                b.nonce
-            )));
-        }
-        // The fewest units a sold-out pass of this sale left (a later pass marks fewer).
-        let mark: Option<String> = conn
-            .query(redis::cmd("GET").arg(&StockKeys::new(bucket).drained))
-            .unwrap_or(None);
-        if let Some(units) = mark
-            .as_deref()
-            .and_then(|m| m.strip_prefix(&format!("{}:", b.nonce)))
-            .and_then(stock::parse_stock)
-        {
-            marked = Some(marked.map_or(units, |m: i64| m.min(units)));
-        }
-    }
-    if let (Some(left), Some(s)) = (marked, stock)
-        && s + transit > left
-    {
-        problems.push(Finding::from(format!(
-            "the sale was found sold out with {} left, and the buckets hold {} now: stranded (did a failover bring back units the old master had sold?)",
-            crate::units::count(left, "unit", "units"),
-            s + transit
-        )));
-    }
-    if transit < 0 {
-        problems.push(Finding::from(format!(
-            "{} moved into buckets that no bucket moved out: created (a failover lost a donor's record of a move)",
-            crate::units::count(-transit, "unit was", "units were")
-        )));
-    } else if transit > 0 && unfinished == 0 {
-        problems.push(Finding::from(format!(
-            "{} moved out of a bucket and never delivered: lost in transit (a failover lost the delivery)",
-            crate::units::count(transit, "unit was", "units were")
-        )));
-    }
-    if let (Some(n), Some(s)) = (seeded, stock)
-        && s + sold + transit != n
-    {
-        problems.push(Finding::from(format!(
-            "over the buckets, stock {s} + sold {sold} + in transit {transit} = {} but {n} was seeded: {} unaccounted for",
-            s + sold + transit,
-            crate::units::count(n - s - sold - transit, "unit", "units")
-        )));
-    }
-    let reconciled = match problems.is_empty() {
-        false => Some(false),
-        true => seeded.and(stock).map(|_| true),
-    };
-    Ok(Status {
-        sku: b.sku.to_string(),
-        stock,
-        seeded,
-        sold,
-        ledger_orders: orders,
-        ledger_qty: qty,
-        reconciled,
-        problems,
-        warnings,
-        lock: None,
-        fence: 0,
-        waiters,
-        queue_damaged: 0,
-        orders: None,
-        buckets: Some(books),
-        in_transit: Some(transit),
-    })
 }
 
 /// A failover (or a restart) of the master serving `keys` since the seed: the replication id

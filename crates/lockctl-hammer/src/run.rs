@@ -2,7 +2,7 @@
 //! back, and judge.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::capacity::{check_capacity, ensure_descriptors};
 use crate::drive;
@@ -12,6 +12,7 @@ use crate::history::{History, Recorded};
 use crate::options::Mode;
 use crate::options::{HammerOptions, LoadOptions};
 use crate::report::{Report, RunFacts, Subject};
+use crate::tally::Tally;
 use crate::{pipeline, readback, usage, watch};
 use lockctl_core::conn::{Conn, Target};
 use lockctl_core::keys::StockKeys;
@@ -25,51 +26,27 @@ pub fn run(target: &Target, opts: &HammerOptions) -> Result<Report> {
 /// [`run`], with the run's history when `opts.load.history` asks for one.
 pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     let keys = StockKeys::new(&opts.load.sku);
-    ensure_descriptors(opts, target)?;
-    let mut conn = target.connect()?;
-    check_capacity(&mut conn, target, opts)?;
-    if let Some(p) = &opts.pipeline {
-        pipeline::check_db(target, p)?;
-    }
+    let mut conn = preflight(target, opts)?;
     let initial_stock = starting_stock(&mut conn, opts, &keys)?;
     let incarnation = readback::Incarnation::of(target, &mut conn);
     let masters_before = bucket_masters(target, &mut conn, opts);
-    let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
     let running = match &opts.pipeline {
         Some(p) => Some(pipeline::start(target, opts, p)?),
         None => None,
     };
     let watch = watch::start(target, &opts.load.sku, &keys.stock, initial_stock);
-    let started = Instant::now();
-    let cpu_before = usage::cpu_time();
-    let tally = drive::own_buyers(target, opts).drive(&run_id)?.tally;
-    let elapsed = started.elapsed();
-    let client_cpu = usage::cpu_time()
-        .zip(cpu_before)
-        .map(|(after, before)| after.saturating_sub(before));
+    let ran = Ran::drive(target, opts)?;
     if let Some(quiet) = &opts.load.before_read_back {
         quiet.call();
     }
     let watched = watch.finish();
-    let made = tally.samples();
+    let (tally, made) = (&ran.tally, ran.tally.samples());
     let readback =
-        readback::read_back_patiently(target, &mut conn, &opts.load.sku, &run_id, &tally);
+        readback::read_back_patiently(target, &mut conn, &opts.load.sku, &ran.run_id, tally);
     let restart = incarnation.restart(target);
     let failovers = failed_over(target, opts, &masters_before);
     let stopped_early = interrupted(&opts.load, made);
-    let facts = RunFacts {
-        run_id,
-        // An interrupted run is judged on the requests it made.
-        requests: if stopped_early {
-            made
-        } else {
-            opts.load.requests
-        },
-        initial_stock,
-        elapsed,
-        client_cpu,
-        ..RunFacts::of(opts)
-    };
+    let facts = ran.facts(opts, initial_stock, stopped_early);
     let went_up = match &readback {
         Ok((final_stock, _)) => watch::went_up(&restart, &watched, *final_stock),
         Err(_) => None,
@@ -79,15 +56,15 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
             running,
             target,
             p,
-            elapsed,
+            ran.elapsed,
             &facts.run_id,
-            &tally,
+            tally,
         )?),
         _ => None,
     };
     let evidence = Evidence {
         facts: &facts,
-        tally: &tally,
+        tally,
         books: Books::Ledger(readback),
         went_up,
         pipeline,
@@ -99,13 +76,74 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
         unjudged: None,
     };
     let history = History::of(&evidence, opts.load.users).map(|mut h| {
-        h.stock_reads = watched.reads_since(started);
+        h.stock_reads = watched.reads_since(ran.started);
         Box::new(h)
     });
     Ok(Recorded {
         report: conclude(evidence),
         history,
     })
+}
+
+/// The checks before anything is written (descriptors for the buyers, the server's room for
+/// their connections, the orders database), and the connection the run reads its books on.
+fn preflight(target: &Target, opts: &HammerOptions) -> Result<Conn> {
+    ensure_descriptors(opts, target)?;
+    let mut conn = target.connect()?;
+    check_capacity(&mut conn, target, opts)?;
+    if let Some(p) = &opts.pipeline {
+        pipeline::check_db(target, p)?;
+    }
+    Ok(conn)
+}
+
+/// The buyers' part of a run: what they did, and when.
+struct Ran {
+    run_id: String,
+    tally: Tally,
+    /// When the buyers started: the run's clock.
+    started: Instant,
+    elapsed: Duration,
+    /// The CPU time the client spent meanwhile (`None` where the platform does not say).
+    client_cpu: Option<Duration>,
+}
+
+impl Ran {
+    /// Drives lockctl's own buyers as `opts` says, under a run id of their own.
+    fn drive(target: &Target, opts: &HammerOptions) -> Result<Ran> {
+        let run_id = format!("h{}", hex::encode(rand::random::<[u8; 4]>()));
+        let started = Instant::now();
+        let cpu_before = usage::cpu_time();
+        let tally = drive::own_buyers(target, opts).drive(&run_id)?.tally;
+        let elapsed = started.elapsed();
+        let client_cpu = usage::cpu_time()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
+        Ok(Ran {
+            run_id,
+            tally,
+            started,
+            elapsed,
+            client_cpu,
+        })
+    }
+
+    /// The run's facts, from the stock it started with; a run `stopped_early` is judged on
+    /// the requests it made.
+    fn facts(&self, opts: &HammerOptions, initial_stock: i64, stopped_early: bool) -> RunFacts {
+        RunFacts {
+            run_id: self.run_id.clone(),
+            requests: if stopped_early {
+                self.tally.samples()
+            } else {
+                opts.load.requests
+            },
+            initial_stock,
+            elapsed: self.elapsed,
+            client_cpu: self.client_cpu,
+            ..RunFacts::of(opts)
+        }
+    }
 }
 
 /// The stock the run starts from: seeded with `--stock`, or what Redis holds.

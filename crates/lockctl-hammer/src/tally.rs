@@ -308,72 +308,98 @@ impl Tally {
         if let Some(h) = s.lock_hold {
             record(&mut self.hold, h);
         }
-        let mut sale = false;
-        match &s.ended {
+        let sale = match &s.ended {
             Ended::Done {
                 outcome,
                 replayed,
                 overran_lease,
-            } => match outcome {
-                Buy::Bought { remaining } => {
-                    self.bought += 1;
-                    // A replay deducted nothing now: it may come after the stock ran out.
-                    if *replayed {
-                        self.replayed += 1;
-                    } else {
-                        self.told_bought.set(s.index);
-                        self.timeline.add(s.at, *remaining);
-                        sale = true;
-                    }
-                    self.lease_overrun += u64::from(*overran_lease);
-                }
-                Buy::SoldOut { .. } => {
-                    self.sold_out += 1;
-                    self.precedence.sold_out(s.at, s.index);
-                }
-                Buy::Busy => self.busy += 1,
-                Buy::LeaseLost => self.lease_lost += 1,
-                Buy::LimitReached { .. } => self.limit_reached += 1,
-            },
+            } => self.done(s, *outcome, *replayed, *overran_lease),
             Ended::Answered {
                 outcome, remaining, ..
-            } => match outcome {
-                None => self.answered += 1,
-                Some(Outcome::Bought) => {
-                    self.bought += 1;
-                    self.told_bought.set(s.index);
-                    sale = true;
-                    if let Some(stock) = remaining {
-                        self.timeline.add(s.at, *stock);
-                    }
-                }
-                Some(Outcome::SoldOut) => {
-                    self.sold_out += 1;
-                    self.precedence.sold_out(s.at, s.index);
-                }
-                Some(Outcome::Busy) => self.busy += 1,
-                Some(Outcome::LeaseLost) => self.lease_lost += 1,
-                Some(Outcome::LimitReached) => self.limit_reached += 1,
-            },
+            } => self.answered(s, *outcome, *remaining),
             Ended::Failed {
                 kind,
                 indeterminate,
                 message,
                 hint,
             } => {
-                self.errors += 1;
-                *self.errors_by_kind.entry(*kind).or_insert(0) += 1;
-                if *indeterminate {
-                    self.indeterminate += 1;
-                    self.maybe_applied.set(s.index);
-                }
-                if self.first_error.as_ref().is_none_or(|(at, ..)| s.at < *at) {
-                    self.first_error = Some((s.at, message.clone(), hint.clone()));
-                }
+                self.failed(s, *kind, *indeterminate, message, hint);
+                false
             }
-        }
+        };
         for sale in self.pairs.came(s.index, s.sent, sale).into_iter().flatten() {
             self.precedence.sale(sale);
+        }
+    }
+
+    /// Counts the answer of lockctl's own buyer to `s`; whether it was a sale made now.
+    fn done(&mut self, s: &Sample, outcome: Buy, replayed: bool, overran_lease: bool) -> bool {
+        match outcome {
+            Buy::Bought { remaining } => {
+                self.bought += 1;
+                self.lease_overrun += u64::from(overran_lease);
+                // A replay deducted nothing now: it may come after the stock ran out.
+                if replayed {
+                    self.replayed += 1;
+                    return false;
+                }
+                self.told_bought.set(s.index);
+                self.timeline.add(s.at, remaining);
+                return true;
+            }
+            Buy::SoldOut { .. } => {
+                self.sold_out += 1;
+                self.precedence.sold_out(s.at, s.index);
+            }
+            Buy::Busy => self.busy += 1,
+            Buy::LeaseLost => self.lease_lost += 1,
+            Buy::LimitReached { .. } => self.limit_reached += 1,
+        }
+        false
+    }
+
+    /// Counts an endpoint's answer to `s`, as classified (`None`: it said nothing the patterns
+    /// know); whether it was a sale.
+    fn answered(&mut self, s: &Sample, outcome: Option<Outcome>, remaining: Option<i64>) -> bool {
+        match outcome {
+            None => self.answered += 1,
+            Some(Outcome::Bought) => {
+                self.bought += 1;
+                self.told_bought.set(s.index);
+                if let Some(stock) = remaining {
+                    self.timeline.add(s.at, stock);
+                }
+                return true;
+            }
+            Some(Outcome::SoldOut) => {
+                self.sold_out += 1;
+                self.precedence.sold_out(s.at, s.index);
+            }
+            Some(Outcome::Busy) => self.busy += 1,
+            Some(Outcome::LeaseLost) => self.lease_lost += 1,
+            Some(Outcome::LimitReached) => self.limit_reached += 1,
+        }
+        false
+    }
+
+    /// Counts the failure of `s`: by kind, whether it may have deducted, and the earliest one's
+    /// message.
+    fn failed(
+        &mut self,
+        s: &Sample,
+        kind: ErrorKind,
+        indeterminate: bool,
+        message: &str,
+        hint: &Option<Hint>,
+    ) {
+        self.errors += 1;
+        *self.errors_by_kind.entry(kind).or_insert(0) += 1;
+        if indeterminate {
+            self.indeterminate += 1;
+            self.maybe_applied.set(s.index);
+        }
+        if self.first_error.as_ref().is_none_or(|(at, ..)| s.at < *at) {
+            self.first_error = Some((s.at, message.to_string(), hint.clone()));
         }
     }
 

@@ -9,7 +9,8 @@
 //!
 //! Layout: `request` (the request templates and their placeholders), `classify` (what an
 //! answer meant), `wire` (answers as they come off a connection), `driver` (connections, the
-//! closed and open load models), `socket` (opening connections), `tls` (`https://`).
+//! closed and open load models) and its `exchange` (one request on one connection), `socket`
+//! (opening connections), `tls` (`https://`).
 
 mod books;
 mod classify;
@@ -118,9 +119,8 @@ const SET_UP_LOGINS: usize = 64;
 /// [`run`], with the run's history when `load.history` asks for one.
 pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> Result<Recorded> {
     crate::capacity::ensure_endpoint_descriptors(load)?;
-    let addr = http.request.resolve()?;
     let dial = tls::Dial {
-        addr,
+        addr: http.request.resolve()?,
         tls: tls::Tls::of(&http.request, &http.tls)?,
     };
     let judged = http.classifier.judges();
@@ -133,39 +133,10 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         false => None,
     };
     // Logins are set-up: done before the run's clock starts, never timed nor judged.
-    let tokens = match &http.logins {
-        Some(logins) if http.request.uses_token() => {
-            // The users the run starts with log in before it; the rest (a sale's users are
-            // a bound: 16 buyers clicking for 4 s are 12,800 users, of whom a sale of 20 units
-            // reaches a few dozen) when the run reaches them (`driver::token_of`). The
-            // Flask fixture logged 12,800 users in for 50 s before a round of 21 requests.
-            let mut users = driver::users_of(load, &http.users);
-            users.truncate(SET_UP_LOGINS.max(4 * load.in_flight() as usize));
-            Some(logins.tokens_of(
-                &users,
-                load.sku.as_str(),
-                http.timeout,
-                load.in_flight() as usize,
-            )?)
-        }
-        _ => None,
-    };
+    let tokens = tokens(load, http)?;
     // The run's clock, which the answers and the stock reads are both timed from.
     let started = Instant::now();
-    let plan = driver::Plan {
-        spec: http.request.clone(),
-        classifier: http.classifier.clone(),
-        dial,
-        run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
-        rate: http.rate,
-        timeout: http.timeout,
-        connect_timeout: http.connect_timeout,
-        start: started,
-        users: http.users.clone(),
-        tokens,
-        logins: http.logins.clone().filter(|_| http.request.uses_token()),
-        sale: http.sale,
-    };
+    let plan = plan(http, dial, tokens, started);
     let cpu_before = usage::cpu_time();
     let driven = Endpoint(&plan, load, http.qty).drive(&plan.run_id)?;
     let elapsed = started.elapsed();
@@ -219,6 +190,50 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         Box::new(h)
     });
     Ok(Recorded { report, history })
+}
+
+/// Each user's `{token}`, when the requests carry one: the users of the run log in.
+fn tokens(load: &LoadOptions, http: &HttpOptions) -> Result<Option<login::Tokens>> {
+    let Some(logins) = http.logins.as_ref().filter(|_| http.request.uses_token()) else {
+        return Ok(None);
+    };
+    // The users the run starts with log in before it; the rest (a sale's users are a bound:
+    // 16 buyers clicking for 4 s are 12,800 users, of whom a sale of 20 units reaches a few
+    // dozen) when the run reaches them (`driver::token_of`). The Flask fixture logged 12,800
+    // users in for 50 s before a round of 21 requests.
+    let mut users = driver::users_of(load, &http.users);
+    users.truncate(SET_UP_LOGINS.max(4 * load.in_flight() as usize));
+    let tokens = logins.tokens_of(
+        &users,
+        load.sku.as_str(),
+        http.timeout,
+        load.in_flight() as usize,
+    )?;
+    Ok(Some(tokens))
+}
+
+/// What the driver is to do: `http`'s requests to `dial`, each user with its token, timed
+/// from `start`, under a run id of their own.
+fn plan(
+    http: &HttpOptions,
+    dial: tls::Dial,
+    tokens: Option<login::Tokens>,
+    start: Instant,
+) -> driver::Plan {
+    driver::Plan {
+        spec: http.request.clone(),
+        classifier: http.classifier.clone(),
+        dial,
+        run_id: format!("h{}", hex::encode(rand::random::<[u8; 4]>())),
+        rate: http.rate,
+        timeout: http.timeout,
+        connect_timeout: http.connect_timeout,
+        start,
+        users: http.users.clone(),
+        tokens,
+        logins: http.logins.clone().filter(|_| http.request.uses_token()),
+        sale: http.sale,
+    }
 }
 
 /// Someone's endpoint, driven as the plan says.

@@ -63,68 +63,110 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
     if count > MAX_STOCK {
         return Err(Error::internal(format!("a stock of at most {MAX_STOCK}")));
     }
+    let placed = place(conn, sku, count, k)?;
+    let generation = take_generation(conn, sku)?;
+    let nonce = hex::encode(rand::random::<[u8; 8]>());
+    for (tag, p) in &placed {
+        start_sale(conn, &sku.bucket(tag), &nonce, p.units)?;
+    }
+    let replaced = publish(conn, sku, count, generation, &nonce, &placed)?;
+    if let Ok(old) = Buckets::parse(sku, &replaced) {
+        let kept: Vec<&str> = placed.iter().map(|(_, p)| p.sku.as_str()).collect();
+        retire(conn, &old, &kept)?;
+    }
+    Ok(placed.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Where each of `k` buckets of `sku` goes, with its tag and its share of `count`: bucket `i`
+/// on master `i mod M`, under a tag the SKU's map does not have now.
+fn place(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<Vec<(String, Placement)>> {
     let masters = masters(conn)?;
-    let owner = |slot: u16| master_of(&masters, slot);
     let old = Buckets::read(conn, sku).ok().flatten();
     let old_tags: Vec<String> = old.iter().flat_map(|b| b.skus.iter().map(tag_of)).collect();
-    // Buckets no earlier sale used (the search for a tag on each master starts at a random
-    // salt): a process still holding an old map finds its bucket ended, reads the map again
-    // and buys in the new sale, rather than buying in a bucket of the new sale by the old
-    // map's homes (a user in two buckets, its limit twice over). A tag the old map has is
-    // passed over, whatever the chance.
+    let tags = fresh_tags(&masters, k, &old_tags)?;
+    let placed = tags.into_iter().enumerate().map(|(i, tag)| {
+        let share = count / k as u64 + u64::from((i as u64) < count % k as u64);
+        let placement = Placement {
+            bucket: i,
+            slot: key_slot(&tag),
+            master: master_of(&masters, key_slot(&tag)).unwrap_or_default(),
+            sku: sku.bucket(&tag).to_string(),
+            units: share,
+        };
+        (tag, placement)
+    });
+    Ok(placed.collect())
+}
+
+/// A tag for each of `k` buckets, bucket `i`'s on master `i mod M`, none of them in
+/// `old_tags`.
+///
+/// Buckets no earlier sale used (the search for a tag on each master starts at a random
+/// salt): a process still holding an old map finds its bucket ended, reads the map again and
+/// buys in the new sale, rather than buying in a bucket of the new sale by the old map's
+/// homes (a user in two buckets, its limit twice over). A tag the old map has is passed over,
+/// whatever the chance.
+fn fresh_tags(masters: &[Master], k: usize, old_tags: &[String]) -> Result<Vec<String>> {
     let start = rand::random::<u32>() % 1_000_000_000;
-    let tags: Vec<String> = (0..k)
+    (0..k)
         .map(|i| {
             let want = &masters[i % masters.len()].0;
             (start..start + 100_000)
                 .map(|salt| format!("b{i}.{salt}"))
-                .find(|t| owner(key_slot(t)).as_ref() == Some(want) && !old_tags.contains(t))
+                .find(|t| {
+                    master_of(masters, key_slot(t)).as_ref() == Some(want) && !old_tags.contains(t)
+                })
                 .ok_or_else(|| Error::internal(format!("no slot of master {want} found")))
         })
-        .collect::<Result<_>>()?;
-    let mut placed = Vec::with_capacity(k);
-    for (i, tag) in tags.into_iter().enumerate() {
-        let share = count / k as u64 + u64::from((i as u64) < count % k as u64);
-        let bucket = sku.bucket(&tag);
-        placed.push((
-            tag.clone(),
-            Placement {
-                bucket: i,
-                slot: key_slot(&tag),
-                master: owner(key_slot(&tag)).unwrap_or_default(),
-                sku: bucket.to_string(),
-                units: share,
-            },
-        ));
-    }
+        .collect()
+}
+
+/// Takes the next seed generation of `sku`: the map is published only if no seed of a later
+/// one published first.
+fn take_generation(conn: &mut Conn, sku: &Sku) -> Result<i64> {
     let parent = StockKeys::new(sku);
-    let generation: i64 = match conn.query(
+    match conn.query(
         redis::cmd("HINCRBY")
             .arg(&parent.seed_gen)
             .arg("taken")
             .arg(1),
     ) {
         Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => {
-            return Err(damaged(sku, format!("{} is not a hash", parent.seed_gen)));
+            Err(damaged(sku, format!("{} is not a hash", parent.seed_gen)))
         }
-        other => other?,
-    };
-    let nonce = hex::encode(rand::random::<[u8; 8]>());
-    for (tag, p) in &placed {
-        let bucket = sku.bucket(tag);
-        let keys = StockKeys::new(&bucket);
-        // The bucket's sale record first: a move of the earlier sale still under way is then
-        // not delivered into this one.
-        conn.query::<()>(redis::cmd("SET").arg(&keys.bucket_sale).arg(&nonce))?;
-        conn.query::<()>(
-            redis::cmd("DEL")
-                .arg(&keys.moving)
-                .arg(&keys.moved_in)
-                .arg(&keys.drained),
-        )?;
-        conn.query::<()>(redis::cmd("SET").arg(&keys.moved_out).arg(0))?;
-        seed(conn, &bucket, p.units)?;
+        other => other,
     }
+}
+
+/// Starts sale `nonce` in `bucket` with `units`: moves of any earlier sale forgotten, its
+/// books seeded afresh.
+fn start_sale(conn: &mut Conn, bucket: &Sku, nonce: &str, units: u64) -> Result<()> {
+    let keys = StockKeys::new(bucket);
+    // The bucket's sale record first: a move of the earlier sale still under way is then not
+    // delivered into this one.
+    conn.query::<()>(redis::cmd("SET").arg(&keys.bucket_sale).arg(nonce))?;
+    conn.query::<()>(
+        redis::cmd("DEL")
+            .arg(&keys.moving)
+            .arg(&keys.moved_in)
+            .arg(&keys.drained),
+    )?;
+    conn.query::<()>(redis::cmd("SET").arg(&keys.moved_out).arg(0))?;
+    seed(conn, bucket, units)
+}
+
+/// Publishes the map of the buckets `placed` (sale `nonce`, seed `generation`, `count` units)
+/// on the SKU's own slot, and returns the map it replaced. Outrun by a later seed, it ends its
+/// own buckets and fails with [`Error::Outrun`].
+fn publish(
+    conn: &mut Conn,
+    sku: &Sku,
+    count: u64,
+    generation: i64,
+    nonce: &str,
+    placed: &[(String, Placement)],
+) -> Result<String> {
+    let parent = StockKeys::new(sku);
     let tags: Vec<&str> = placed.iter().map(|(t, _)| t.as_str()).collect();
     let map = format!("v1 {nonce} {}", tags.join(" "));
     let (outcome, replaced): (String, String) = conn.script(
@@ -138,23 +180,18 @@ pub fn seed_buckets(conn: &mut Conn, sku: &Sku, count: u64, k: usize) -> Result<
             .arg(&map)
             .arg(count),
     )?;
-    let ours: Vec<Sku> = placed.iter().map(|(t, _)| sku.bucket(t)).collect();
     match outcome.as_str() {
-        "published" => {}
+        "published" => Ok(replaced),
         "outrun" => {
-            end_unpublished(conn, &ours, &nonce)?;
-            return Err(Error::Outrun {
+            let ours: Vec<Sku> = placed.iter().map(|(t, _)| sku.bucket(t)).collect();
+            end_unpublished(conn, &ours, nonce)?;
+            Err(Error::Outrun {
                 sku: sku.to_string(),
                 count,
-            });
+            })
         }
-        _ => return Err(damaged(sku, replaced)),
+        _ => Err(damaged(sku, replaced)),
     }
-    if let Ok(old) = Buckets::parse(sku, &replaced) {
-        let kept: Vec<&str> = placed.iter().map(|(_, p)| p.sku.as_str()).collect();
-        retire(conn, &old, &kept)?;
-    }
-    Ok(placed.into_iter().map(|(_, p)| p).collect())
 }
 
 /// What it takes and answers: the header comment of `lua/publish.lua`.

@@ -1,5 +1,5 @@
 //! The operation lines of a history read back: the facts, a nemesis's faults, a purchase's
-//! completion. What is wrong with a line is a [`BadOp`]; [`super::read`] adds its number.
+//! completion. What is wrong with a line is a [`BadOp`]; [`super::read()`] adds its number.
 
 use std::collections::HashMap;
 use std::time::Duration;
