@@ -464,7 +464,11 @@ fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all(
     let stopped = || -> Vec<i32> {
         let state = |pid: &i32| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('T')
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
         };
         tree.iter().copied().filter(state).collect()
     };
@@ -473,7 +477,12 @@ fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all(
     let mut halves = HashSet::new();
     for _ in 0..8 {
         nemesis.begin_round();
-        nemesis.strike(FaultKind::PauseWorker, Duration::ZERO, Duration::ZERO, &mut rng);
+        nemesis.strike(
+            FaultKind::PauseWorker,
+            Duration::ZERO,
+            Duration::ZERO,
+            &mut rng,
+        );
         let mut half = stopped();
         half.sort_unstable();
         assert_eq!(half.len(), 4, "stopped: {half:?} of {tree:?}");

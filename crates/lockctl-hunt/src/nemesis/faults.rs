@@ -247,7 +247,11 @@ impl Nemesis {
             return Vec::new();
         };
         if !web || group.len() < 2 {
-            return group.get(pick % group.len().max(1)).copied().into_iter().collect();
+            return group
+                .get(pick % group.len().max(1))
+                .copied()
+                .into_iter()
+                .collect();
         }
         group.shuffle(&mut rand::rngs::StdRng::seed_from_u64(pick as u64));
         group.truncate(group.len() / 2);
@@ -260,7 +264,10 @@ impl Nemesis {
             return (false, "no process to pause".into());
         }
         let stopped: Vec<i32> = match self.serve.as_ref().and_then(|s| s.lock().ok()) {
-            Some(s) => pids.into_iter().filter(|p| s.signal(*p, Signal::STOP)).collect(),
+            Some(s) => pids
+                .into_iter()
+                .filter(|p| s.signal(*p, Signal::STOP))
+                .collect(),
             None => Vec::new(),
         };
         if let Ok(mut u) = self.undo.lock() {
@@ -270,7 +277,10 @@ impl Nemesis {
             [one] => format!("process {one} of the system under test stopped (SIGSTOP)"),
             many => format!(
                 "processes {} of the system under test stopped (SIGSTOP)",
-                many.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         (!stopped.is_empty(), detail)
