@@ -180,7 +180,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     register_clean_ups(&holdings);
     let target = if cli.cluster {
         for sku in cli.command.skus() {
-            check_one_slot(sku).map_err(UsageError)?;
+            check_one_slot(sku).map_err(|e| UsageError(e.to_string()))?;
         }
         Target::open_cluster(&url, options.clone())?
     } else {
