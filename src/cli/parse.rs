@@ -1,7 +1,7 @@
 //! Parsers for the values a user types: numbers with messages that say what is expected, and
 //! names checked like SKUs.
 
-use lockctl_core::sku::{check_name, check_order_id, check_user_id};
+use lockctl_core::sku::{BadName, check_name, check_order_id, check_user_id};
 
 /// A whole number from `min` to `max`, with a message that says so (a negative number is
 /// taken as a value, not as a flag, so that it gets this message).
@@ -24,20 +24,16 @@ pub fn whole(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone
     }
 }
 
-pub fn order_id(s: &str) -> Result<String, String> {
-    check_order_id(s)
-        .map(|()| s.to_string())
-        .map_err(|e| e.to_string())
+pub fn order_id(s: &str) -> Result<String, BadName> {
+    check_order_id(s).map(|()| s.to_string())
 }
 
-pub fn token(s: &str) -> Result<String, String> {
+pub fn token(s: &str) -> Result<String, BadName> {
     check_name("a token", "5f0c...e21a (see lockctl status)", s).map(|()| s.to_string())
 }
 
-pub fn user_id(s: &str) -> Result<String, String> {
-    check_user_id(s)
-        .map(|()| s.to_string())
-        .map_err(|e| e.to_string())
+pub fn user_id(s: &str) -> Result<String, BadName> {
+    check_user_id(s).map(|()| s.to_string())
 }
 
 /// A Redis URL as typed, or as `REDIS_URL` holds it: anything but nothing (an empty

@@ -233,7 +233,7 @@ fn open_target(cli: &Cli, url: &str, options: &ConnectOptions) -> anyhow::Result
         return Ok(Target::open(url, options.clone())?);
     }
     for sku in cli.command.skus() {
-        check_one_slot(sku).map_err(UsageError)?;
+        check_one_slot(sku).map_err(|e| UsageError(e.to_string()))?;
     }
     Ok(Target::open_cluster(url, options.clone())?)
 }

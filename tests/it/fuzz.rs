@@ -3,7 +3,7 @@
 
 use crate::support::RedisServer;
 use lockctl_core::keys::{StockKeys, keys_of};
-use lockctl_core::sku::{MAX_SKU_BYTES, Sku};
+use lockctl_core::sku::{MAX_SKU_BYTES, NameProblem, Sku};
 use lockctl_core::stock::{self, Buy, BuyOptions, Buyer, Strategy as Protect};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -37,7 +37,15 @@ proptest! {
                 prop_assert!(k.stock.ends_with(&s));
                 prop_assert!(keys_of(&sku).iter().all(|key| key.contains(&s)));
             }
-            Err(msg) => prop_assert!(!msg.is_empty()),
+            Err(bad) => {
+                prop_assert_eq!(&bad.name, &s);
+                prop_assert!(!bad.to_string().is_empty());
+                match bad.problem {
+                    NameProblem::Empty => prop_assert!(s.is_empty()),
+                    NameProblem::TooLong { bytes } => prop_assert!(bytes == s.len() && bytes > MAX_SKU_BYTES),
+                    NameProblem::Blank(c) | NameProblem::Invisible(c) => prop_assert!(s.contains(c)),
+                }
+            }
         }
     }
 }

@@ -165,18 +165,39 @@ pub fn keys_of(sku: &Sku) -> Vec<String> {
 }
 
 /// In a Redis Cluster, a script or transaction can only touch keys of one slot: checks that
-/// all of `sku`'s keys share one, and says how to make them when they do not.
-pub fn check_one_slot(sku: &Sku) -> std::result::Result<u16, String> {
+/// all of `sku`'s keys share one (and returns it); the error says how to make them.
+pub fn check_one_slot(sku: &Sku) -> std::result::Result<u16, SlotsDiffer> {
     let keys = keys_of(sku);
     let first = key_slot(&keys[0]);
     match keys.iter().find(|k| key_slot(k) != first) {
         None => Ok(first),
-        Some(other) => Err(format!(
-            "in a Redis Cluster the keys of '{sku}' fall in different slots ('{}' in slot {first}, '{other}' in slot {}); write the SKU with a hash tag, '{{{sku}}}', so that all its keys share one slot",
-            keys[0],
-            key_slot(other)
-        )),
+        Some(other) => Err(SlotsDiffer {
+            sku: sku.clone(),
+            first_key: keys[0].clone(),
+            first_slot: first,
+            other_key: other.clone(),
+            other_slot: key_slot(other),
+        }),
     }
+}
+
+/// Two keys of one SKU in different Redis Cluster slots, so that no script can touch both:
+/// the SKU needs a hash tag.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "in a Redis Cluster the keys of '{sku}' fall in different slots ('{first_key}' in slot {first_slot}, '{other_key}' in slot {other_slot}); write the SKU with a hash tag, '{{{sku}}}', so that all its keys share one slot"
+)]
+pub struct SlotsDiffer {
+    /// The SKU.
+    pub sku: Sku,
+    /// Its first key.
+    pub first_key: String,
+    /// The slot of `first_key`.
+    pub first_slot: u16,
+    /// The first of its keys in another slot.
+    pub other_key: String,
+    /// The slot of `other_key`.
+    pub other_slot: u16,
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the
@@ -248,5 +269,19 @@ mod tests {
             assert!(key.ends_with(":{t}"), "{key}");
         }
         assert_eq!(k.stock, "item:stock:{t}");
+    }
+
+    #[test]
+    fn an_untagged_sku_names_two_keys_in_different_slots() {
+        let sku: Sku = "sku_886".parse().unwrap();
+        let err = check_one_slot(&sku).unwrap_err();
+        assert_eq!(err.sku, sku);
+        assert_eq!(err.first_slot, key_slot(&err.first_key));
+        assert_eq!(err.other_slot, key_slot(&err.other_key));
+        assert_ne!(err.first_slot, err.other_slot);
+        assert!(keys_of(&sku).contains(&err.other_key), "{err}");
+
+        let tagged: Sku = "{sku_886}".parse().unwrap();
+        assert_eq!(check_one_slot(&tagged), Ok(key_slot("sku_886")));
     }
 }

@@ -38,7 +38,7 @@ impl fmt::Display for Sku {
 }
 
 impl FromStr for Sku {
-    type Err = String;
+    type Err = BadName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         check_name("a SKU", "sku_886", s).map(|()| Sku(s.to_string()))
@@ -46,50 +46,96 @@ impl FromStr for Sku {
 }
 
 /// The rule for every name that ends up in a key or a hash field (SKUs, order ids, user ids):
-/// 1 to [`MAX_SKU_BYTES`] bytes, no whitespace, no control characters. `what` and `example`
-/// make the message ("a SKU", "sku_886").
-pub fn check_name(what: &str, example: &str, s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err(format!("{what} cannot be empty (e.g. {example})"));
-    }
-    if s.len() > MAX_SKU_BYTES {
-        return Err(format!(
-            "{what} is at most {MAX_SKU_BYTES} bytes; this one has {}",
-            s.len()
-        ));
-    }
-    if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "'{}' contains {:?}; {what} has no spaces or control characters (e.g. {example})",
-            s.escape_debug(),
-            c
-        ));
-    }
-    if let Some(c) = s.chars().find(|&c| is_invisible(c)) {
-        return Err(format!(
-            "'{}' contains the invisible character U+{:04X}, which would make it look like \
-             another name; {what} has only visible characters (e.g. {example})",
-            s.escape_debug(),
-            c as u32
-        ));
-    }
-    Ok(())
+/// 1 to [`MAX_SKU_BYTES`] bytes, no whitespace, no control characters, nothing invisible.
+/// `what` and `example` make the message ("a SKU", "sku_886").
+pub fn check_name(what: &str, example: &str, s: &str) -> Result<(), BadName> {
+    let problem = if s.is_empty() {
+        NameProblem::Empty
+    } else if s.len() > MAX_SKU_BYTES {
+        NameProblem::TooLong { bytes: s.len() }
+    } else if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        NameProblem::Blank(c)
+    } else if let Some(c) = s.chars().find(|&c| is_invisible(c)) {
+        NameProblem::Invisible(c)
+    } else {
+        return Ok(());
+    };
+    Err(BadName {
+        what: what.to_string(),
+        example: example.to_string(),
+        name: s.to_string(),
+        problem,
+    })
 }
 
-/// A name refused by [`check_name`]'s rule, in words that name it (escaped) and say why.
+/// A name refused by [`check_name`]'s rule. Its message names the value (escaped) and says
+/// why, in the words of `what` and `example`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadName(String);
+#[error("{}", self.words())]
+pub struct BadName {
+    /// What the name is, as the message says it: "a SKU", "an order id".
+    pub what: String,
+    /// A name that would do, for the message: "sku_886".
+    pub example: String,
+    /// The name refused, as given.
+    pub name: String,
+    /// Why it was refused.
+    pub problem: NameProblem,
+}
+
+/// Why [`check_name`] refused a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameProblem {
+    /// It is empty.
+    Empty,
+    /// It is longer than [`MAX_SKU_BYTES`].
+    TooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// It contains this whitespace or control character (the first one).
+    Blank(char),
+    /// It contains this invisible character (the first one; see [`is_invisible`]).
+    Invisible(char),
+}
+
+impl BadName {
+    /// The message: the value escaped, what is wrong with it, and an example that would do.
+    fn words(&self) -> String {
+        let BadName {
+            what,
+            example,
+            name,
+            problem,
+        } = self;
+        match *problem {
+            NameProblem::Empty => format!("{what} cannot be empty (e.g. {example})"),
+            NameProblem::TooLong { bytes } => {
+                format!("{what} is at most {MAX_SKU_BYTES} bytes; this one has {bytes}")
+            }
+            NameProblem::Blank(c) => format!(
+                "'{}' contains {c:?}; {what} has no spaces or control characters (e.g. {example})",
+                name.escape_debug()
+            ),
+            NameProblem::Invisible(c) => format!(
+                "'{}' contains the invisible character U+{:04X}, which would make it look like \
+                 another name; {what} has only visible characters (e.g. {example})",
+                name.escape_debug(),
+                c as u32
+            ),
+        }
+    }
+}
 
 /// The rule for an order id (the idempotency key), wherever one comes from: the command
 /// line's order id, a shop's request. [`check_name`]'s rule, said of an order id.
 pub fn check_order_id(s: &str) -> Result<(), BadName> {
-    check_name("an order id", "order-42", s).map_err(BadName)
+    check_name("an order id", "order-42", s)
 }
 
 /// The rule for a user id, as [`check_order_id`] for order ids.
 pub fn check_user_id(s: &str) -> Result<(), BadName> {
-    check_name("a user id", "alice", s).map_err(BadName)
+    check_name("a user id", "alice", s)
 }
 
 /// Characters that print as nothing or reorder the text around them: Unicode's format
@@ -130,7 +176,8 @@ mod tests {
         ] {
             let name = format!("sku_886{c}");
             let err = name.parse::<Sku>().unwrap_err();
-            assert!(err.contains("invisible"), "{err}");
+            assert_eq!(err.problem, NameProblem::Invisible(c), "{err}");
+            assert!(err.to_string().contains("invisible"), "{err}");
         }
         assert!("商品-é-ß".parse::<Sku>().is_ok());
     }

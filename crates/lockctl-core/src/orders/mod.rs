@@ -77,9 +77,12 @@ impl OrderEvent {
     /// follow the rule of the command line (1 to 200 bytes, no whitespace or control
     /// characters), so that nothing reaches PostgreSQL that it would refuse: a row it refuses
     /// would block the batch it is in.
-    pub fn parse(stream_id: &str, fields: &HashMap<String, String>) -> Result<OrderEvent, String> {
-        let get = |k: &str| fields.get(k).ok_or_else(|| format!("no field '{k}'"));
-        let name = |k: &str, example: &str| -> Result<String, String> {
+    pub fn parse(
+        stream_id: &str,
+        fields: &HashMap<String, String>,
+    ) -> Result<OrderEvent, BadOrderEvent> {
+        let get = |k: &'static str| fields.get(k).ok_or(BadOrderEvent::NoField { field: k });
+        let name = |k: &'static str, example: &str| -> Result<String, BadOrderEvent> {
             let v = get(k)?;
             crate::sku::check_name(&format!("field '{k}'"), example, v)?;
             Ok(v.clone())
@@ -90,37 +93,28 @@ impl OrderEvent {
             None | Some("") => None,
             Some(_) => Some(name("user", "u1")?),
         };
-        let qty = get("qty")?
+        let qty = get("qty")?;
+        let qty = qty
             .parse::<i64>()
             .ok()
             .filter(|q| *q > 0 && *q as u64 <= crate::stock::MAX_STOCK)
-            .ok_or_else(|| {
-                format!(
-                    "qty '{}' is not a whole number from 1 to 10^15 (the largest stock)",
-                    short(&fields["qty"])
-                )
-            })?;
-        let at_ms = get("at")?
+            .ok_or_else(|| BadOrderEvent::Qty { value: qty.clone() })?;
+        let at = get("at")?;
+        let at_ms = at
             .parse::<i64>()
             .ok()
             .filter(|a| AT_MS.contains(a))
-            .ok_or_else(|| {
-                format!(
-                    "at '{}' is not a time in ms between 1970 and 9999",
-                    short(&fields["at"])
-                )
-            })?;
+            .ok_or_else(|| BadOrderEvent::At { value: at.clone() })?;
         let fence = match get("fence")?.as_str() {
             "" => None,
-            f => Some(
-                f.parse::<i64>()
-                    .map_err(|_| format!("fence '{}' is not a number", short(f)))?,
-            ),
+            f => Some(f.parse::<i64>().map_err(|_| BadOrderEvent::Fence {
+                value: f.to_string(),
+            })?),
         };
         let origin = match fields.get("requeued_from") {
             None => stream_id,
             Some(id) if id_parts(id).is_some() => id.as_str(),
-            Some(id) => return Err(format!("requeued_from '{}' is not a stream id", short(id))),
+            Some(id) => return Err(BadOrderEvent::RequeuedFrom { value: id.clone() }),
         };
         Ok(OrderEvent {
             stream_id: stream_id.to_string(),
@@ -133,6 +127,50 @@ impl OrderEvent {
             at_ms,
         })
     }
+}
+
+/// Why a stream entry is not an order ([`OrderEvent::parse`]). Values are kept whole; the
+/// message escapes them and cuts them short.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadOrderEvent {
+    /// A field every order has is missing.
+    #[error("no field '{field}'")]
+    NoField {
+        /// The field's name.
+        field: &'static str,
+    },
+    /// A name (order id, SKU, user) that the rule for names refuses; its `what` is
+    /// "field 'order_id'".
+    #[error(transparent)]
+    Name(#[from] crate::sku::BadName),
+    /// `qty` is not a whole number from 1 to [`crate::stock::MAX_STOCK`].
+    #[error("qty '{}' is not a whole number from 1 to 10^15 (the largest stock)", short(.value))]
+    Qty {
+        /// The field's value.
+        value: String,
+    },
+    /// `at` is not a time in ms between 1970 and 9999.
+    #[error("at '{}' is not a time in ms between 1970 and 9999", short(.value))]
+    At {
+        /// The field's value.
+        value: String,
+    },
+    /// `fence` is neither empty nor a number.
+    #[error("fence '{}' is not a number", short(.value))]
+    Fence {
+        /// The field's value.
+        value: String,
+    },
+    /// `requeued_from` is not a stream id.
+    #[error("requeued_from '{}' is not a stream id", short(.value))]
+    RequeuedFrom {
+        /// The field's value.
+        value: String,
+    },
+    /// The entry's fields are not all text, so there is nothing to parse (the worker's finding
+    /// about an entry as the stream holds it, an [`Entry`] with `None`).
+    #[error("fields that are not text")]
+    NotText,
 }
 
 /// A field's value for a message: escaped, and cut short when it is long.
@@ -255,5 +293,77 @@ pub fn stream_orders(conn: &mut Conn, keys: &StockKeys) -> Result<Vec<OrderEvent
                 .filter_map(|(id, f)| OrderEvent::parse(id, f.as_ref()?).ok()),
         );
         from = format!("({last}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sku::NameProblem;
+
+    fn entry(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn order() -> HashMap<String, String> {
+        entry(&[
+            ("order_id", "o1"),
+            ("sku", "s1"),
+            ("qty", "2"),
+            ("at", "5"),
+            ("fence", ""),
+        ])
+    }
+
+    fn with(field: &str, value: &str) -> HashMap<String, String> {
+        let mut f = order();
+        f.insert(field.into(), value.into());
+        f
+    }
+
+    #[test]
+    fn an_entry_that_is_not_an_order_says_which_field_and_keeps_its_value_whole() {
+        let mut missing = order();
+        missing.remove("at");
+        assert_eq!(
+            OrderEvent::parse("1-0", &missing),
+            Err(BadOrderEvent::NoField { field: "at" })
+        );
+        let long = "9".repeat(60);
+        let err = OrderEvent::parse("1-0", &with("qty", &long)).unwrap_err();
+        assert_eq!(
+            err,
+            BadOrderEvent::Qty {
+                value: long.clone()
+            }
+        );
+        assert!(err.to_string().contains("9999..."), "cut short: {err}");
+        assert!(!err.to_string().contains(&long), "cut short: {err}");
+        assert_eq!(
+            OrderEvent::parse("1-0", &with("fence", "x")),
+            Err(BadOrderEvent::Fence { value: "x".into() })
+        );
+        assert_eq!(
+            OrderEvent::parse("1-0", &with("requeued_from", "7")),
+            Err(BadOrderEvent::RequeuedFrom { value: "7".into() })
+        );
+        assert_eq!(
+            OrderEvent::parse("1-0", &with("at", "-1")),
+            Err(BadOrderEvent::At { value: "-1".into() })
+        );
+    }
+
+    #[test]
+    fn a_bad_name_in_an_entry_is_said_of_its_field() {
+        let Err(BadOrderEvent::Name(bad)) = OrderEvent::parse("1-0", &with("user", "a b")) else {
+            panic!("a user with a space was taken");
+        };
+        assert_eq!(bad.what, "field 'user'");
+        assert_eq!(bad.problem, NameProblem::Blank(' '));
+        let ok = OrderEvent::parse("3-1", &with("requeued_from", "2-0")).unwrap();
+        assert_eq!((ok.origin.as_str(), ok.qty), ("2-0", 2));
     }
 }

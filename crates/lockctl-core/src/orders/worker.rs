@@ -25,7 +25,7 @@ use super::checkpoint::{Checkpoint, Checkpoints};
 use super::db::Db;
 use super::events::{Listener, WorkerEvent};
 use super::failure::{Failure, classify};
-use super::{Entry, GROUP, OrderEvent, dead, ensure_group, entries};
+use super::{BadOrderEvent, Entry, GROUP, OrderEvent, dead, ensure_group, entries};
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::StockKeys;
@@ -541,11 +541,11 @@ fn split(batch: Vec<Entry>) -> (Vec<OrderEvent>, Vec<(String, String)>) {
     for (id, fields) in batch {
         let parsed = match &fields {
             Some(f) => OrderEvent::parse(&id, f),
-            None => Err("fields that are not text".into()),
+            None => Err(BadOrderEvent::NotText),
         };
         match parsed {
             Ok(o) => orders.push(o),
-            Err(why) => dead.push((id, why)),
+            Err(why) => dead.push((id, why.to_string())),
         }
     }
     (orders, dead)

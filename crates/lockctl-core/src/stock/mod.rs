@@ -220,17 +220,30 @@ impl Buy {
 }
 
 impl std::str::FromStr for Strategy {
-    type Err = String;
+    type Err = UnknownStrategy;
 
-    fn from_str(s: &str) -> std::result::Result<Strategy, String> {
+    fn from_str(s: &str) -> std::result::Result<Strategy, UnknownStrategy> {
         Strategy::ALL
             .into_iter()
             .find(|st| st.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Strategy::ALL.iter().map(|st| st.name()).collect();
-                format!("unknown strategy '{s}'; one of: {}", names.join(", "))
+            .ok_or_else(|| UnknownStrategy {
+                name: s.to_string(),
             })
     }
+}
+
+/// A strategy name that is none of [`Strategy::ALL`]'s; the message lists them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown strategy '{name}'; one of: {}", strategy_names())]
+pub struct UnknownStrategy {
+    /// The name as given.
+    pub name: String,
+}
+
+/// Every strategy's name, comma-separated.
+fn strategy_names() -> String {
+    let names: Vec<&str> = Strategy::ALL.iter().map(|st| st.name()).collect();
+    names.join(", ")
 }
 
 /// The name of a purchase outcome: the contract's `outcome` field and the label of
@@ -495,4 +508,23 @@ fn scan_one_ledger(conn: &mut Conn, sku: &Sku, visit: &mut impl FnMut(String, i6
 /// A fresh order id: `o-` and 16 random hex characters.
 pub fn new_order_id() -> String {
     format!("o-{}", hex::encode(rand::random::<[u8; 8]>()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_strategy_reads_back_from_its_name_and_no_other_name_does() {
+        for st in Strategy::ALL {
+            assert_eq!(st.name().parse::<Strategy>(), Ok(st));
+        }
+        let err = "optimistic".parse::<Strategy>().unwrap_err();
+        assert_eq!(err.name, "optimistic");
+        let words = err.to_string();
+        assert!(
+            Strategy::ALL.iter().all(|st| words.contains(st.name())),
+            "{words}"
+        );
+    }
 }
