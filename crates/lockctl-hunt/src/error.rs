@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::process::ExitStatus;
 
-use crate::nemesis::FaultKind;
+use crate::nemesis::kind::FaultKind;
 
 /// Why a hunt ended without a report.
 #[derive(Debug, thiserror::Error)]

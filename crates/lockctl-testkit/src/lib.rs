@@ -28,11 +28,13 @@
 //! - [`server`]: [`RedisServer`], a private Redis or Valkey per test, and which programs those are.
 //! - [`tools`]: starting and running external programs, failing with what to install.
 
+pub mod programs;
 pub mod server;
 pub mod tools;
 
-pub use crate::server::{
-    REDIS_CLI_VAR, REDIS_SERVER_VAR, RedisServer, VALKEY_SERVER_VAR, free_port, redis_cli_program,
-    redis_server_program, valkey_server_program,
+pub use crate::programs::{
+    REDIS_CLI_VAR, REDIS_SERVER_VAR, VALKEY_SERVER_VAR, redis_cli_program, redis_server_program,
+    valkey_server_program,
 };
+pub use crate::server::{RedisServer, free_port};
 pub use crate::tools::{run_ok, signal, spawn_tool};

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::server::{
+use crate::programs::{
     REDIS_CLI_VAR, REDIS_SERVER_VAR, VALKEY_SERVER_VAR, redis_cli_program, redis_server_program,
 };
 

@@ -7,7 +7,7 @@
 //! connections (named `lockctl-hunt` on the server).
 
 mod faults;
-mod kind;
+pub(crate) mod kind;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
