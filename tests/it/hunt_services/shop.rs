@@ -296,3 +296,43 @@ fn users_from_a_file_buy_with_their_own_tokens_on_hunt_and_hammer() {
     assert_eq!(v["errors"], 0, "{said}");
     assert_eq!(v["answered"], 6, "{said}");
 }
+
+/// A round of more users than log in before it (64): the rest log in when the round reaches
+/// them, and every request carries its own user's token (the shop answers 401 without one).
+#[test]
+fn users_past_the_first_64_log_in_when_the_round_reaches_them() {
+    let redis = RedisServer::start();
+    let db = shop_db();
+    let history = tempfile::NamedTempFile::new().unwrap();
+    let r = hunt_shop(
+        &redis,
+        &db,
+        "guarded",
+        &[
+            "--nemesis",
+            "none",
+            "--budget",
+            "3s",
+            "-n",
+            "150",
+            "--stock",
+            "200",
+            "-c",
+            "4",
+            "--history",
+            history.path().to_str().unwrap(),
+        ],
+    );
+    passed(&r);
+    let lines = std::fs::read_to_string(history.path()).unwrap();
+    assert!(!lines.contains("HTTP 401"), "{lines}");
+    assert!(!lines.contains("the login of user"), "{lines}");
+    // The round's 150 requests were 150 users: those past the first 64 logged in late.
+    let users: std::collections::HashSet<String> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|op| op["type"] == "ok")
+        .filter_map(|op| op["value"]["user"].as_str().map(str::to_string))
+        .collect();
+    assert!(users.len() > 64, "{} users answered: {}", users.len(), r.2);
+}
