@@ -616,9 +616,8 @@ fn the_proxy_stalls_and_resets_one_connection_while_the_others_go_on() {
     assert!(ping(&mut three).is_err(), "a reset connection answered");
 }
 
-#[test]
-fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_passes() {
-    let redis = RedisServer::start();
+/// A database of the test's own with an empty `stock` table, and the PHP fixtures' DSN for it.
+fn pg_stock() -> (TestDb, Env) {
     let db = TestDb::create();
     db.client()
         .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
@@ -627,6 +626,13 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
         pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
         ..Env::default()
     };
+    (db, env)
+}
+
+#[test]
+fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_passes() {
+    let redis = RedisServer::start();
+    let (db, env) = pg_stock();
     let sql = [
         "--stock-sql",
         &db.url,
@@ -654,14 +660,7 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
 #[test]
 fn a_guarded_postgresql_stock_passes_with_its_row_held_and_its_sessions_ended() {
     let redis = RedisServer::start();
-    let db = TestDb::create();
-    db.client()
-        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
-        .unwrap();
-    let env = Env {
-        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
-        ..Env::default()
-    };
+    let (db, env) = pg_stock();
     let (exit, v, said) = hunt(
         &redis,
         "tests/fixtures/hunt/pg_guarded.php",
@@ -694,14 +693,7 @@ fn a_guarded_postgresql_stock_passes_with_its_row_held_and_its_sessions_ended() 
 #[test]
 fn a_stock_in_postgresql_is_read_while_the_round_goes_and_drawn_from_the_reads() {
     let redis = RedisServer::start();
-    let db = TestDb::create();
-    db.client()
-        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
-        .unwrap();
-    let env = Env {
-        pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
-        ..Env::default()
-    };
+    let (db, env) = pg_stock();
     let dir = tempfile::tempdir().unwrap();
     let (history, page) = (dir.path().join("h.jsonl"), dir.path().join("h.html"));
     let (exit, _, said) = hunt(
