@@ -10,14 +10,15 @@ use lockctl_core::stock::{self, Buy, BuyOptions, Strategy};
 
 use crate::support::RedisServer;
 
-fn runtime() -> tokio::runtime::Runtime {
+/// A current-thread runtime with I/O and time, as a service's handler has.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
 }
 
-fn sku(name: &str) -> Sku {
+pub(crate) fn sku(name: &str) -> Sku {
     name.parse().unwrap()
 }
 
@@ -402,7 +403,7 @@ fn atomic_async_purchases_are_pipelined_each_its_own_script() {
         },
         ..BuyOptions::default()
     };
-    // A lock user (the seed's PHP) holds the SKU's lock for the first 300 ms.
+    // A lock user (the tutorial's PHP) holds the SKU's lock for the first 300 ms.
     redis.hold_lock("aio_atomic", "php-holder", 300);
     let before = connections_received(&redis);
     let buyer = AsyncBuyer::new(&target, &s, options);

@@ -1,5 +1,6 @@
-//! `lockctl_core::aio` dropped at every await point: under `tokio::time::timeout`, and with the
-//! runtime shut down while calls are in flight. Afterwards the lock is free within its lease
+//! `lockctl_core::aio` dropped at every await point: each call cut at each of its await points
+//! in turn (`cut_at_await`), under `tokio::time::timeout`, and with the runtime shut down while
+//! calls are in flight. Afterwards the lock is free within its lease
 //! (nothing renews it any more), nobody is left waiting, and the books reconcile; a second
 //! sale of what is left sells exactly the stock.
 
@@ -398,5 +399,240 @@ fn purchases_cut_at_any_point_leave_the_books_reconciled_and_the_lock_free() {
         }
         assert_eq!(bought, left, "{strategy}");
         assert_eq!(assert_reconciled(&redis, &s), 0, "{strategy}");
+    }
+}
+
+/// The group committer (`AsyncBatch`) with its purchases in flight when the runtime is shut
+/// down, on a current-thread and on a multi-thread runtime, a millisecond or two in (while the
+/// submissions wait for their batch, and while batches are in Redis): the test above cuts
+/// `AsyncBatch::buy` by timeouts only. Every purchase was made or not, never half: the books
+/// reconcile, an order asked again is a replay exactly when it had bought, and the rest sells
+/// exactly, to zero.
+#[test]
+fn the_batcher_shut_down_with_purchases_in_flight_leaves_the_books_reconciled() {
+    // More stock than orders, so that how many were made shows where the shutdown cut them.
+    const STOCK: i64 = 5000;
+    const ORDERS: u64 = 2000;
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let options = BuyOptions {
+        strategy: Strategy::Batch,
+        ..BuyOptions::default()
+    };
+    for round in 0..6u64 {
+        let s = sku(&format!("batch_shutdown_{round}"));
+        stock::seed(&mut redis.conn(), &s, STOCK as u64).unwrap();
+        let rt = if round % 2 == 0 {
+            runtime()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let batch = AsyncBatch::start(&target, &s, options.clone()).unwrap();
+        for i in 0..ORDERS {
+            let batch = batch.clone();
+            rt.spawn(async move {
+                let _ = batch.buy(&format!("o{i}"), None).await;
+            });
+        }
+        // Shut down 0-2 ms in, with purchases still to submit, waiting for their batch or in
+        // Redis (one run: 305 to 1,989 of 2,000 made before the shutdown, by the round).
+        rt.block_on(async { tokio::time::sleep(Duration::from_micros(round * 400)).await });
+        drop(rt);
+        drop(batch);
+        let left = assert_reconciled(&redis, &s);
+        // Each order asked again: a replay exactly for the ones made before the shutdown.
+        let rt = runtime();
+        let batch = AsyncBatch::start(&target, &s, options.clone()).unwrap();
+        let (mut made, mut bought) = (0, 0);
+        for i in 0..ORDERS {
+            let p = rt.block_on(batch.buy(&format!("o{i}"), None)).unwrap();
+            made += p.replayed.is_some() as i64;
+            bought += (p.replayed.is_none() && matches!(p.outcome, Buy::Bought { .. })) as i64;
+        }
+        assert_eq!(
+            made,
+            STOCK - left,
+            "round {round}: replays against units gone"
+        );
+        assert_eq!(
+            bought,
+            left.min(ORDERS as i64 - made),
+            "round {round}: the rest"
+        );
+        assert_eq!(assert_reconciled(&redis, &s), STOCK - made - bought);
+    }
+}
+
+/// A `using` scope cut by a timeout or a runtime shutdown while its body makes fenced writes
+/// (`Held::fenced`, on the blocking pool): the lock is free within its lease, and no fenced
+/// write lands after the scope was cut and another holder took the lock.
+#[test]
+fn a_scope_cut_during_its_fenced_writes_frees_the_lock_and_writes_nothing_after() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    for round in 0..10u64 {
+        let rt = runtime();
+        for i in 0..10u64 {
+            let lock = Lock::new(&target, "fenced_cut", lock_options(1000, 5000));
+            let cut = Duration::from_millis((i * 3 + round * 7) % 25);
+            rt.spawn(async move {
+                let body = |held: lockctl_core::aio::Held| async move {
+                    let mut incr = redis::cmd("INCR");
+                    incr.arg("fenced_cut:writes");
+                    loop {
+                        let _ = held.fenced(&incr).await;
+                    }
+                };
+                let _ = tokio::time::timeout(cut, using(lock, body)).await;
+            });
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(5 + round * 4)).await });
+        drop(rt);
+        assert_freed_within(&redis, "fenced_cut", Duration::from_millis(600));
+    }
+    // Held by another holder now: nothing of the cut scopes writes any more.
+    let rt = runtime();
+    let holder = AsyncLock::new(Lock::new(&target, "fenced_cut", lock_options(5000, 0)));
+    let g = rt.block_on(holder.acquire()).unwrap().unwrap();
+    let count = || {
+        redis::cmd("GET")
+            .arg("fenced_cut:writes")
+            .query::<Option<i64>>(&mut redis.raw())
+            .unwrap()
+    };
+    let before = count();
+    assert!(before.unwrap_or(0) > 0, "the scopes never wrote");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        count(),
+        before,
+        "a cut scope wrote while another held the lock"
+    );
+    rt.block_on(holder.release(g)).unwrap();
+}
+
+/// `f`, dropped at its `k`-th await point: polled until it has answered `Pending` `k` times,
+/// then dropped; `Some` when it finished before that (`k` was past its last await point).
+async fn cut_at_await<F: Future>(f: F, k: usize) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut pending = 0;
+    std::future::poll_fn(move |cx| {
+        if pending == k {
+            return std::task::Poll::Ready(None);
+        }
+        match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending => {
+                pending += 1;
+                match pending == k {
+                    true => std::task::Poll::Ready(None),
+                    false => std::task::Poll::Pending,
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Cuts `call()` at its first await point, then its second, and so on, until one run of it
+/// finishes before the cut: every await point it reaches is a place it was dropped at once.
+/// `check` runs after each cut; the number of await points is returned.
+fn sweep_await_points<F: Future>(
+    rt: &tokio::runtime::Runtime,
+    mut call: impl FnMut(usize) -> F,
+    mut check: impl FnMut(usize),
+) -> usize {
+    for k in 1..=500 {
+        let finished = rt.block_on(cut_at_await(call(k), k)).is_some();
+        check(k);
+        if finished {
+            return k - 1;
+        }
+    }
+    panic!("still not finished after 500 await points")
+}
+
+/// Every `aio` call dropped at each of its await points in turn, not at random ones: a `using`
+/// scope whose body sleeps and makes a fenced write, `AsyncLock::acquire`, and a purchase
+/// under each strategy (the group committer's too). After each cut the lock is free within
+/// its lease and the books reconcile; the rest sells exactly.
+#[test]
+fn every_aio_call_dropped_at_each_of_its_await_points_leaves_the_lock_free_and_the_books_whole() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    let rt = runtime();
+    // Freed well within the 2 s lease: given back, not left to run out.
+    let within = Duration::from_millis(1500);
+    let points = sweep_await_points(
+        &rt,
+        |k| {
+            let lock = Lock::new(&target, "sweep_scope", lock_options(2000, 1000));
+            using(lock, move |held| async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let write = redis::cmd("SET").arg("sweep_scope:note").arg(k).to_owned();
+                let _ = held.fenced(&write).await;
+            })
+        },
+        |_| assert_freed_within(&redis, "sweep_scope", within),
+    );
+    assert!(points >= 3, "a scope with only {points} await points");
+    let lock = AsyncLock::new(Lock::new(&target, "sweep_acquire", lock_options(2000, 0)));
+    let points = sweep_await_points(
+        &rt,
+        // Taken and given back: the sweep covers both calls' await points.
+        |_| async {
+            if let Ok(Some(g)) = lock.acquire().await {
+                let _ = lock.release(g).await;
+            }
+        },
+        |_| assert_freed_within(&redis, "sweep_acquire", within),
+    );
+    assert!(points >= 1, "an acquire with no await point");
+    for strategy in [
+        Strategy::Lock,
+        Strategy::Fenced,
+        Strategy::Atomic,
+        Strategy::Batch,
+    ] {
+        let s = sku(&format!("sweep_{strategy}"));
+        stock::seed(&mut redis.conn(), &s, 1000).unwrap();
+        let options = BuyOptions {
+            strategy,
+            lock: lock_options(2000, 5000),
+            ..BuyOptions::default()
+        };
+        let buyer = AsyncBuyer::new(&target, &s, options.clone());
+        let batch = AsyncBatch::start(&target, &s, options.clone()).unwrap();
+        let points = sweep_await_points(
+            &rt,
+            |k| {
+                let (buyer, batch) = (buyer.clone(), batch.clone());
+                async move {
+                    let order = format!("o{k}");
+                    match strategy {
+                        Strategy::Batch => batch.buy(&order, None).await,
+                        _ => buyer.buy(&order, None).await,
+                    }
+                }
+            },
+            |_| {
+                assert_reconciled(&redis, &s);
+            },
+        );
+        assert!(points >= 1, "{strategy}: a purchase with no await point");
+        // Every cut purchase was made or not, never half (reconciled after each), and nobody
+        // was left in the lock's queue; the rest sells exactly, to zero.
+        let left = assert_reconciled(&redis, &s);
+        let mut bought = 0;
+        for i in 0..left + 3 {
+            let p = rt.block_on(buyer.buy(&format!("rest{i}"), None)).unwrap();
+            bought += matches!(p.outcome, Buy::Bought { .. }) as i64;
+        }
+        assert_eq!(bought, left, "{strategy}");
+        drop((buyer, batch));
     }
 }

@@ -3,7 +3,11 @@
 
 use crate::error::{Error, Result};
 use crate::options::{Driving, HammerOptions, LoadOptions};
-use lockctl_core::aio::DEFAULT_ROOM;
+use lockctl_core::aio::{DEFAULT_CONNECTIONS, DEFAULT_ROOM};
+
+/// The blocking threads of `--mode tasks`'s runtime, at most (tokio's own default): what the
+/// purchases that are blocking calls (`naive`) run on, each with a connection.
+pub(crate) const TASKS_BLOCKING_THREADS: usize = 512;
 use lockctl_core::conn::Target;
 use lockctl_core::stock::Strategy;
 
@@ -24,7 +28,7 @@ pub fn ensure_descriptors(opts: &HammerOptions, target: &Target) -> Result<()> {
         // failed exec, while other children start beside it; each then keeps three.
         Driving::Procs => (8, 8 * c),
         // Lockctl's own buyers: a connection each, and one per watchdog.
-        Driving::Threads => {
+        Driving::Threads | Driving::Tasks => {
             let conns = connections_needed(opts, target);
             ((conns.saturating_sub(4) / c).max(1), conns)
         }
@@ -112,6 +116,21 @@ pub fn connections_needed(opts: &HammerOptions, target: &Target) -> u64 {
             places + watchdogs.min(places) + own
         }
         Driving::Threads => c + watchdogs + own,
+        Driving::Tasks => match opts.buy.strategy {
+            // The native transport's multiplexed connections, and the blocking pool's for
+            // what one command cannot finish (a bucketed SKU's borrowing, say).
+            Strategy::Atomic if opts.work.is_zero() && !target.is_cluster() => {
+                DEFAULT_CONNECTIONS as u64 + 2 + own
+            }
+            // The group committers (or, under atomic with work, the pipelining ones).
+            Strategy::Atomic | Strategy::Batch => 2 + own,
+            Strategy::Lock | Strategy::Fenced => {
+                let places = (DEFAULT_ROOM as u64).min(c);
+                places + watchdogs.min(places) + own
+            }
+            // A blocking call each, on the runtime's blocking pool.
+            Strategy::Naive => c.min(TASKS_BLOCKING_THREADS as u64) + own,
+        },
     }
 }
 

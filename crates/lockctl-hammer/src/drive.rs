@@ -55,7 +55,8 @@ struct Threads<'a>(&'a Target, &'a HammerOptions);
 struct Multiplexed<'a>(&'a Target, &'a HammerOptions);
 /// The batch strategy's buyers: one group committer the buyers submit to.
 struct Batched<'a>(&'a Target, &'a HammerOptions);
-/// The lock strategies' buyers: tasks, a few of them waiting in Redis.
+/// Buyers as tokio tasks: `--mode tasks`, and the lock strategies' many buyers under
+/// `threads` (a few of them waiting in Redis).
 struct Tasks<'a>(&'a Target, &'a HammerOptions);
 /// Each purchase a child process, started by the options' `children`.
 struct Procs<'a>(&'a Target, &'a HammerOptions);
@@ -98,6 +99,7 @@ pub(crate) fn own_buyers<'a>(target: &'a Target, opts: &'a HammerOptions) -> Box
         Driving::Threads if batches(opts) => Box::new(Batched(target, opts)),
         Driving::Threads if waits_as_tasks(opts) => Box::new(Tasks(target, opts)),
         Driving::Threads => Box::new(Threads(target, opts)),
+        Driving::Tasks => Box::new(Tasks(target, opts)),
         Driving::Procs => Box::new(Procs(target, opts)),
     }
 }

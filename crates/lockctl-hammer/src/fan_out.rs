@@ -219,8 +219,10 @@ pub(super) fn fan_out_tasks<F: Future<Output = Sample>>(
     tasks: u64,
     purchase: impl Fn(u64, Began, watch::Receiver<bool>) -> F,
 ) -> Result<Tally> {
+    // Time and I/O: the native async purchases' connections are the runtime's sockets.
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
+        .max_blocking_threads(crate::capacity::TASKS_BLOCKING_THREADS)
         .build()
         .map_err(|e| Error::internal(format!("could not start the buyers' runtime: {e}")))?;
     let shared = Shared::new(opts, start, 1);

@@ -19,6 +19,8 @@ use lockctl_core::stock::BuyOptions;
 pub enum Mode {
     /// Worker threads in this process, one connection each.
     Threads,
+    /// A tokio task per buyer, on the native async core (`lockctl_core::aio`).
+    Tasks,
     /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
     Procs,
     /// Each purchase is an HTTP request to someone's endpoint (`hammer --url`).
@@ -32,6 +34,10 @@ pub enum Driving {
     /// Worker threads in this process, one connection each.
     #[default]
     Threads,
+    /// A tokio task per buyer (`--mode tasks`): under `atomic` each purchase a request on a
+    /// few multiplexed connections, pipelined, with no thread per buyer; the other strategies
+    /// through `lockctl_core::aio`'s async buyers.
+    Tasks,
     /// Each purchase is a child process (`lockctl buy`), like the tutorial's "several terminals".
     Procs,
 }
@@ -40,6 +46,7 @@ impl From<Driving> for Mode {
     fn from(d: Driving) -> Mode {
         match d {
             Driving::Threads => Mode::Threads,
+            Driving::Tasks => Mode::Tasks,
             Driving::Procs => Mode::Procs,
         }
     }

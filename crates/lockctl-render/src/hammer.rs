@@ -547,6 +547,7 @@ pub(crate) fn lock_kind(r: &Report) -> String {
 pub(crate) fn mode_name(r: &Report) -> &'static str {
     match r.run.mode {
         Mode::Threads => "threads",
+        Mode::Tasks => "tasks",
         Mode::Procs => "processes",
         Mode::Http => "http",
     }

@@ -1,12 +1,18 @@
 //! The library from async code (tokio), behind the `tokio` feature: the same implementation
 //! underneath, never a second one.
 //!
-//! - A purchase or a lock call is a blocking call on tokio's blocking pool
-//!   ([`tokio::task::spawn_blocking`]), on a connection kept for the next call: the async task
-//!   itself never blocks, and what it buys is exactly what the blocking [`Buyer`] buys. Under
-//!   the lock strategies a few purchases wait in Redis at once and the others as tasks
-//!   ([`AsyncBuyer`]); under `atomic` the purchases in flight are pipelined by committer
-//!   threads, as the group committer's are.
+//! - An `atomic` purchase is natively async (`native`): the sans-IO purchase
+//!   ([`Buyer::atomic_command`], [`Buyer::atomic_next`], the same decisions the blocking
+//!   [`Buyer`] makes) on the redis crate's multiplexed tokio connection, a few connections per
+//!   buyer with every purchase in flight pipelined on them. No thread and no `spawn_blocking`
+//!   on its path, and cancellation-safe: a purchase dropped mid-flight is either not sent or
+//!   run whole by Redis, never half. What one command cannot do (a SKU found bucketed or
+//!   unseeded, replicas to wait for, the caller's work, a cluster) is made the blocking way.
+//! - The lock strategies' purchases and the lock calls stay blocking calls on tokio's
+//!   blocking pool ([`tokio::task::spawn_blocking`]), on a connection kept for the next call:
+//!   the async task itself never blocks, and what it buys is exactly what the blocking
+//!   [`Buyer`] buys. A few purchases wait in Redis at once and the others as tasks
+//!   ([`AsyncBuyer`]).
 //! - The group committer ([`AsyncBatch`]) needs no thread per purchase at all: a purchase is
 //!   submitted and its answer comes back on a channel, so ten thousand tasks can wait on one
 //!   batcher.
@@ -31,6 +37,9 @@ use crate::sku::Sku;
 use crate::stock::{Batcher, BuyOptions, Buyer, Purchase, Strategy, Submitter};
 
 mod holding;
+mod native;
+
+pub use native::DEFAULT_CONNECTIONS;
 
 pub use holding::{AsyncLock, Held, LeaseLoss, using};
 
@@ -84,12 +93,15 @@ impl Pool {
 /// (5,000 waiters in Redis fell to 92 purchases/s).
 pub const DEFAULT_ROOM: usize = 16;
 
-/// A buyer for async code: [`Buyer::buy`] on tokio's blocking pool. Cloning is cheap and shares
-/// its connections and its waiting room.
+/// A buyer for async code. Cloning is cheap and shares its connections and its waiting room.
 ///
-/// Under `atomic`, the purchases in flight are pipelined instead: two committer threads (a
-/// [`Batcher`] under `atomic`) send each purchase's own script call, the ones waiting together,
-/// and answer each task on a channel; no purchase shares another's script.
+/// Under `atomic`, a purchase is natively async: its script call is a request on one of a few
+/// multiplexed connections ([`DEFAULT_CONNECTIONS`], see [`AsyncBuyer::with_connections`]),
+/// pipelined with the others in flight, and no thread waits for it. On a cluster, or with the
+/// caller's work ([`Buyer::with_work`]), the purchases in flight are pipelined by two
+/// committer threads instead (a [`Batcher`] under `atomic`).
+///
+/// Under the other strategies a purchase is [`Buyer::buy`] on tokio's blocking pool.
 ///
 /// Under `lock` and `fenced`, at most [`DEFAULT_ROOM`] purchases (see [`AsyncBuyer::with_room`])
 /// wait for the lock in Redis at once, each on a connection of its own; any number of others
@@ -107,8 +119,11 @@ pub struct AsyncBuyer {
     pool: Pool,
     /// Places to wait for the lock in Redis (`None` for the strategies that take no lock).
     room: Option<Arc<Semaphore>>,
-    /// Under `atomic`: the pipelining committers, started by the first purchase.
+    /// Under `atomic`: the pipelining committers, started by the first purchase, where the
+    /// native transport cannot serve.
     pipeline: Arc<OnceCell<Batcher>>,
+    /// Under `atomic` on a single server: the native async transport.
+    native: Option<Arc<native::Native>>,
 }
 
 impl AsyncBuyer {
@@ -120,12 +135,27 @@ impl AsyncBuyer {
     /// The async form of `buyer` (made for `target`: a [`Buyer::with_quorum`], say).
     pub fn from_buyer(target: &Target, buyer: Buyer) -> AsyncBuyer {
         let locks = matches!(buyer.options().strategy, Strategy::Lock | Strategy::Fenced);
+        let native = (buyer.options().strategy == Strategy::Atomic && !buyer.has_work())
+            .then(|| native::Native::new(target, DEFAULT_CONNECTIONS))
+            .flatten()
+            .map(Arc::new);
         AsyncBuyer {
             room: locks.then(|| Arc::new(Semaphore::new(DEFAULT_ROOM))),
             buyer: Arc::new(buyer),
             pool: Pool::new(target),
             pipeline: Arc::default(),
+            native,
         }
+    }
+
+    /// The same buyer with `connections` multiplexed connections (at least one) for its
+    /// native async purchases (`atomic` on a single server); no effect otherwise. Default:
+    /// [`DEFAULT_CONNECTIONS`].
+    pub fn with_connections(mut self, connections: usize) -> AsyncBuyer {
+        if self.native.is_some() {
+            self.native = native::Native::new(&self.pool.target, connections).map(Arc::new);
+        }
+        self
     }
 
     /// The same buyer with `places` purchases at most waiting for the lock in Redis at once
@@ -155,10 +185,16 @@ impl AsyncBuyer {
         user: Option<&str>,
         stop: impl std::future::Future<Output = ()>,
     ) -> Option<Result<Purchase>> {
+        let started = Instant::now();
+        if let Some(native) = &self.native {
+            match native.buy(&self.buyer, order_id, user, started).await {
+                native::Made::Answered(answer) => return Some(answer),
+                native::Made::WholePath => return Some(self.whole(order_id, user, started).await),
+            }
+        }
         if self.buyer.options().strategy == Strategy::Atomic {
             return Some(self.pipelined(order_id, user).await);
         }
-        let started = Instant::now();
         let place = match &self.room {
             Some(room) => {
                 let wait = self.buyer.options().lock.wait;
@@ -189,6 +225,22 @@ impl AsyncBuyer {
 }
 
 impl AsyncBuyer {
+    /// A purchase the whole way ([`Buyer::buy_since`]) on the blocking pool: what the native
+    /// transport's one command could not finish.
+    async fn whole(
+        &self,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
+        let (me, order, user) = (self.clone(), order_id.to_string(), user.map(str::to_string));
+        blocking(move || {
+            me.pool
+                .with(|c| me.buyer.buy_since(c, &order, user.as_deref(), started))
+        })
+        .await
+    }
+
     /// An `atomic` purchase through the pipelining committers ([`Batcher`] under `atomic`:
     /// each purchase its own script call, the ones in flight sent together), started on first
     /// use. A purchase a blocking call each would cost two thread hand-offs: measured with
@@ -236,6 +288,16 @@ impl AsyncBatch {
     /// Starts the committers of `sku` at `target` (see [`Batcher::start`]).
     pub fn start(target: &Target, sku: &Sku, options: BuyOptions) -> Result<AsyncBatch> {
         let batcher = Batcher::start(target, sku, options)?;
+        Ok(AsyncBatch {
+            submitter: batcher.submitter(),
+            _batcher: Arc::new(batcher),
+        })
+    }
+
+    /// [`AsyncBatch::start`] for purchases made by `buyer` (made for `target`: a
+    /// [`Buyer::with_quorum`], say).
+    pub fn from_buyer(target: &Target, buyer: Buyer) -> Result<AsyncBatch> {
+        let batcher = Batcher::for_buyer(target, buyer)?;
         Ok(AsyncBatch {
             submitter: batcher.submitter(),
             _batcher: Arc::new(batcher),

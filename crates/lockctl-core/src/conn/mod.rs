@@ -420,17 +420,48 @@ impl Conn {
 
     /// An error for a reply that makes no sense here.
     pub fn unexpected(&self, reason: String) -> Error {
-        Error::Redis {
-            addr: self.addr.to_string(),
-            reason,
-            code: None,
-            indeterminate: false,
-            hint: None,
-        }
+        unexpected(&self.addr, reason)
     }
 
     /// Maps a driver error to the library's error, naming this connection's address.
     pub fn map_err(&self, e: RedisError) -> Error {
+        let at = Endpoint {
+            addr: &self.addr,
+            url: &self.url,
+            call_timeout: self.call_timeout,
+            cluster: self.cluster.is_some(),
+        };
+        at.map_err(e)
+    }
+}
+
+/// An error for a reply from the server at `addr` that makes no sense here.
+pub(crate) fn unexpected(addr: &str, reason: String) -> Error {
+    Error::Redis {
+        addr: addr.to_string(),
+        reason,
+        code: None,
+        indeterminate: false,
+        hint: None,
+    }
+}
+
+/// What a driver error is mapped against: the one mapping of the blocking [`Conn`] and the
+/// async transport ([`crate::aio`]) alike, so a failure reads the same whichever made the call.
+pub(crate) struct Endpoint<'a> {
+    /// The server's `host:port`, as errors name it.
+    pub addr: &'a str,
+    /// The URL, only to scrub its password out of the driver's words.
+    pub url: &'a str,
+    /// The per-call limit a timeout is reported against.
+    pub call_timeout: Duration,
+    /// Whether the connection is to a Redis Cluster.
+    pub cluster: bool,
+}
+
+impl Endpoint<'_> {
+    /// Maps a driver error to the library's error, naming this endpoint's address.
+    pub(crate) fn map_err(&self, e: RedisError) -> Error {
         let addr = self.addr.to_string();
         let interrupted = is_interrupted(&e);
         if interrupted {
@@ -461,7 +492,7 @@ impl Conn {
             // the server (an error string) means it was processed and rejected.
             let indeterminate = matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
             let code = e.code().map(str::to_string);
-            let mut reason = shorten(scrub(&e.to_string(), &self.url));
+            let mut reason = shorten(scrub(&e.to_string(), self.url));
             // A node of a cluster refuses a script over keys of several slots before it
             // redirects: CROSSSLOT is the first sign of a cluster, as MOVED is.
             let cross_slot = code.as_deref() == Some("CROSSSLOT")
@@ -469,10 +500,10 @@ impl Conn {
             let redirected = matches!(code.as_deref(), Some("MOVED" | "ASK"));
             let mut hint = None;
             match code.as_deref() {
-                _ if cross_slot && self.cluster.is_some() => reason.push_str(
+                _ if cross_slot && self.cluster => reason.push_str(
                     " (a SKU's keys must share a slot on a Redis Cluster: write the SKU with a hash tag, {sku})",
                 ),
-                _ if (cross_slot || redirected) && self.cluster.is_none() => {
+                _ if (cross_slot || redirected) && !self.cluster => {
                     reason.push_str(" (this server is a node of a Redis Cluster)");
                     hint = Some(crate::Hint::ClusterNode);
                 }

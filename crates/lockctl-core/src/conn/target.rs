@@ -235,6 +235,16 @@ impl Target {
         })
     }
 
+    /// The driver's client of a single server, for the native async transport
+    /// ([`crate::aio`]); `None` for a cluster, which that transport does not drive.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn single_client(&self) -> Option<&redis::Client> {
+        match &self.client {
+            Client::Single(c) => Some(c),
+            Client::Cluster(_) => None,
+        }
+    }
+
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.client, Client::Cluster(_))
@@ -310,7 +320,7 @@ impl Target {
     }
 
     /// What a failed connect means, in the library's terms: each case names what to check.
-    fn connect_error(&self, e: RedisError, after: Duration) -> Error {
+    pub(crate) fn connect_error(&self, e: RedisError, after: Duration) -> Error {
         let addr = self.addr.to_string();
         let text = e.to_string();
         if e.is_timeout() {

@@ -381,7 +381,7 @@ impl Shared {
             let reply = c.recv::<(String, i64, String)>();
             let broken = matches!(&reply, Err(e) if e.is_indeterminate());
             // A busy answer comes back as one: the commit loop tries it again in its turn.
-            match (self.buyer).atomic_answer(c, reply, &w.order_id, w.user.as_deref(), false) {
+            match (self.buyer).atomic_answer(reply, &w.order_id, w.user.as_deref(), false) {
                 Ok(Some(p)) => answers.push(Ok(p)),
                 Ok(None) => {
                     again.push(i);

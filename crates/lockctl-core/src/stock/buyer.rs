@@ -23,6 +23,7 @@ use crate::sku::Sku;
 
 mod answers;
 mod atomic;
+pub use atomic::{AtomicAttempt, AtomicNext};
 mod bucketed;
 mod locked;
 mod lockless;

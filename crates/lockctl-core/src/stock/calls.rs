@@ -54,13 +54,6 @@ impl Deduct<'_> {
         ]
     }
 
-    /// The deduct script's call, EVALSHA with a NOSCRIPT fallback.
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
-        let mut inv = DEDUCT.prepare_invoke();
-        inv.key(&self.keys()).arg(&self.args());
-        inv
-    }
-
     /// The deduct script's call as one EVALSHA command (no fallback: load it first).
     pub fn command(&self) -> Cmd {
         let mut cmd = evalsha(&DEDUCT, &self.keys());

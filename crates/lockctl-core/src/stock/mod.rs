@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use batch::{Answer, Batcher, Submitter};
-pub use buyer::Buyer;
+pub use buyer::{AtomicAttempt, AtomicNext, Buyer};
 
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -45,7 +45,7 @@ pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
-    /// The seed: lock, GET, DECR if enough, release.
+    /// The tutorial's flow: lock, GET, DECR if enough, release.
     Lock,
     /// The lock, but the deduction checks the lease atomically.
     Fenced,

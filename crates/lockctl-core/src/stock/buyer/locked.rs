@@ -12,7 +12,7 @@ use crate::stock::script::{FENCED_RELEASE, FORGET_FENCE, WRITE_RELEASE};
 use crate::stock::{Buy, Purchase, Strategy};
 
 impl Buyer {
-    /// One purchase under the lock: `lock` (the seed's flow) or `fenced`.
+    /// One purchase under the lock: `lock` (the tutorial's flow) or `fenced`.
     pub(super) fn locked(
         &self,
         conn: &mut Conn,
@@ -71,7 +71,7 @@ impl Buyer {
         p: &mut Purchase,
     ) -> Result<Step> {
         let step = match self.options.strategy {
-            // The seed's read (carried by the grant), then a write that checks the lease itself.
+            // The tutorial's read (carried by the grant), then a write that checks the lease itself.
             Strategy::Fenced => match self.enough(self.read(conn, Some(guard))?) {
                 Some(sold_out) => Step::Done(sold_out),
                 None => {
@@ -95,7 +95,7 @@ impl Buyer {
         })
     }
 
-    /// The deduct and release steps, the seed's `finally`: release whatever happened in
+    /// The deduct and release steps, the tutorial's `finally`: release whatever happened in
     /// between. A failed release leaves the lock to expire by its TTL; the purchase itself
     /// stands.
     fn deduct_or_release(

@@ -30,10 +30,12 @@ impl Buyer {
                     Step::Deduct => self.deduct_unlocked(conn, order_id, ul)?,
                 };
             }
-            Strategy::Atomic => self.lockless(&mut p, started, |p| {
-                p.outcome = self.deduct_script(conn, "", ul, p)?;
-                Ok(())
-            })?,
+            // The caller's work, then the sans-IO purchase on this connection (see
+            // `atomic`): its wait for a held lock is counted from after the work.
+            Strategy::Atomic => {
+                let started = started + self.work();
+                return self.atomic_on(conn, self.atomic_attempt(order_id, user, started));
+            }
             Strategy::Lock | Strategy::Fenced => self.locked(conn, ul, &mut p, started)?,
             // A batch of one: what a process that buys once (`lockctl buy`) can coalesce.
             Strategy::Batch => self.lockless(&mut p, started, |p| {

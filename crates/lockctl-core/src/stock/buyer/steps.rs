@@ -11,7 +11,7 @@ use crate::conn::Conn;
 use crate::error::Result;
 use crate::lock::Guard;
 use crate::stock::calls::{Deduct, Write};
-use crate::stock::{Buy, Purchase, read_stock, stock_value};
+use crate::stock::{Buy, read_stock, stock_value};
 
 /// Where a purchase stands once the stock has been read.
 pub(super) enum Step {
@@ -48,7 +48,7 @@ impl Buyer {
         began.elapsed()
     }
 
-    /// The read step, the seed's `GET`: the stock. Under the lock the grant has already read
+    /// The read step, the tutorial's `GET`: the stock. Under the lock the grant has already read
     /// it (see [`crate::lock::Lock::carrying`]): the same value a `GET` would find, one round
     /// trip sooner.
     pub(super) fn read(&self, conn: &mut Conn, guard: Option<&Guard>) -> Result<i64> {
@@ -71,7 +71,7 @@ impl Buyer {
             .then_some(Buy::LimitReached { bought: had, limit })
     }
 
-    /// The seed's flow up to the write: read, and if there is enough, the caller's work, then
+    /// The tutorial's flow up to the write: read, and if there is enough, the caller's work, then
     /// the checks that may still refuse. Under a lock when `guard` is given, with no
     /// protection at all when not. Nothing here checks that the stock read is still current:
     /// that is the lock's job.
@@ -135,20 +135,6 @@ impl Buyer {
         let eval = self.write_call(order_id, ul, None).eval();
         let (replies, _): (Vec<redis::Value>, _) = conn.transaction(&[eval], None)?;
         self.bought(conn, &replies)
-    }
-
-    /// The atomic strategy's deduct step: one deduct script call that checks and deducts.
-    pub(super) fn deduct_script(
-        &self,
-        conn: &mut Conn,
-        token: &str,
-        ul: Option<(&str, u64)>,
-        p: &mut Purchase,
-    ) -> Result<Buy> {
-        let limit = ul.map_or(0, |(_, l)| l);
-        let call = self.deduct_call(token, &p.order_id, ul.map(|(u, _)| u), p.fence);
-        let reply: (String, i64, String) = conn.script(&call.invocation())?;
-        self.deduct_outcome(conn, reply, limit, p)
     }
 
     /// The deduct script's call (see `lua/deduct.lua`): `holder` is the lock's token, ''

@@ -1,0 +1,199 @@
+//! The atomic purchase natively async: the sans-IO purchase ([`Buyer::atomic_command`],
+//! [`Buyer::atomic_next`]) on the redis crate's multiplexed tokio connection. No thread waits
+//! for a purchase: each is a request on a shared connection whose replies a driver task reads,
+//! so a purchase costs a task, not a thread and a hand-off.
+//!
+//! Cancellation-safe by construction: a purchase keeps no state between its command and its
+//! reply but the reply's slot in the connection. Dropped before the command was written, it
+//! never reaches Redis; dropped after, the script runs whole (a script is atomic) and its
+//! reply is read and thrown away by the connection's driver, which stays in step for the
+//! next purchase. Either way nothing is half done, and no answer is given for it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+
+use crate::conn::{Endpoint, Target};
+use crate::error::{Error, Result};
+use crate::stock::{AtomicNext, Buyer, Purchase};
+
+/// How many multiplexed connections an [`super::AsyncBuyer`] opens by default: one can carry
+/// every purchase in flight (they are pipelined on it), a second keeps a stalled reply read or
+/// a reconnect from holding up all of them.
+pub const DEFAULT_CONNECTIONS: usize = 2;
+
+/// A few multiplexed connections to one server, opened on first use and opened again after a
+/// failure that may have broken one.
+pub(super) struct Native {
+    target: Target,
+    client: redis::Client,
+    /// Each connection, behind an async lock held while one is opened, so that the purchases
+    /// that find a slot empty together wait for one connection rather than each opening its own.
+    slots: Vec<tokio::sync::Mutex<Option<Open>>>,
+    turn: AtomicUsize,
+}
+
+/// An open connection, and a sign of life of the runtime that drives it: the connection's
+/// reader and writer are a task of the runtime it was opened on, and go with it. A buyer kept
+/// across runtimes (one per test, a runtime restarted) must not send on a connection whose
+/// driver is gone: the driver library would fail the call as a broken pipe, as if it might
+/// have been applied, when it never left.
+struct Open {
+    conn: MultiplexedConnection,
+    /// Closed once the task holding its sender, spawned on the same runtime, is dropped: when
+    /// that runtime shuts down.
+    runtime_alive: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Open {
+    fn usable(&mut self) -> bool {
+        use tokio::sync::oneshot::error::TryRecvError;
+        !matches!(self.runtime_alive.try_recv(), Err(TryRecvError::Closed))
+    }
+}
+
+/// What a purchase made on the native transport came to.
+pub(super) enum Made {
+    /// Answered, and counted in the metrics.
+    Answered(Result<Purchase>),
+    /// Only the whole path can finish it (see [`Buyer::atomic_needs_whole_path`]).
+    WholePath,
+}
+
+impl Native {
+    /// The native transport to `target`, when it is a single server (not a cluster).
+    pub(super) fn new(target: &Target, connections: usize) -> Option<Native> {
+        let client = target.single_client()?.clone();
+        Some(Native {
+            target: target.clone(),
+            client,
+            slots: (0..connections.max(1))
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            turn: AtomicUsize::new(0),
+        })
+    }
+
+    fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            addr: self.target.addr(),
+            url: self.target.secret_url(),
+            call_timeout: self.target.options().call_timeout,
+            cluster: false,
+        }
+    }
+
+    /// The connection of slot `i`, opened first if it has none (by one purchase; the others
+    /// that want it meanwhile wait for that one).
+    async fn conn(&self, i: usize) -> Result<MultiplexedConnection> {
+        let mut slot = self.slots[i].lock().await;
+        if let Some(open) = slot.as_mut()
+            && open.usable()
+        {
+            return Ok(open.conn.clone());
+        }
+        let options = self.target.options();
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.call_timeout));
+        // Opened in a task of its own: on a runtime built without I/O (`enable_time` alone)
+        // tokio panics at the socket's creation, and that panic ends this task, not the
+        // caller's; it is answered as the error it is.
+        let client = self.client.clone();
+        let opening = tokio::spawn(async move {
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        });
+        let opened = tokio::time::timeout(options.connect_timeout, opening).await;
+        let conn = match opened {
+            Ok(Ok(Ok(c))) => c,
+            Ok(Ok(Err(e))) => return Err(self.target.connect_error(e, options.connect_timeout)),
+            Ok(Err(_)) => {
+                return Err(Error::internal(
+                    "could not open an async connection to Redis: the tokio runtime has no I/O \
+                     driver (build it with enable_io() or enable_all())",
+                ));
+            }
+            Err(_) => {
+                return Err(Error::ConnectTimeout {
+                    addr: self.target.addr().to_string(),
+                    after: options.connect_timeout,
+                });
+            }
+        };
+        let (alive, runtime_alive) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await
+        });
+        *slot = Some(Open {
+            conn: conn.clone(),
+            runtime_alive,
+        });
+        Ok(conn)
+    }
+
+    /// Forgets slot `i`'s connection after a failure that may have broken it (its driver
+    /// stopped with the runtime that ran it, or the socket failed): the next use opens another.
+    async fn forget(&self, i: usize) {
+        *self.slots[i].lock().await = None;
+    }
+
+    /// One request on slot `i`, its failure in the library's terms.
+    async fn query(&self, i: usize, cmd: &redis::Cmd) -> Result<redis::Value> {
+        let mut conn = self.conn(i).await?;
+        let reply = cmd
+            .query_async::<redis::Value>(&mut conn)
+            .await
+            .map_err(|e| {
+                let broken = e.is_io_error() || e.is_unrecoverable_error();
+                (broken, self.endpoint().map_err(e))
+            });
+        match reply {
+            Ok(v) => Ok(v),
+            Err((broken, e)) => {
+                if broken {
+                    self.forget(i).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One atomic purchase by `buyer`, begun at `started`: the transport of the sans-IO
+    /// purchase, doing what [`Buyer::atomic_next`] says after each reply.
+    pub(super) async fn buy(
+        &self,
+        buyer: &Buyer,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Made {
+        let i = self.turn.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut attempt = buyer.atomic_attempt(order_id, user, started);
+        let cmd = buyer.atomic_command(order_id, user);
+        loop {
+            let reply = self.query(i, &cmd).await;
+            match buyer.atomic_next(&mut attempt, reply) {
+                AtomicNext::Done(answer) => {
+                    if buyer.atomic_needs_whole_path(&answer) {
+                        return Made::WholePath;
+                    }
+                    buyer.metered(&answer);
+                    return Made::Answered(answer);
+                }
+                AtomicNext::Again(pause) => tokio::time::sleep(pause).await,
+                AtomicNext::Load => {
+                    if let Err(e) = self.query(i, &Buyer::load_command()).await {
+                        let answer = Err(e);
+                        buyer.metered(&answer);
+                        return Made::Answered(answer);
+                    }
+                }
+            }
+        }
+    }
+}
