@@ -448,6 +448,9 @@ impl From<StrategyArg> for Strategy {
 pub enum ModeArg {
     /// Worker threads in this process, one connection each.
     Threads,
+    /// A tokio task per buyer on the native async core: under atomic, every purchase pipelined
+    /// on a few multiplexed connections.
+    Tasks,
     /// Each purchase is a child `lockctl buy` process, like the tutorial's "several terminals".
     Procs,
 }
@@ -456,6 +459,7 @@ impl From<ModeArg> for Driving {
     fn from(m: ModeArg) -> Driving {
         match m {
             ModeArg::Threads => Driving::Threads,
+            ModeArg::Tasks => Driving::Tasks,
             ModeArg::Procs => Driving::Procs,
         }
     }

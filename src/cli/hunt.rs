@@ -241,8 +241,9 @@ pub struct HuntArgs {
     #[arg(long, help_heading = "The search")]
     pub seed: Option<u64>,
 
-    /// Faults, comma-separated: client-kill, redis-pause, stall (needs --proxy), pause-worker,
-    /// kill-worker (need --serve), db-lock (a second session holds the round's stock row; needs
+    /// Faults, comma-separated: client-kill, redis-pause (need a Redis named by --redis or
+    /// REDIS_URL, never the default 6379), stall (needs --proxy), pause-worker, kill-worker
+    /// (need --serve), db-lock (a second session holds the round's stock row; needs
     /// --stock-sql), db-kill (the system's sessions on the database ended; needs --stock-sql or
     /// --orders-sql), pause-holder (lockctl's own strategies); auto (every fault the facts
     /// allow) or none.

@@ -453,18 +453,28 @@ fn status_names_a_garbage_move_record_and_a_garbage_origin() {
     );
 }
 
-#[test]
-fn a_bucket_stock_key_deleted_after_a_sale_is_damaged_books_not_an_unseeded_sku() {
+/// `sku` seeded 93 over 3 buckets, 5 units sold from bucket 1, then that bucket's key that
+/// `key` names deleted by hand: the server, its URL and the bucket's keys.
+fn five_sold_then_one_key_deleted(
+    sku: &str,
+    key: impl Fn(&StockKeys) -> String,
+) -> (RedisServer, String, StockKeys) {
     let s = RedisServer::start();
     let url = s.url();
-    let b = seed(&url, "gone", "93", "3");
+    let b = seed(&url, sku, "93", "3");
     let user = user_homed_at(&b, 1);
     for _ in 0..5 {
-        let out = buy(&url, "gone", &user, &[]);
+        let out = buy(&url, sku, &user, &[]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
     let lost = StockKeys::new(&b.skus[1]);
-    let _: () = s.raw().del(&lost.stock).unwrap();
+    let _: () = s.raw().del(key(&lost)).unwrap();
+    (s, url, lost)
+}
+
+#[test]
+fn a_bucket_stock_key_deleted_after_a_sale_is_damaged_books_not_an_unseeded_sku() {
+    let (s, url, lost) = five_sold_then_one_key_deleted("gone", |k| k.stock.clone());
     let out = lockctl(&url, &["--json", "status", "gone"]);
     assert_eq!(code(&out), 3, "{}{}", stdout(&out), stderr(&out));
     let st = json(&out);
@@ -493,4 +503,22 @@ fn a_bucket_stock_key_deleted_after_a_sale_is_damaged_books_not_an_unseeded_sku(
         stdout(&out)
     );
     assert!(!stdout(&out).contains("never seeded"), "{}", stdout(&out));
+}
+
+/// The mirror of the test above: a bucket's seed record deleted by hand, its stock key kept.
+/// Its books cannot be checked (status showed it "seeded 0" with 5 sold and said reconciled,
+/// exit 0, since the totals hold against the SKU's own seed record): damaged books, named.
+#[test]
+fn a_bucket_seed_record_deleted_after_a_sale_is_damaged_books() {
+    let (_s, url, lost) = five_sold_then_one_key_deleted("unrecorded", |k| k.seeded.clone());
+    let out = lockctl(&url, &["--json", "status", "unrecorded"]);
+    assert_eq!(code(&out), 3, "{}{}", stdout(&out), stderr(&out));
+    let st = json(&out);
+    assert_eq!(st["reconciled"], false, "{st}");
+    assert!(
+        st["problems"]
+            .to_string()
+            .contains(&format!("{} is missing", lost.seeded)),
+        "{st}"
+    );
 }

@@ -621,7 +621,7 @@ fn several_strategies_in_json_are_one_object() {
 
 #[test]
 fn atomic_buyers_wait_out_a_foreign_lock_when_given_a_wait() {
-    // The seed's PHP client holds the lock for 300 ms; atomic buyers yield, then buy.
+    // The tutorial's PHP client holds the lock for 300 ms; atomic buyers yield, then buy.
     let server = RedisServer::start();
     server.hold_lock("sku_886", "php-holder", 300);
     let out = lockctl(

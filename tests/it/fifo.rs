@@ -258,7 +258,7 @@ fn plain_set_nx_px_clients_and_queued_waiters_are_never_two_holders() {
                 }
             });
         }
-        // The seed's PHP client: SET NX PX in a loop, compare-and-delete release.
+        // The tutorial's PHP client: SET NX PX in a loop, compare-and-delete release.
         for c in 0..2 {
             let (server, done) = (&server, done.clone());
             s.spawn(move || {

@@ -29,10 +29,12 @@ const SELL: &str = "local s = tonumber(redis.call('GET', KEYS[1])) \
     if s and s > 0 then return redis.call('DECR', KEYS[1]) end return -1";
 
 /// An HTTPS endpoint selling against a redis-server: `/buy?sku=...` in the tutorial's
-/// words, `/ready` answering 200.
+/// words, `/ready` answering 200, `/login` handing out a token (`{"token":"tok-N"}`); a
+/// purchase that carries `Authorization: Bearer tok-...` must carry one it handed out.
 struct HttpsEndpoint {
     port: u16,
     accepted: Arc<AtomicU64>,
+    logins: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 }
 
@@ -56,8 +58,10 @@ impl HttpsEndpoint {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the endpoint");
         let port = listener.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicU64::new(0));
+        let logins = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (count, halt, url) = (accepted.clone(), stop.clone(), redis.url());
+        let handed = logins.clone();
         thread::spawn(move || {
             for stream in listener.incoming() {
                 if halt.load(Ordering::SeqCst) {
@@ -65,13 +69,14 @@ impl HttpsEndpoint {
                 }
                 let Ok(stream) = stream else { continue };
                 count.fetch_add(1, Ordering::SeqCst);
-                let (url, config) = (url.clone(), config.clone());
-                thread::spawn(move || serve(stream, config, &url));
+                let (url, config, handed) = (url.clone(), config.clone(), handed.clone());
+                thread::spawn(move || serve(stream, config, &url, &handed));
             }
         });
         HttpsEndpoint {
             port,
             accepted,
+            logins,
             stop,
         }
     }
@@ -90,7 +95,7 @@ impl Drop for HttpsEndpoint {
 
 /// One connection: the handshake, then requests answered until the client closes it (or
 /// refuses the certificate).
-fn serve(stream: TcpStream, config: Arc<ServerConfig>, redis_url: &str) {
+fn serve(stream: TcpStream, config: Arc<ServerConfig>, redis_url: &str, logins: &AtomicU64) {
     let Ok(conn) = ServerConnection::new(config) else {
         return;
     };
@@ -99,8 +104,22 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, redis_url: &str) {
         .expect("the endpoint's redis connection");
     let sell = redis::Script::new(SELL);
     let mut reader = BufReader::new(StreamOwned::new(conn, stream));
-    while let Some(target) = read_request(&mut reader) {
+    while let Some((target, bearer)) = read_request(&mut reader) {
+        let handed_out = |t: &str| {
+            t.strip_prefix("tok-")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n < logins.load(Ordering::SeqCst))
+        };
         let text = match target.split_once("sku=") {
+            _ if target.starts_with("/login") => {
+                format!(
+                    r#"{{"token":"tok-{}"}}"#,
+                    logins.fetch_add(1, Ordering::SeqCst)
+                )
+            }
+            Some(_) if bearer.as_deref().is_some_and(|t| !handed_out(t)) => {
+                "a token it never handed out".to_string()
+            }
             Some((_, sku)) => {
                 let left: i64 = sell
                     .key(format!("item:stock:{sku}"))
@@ -125,29 +144,32 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, redis_url: &str) {
     }
 }
 
-/// The request target of the next request, its head and body read; `None` at the end.
-fn read_request(reader: &mut impl BufRead) -> Option<String> {
+/// The request target of the next request and its bearer token, its head and body read;
+/// `None` at the end.
+fn read_request(reader: &mut impl BufRead) -> Option<(String, Option<String>)> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
     }
     let target = line.split(' ').nth(1)?.to_string();
-    let mut length = 0;
+    let (mut length, mut bearer) = (0, None);
     loop {
         line.clear();
         reader.read_line(&mut line).ok()?;
         if line.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().ok()?;
+            } else if name.eq_ignore_ascii_case("authorization") {
+                bearer = value.trim().strip_prefix("Bearer ").map(str::to_string);
+            }
         }
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some(target)
+    Some((target, bearer))
 }
 
 /// The CA, its server certificate for localhost and 127.0.0.1 (`server`), and one it signed
@@ -197,6 +219,39 @@ fn certificates() -> tempfile::TempDir {
 
 fn said(out: &std::process::Output) -> String {
     format!("stdout:\n{}\nstderr:\n{}", stdout(out), stderr(out))
+}
+
+/// `lockctl [flags] --json hunt --url URL [facts]` of a small hunt (no faults, stock 3, 6
+/// requests) on a system that is already up (`--serve 'exec sleep 600'`, the facts' `--ready`
+/// saying how to tell it is): its exit, its JSON and all it said.
+fn small_hunt(
+    redis: &RedisServer,
+    url: &str,
+    flags: &[&str],
+    facts: &[&str],
+) -> (i32, Value, String) {
+    let mut args = flags.to_vec();
+    args.extend(["--json", "hunt", "--url", url]);
+    args.extend(facts);
+    args.extend([
+        "--serve",
+        "exec sleep 600",
+        "--preset",
+        "tutorial",
+        "--nemesis",
+        "none",
+        "--budget",
+        "3s",
+        "--stock",
+        "3",
+        "-n",
+        "6",
+        "--heal-ms",
+        "500",
+    ]);
+    let out = lockctl(&redis.url(), &args);
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
+    (code(&out), v, said(&out))
 }
 
 /// `hammer --url https://...` with `flags` before the subcommand (`--tls-ca`), the tutorial's
@@ -296,38 +351,49 @@ fn hunt_reaches_an_https_endpoint_and_awaits_its_https_ready_url() {
     let endpoint = HttpsEndpoint::start(&redis, certs.path(), "server");
     let url = endpoint.url("localhost");
     let ready = format!("https://localhost:{}/ready", endpoint.port);
-    let hunt = |flags: &[&str]| {
-        let mut args = flags.to_vec();
-        args.extend([
-            "--json",
-            "hunt",
-            "--url",
-            &url,
-            "--ready",
-            &ready,
-            "--serve",
-            "exec sleep 600",
-            "--preset",
-            "tutorial",
-            "--nemesis",
-            "none",
-            "--budget",
-            "3s",
-            "--stock",
-            "3",
-            "-n",
-            "6",
-            "--heal-ms",
-            "500",
-        ]);
-        let out = lockctl(&redis.url(), &args);
-        let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap_or(Value::Null);
-        (code(&out), v, said(&out))
-    };
+    let hunt = |flags: &[&str]| small_hunt(&redis, &url, flags, &["--ready", &ready]);
     let (exit, v, text) = hunt(&["--tls-ca", ca.to_str().unwrap()]);
     assert_eq!(exit, 0, "{text}");
     assert!(v["judged"].as_u64().unwrap_or(0) >= 1, "{text}");
     assert_eq!(v["unjudged_rounds"], 0, "{text}");
+}
+
+/// Users who log in over https: `--login` goes through the same TLS client (the CA of
+/// `--tls-ca`, the name checked), each user's token rides on its purchases, and the hunt
+/// judges them. Without the CA the login is refused, exit 2, before any purchase.
+#[test]
+fn hunt_logs_users_in_over_https_and_buys_with_their_tokens() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let ca = certs.path().join("ca.crt");
+    let endpoint = HttpsEndpoint::start(&redis, certs.path(), "server");
+    let url = endpoint.url("localhost");
+    let login = format!(
+        r#"POST https://localhost:{}/login {{"user":{{user}}}}"#,
+        endpoint.port
+    );
+    let facts = [
+        "--login",
+        &login,
+        "--header",
+        "Authorization: Bearer {token}",
+    ];
+    // Without the CA (on hammer --url, which logs in the same way): refused, nothing sold.
+    let (exit, _, text, _) = hammer(
+        &redis,
+        &url,
+        &[&facts[..], &["--preset", "tutorial", "-n", "4"]].concat(),
+    );
+    assert_eq!(exit, 2, "a login to a CA nobody named: {text}");
+    assert_eq!(endpoint.logins.load(Ordering::SeqCst), 0, "{text}");
+    // The endpoint is up before the hunt: --ready says how to tell the system is (without
+    // it, an address that answers before --serve starts is refused).
+    let ready = format!("https://localhost:{}/ready", endpoint.port);
+    let facts = [&facts[..], &["--ready", &ready]].concat();
+    let (exit, v, text) = small_hunt(&redis, &url, &["--tls-ca", ca.to_str().unwrap()], &facts);
+    assert_eq!(exit, 0, "{text}");
+    assert!(v["judged"].as_u64().unwrap_or(0) >= 1, "{text}");
+    assert!(endpoint.logins.load(Ordering::SeqCst) >= 1, "{text}");
 }
 
 /// Not an https endpoint at all: the handshake fails at once, saying so.

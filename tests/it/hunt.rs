@@ -444,119 +444,6 @@ fn database_faults_without_a_database_are_usage_errors_naming_the_flag() {
     }
 }
 
-/// pause-worker on a web tier of 8 workers stops a random half of them, so that whichever
-/// worker holds a lock is stopped half the time (one worker of 8 was mostly one waiting for
-/// the lock), a different half from round to round, and the heal continues every one.
-#[test]
-fn a_pause_of_a_web_tier_stops_half_its_workers_and_the_heal_continues_them_all() {
-    use lockctl_hunt::nemesis::{FaultKind, Nemesis};
-    use lockctl_hunt::serve::{Reach, Served};
-    use rand::SeedableRng;
-    use std::collections::HashSet;
-    use std::sync::{Arc, Mutex};
-    let redis = RedisServer::start();
-    let port = free_port();
-    let command = format!("PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:{port} -t {FIXTURES}");
-    let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
-    // php -S answers before it has forked all its workers: wait for the 8.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut tree = served.processes();
-    while tree.len() < 9 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        tree = served.processes();
-    }
-    assert_eq!(tree.len(), 9, "php -S and its 8 workers: {tree:?}");
-    let stopped = || -> Vec<i32> {
-        let state = |pid: &i32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('T')
-        };
-        tree.iter().copied().filter(state).collect()
-    };
-    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    let mut halves = HashSet::new();
-    for _ in 0..8 {
-        nemesis.begin_round();
-        nemesis.strike(
-            FaultKind::PauseWorker,
-            Duration::ZERO,
-            Duration::ZERO,
-            &mut rng,
-        );
-        // A SIGSTOP is sent at once and takes effect when the process is next scheduled.
-        let settled = |want: usize| {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let mut now = stopped();
-            while now.len() != want && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-                now = stopped();
-            }
-            now
-        };
-        let mut half = settled(4);
-        half.sort_unstable();
-        assert_eq!(half.len(), 4, "stopped: {half:?} of {tree:?}");
-        let healed = nemesis.heal(Duration::ZERO);
-        assert!(healed.faults[0].took, "{}", healed.faults[0].detail);
-        let left = settled(0);
-        assert!(left.is_empty(), "left stopped: {left:?}");
-        halves.insert(half);
-    }
-    assert!(halves.len() > 1, "the same half every time: {halves:?}");
-}
-
-/// A system of a web tier (a `php -S` with 8 workers) and a queue's consumer (a process with
-/// no listening socket): pause-worker stops the consumer as often as the web tier, not one
-/// time in nine.
-#[test]
-fn a_process_that_serves_no_port_is_paused_as_often_as_the_web_tier() {
-    use lockctl_hunt::nemesis::{FaultKind, Nemesis};
-    use lockctl_hunt::serve::{Reach, Served};
-    use rand::SeedableRng;
-    use std::sync::{Arc, Mutex};
-    let redis = RedisServer::start();
-    let port = free_port();
-    let command = format!(
-        "PHP_CLI_SERVER_WORKERS=8 php -S 127.0.0.1:{port} -t {FIXTURES} & sleep 300 & wait"
-    );
-    let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    let served = Served::start(&command, addr, None, Arc::new(Reach::new()), None).unwrap();
-    let comm = |pid: &i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let consumer = *served
-        .processes()
-        .iter()
-        .find(|p| comm(p).trim() == "sleep")
-        .expect("the consumer runs");
-    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut consumer_paused = 0;
-    for _ in 0..60 {
-        nemesis.begin_round();
-        nemesis.strike(
-            FaultKind::PauseWorker,
-            Duration::ZERO,
-            Duration::ZERO,
-            &mut rng,
-        );
-        let healed = nemesis.heal(Duration::ZERO);
-        let detail = &healed.faults[0].detail;
-        assert!(healed.faults[0].took, "{detail}");
-        consumer_paused += u32::from(
-            detail == &format!("process {consumer} of the system under test stopped (SIGSTOP)"),
-        );
-    }
-    assert!(
-        (18..=42).contains(&consumer_paused),
-        "the consumer was paused {consumer_paused} times in 60"
-    );
-}
-
 /// `--fault-ms` takes MIN..MAX in ms, MIN at most MAX; anything else is a usage error that
 /// names the value.
 #[test]
@@ -906,11 +793,12 @@ fn a_failing_rounds_history_is_judged_again_the_same() {
     let html = std::fs::read_to_string(&page).unwrap();
     let sku = v["failure"]["sku"].as_str().unwrap();
     assert!(html.contains("<svg") && html.contains(sku), "{html}");
+    // A fault's band is drawn twice: beneath the bars, and see-through over them.
     assert_eq!(
         html.matches("<rect").count() as u64,
         v["failure"]["requests"].as_u64().unwrap()
-            + v["failure"]["faults"].as_array().unwrap().len() as u64,
-        "a bar per request and a band per fault"
+            + 2 * v["failure"]["faults"].as_array().unwrap().len() as u64,
+        "a bar per request and two bands per fault"
     );
     assert!(html.contains("oversold"), "{html}");
     let page2 = dir.path().join("again.html");
@@ -1679,6 +1567,46 @@ fn the_replay_line_runs_as_printed_and_replays_the_hunt() {
     );
 }
 
+/// Redlock nodes given by `LOCKCTL_LOCK_NODES` (not on the command line) are on the replay
+/// line, each as `--lock-node`, a node's password read from an environment variable the report
+/// names: without them a pasted replay locked on `--redis` alone, another hunt than the one
+/// that failed.
+#[test]
+fn the_replay_line_names_the_lock_nodes_from_the_environment_with_their_passwords_hidden() {
+    let a = RedisServer::start();
+    let b = RedisServer::start_with(&["--requirepass", "n0de-secret"]);
+    let c = RedisServer::start();
+    let b_url = format!("redis://:n0de-secret@127.0.0.1:{}", b.port);
+    let nodes = format!("{},{b_url},{}", a.url(), c.url());
+    let out = crate::support::lockctl_env(
+        &a.url(),
+        &["hunt", "--strategy", "atomic", "--budget", "1s"],
+        &[("LOCKCTL_LOCK_NODES", &nodes)],
+    );
+    let text = stdout(&out);
+    let said = format!("stdout:\n{text}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 0, "{said}");
+    assert!(!said.contains("n0de-secret"), "{said}");
+    let replay = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("replay "))
+        .unwrap_or_else(|| panic!("no replay line: {said}"));
+    for node in [a.url(), c.url()] {
+        assert!(replay.contains(&format!("--lock-node {node} ")), "{replay}");
+    }
+    assert!(
+        replay.contains(&format!(
+            "--lock-node redis://:\"${{LOCKCTL_SECRET_1}}\"@127.0.0.1:{} ",
+            b.port
+        )),
+        "{replay}"
+    );
+    assert!(
+        text.contains("(set LOCKCTL_SECRET_1 to the secret in --lock-node first)"),
+        "{text}"
+    );
+}
+
 /// A value with control characters (an escape, a tab, a carriage return, a C1 CSI, a line
 /// break) in the replay line: it was printed raw, so the terminal coloured the rest of the line
 /// and a copy of it was not the command that ran. It is shown with nothing a terminal acts on
@@ -1981,33 +1909,112 @@ fn a_redis_with_clients_outside_the_system_is_named_before_it_is_faulted() {
         .query(&mut bystander)
         .unwrap();
     let (_, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 4);
-    let out = lockctl(
-        &redis.url(),
-        &[
-            "hunt",
-            "--url",
-            &url,
+    let hunt = |nemesis: &str| {
+        let flags = [
             "--preset",
             "tutorial",
-            "--serve",
-            &serve,
             "--nemesis",
-            "redis-pause",
+            nemesis,
             "--budget",
             "2s",
-        ],
-    );
+        ];
+        let mut args = vec!["hunt", "--url", &url, "--serve", &serve];
+        args.extend(flags);
+        lockctl(&redis.url(), &args)
+    };
+    let out = hunt("redis-pause");
     let err = stderr(&out);
     let me = format!("(pid {}, ", std::process::id());
     assert!(
         err.contains("lockctl: warning: Redis at ")
             && err.contains("outside the system under test (not started by --serve)")
             && err.contains(&me)
-            && err.contains("redis-pause act on them too"),
+            && err.contains("redis-pause pauses them too"),
         "{err}"
     );
+    // client-kill spares it, and says so.
+    let out = hunt("client-kill");
+    let err = stderr(&out);
+    assert!(err.contains("; client-kill spares them"), "{err}");
+    let struck = stdout(&out);
+    assert!(
+        struck
+            .lines()
+            .any(|l| l.trim_start().starts_with("faults    client-kill ")),
+        "client-kill never struck: {struck}"
+    );
+    let pong: String = redis::cmd("PING")
+        .query(&mut bystander)
+        .unwrap_or_else(|e| panic!("the bystander was killed: {e}\n{err}"));
+    assert_eq!(pong, "PONG");
     // Without a bystander, no warning.
     drop(bystander);
+    let out = hunt("redis-pause");
+    assert!(
+        !stderr(&out).contains("warning: Redis at"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `--request-timeout-ms` cuts the hunt's HTTP requests, and `--timeout-ms` (Redis's) does
+/// not: a service 100 ms slow is judged under `--timeout-ms 30`, and under
+/// `--request-timeout-ms 30` no round is, each named as timed out.
+#[test]
+fn the_hunts_http_requests_are_cut_by_the_request_timeout_not_the_redis_one() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (_, url, serve) = served(&redis, "examples/tutorial-php/slow.php", 4);
+    let hunt = |limit: &[&str]| {
+        let mut args = vec!["--json", "hunt", "--url", &url, "--serve", &serve];
+        args.extend([
+            "--preset",
+            "tutorial",
+            "--nemesis",
+            "none",
+            "--budget",
+            "2s",
+        ]);
+        args.extend(limit);
+        let out = lockctl(&redis.url(), &args);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        (code(&out), json(&out), said)
+    };
+    let (exit, v, said) = hunt(&["--timeout-ms", "30"]);
+    assert_eq!(exit, 0, "{said}");
+    assert!(v["judged"].as_u64().unwrap() >= 1, "{said}");
+    let (exit, v, said) = hunt(&["--request-timeout-ms", "30"]);
+    assert_ne!(exit, 0, "{said}");
+    assert_eq!(v["verdict"], "unknown", "{said}");
+    assert_eq!(v["judged"], 0, "{said}");
+    let first = v["unjudged"][0].as_str().unwrap_or_default();
+    assert!(
+        first.contains("timed_out") && first.contains("no answer within 30 ms"),
+        "{said}"
+    );
+}
+
+/// A server already answering at the address `--serve` is to serve on (one an earlier hunt
+/// left running after a kill -9, say) is refused before anything starts: the hunt's own
+/// server could not bind, and the hunt judged the stale one, PASS, exit 0.
+#[test]
+fn a_server_already_on_the_systems_address_is_refused_not_hunted() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (port, url, serve) = served(&redis, "examples/tutorial-php/run_demo.php", 2);
+    let _stale = Killed(crate::support::spawn_tool(
+        Command::new("php")
+            .args(["-S", &format!("127.0.0.1:{port}"), "-t", FIXTURES])
+            .env("REDIS_PORT", redis.port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    ));
+    assert!(
+        crate::support::eventually(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        }),
+        "the stale server never listened"
+    );
     let out = lockctl(
         &redis.url(),
         &[
@@ -2019,15 +2026,108 @@ fn a_redis_with_clients_outside_the_system_is_named_before_it_is_faulted() {
             "--serve",
             &serve,
             "--nemesis",
-            "redis-pause",
+            "none",
             "--budget",
             "2s",
         ],
     );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{}{err}", stdout(&out));
     assert!(
-        !stderr(&out).contains("warning: Redis at"),
+        err.contains(&format!("something already answers at 127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
+/// client-kill kills the system's connections to Redis, and with `--serve` spares a
+/// connection another process of this machine holds (an operator's `redis-cli`, another
+/// service): killed too before, the hunt faulted whoever shared its Redis. Without `--serve`
+/// nothing tells the system's clients apart, and every client but lockctl's is killed.
+#[test]
+fn client_kill_spares_the_connections_of_processes_outside_the_system() {
+    use lockctl_hunt::nemesis::{FaultKind, Nemesis};
+    use rand::SeedableRng;
+    use std::sync::{Arc, Mutex};
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("redis.sock");
+    let sock = sock.to_str().unwrap();
+    let redis = RedisServer::start_with(&["--unixsocket", sock]);
+    let port = free_port();
+    let command = format!(
+        "python3 -m http.server --bind 127.0.0.1 {port} >/dev/null 2>&1 & \
+         exec redis-cli -p {} subscribe hunt-system >/dev/null",
+        redis.port
+    );
+    // The addresses of the clients running `cmd` (subscribe: the system's; psubscribe: the
+    // bystander's).
+    let clients = |cmd: &str| -> Vec<String> {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut redis.raw())
+            .unwrap();
+        list.lines()
+            .filter(|l| l.contains(&format!(" cmd={cmd} ")))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("addr=")))
+            .map(str::to_string)
+            .collect()
+    };
+    let one = |cmd: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while clients(cmd).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let found = clients(cmd);
+        assert_eq!(found.len(), 1, "{cmd}: {found:?}");
+        found[0].clone()
+    };
+    let served = crate::hunt_process_faults::serve(&command, port);
+    let system = one("subscribe");
+    // A process of this machine outside the system, on the same Redis.
+    let _bystander = Killed(crate::support::spawn_tool(
+        Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string(), "psubscribe", "elsewhere*"])
+            .stdout(std::process::Stdio::null()),
+    ));
+    let bystander = one("psubscribe");
+    // And one on the Redis's unix socket, whose process /proc does not tell.
+    let _on_socket = Killed(crate::support::spawn_tool(
+        Command::new("redis-cli")
+            .args(["-s", sock, "ssubscribe", "elsewhere"])
+            .stdout(std::process::Stdio::null()),
+    ));
+    let on_socket = one("ssubscribe");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let strike = |nemesis: &Nemesis, rng: &mut rand::rngs::StdRng| {
+        crate::hunt_process_faults::strike_once(nemesis, FaultKind::ClientKill, rng)
+    };
+    let nemesis = Nemesis::new(redis.target(), Some(Arc::new(Mutex::new(served))));
+    let fault = strike(&nemesis, &mut rng);
+    assert!(fault.took, "{}", fault.detail);
+    assert!(
+        fault.detail.contains("spared 2 of other processes"),
         "{}",
-        stderr(&out)
+        fault.detail
+    );
+    assert!(
+        !clients("subscribe").contains(&system),
+        "the system's connection lives"
+    );
+    assert_eq!(
+        clients("psubscribe"),
+        std::slice::from_ref(&bystander),
+        "{}",
+        fault.detail
+    );
+    assert_eq!(clients("ssubscribe"), std::slice::from_ref(&on_socket));
+    drop(nemesis);
+    // Without --serve, the bystander is killed with the rest.
+    let nemesis = Nemesis::new(redis.target(), None);
+    let fault = strike(&nemesis, &mut rng);
+    assert!(fault.took, "{}", fault.detail);
+    assert!(
+        !clients("psubscribe").contains(&bystander),
+        "spared without --serve: {}",
+        fault.detail
     );
 }
 
@@ -2046,17 +2146,30 @@ fn on_a_terminal_each_round_is_a_live_line() {
         quoted(&url),
         quoted(&serve)
     );
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .env("REDIS_URL", redis.url())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
+    // `line` run on script's pseudo-terminal: what the terminal was shown.
+    let on_a_terminal = |line: &str| {
+        let out = Command::new("script")
+            .args(["-qec", line, "/dev/null"])
+            .env("REDIS_URL", redis.url())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = on_a_terminal(&line);
+    // Round, shape, requests, faults, verdict so far, rounds judged, time left.
+    let live = regex::Regex::new(
+        r"hunt: round 1 · (burst|sale|rate|double-click) · \d+ requests? · no fault · PASS · \d+ judged · \d+ s left",
+    )
+    .unwrap();
+    assert!(live.is_match(&shown), "{shown}");
+    // A round with a fault names it.
+    let shown = on_a_terminal(&line.replace("--nemesis none", "--nemesis redis-pause"));
+    assert!(shown.contains(" requests · redis-pause · "), "{shown}");
+    // A terminal, but --json: the one JSON object, no live line.
+    let shown = on_a_terminal(&line.replacen(" hunt ", " --json hunt ", 1));
     assert!(
-        shown.contains("hunt: round 1 · ")
-            && shown.contains(" judged · ")
-            && shown.contains(" s left"),
+        shown.contains("\"verdict\"") && !shown.contains("hunt: round 1 · "),
         "{shown}"
     );
     // Not a terminal: no live line, on either stream.

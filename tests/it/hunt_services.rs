@@ -182,6 +182,30 @@ fn a_flask_service_with_json_codes_integer_ids_and_its_own_order_numbers_passes_
     found(&race, "oversold");
 }
 
+/// A shop whose receipts carry order numbers it has no row for (as many rows as sales, other
+/// numbers): counting rows against the answers cannot tell, the numbers `--order-from` takes
+/// from the answers do.
+#[test]
+fn order_numbers_taken_from_the_answers_find_a_receipt_with_no_row_behind_it() {
+    let redis = RedisServer::start();
+    let db = shop_db();
+    let numbered = [
+        "--budget",
+        "20s",
+        "--nemesis",
+        "none",
+        "--order-from",
+        "json:/order_no",
+    ];
+    found(
+        &hunt_shop(&redis, &db, "misnumbered", &numbered),
+        "have no row",
+    );
+    // Counted, the rows agree with the answers: the reason to give --order-from.
+    let counted = ["--budget", "6s", "--nemesis", "none"];
+    passed(&hunt_shop(&redis, &db, "misnumbered", &counted));
+}
+
 #[test]
 fn refused_answers_sell_nothing_and_owe_nothing() {
     let redis = RedisServer::start();

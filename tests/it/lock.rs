@@ -128,7 +128,7 @@ fn fencing_tokens_grow_with_every_grant() {
 
 #[test]
 fn a_plain_set_nx_px_client_and_the_lock_exclude_each_other() {
-    // The seed's PHP client does exactly this SET.
+    // The tutorial's PHP client does exactly this SET.
     let server = RedisServer::start();
     let target = server.target();
     let lock = Lock::new(&target, "php", lock_options(5000, 0));

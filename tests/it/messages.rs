@@ -526,23 +526,30 @@ fn database_url_in_the_environment_leaves_a_plain_hammer_alone() {
     );
 }
 
-/// The first user's list of messages (the service issue), each fixed: `hunt --help` keeps
-/// `{n}` whole and names every fault; a usage line never names --redis as if it were required
-/// because REDIS_URL is set; a host that does not resolve is not "is redis-server running?";
-/// `--json` usage errors carry clap's own sentence; an empty REDIS_URL says so.
+/// `hunt --help` stopped mid-sentence before `{n}` (clap took `{n}` for a placeholder of its
+/// own): the list of placeholders is whole.
 #[test]
-fn help_and_usage_messages_say_what_the_user_typed() {
+fn the_hunt_help_keeps_the_placeholder_n_whole() {
     let help = stdout(&lockctl("redis://127.0.0.1:1", &["hunt", "--help"]));
     assert!(
         help.contains("{n} (the request's index)") && help.contains("are filled in the URL"),
         "{help}"
     );
+}
+
+/// The `--nemesis` help omitted `stall` and `pause-holder`: it names every fault, and says
+/// that the faults on a Redis server need that Redis named (the first example names none).
+#[test]
+fn the_nemesis_help_names_every_fault_and_what_the_redis_faults_need() {
+    let help = stdout(&lockctl("redis://127.0.0.1:1", &["hunt", "--help"]));
     for fault in [
         "client-kill",
         "redis-pause",
         "stall",
         "pause-worker",
         "kill-worker",
+        "db-lock",
+        "db-kill",
         "pause-holder",
     ] {
         assert!(
@@ -550,8 +557,16 @@ fn help_and_usage_messages_say_what_the_user_typed() {
             "--nemesis help misses {fault}:\n{help}"
         );
     }
+    assert!(
+        help.contains("client-kill, redis-pause (need a Redis named by --redis or REDIS_URL"),
+        "{help}"
+    );
+}
 
-    // REDIS_URL is set (lockctl() sets it): the usage line is the one without it.
+/// `lockctl buy` without a SKU printed "Usage: lockctl buy --redis <REDIS> <SKU>", as if
+/// --redis were required, though REDIS_URL gave it (lockctl() sets it).
+#[test]
+fn a_usage_line_does_not_show_redis_as_required_when_redis_url_gives_it() {
     let out = lockctl("redis://127.0.0.1:1", &["buy"]);
     assert_says(&out, 2, &["Usage: lockctl buy <SKU>"]);
     assert!(
@@ -559,7 +574,11 @@ fn help_and_usage_messages_say_what_the_user_typed() {
         "{}",
         stderr(&out)
     );
+}
 
+/// A mistyped host got "is redis-server running?": a host that does not resolve says so.
+#[test]
+fn a_host_that_does_not_resolve_is_named_not_asked_whether_redis_runs() {
     let out = lockctl("redis://no-such-host.invalid:6379", &["check"]);
     assert_says(
         &out,
@@ -574,7 +593,12 @@ fn help_and_usage_messages_say_what_the_user_typed() {
         "{}",
         stderr(&out)
     );
+}
 
+/// `--json` usage errors said "invalid value for one of the arguments": they carry clap's own
+/// sentence, the value and the argument named.
+#[test]
+fn json_usage_errors_carry_the_specific_message() {
     let out = lockctl(
         "redis://127.0.0.1:1",
         &["--json", "buy", "sku", "--qty", "abc"],
@@ -589,7 +613,12 @@ fn help_and_usage_messages_say_what_the_user_typed() {
         json(&out)["error"],
         "the following required arguments were not provided: <SKU>"
     );
+}
 
+/// An empty `REDIS_URL=` gave "invalid Redis URL ''": it says the URL is empty and how to
+/// unset it.
+#[test]
+fn an_empty_redis_url_is_named_as_empty() {
     let out = lockctl("", &["check"]);
     assert_says(
         &out,

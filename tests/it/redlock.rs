@@ -216,7 +216,7 @@ fn the_redlock_lock_also_excludes_single_node_clients_on_the_data_node() {
     let Acquire::Acquired(g) = lock.acquire(&mut conn).unwrap() else {
         panic!("five healthy nodes and a free data node");
     };
-    // The seed's PHP client looks only at the data node: it must find the lock taken.
+    // The tutorial's PHP client looks only at the data node: it must find the lock taken.
     let php: Option<String> = redis::cmd("SET")
         .arg("dist_lock:both")
         .arg("php")

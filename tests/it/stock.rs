@@ -65,7 +65,7 @@ fn a_held_lock_makes_lock_strategies_busy_and_atomic_yield() {
     let mut conn = server.conn();
     let s = sku("held");
     stock::seed(&mut conn, &s, 5).unwrap();
-    // A foreign holder, such as the seed's PHP client.
+    // A foreign holder, such as the tutorial's PHP client.
     server.hold_lock("held", "php-token", 5000);
     for strategy in [
         Strategy::Lock,

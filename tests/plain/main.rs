@@ -8,3 +8,4 @@
 mod contract;
 mod driven;
 mod report;
+mod wording;

@@ -1,6 +1,6 @@
 //! `check`: is this Redis reachable, and is it fit to hold locks?
 //!
-//! The seed's step 1 only asks whether a connection opens. A lock also needs a server recent
+//! The tutorial's step 1 only asks whether a connection opens. A lock also needs a server recent
 //! enough (6.0, the tutorial's prerequisite), working scripts (release and renewal are scripts), and
 //! settings that do not drop lock keys behind the holder's back: an eviction policy that can
 //! evict keys with a TTL, no persistence, or asynchronous replicas that a failover promotes

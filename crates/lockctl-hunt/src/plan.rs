@@ -196,7 +196,7 @@ impl Planner {
     }
 
     /// Rounds with `fixed`'s stock, requests or rate instead of drawn ones (the draws are made
-    /// all the same, so the rest of the schedule stays the seed's).
+    /// all the same, so the rest of the schedule stays that seed's).
     pub fn with_fixed(mut self, fixed: Fixed) -> Planner {
         self.fixed = fixed;
         self

@@ -87,6 +87,13 @@ pub fn timeline_html(h: &History, report: &Report) -> String {
             @for (s, lane) in bars {
                 (bar(h, s, lane, why.get(&s.index).copied(), &frame))
             }
+            // Again over the bars, see-through and deaf to the pointer: drawn only beneath,
+            // a fault was hidden behind the bars of the requests it struck (a client-kill
+            // from 36 ms to 256 ms showed only past the last bar). The one beneath keeps the
+            // tooltip where no bar is; a bar's tooltip stays its own.
+            @for f in &h.faults {
+                (fault_veil(f, &frame))
+            }
             text x=(LEFT) y=(d1(height - 10.0)) { "0 ms" }
             text x=(d1(WIDTH - 10.0)) y=(d1(height - 10.0)) text-anchor="end" {
                 (d1(ms(end))) " ms"
@@ -99,17 +106,32 @@ pub fn timeline_html(h: &History, report: &Report) -> String {
 
 /// A fault as a band across the lanes, named above them.
 fn fault_band(f: &lockctl_hammer::history::Fault, frame: &Frame) -> Markup {
-    let (a, b) = (
-        frame.x(f.start),
-        frame.x(f.stop.unwrap_or(f.start + Duration::from_millis(5))),
-    );
+    let (a, b) = fault_span(f, frame);
     html! {
         rect x=(d1(a)) y=(frame.top) width=(d1((b - a).max(2.0)))
             height=(d1(frame.lanes as f64 * LANE)) fill="#d33" opacity="0.15" {
-            title { (f.detail) }
+            title { (crate::escape::terminal(&f.detail)) }
         }
-        text x=(d1(a)) y=(d1(frame.top - 4.0)) fill="#a00" { (f.fault) }
+        text x=(d1(a)) y=(d1(frame.top - 4.0)) fill="#a00" { (crate::escape::terminal(&f.fault)) }
     }
+}
+
+/// A fault's band again, over the bars: see-through, edged, and not in the pointer's way.
+fn fault_veil(f: &lockctl_hammer::history::Fault, frame: &Frame) -> Markup {
+    let (a, b) = fault_span(f, frame);
+    html! {
+        rect class="fault-veil" x=(d1(a)) y=(frame.top) width=(d1((b - a).max(2.0)))
+            height=(d1(frame.lanes as f64 * LANE)) fill="#d33" fill-opacity="0.18" stroke="#d33"
+            stroke-opacity="0.6" stroke-dasharray="3 2" pointer-events="none" {}
+    }
+}
+
+/// Where a fault begins and ends on the page (a fault still on at the end: 5 ms wide).
+fn fault_span(f: &lockctl_hammer::history::Fault, frame: &Frame) -> (f64, f64) {
+    (
+        frame.x(f.start),
+        frame.x(f.stop.unwrap_or(f.start + Duration::from_millis(5))),
+    )
 }
 
 /// A request as a bar in its lane from sent to answered, coloured by its answer; outlined
@@ -401,9 +423,9 @@ fn page(h: &History, report: &Report, svg: Markup, named: &[Blamed]) -> String {
         .iter()
         .map(|f| {
             html! {
-                (f.fault) " at " (d1(ms(f.start))) " ms"
+                (crate::escape::terminal(&f.fault)) " at " (d1(ms(f.start))) " ms"
                 @if let Some(stop) = f.stop { " to " (d1(ms(stop))) " ms" }
-                ": " (f.detail)
+                ": " (crate::escape::terminal(&f.detail))
             }
         })
         .collect();
@@ -480,5 +502,48 @@ mod tests {
         let line = html.split(r#"class="stock" points=""#).nth(1).unwrap();
         let points = line[..line.find('"').unwrap()].split(' ').count();
         assert_eq!(points, 7, "{line}");
+    }
+
+    /// A fault is seen over the requests it struck: a see-through band drawn after every
+    /// bar (drawn only beneath, the bars hid it), and not in a bar's tooltip's way.
+    #[test]
+    fn a_fault_is_drawn_over_the_bars_it_struck() {
+        let mut h = round(3, 3);
+        h.faults.push(lockctl_hammer::history::Fault {
+            fault: "client-kill".into(),
+            start: Duration::from_millis(1),
+            stop: Some(Duration::from_millis(3)),
+            detail: "killed 4 connection(s)".into(),
+            took: true,
+        });
+        let html = timeline_html(&h, &h.judge());
+        let last_bar = html.rfind("<title>request ").expect("the bars");
+        let veil = html
+            .find(r#"class="fault-veil""#)
+            .expect("a veil over the bars");
+        assert!(
+            veil > last_bar,
+            "the fault is drawn beneath the bars: {html}"
+        );
+        let tag = &html[veil..veil + html[veil..].find('>').unwrap()];
+        assert!(tag.contains(r#"pointer-events="none""#), "{tag}");
+    }
+
+    /// A fault's name and detail (text from the system, a process's name) come to the page
+    /// with their control characters escaped, as on a terminal: raw, an ESC or BEL reached
+    /// anyone who printed the file.
+    #[test]
+    fn a_faults_control_characters_are_escaped_on_the_page() {
+        let mut h = round(3, 3);
+        h.faults.push(lockctl_hammer::history::Fault {
+            fault: "pause-worker\u{7}".into(),
+            start: Duration::from_millis(1),
+            stop: Some(Duration::from_millis(3)),
+            detail: "process 7 (\u{1b}]0;owned\u{7}) stopped".into(),
+            took: true,
+        });
+        let html = timeline_html(&h, &h.judge());
+        assert!(!html.contains(['\u{1b}', '\u{7}']), "{html}");
+        assert!(html.contains(r"\u{1b}]0;owned\u{7}"), "{html}");
     }
 }

@@ -117,7 +117,7 @@ impl RedisServer {
         self.target().connect().expect("connect to the test server")
     }
 
-    /// Holds the lock on `sku` the way a client that knows nothing of lockctl does (the seed's
+    /// Holds the lock on `sku` the way a client that knows nothing of lockctl does (the tutorial's
     /// PHP client: a plain `SET` with a TTL): `token` for `ms` milliseconds.
     pub fn hold_lock(&self, sku: &str, token: &str, ms: u64) {
         let _: () = self

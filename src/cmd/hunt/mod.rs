@@ -128,6 +128,20 @@ fn start_serve(
         ),
         None => None,
     };
+    // Without --ready the system is taken to be up when its address answers: one that
+    // answers before the system is started is someone else's (a server an earlier hunt left
+    // running after a kill -9, say), and the hunt would judge it, not what --serve started.
+    if ready.is_none()
+        && std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300))
+            .is_ok()
+    {
+        return Err(UsageError(format!(
+            "--serve: something already answers at {addr} before --serve was started (a server \
+             an earlier hunt left running?): the hunt would test it, not what --serve starts; \
+             stop it, serve on another port, or give --ready URL, an address of the system's own"
+        ))
+        .into());
+    }
     match Served::start(cmd, addr, ready, reach, Some(&signals.requested)) {
         Ok(served) => Ok(Ok(Some(Arc::new(Mutex::new(served))))),
         // Stopped by a signal while starting: the signal's code, not an error's.

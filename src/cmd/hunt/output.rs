@@ -150,12 +150,24 @@ pub(super) fn warn_of_outsiders(
         Some(_) => "outside the system under test (not started by --serve)",
         None => "that lockctl cannot tell are the system's (no --serve names its processes)",
     };
+    // What each fault does to them: client-kill spares those known to be other processes'
+    // when --serve names the system's.
+    let unspared = outsiders.iter().filter(|o| !o.known_outside()).count();
+    let doing: Vec<String> = redis_faults
+        .iter()
+        .map(|f| match *f {
+            f if f == FaultKind::RedisPause.name() => "redis-pause pauses them too".to_string(),
+            _ if !nemesis.client_kill_spares_outsiders() => "client-kill kills them too".into(),
+            _ if unspared == 0 => "client-kill spares them".into(),
+            _ => format!("client-kill kills the {unspared} whose process was not found"),
+        })
+        .collect();
     let message = format!(
-        "Redis at {} has {} {whose}: {}{more}; {} act on them too",
+        "Redis at {} has {} {whose}: {}{more}; {}",
         ctx.target.addr(),
         lockctl_core::units::count(outsiders.len() as u64, "client", "clients"),
         named.join(", "),
-        redis_faults.join(" and "),
+        doing.join("; "),
     );
     eprintln!("lockctl: warning: {}", lockctl_render::terminal(&message));
 }

@@ -109,7 +109,6 @@ fn an_order_queue_whose_killed_worker_loses_its_batch_is_found_and_the_reliable_
 /// A lock with a lease of seconds (the shop's 2 s) around a read-then-write: a holder stalled
 /// past it writes over the next holder's sale.
 #[test]
-#[ignore = "not reliable yet: found in 60 s by seeds 1 and 2, not by a CI run's seed (41 rounds, 16 pauses of up to 3.2 s); run with --ignored"]
 fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
     // The shop's own lease of 2 s, learned by the hunt, which holds some pauses past it; a
     // pause stops half the web tier's workers, the lock's holder among them half the time.
@@ -121,11 +120,13 @@ fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
         "--failed-if",
         "json:/code=50003",
     ];
+    // scripts/hunt-trials measures how soon it is found (the README's rows); the test only
+    // asks that it is, with room for a loaded CI machine (5 runs here: 17 to 58 s in all).
     let bug = hunt_shop(
         &redis,
         &db,
         "leased",
-        &[&["--budget", "60s"][..], &faults, &NUMBERED].concat(),
+        &[&["--budget", "120s"][..], &faults, &NUMBERED].concat(),
     );
     found(&bug, "oversold");
     passed(&hunt_shop(

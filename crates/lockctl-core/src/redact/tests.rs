@@ -84,8 +84,14 @@ fn url_passwords_are_hidden_in_the_user_info_and_the_query() {
         redact("postgres://u:s3cret@h/db?password=two&sslmode=disable"),
         "postgres://u:***@h/db?password=***&sslmode=disable"
     );
-    // As for --redis: a lone word before the '@' may be a password typed there.
-    assert_eq!(redact("postgres://u@h/db"), "postgres://***@h/db");
+    // A lone word before the '@' of a SQL URL is its user name (libpq's and MySQL's grammar),
+    // no secret; in a Redis or web URL it may be a password typed there.
+    assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    assert_eq!(
+        redact("MySQL://root@h:3306/shop"),
+        "MySQL://root@h:3306/shop"
+    );
+    assert_eq!(redact("redis://pw@h"), "redis://***@h");
     assert_eq!(redact("postgres://h/db"), "postgres://h/db");
     assert_eq!(
         redact("postgres://h/db?PassWord=x&user=u"),
@@ -221,7 +227,7 @@ fn a_command_line_shows_no_secret_in_any_form() {
             "hammer",
             "--db",
             "host=h user=u password=*** dbname=d",
-            "--db=postgres://***@h/d?password=***",
+            "--db=postgres://u@h/d?password=***",
             "--url",
             "http://me:***@h/buy?token=***&sku={sku}",
             "--header",

@@ -59,7 +59,9 @@ pub(super) fn is_plain_host(authority: &str) -> bool {
 }
 
 /// `url` with its user info's password replaced by `***`. A lone word where the user goes may
-/// well be a password typed there, and goes too. A URL too malformed to have a clear password
+/// well be a password typed there, and goes too, except in a PostgreSQL or MySQL URL, whose
+/// grammar makes it the user name (`postgres://postgres@h/db`: hidden, a replay of it named a
+/// user nobody could guess, and a reader took it for a password that was not there). A URL too malformed to have a clear password
 /// (`redis//:pw@host`, `redis:/:pw@host`, `pw@host`) loses everything before its last `@`:
 /// whatever looks like credentials is never shown.
 pub(super) fn hide_user_info(url: &str) -> String {
@@ -76,8 +78,17 @@ pub(super) fn hide_user_info(url: &str) -> String {
     match url[start..at].split_once(':') {
         // user:password: the user stays, the password goes.
         Some((user, _)) => format!("{}{user}:{HIDDEN}{}", &url[..start], &url[at..]),
+        None if is_sql_scheme(&url[..start - 3]) => url.to_string(),
         None => format!("{}{HIDDEN}{}", &url[..start], &url[at..]),
     }
+}
+
+/// Whether `scheme` is a SQL database's, whose URL's lone user info is a user name.
+fn is_sql_scheme(scheme: &str) -> bool {
+    matches!(
+        scheme.to_ascii_lowercase().as_str(),
+        "postgres" | "postgresql" | "mysql" | "mariadb"
+    )
 }
 
 /// `s` with the value of every password-like parameter replaced by `***`.

@@ -82,6 +82,14 @@ impl Totals {
                 StockKeys::new(bucket).stock
             )));
         }
+        // Its seed record gone and its stock key kept: its own books cannot be checked (the
+        // totals still hold against the SKU's record, which would hide it).
+        if st.stock.is_some() && st.seeded.is_none() {
+            self.problems.push(Finding::from(format!(
+                "bucket {i} ({bucket}): its seed record {} is missing, though its stock key is there: its books cannot be checked (damaged books)",
+                StockKeys::new(bucket).seeded
+            )));
+        }
         self.stock += st.stock.unwrap_or(0);
         self.sold += st.sold;
         self.orders += st.ledger_orders;

@@ -2,6 +2,7 @@
 //! database (a held row, ended sessions) and processes (of the system, or lockctl's own
 //! buyers). Each returns whether it took effect and what it did, for the history.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use rand::RngExt;
@@ -49,11 +50,11 @@ impl Nemesis {
         }
     }
 
-    pub(super) fn db_kill(&self) -> (bool, String) {
+    pub(super) fn db_kill(&self, within: Duration) -> (bool, String) {
         let Some(sql) = &self.sql else {
             return (false, "no SQL database to end sessions on".into());
         };
-        match sql.db.kill_sessions() {
+        match sql.db.kill_sessions(within) {
             Ok(0) => (
                 false,
                 format!("no session of the system on {}", sql.db.shown()),
@@ -163,11 +164,26 @@ impl Nemesis {
         }
     }
 
+    /// `CLIENT KILL` of the Redis's clients but lockctl's own and replicas; with `--serve`,
+    /// not those known to be other processes' of this machine either (see
+    /// [`super::Outsider::known_outside`]: a `redis-cli`, another service on the same Redis):
+    /// killed too before, an operator's session was faulted with the system. A TCP client
+    /// whose process is not found (another machine's, or one gone meanwhile) is killed, as it
+    /// may be the system's, and the detail counts it apart.
     pub(super) fn client_kill(&self) -> (bool, String) {
         let killed = self.redis.connect().and_then(|mut c| {
             let me: i64 = c.query(redis::cmd("CLIENT").arg("ID"))?;
             let list: String = c.query(redis::cmd("CLIENT").arg("LIST"))?;
-            let mut n = 0;
+            let (mut outside, mut unknown) = (HashSet::new(), HashSet::new());
+            if self.client_kill_spares_outsiders() {
+                for o in self.outsiders_in(&list) {
+                    match o.known_outside() {
+                        true => outside.insert(o.addr),
+                        false => unknown.insert(o.addr),
+                    };
+                }
+            }
+            let (mut n, mut spared, mut of_unknown) = (0, 0, 0);
             for line in list.lines() {
                 let field = |k: &str| {
                     line.split(' ')
@@ -185,26 +201,40 @@ impl Nemesis {
                 {
                     continue;
                 }
+                let addr = field("addr").unwrap_or_default();
+                if outside.contains(addr) {
+                    spared += 1;
+                    continue;
+                }
                 // A client gone meanwhile is no error: it is killed all the same.
-                n += c
+                let k = c
                     .query::<i64>(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id))
                     .unwrap_or(0);
+                n += k;
+                of_unknown += k * i64::from(unknown.contains(addr));
             }
-            Ok(n)
+            Ok((n, spared, of_unknown))
         });
         match killed {
-            Ok(n) => (
-                n > 0,
-                format!("killed {n} connection(s) of the system to Redis"),
-            ),
+            Ok((n, spared, of_unknown)) => {
+                let mut detail = match of_unknown {
+                    0 => format!("killed {n} connection(s) of the system to Redis"),
+                    k => format!(
+                        "killed {n} connection(s) to Redis ({k} of no process found on this machine)"
+                    ),
+                };
+                if spared > 0 {
+                    detail.push_str(&format!(", spared {spared} of other processes"));
+                }
+                (n > 0, detail)
+            }
             Err(e) => (false, format!("could not kill connections: {e}")),
         }
     }
 
-    /// The group a process fault picks from, a draw in it, and whether it is the web tier.
-    fn group(&self, rng: &mut impl rand::Rng) -> Option<(Vec<i32>, usize, bool)> {
-        let serve = self.serve.as_ref()?.lock().ok()?;
-        let tree = serve.processes();
+    /// Of the system's processes `tree`, the group a process fault picks from, a draw in it,
+    /// and whether it is the web tier.
+    fn group(tree: &[i32], rng: &mut impl rand::Rng) -> (Vec<i32>, usize, bool) {
         // Never the shell the command runs in.
         let shell = |pid: &i32| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -215,23 +245,37 @@ impl Nemesis {
         // which serves no port) are picked as often as each other, however many workers the
         // web tier forks. Of the web tier, a worker rather than the server's first process,
         // when there is one.
-        let web = crate::owners::listening(&procs);
+        let web = crate::owners::web_tier(&procs);
         let (mut serving, other): (Vec<i32>, Vec<i32>) =
             procs.iter().partition(|p| web.contains(p));
         if serving.len() > 1 {
             serving.remove(0);
         }
         let (side, pick) = (rng.random_range(0..2u32), rng.random_range(0..1024usize));
-        Some(match (side, serving.is_empty(), other.is_empty()) {
-            (_, true, true) => (tree, pick, false),
+        match (side, serving.is_empty(), other.is_empty()) {
+            (_, true, true) => (tree.to_vec(), pick, false),
             (0, false, _) | (_, false, true) => (serving, pick, true),
             _ => (other, pick, false),
-        })
+        }
     }
 
-    fn pick(&self, rng: &mut impl rand::Rng) -> Option<i32> {
-        let (group, pick, _) = self.group(rng)?;
-        group.get(pick % group.len().max(1)).copied()
+    /// The one process of `tree` a kill picks.
+    fn pick(tree: &[i32], rng: &mut impl rand::Rng) -> Vec<i32> {
+        let (group, pick, _) = Self::group(tree, rng);
+        group
+            .get(pick % group.len().max(1))
+            .copied()
+            .into_iter()
+            .collect()
+    }
+
+    /// Sends `signal` to the processes `choose` picks of the system's tree, frozen while it
+    /// chooses (see [`crate::serve::Served::freeze_and_signal`]); those it reached.
+    fn signal_picked(&self, signal: Signal, choose: impl FnOnce(&[i32]) -> Vec<i32>) -> Vec<i32> {
+        match self.serve.as_ref().and_then(|s| s.lock().ok()) {
+            Some(s) => s.freeze_and_signal(signal, choose),
+            None => Vec::new(),
+        }
     }
 
     /// The processes a pause stops. Of a web tier with several workers, a random half (the
@@ -240,12 +284,10 @@ impl Nemesis {
     /// picked of 16 was, most of the time, one waiting for the lock). Else the one process
     /// [`Self::pick`] would pick. The half is drawn from the same two draws as one process,
     /// so a seed's later rounds stay as they were.
-    fn pick_for_pause(&self, rng: &mut impl rand::Rng) -> Vec<i32> {
+    fn pick_for_pause(tree: &[i32], rng: &mut impl rand::Rng) -> Vec<i32> {
         use rand::SeedableRng;
         use rand::seq::SliceRandom;
-        let Some((mut group, pick, web)) = self.group(rng) else {
-            return Vec::new();
-        };
+        let (mut group, pick, web) = Self::group(tree, rng);
         if !web || group.len() < 2 {
             return group
                 .get(pick % group.len().max(1))
@@ -259,21 +301,12 @@ impl Nemesis {
     }
 
     pub(super) fn pause_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
-        let pids = self.pick_for_pause(rng);
-        if pids.is_empty() {
-            return (false, "no process to pause".into());
-        }
-        let stopped: Vec<i32> = match self.serve.as_ref().and_then(|s| s.lock().ok()) {
-            Some(s) => pids
-                .into_iter()
-                .filter(|p| s.signal(*p, Signal::STOP))
-                .collect(),
-            None => Vec::new(),
-        };
+        let stopped = self.signal_picked(Signal::STOP, |tree| Self::pick_for_pause(tree, rng));
         if let Ok(mut u) = self.undo.lock() {
             u.stopped.extend(&stopped);
         }
         let detail = match stopped.as_slice() {
+            [] => "no process of the system under test to pause".to_string(),
             [one] => format!("process {one} of the system under test stopped (SIGSTOP)"),
             many => format!(
                 "processes {} of the system under test stopped (SIGSTOP)",
@@ -306,19 +339,15 @@ impl Nemesis {
     }
 
     pub(super) fn kill_worker(&self, rng: &mut impl rand::Rng) -> (bool, String) {
-        let Some(pid) = self.pick(rng) else {
-            return (false, "no process to kill".into());
+        let killed = self.signal_picked(Signal::KILL, |tree| Self::pick(tree, rng));
+        let Some(pid) = killed.first() else {
+            return (false, "no process of the system under test to kill".into());
         };
-        let killed = self
-            .serve
-            .as_ref()
-            .and_then(|s| s.lock().ok())
-            .is_some_and(|s| s.signal(pid, Signal::KILL));
-        if killed && let Ok(mut u) = self.undo.lock() {
+        if let Ok(mut u) = self.undo.lock() {
             u.killed = true;
         }
         (
-            killed,
+            true,
             format!("process {pid} of the system under test killed (SIGKILL)"),
         )
     }

@@ -76,10 +76,21 @@ pub struct SqlFaults {
 /// tell, the system under test's: a Redis fault touches it too.
 #[derive(Clone, Debug)]
 pub struct Outsider {
-    /// Its address as the server lists it (`ip:port`).
+    /// Its address as the server lists it (`ip:port`, or a unix socket's path and `:0`).
     pub addr: String,
     /// The process on this machine that holds the connection, when one was found.
     pub owner: Option<crate::owners::Owner>,
+}
+
+impl Outsider {
+    /// Whether it is known to be another process of this machine's, which `client-kill`
+    /// spares when `--serve` names the system: a connection whose process was found, or one
+    /// over a unix socket (always this machine's; whose, `/proc` does not say). Killed before,
+    /// a service on the same Redis's socket lost its connection at every strike, and the
+    /// fault was counted as the system's.
+    pub fn known_outside(&self) -> bool {
+        self.owner.is_some() || self.addr.parse::<std::net::SocketAddr>().is_err()
+    }
 }
 
 /// What a heal undid, and what it could not.
@@ -150,7 +161,9 @@ impl Nemesis {
             FaultKind::PauseHolder => self.pause_holder(rng),
             FaultKind::Stall => self.stall(rng),
             FaultKind::DbLock => self.db_lock(),
-            FaultKind::DbKill => self.db_kill(),
+            // A session to end is waited for within the hold, at most a second (a heal waits
+            // for a fault under way).
+            FaultKind::DbKill => self.db_kill(hold.min(Duration::from_secs(1))),
         };
         if let Ok(mut u) = self.undo.lock() {
             u.done.push(Fault {
@@ -274,6 +287,11 @@ impl Nemesis {
         let Ok(list) = c.query::<String>(redis::cmd("CLIENT").arg("LIST")) else {
             return Vec::new();
         };
+        self.outsiders_in(&list)
+    }
+
+    /// [`Self::outsiders`], of the clients of `list` (a `CLIENT LIST` answer).
+    pub(crate) fn outsiders_in(&self, list: &str) -> Vec<Outsider> {
         let me = std::process::id() as i32;
         let mut clients = Vec::new();
         for line in list.lines() {
@@ -307,6 +325,13 @@ impl Nemesis {
                     .is_some_and(|w| w.pid == me || system.contains(&w.pid))
             })
             .collect()
+    }
+
+    /// Whether `client-kill` spares the outsiders it can tell apart: with `--serve` the
+    /// system's processes are known, and a connection held by another process of this machine
+    /// is not the system's.
+    pub fn client_kill_spares_outsiders(&self) -> bool {
+        self.serve.is_some()
     }
 
     /// Undoes what can be undone at once, for a process that is quitting now.

@@ -2,7 +2,7 @@
 //! (`postgres://`, through the `postgres` crate lockctl-core already uses) and MySQL or
 //! MariaDB (`mysql://`, through the `mysql` crate, pure Rust, no TLS: these are local test
 //! databases). The SKU is each query's first parameter (`$1` for PostgreSQL, `?` for MySQL), the
-//! count the seed's second.
+//! count the seed statement's second.
 //!
 //! The SKU is bound with the type its column has: on PostgreSQL the type the statement infers
 //! for the parameter (an integer for `int4`/`int8`, the 16 bytes of a `uuid`, text otherwise);
