@@ -466,6 +466,51 @@ fn re_ports(command: &str) -> Vec<u16> {
         .collect()
 }
 
+/// The front door says which keys the main job leaves in the Redis it uses, how many, and
+/// names each: the main job, run against a Redis of its own, leaves exactly those.
+#[test]
+fn the_main_job_leaves_the_keys_the_front_door_names_and_no_other() {
+    let text = readme();
+    // "... leaves that SKU's 8 keys behind (`a`, `b`, ...: what they are), ..."
+    let (count, rest) = text
+        .split_once("leaves that SKU's ")
+        .and_then(|(_, rest)| rest.split_once(" keys"))
+        .expect("the front door says how many keys the main job leaves");
+    let list = rest
+        .split_once("behind (")
+        .and_then(|(_, r)| r.split_once(": "))
+        .map(|(l, _)| l)
+        .expect("the front door names the keys the main job leaves");
+    let names: Vec<String> = list
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    let count = count.trim();
+    let redis = RedisServer::start();
+    let out = crate::support::lockctl(
+        &redis.url(),
+        &["hammer", "-n", "100", "-c", "10", "--stock", "10"],
+    );
+    assert_eq!(
+        crate::support::code(&out),
+        0,
+        "{}",
+        crate::support::stdout(&out)
+    );
+    let mut left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.raw()).unwrap();
+    left.sort();
+    let mut named = names.clone();
+    named.sort();
+    assert_eq!(left, named, "the README names {names:?}");
+    assert_eq!(
+        count,
+        left.len().to_string(),
+        "the README counts {count} keys"
+    );
+}
+
 #[test]
 fn the_first_ten_minutes_run_as_written() {
     run_section("first-ten-minutes");
