@@ -989,6 +989,61 @@ fn ctrl_c_in_the_middle_of_a_fault_undoes_it_and_stops_the_system() {
     let _ = Path::new(FIXTURES);
 }
 
+/// A second Ctrl-C quits at once and leaves what the hunt created in the system's stores: the
+/// message names the SKUs whose keys are left, and they are (one Ctrl-C removes them: see
+/// `a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them`).
+#[test]
+fn a_second_ctrl_c_names_the_skus_whose_keys_it_leaves() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (port, url, serve) = served(&redis, "tests/fixtures/hunt/expiring_lock.php", 4);
+    let child = crate::support::spawn_lockctl_with(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--nemesis",
+            "none",
+            "--budget",
+            "60s",
+        ],
+        crate::support::Streams::Capture,
+    );
+    let round_keys = || -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("*hunt-*")
+            .query(&mut redis.raw())
+            .unwrap_or_default()
+    };
+    let started = crate::support::eventually(Duration::from_secs(30), || !round_keys().is_empty());
+    assert!(started, "no round's key appeared");
+    let pid = child.id();
+    crate::support::signal(pid, "INT");
+    std::thread::sleep(Duration::from_millis(50));
+    crate::support::signal(pid, "INT");
+    let out =
+        crate::support::finish_within(child, Duration::from_secs(30), "the hunt after two Ctrl-C");
+    let err = stderr(&out);
+    assert_eq!(code(&out), 130, "{err}");
+    let left = round_keys();
+    assert!(!left.is_empty(), "{err}");
+    let sku = left[0]
+        .split(':')
+        .find(|p| p.starts_with("hunt-"))
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("left what the hunt created for") && err.contains(&sku),
+        "{left:?}: {err}"
+    );
+    assert_eq!(left_on(port), "", "processes of --serve left behind");
+}
+
 /// lockctl's own strategies under the same nemesis: the negative control and a lease shorter
 /// than the work fail, the safe strategies and the watchdog pass, under every fault.
 #[test]
@@ -1740,8 +1795,11 @@ fn a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them() {
     // Stock in PostgreSQL.
     let db = TestDb::create();
     db.client()
-        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL); INSERT INTO stock VALUES ('sku_886', 5)")
+        .batch_execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL); INSERT INTO stock VALUES ('sku_886', 5), ('hunt-probe', 7)")
         .unwrap();
+    // The user's own rows: 'hunt-probe' is the name the probe had before it took a tag of its
+    // own, and was seeded over and deleted.
+    let theirs = ["hunt-probe", "sku_886"];
     let env = Env {
         pg_dsn: Some(format!("host=127.0.0.1 dbname={} user=postgres", db.name)),
         ..Env::default()
@@ -1768,15 +1826,21 @@ fn a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them() {
     let (exit, v, said) = pg(simple, &[]);
     assert_eq!(exit, 0, "{said}");
     assert!(v["cleaned"]["rows"].as_u64().unwrap() >= 1, "{said}");
-    assert_eq!(pg_skus(&db), ["sku_886"], "{said}");
+    assert_eq!(pg_skus(&db), theirs, "{said}");
+    let qty: i32 = db
+        .client()
+        .query_one("SELECT qty FROM stock WHERE sku = 'hunt-probe'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(qty, 7, "the user's row was written: {said}");
     let (_, _, said) = pg(simple, &["--keep"]);
     let kept = pg_skus(&db);
     assert!(
-        kept.contains(&"hunt-probe".to_string()) && kept.len() > 2,
+        kept.iter().any(|s| s.starts_with("hunt-probe-")) && kept.len() > 3,
         "{kept:?} {said}"
     );
     db.client()
-        .batch_execute("DELETE FROM stock WHERE sku <> 'sku_886'")
+        .batch_execute("DELETE FROM stock WHERE sku NOT IN ('sku_886', 'hunt-probe')")
         .unwrap();
     // A query the hunt cannot tell the rows of: they are left, and said so.
     let guarded = "SELECT qty FROM stock WHERE sku = $1 AND qty >= 0";
@@ -1784,18 +1848,18 @@ fn a_hunt_removes_the_rows_and_keys_it_created_and_keep_keeps_them() {
     assert_eq!(exit, 0, "{said}");
     let left = v["cleaned"]["left"].to_string();
     assert!(
-        left.contains("hunt-probe") && left.contains("--stock-clean"),
+        left.contains("hunt-probe-") && left.contains("--stock-clean"),
         "{left}"
     );
-    assert!(pg_skus(&db).len() > 2, "{said}");
+    assert!(pg_skus(&db).len() > 3, "{said}");
     db.client()
-        .batch_execute("DELETE FROM stock WHERE sku <> 'sku_886'")
+        .batch_execute("DELETE FROM stock WHERE sku NOT IN ('sku_886', 'hunt-probe')")
         .unwrap();
     let clean = ["--stock-clean", "DELETE FROM stock WHERE sku = $1"];
     let (exit, v, said) = pg(guarded, &clean);
     assert_eq!(exit, 0, "{said}");
     assert_eq!(v["cleaned"]["left"], serde_json::json!([]), "{said}");
-    assert_eq!(pg_skus(&db), ["sku_886"], "{said}");
+    assert_eq!(pg_skus(&db), theirs, "{said}");
     // A --stock-clean that deletes nothing of the probe is refused before any request.
     let (exit, _, said) = pg(
         simple,

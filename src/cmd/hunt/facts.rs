@@ -52,9 +52,15 @@ pub(super) fn system_facts(
             .with_order_from(pattern)
             .map_err(|e| UsageError(crate::cmd::hammer_http::bad_pattern(&e)))?;
     }
-    // The probe is a SKU in the rounds' format that no round uses.
+    // The probe is a SKU in the rounds' format that no round uses, nor any row or key that was
+    // there before: a random tag of its own, as the rounds' SKUs have (a fixed `<sku>-probe`
+    // seeded over a row of that name and deleted it at the end).
     let probe = match args.sku_format.into() {
-        IdFormat::Text => format!("{}-probe", args.sku),
+        IdFormat::Text => format!(
+            "{}-probe-{}",
+            args.sku,
+            hex::encode(rand::random::<[u8; 3]>())
+        ),
         format => Ids::new(format, "").name(0),
     };
     let mut rows = None;

@@ -52,7 +52,16 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     // Signals and the quit handler first: a Ctrl-C while the system starts stops it too.
     let (reach, slot) = (Arc::new(Reach::new()), Arc::default());
-    undo_on_quit(Arc::clone(&slot), Some(reach.clone()));
+    let created = Created {
+        skus: Arc::default(),
+        rows: stock_rows.is_some(),
+        keep: args.keep,
+    };
+    undo_on_quit(
+        Arc::clone(&slot),
+        Some(reach.clone()),
+        Some(created.clone()),
+    );
     let signals = signals::listen(signals::First::Finish(
         "the round, undoing its faults and stopping what --serve started",
     ));
@@ -81,6 +90,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
+    opts.skus = created.skus;
     // Keys are only read (SCAN, PTTL), but only of a Redis that is the system's: named, or
     // holding the stock.
     opts.leases = ctx.redis_named || args.stock_sql.is_none();
@@ -244,9 +254,56 @@ fn hunt_options(
     }
 }
 
+/// What a hunt of a system creates in its stores, as the rounds add it: what a hunt that
+/// quits at once leaves, and says it leaves.
+#[derive(Clone)]
+struct Created {
+    /// The rounds' SKUs so far (the hunt's `HuntOptions::skus`).
+    skus: Arc<Mutex<Vec<Sku>>>,
+    /// Whether it has stock rows in SQL (`--stock-sql`), besides keys in Redis.
+    rows: bool,
+    /// `--keep`: nothing would have been removed anyway.
+    keep: bool,
+}
+
+impl Created {
+    /// What quitting now leaves, in words, when it leaves anything.
+    fn left(&self) -> Option<String> {
+        if self.keep {
+            return None;
+        }
+        let names: Vec<String> =
+            match self.skus.try_lock() {
+                Ok(s) => s.iter().map(|s| s.to_string()).collect(),
+                Err(_) => return Some(
+                    "left what the hunt created (its rounds' SKUs could not be read while it quit)"
+                        .into(),
+                ),
+            };
+        if names.is_empty() {
+            return None;
+        }
+        let stores = if self.rows {
+            "their keys in Redis and stock rows in --stock-sql, and the probe's row"
+        } else {
+            "their keys in Redis"
+        };
+        Some(format!(
+            "left what the hunt created for {} ({stores}): a hunt stopped by one Ctrl-C removes them as it ends",
+            hunt::clean::skus_in_words(&names)
+        ))
+    }
+}
+
 /// A second Ctrl-C quits at once: nothing paused or stopped stays so, and the system is
 /// killed with its whole group and its strays (without waiting for it: a restart may hold it).
-fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, serve: Option<Arc<Reach>>) {
+/// What the hunt created in the system's stores is left (removing it could take as long as
+/// the round the user would not wait for), and the message names it.
+fn undo_on_quit(
+    nemesis: Arc<Mutex<Option<Nemesis>>>,
+    serve: Option<Arc<Reach>>,
+    created: Option<Created>,
+) {
     signals::on_quit(move || {
         if let Ok(n) = nemesis.try_lock()
             && let Some(n) = n.as_ref()
@@ -256,7 +313,14 @@ fn undo_on_quit(nemesis: Arc<Mutex<Option<Nemesis>>>, serve: Option<Arc<Reach>>)
         if let Some(r) = &serve {
             r.kill_now();
         }
-        Some("undid the hunt's faults and stopped --serve".into())
+        let undid = match serve {
+            Some(_) => "undid the hunt's faults and stopped --serve",
+            None => "undid the hunt's faults",
+        };
+        match created.as_ref().and_then(Created::left) {
+            Some(left) => Some(format!("{undid}; {left}")),
+            None => Some(undid.into()),
+        }
     });
 }
 
@@ -303,7 +367,7 @@ fn run_own(ctx: &Ctx, args: &HuntArgs, faults: Vec<FaultKind>) -> anyhow::Result
     nemesis
         .check(&faults)
         .map_err(|e| UsageError(words::fault_check(&e)))?;
-    undo_on_quit(Arc::new(Mutex::new(Some(nemesis.clone()))), None);
+    undo_on_quit(Arc::new(Mutex::new(Some(nemesis.clone()))), None, None);
     let signals = signals::listen(signals::First::Finish("the round and undoing its faults"));
     let _cleanup = Cleanup {
         nemesis: nemesis.clone(),
