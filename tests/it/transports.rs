@@ -1,7 +1,9 @@
-//! The atomic purchase on each transport: the blocking one (`Buyer::buy` on a `Conn`) and the
-//! native async one (`AsyncBuyer` on the redis crate's multiplexed tokio connection). Both send
-//! `Buyer::atomic_command` and do what `Buyer::atomic_next` says, so the same test bodies hold
-//! on both; what is checked is Redis's own state, not only the answers.
+//! Every strategy's purchase on each transport: the blocking one (`Buyer::buy` on a `Conn`) and
+//! the async one (`AsyncBuyer`). An atomic purchase is native async there (the redis crate's
+//! multiplexed tokio connection): both transports send `Buyer::atomic_command` and do what
+//! `Buyer::atomic_next` says. The lock strategies' purchases are `Buyer::buy` on tokio's
+//! blocking pool, and batch's go to a group committer. The same test bodies hold for each
+//! safe strategy on both; what is checked is Redis's own state, not only the answers.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -26,6 +28,12 @@ enum Transport {
 }
 
 const BOTH: [Transport; 2] = [Transport::Blocking, Transport::Async];
+
+/// Every safe strategy on every transport.
+fn every() -> impl Iterator<Item = (Strategy, Transport)> {
+    SAFE.into_iter()
+        .flat_map(|st| BOTH.into_iter().map(move |t| (st, t)))
+}
 
 /// One purchase to make: order id and user.
 type Order = (String, Option<String>);
@@ -100,11 +108,20 @@ impl Transport {
     }
 }
 
-fn atomic() -> BuyOptions {
-    BuyOptions {
-        strategy: Strategy::Atomic,
-        ..BuyOptions::default()
-    }
+/// The strategies that keep the books under concurrency (naive, the negative control, does
+/// not): each test body holds for each of them on each transport.
+const SAFE: [Strategy; 4] = [
+    Strategy::Lock,
+    Strategy::Fenced,
+    Strategy::Atomic,
+    Strategy::Batch,
+];
+
+/// `strategy` as a service buys with it: a buyer that finds the lock held waits its turn (up
+/// to 5 s) rather than being answered busy, so concurrent buyers all get an answer on the
+/// books.
+fn options(strategy: Strategy) -> BuyOptions {
+    BuyOptions::for_service(strategy)
 }
 
 fn orders(n: usize, prefix: &str) -> Vec<Order> {
@@ -160,22 +177,22 @@ fn assert_books(redis: &RedisServer, s: &Sku, seeded: i64, answers: &[Result<Pur
 fn each_transport_sells_exactly_the_stock_and_then_answers_sold_out() {
     let redis = RedisServer::start();
     let target = redis.target();
-    for t in BOTH {
-        let s = sku(&format!("exact_{t:?}"));
+    for (st, t) in every() {
+        let s = sku(&format!("exact_{st}_{t:?}"));
         stock::seed(&mut redis.conn(), &s, 100).unwrap();
-        let answers = t.buy_all(&target, &s, &atomic(), &orders(300, "o"));
+        let answers = t.buy_all(&target, &s, &options(st), &orders(300, "o"));
         let sold_out =
             |a: &Result<Purchase>| matches!(a, Ok(p) if matches!(p.outcome, Buy::SoldOut { .. }));
         assert_eq!(
             (count(&answers, bought), count(&answers, sold_out)),
             (100, 200),
-            "{t:?}"
+            "{st} {t:?}"
         );
-        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("0"), "{t:?}");
-        assert_eq!(ledger(&redis, &s).len(), 100, "{t:?}");
+        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("0"), "{st} {t:?}");
+        assert_eq!(ledger(&redis, &s).len(), 100, "{st} {t:?}");
         assert_books(&redis, &s, 100, &answers);
-        let after = t.buy_one(&target, &s, &atomic(), "late").unwrap();
-        assert_eq!(after.outcome, Buy::SoldOut { remaining: 0 }, "{t:?}");
+        let after = t.buy_one(&target, &s, &options(st), "late").unwrap();
+        assert_eq!(after.outcome, Buy::SoldOut { remaining: 0 }, "{st} {t:?}");
     }
 }
 
@@ -183,30 +200,37 @@ fn each_transport_sells_exactly_the_stock_and_then_answers_sold_out() {
 fn an_order_id_bought_again_is_a_replay_that_deducts_nothing_on_each_transport() {
     let redis = RedisServer::start();
     let target = redis.target();
-    for t in BOTH {
-        let s = sku(&format!("again_{t:?}"));
+    // `lock` keeps the tutorial's unconditional write (README, "Idempotency and per-user
+    // limits"): a repeated order id deducts again there, by design.
+    for (st, t) in every().filter(|(st, _)| *st != Strategy::Lock) {
+        let s = sku(&format!("again_{st}_{t:?}"));
         stock::seed(&mut redis.conn(), &s, 10).unwrap();
-        let first = t.buy_one(&target, &s, &atomic(), "o1").unwrap();
+        let first = t.buy_one(&target, &s, &options(st), "o1").unwrap();
         assert_eq!(
             (first.outcome, first.replayed),
             (Buy::Bought { remaining: 9 }, None),
-            "{t:?}"
+            "{st} {t:?}"
         );
         // The same order id, sent again at once, many times over: one deduction in all.
-        let answers = t.buy_all(&target, &s, &atomic(), &vec![("o1".to_string(), None); 20]);
+        let answers = t.buy_all(
+            &target,
+            &s,
+            &options(st),
+            &vec![("o1".to_string(), None); 20],
+        );
         for a in &answers {
             let p = a.as_ref().unwrap();
             assert_eq!(
                 (p.outcome, p.replayed),
                 (Buy::Bought { remaining: 9 }, Some(1)),
-                "{t:?}"
+                "{st} {t:?}"
             );
         }
-        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("9"), "{t:?}");
+        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("9"), "{st} {t:?}");
         assert_eq!(
             ledger(&redis, &s),
             HashMap::from([("o1".to_string(), 1)]),
-            "{t:?}"
+            "{st} {t:?}"
         );
     }
 }
@@ -215,12 +239,12 @@ fn an_order_id_bought_again_is_a_replay_that_deducts_nothing_on_each_transport()
 fn a_user_gets_no_more_than_the_limit_on_each_transport() {
     let redis = RedisServer::start();
     let target = redis.target();
-    for t in BOTH {
-        let s = sku(&format!("limit_{t:?}"));
+    for (st, t) in every() {
+        let s = sku(&format!("limit_{st}_{t:?}"));
         stock::seed(&mut redis.conn(), &s, 50).unwrap();
         let options = BuyOptions {
             limit: Some(2),
-            ..atomic()
+            ..options(st)
         };
         // Two users, ten orders each, all at once.
         let orders: Vec<Order> = (0..20)
@@ -231,9 +255,9 @@ fn a_user_gets_no_more_than_the_limit_on_each_transport() {
         assert_eq!(
             (count(&answers, bought), count(&answers, limited)),
             (4, 16),
-            "{t:?}"
+            "{st} {t:?}"
         );
-        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("46"), "{t:?}");
+        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("46"), "{st} {t:?}");
         let per_user: HashMap<String, i64> = redis::cmd("HGETALL")
             .arg(format!("item:buyers:{s}"))
             .query(&mut redis.raw())
@@ -241,7 +265,7 @@ fn a_user_gets_no_more_than_the_limit_on_each_transport() {
         assert_eq!(
             per_user,
             HashMap::from([("u0".into(), 2), ("u1".into(), 2)]),
-            "{t:?}"
+            "{st} {t:?}"
         );
         assert_books(&redis, &s, 50, &answers);
     }
@@ -251,18 +275,18 @@ fn a_user_gets_no_more_than_the_limit_on_each_transport() {
 fn an_unseeded_sku_is_an_error_that_writes_nothing_on_each_transport() {
     let redis = RedisServer::start();
     let target = redis.target();
-    for t in BOTH {
-        let s = sku(&format!("never_seeded_{t:?}"));
-        let e = t.buy_one(&target, &s, &atomic(), "o1").unwrap_err();
+    for (st, t) in every() {
+        let s = sku(&format!("never_seeded_{st}_{t:?}"));
+        let e = t.buy_one(&target, &s, &options(st), "o1").unwrap_err();
         assert!(
             matches!(&e, Error::Unseeded { sku } if *sku == s.to_string()),
-            "{t:?}: {e:?}"
+            "{st} {t:?}: {e:?}"
         );
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("*{s}*"))
             .query(&mut redis.raw())
             .unwrap();
-        assert_eq!(keys, Vec::<String>::new(), "{t:?}");
+        assert_eq!(keys, Vec::<String>::new(), "{st} {t:?}");
     }
 }
 
@@ -270,20 +294,24 @@ fn an_unseeded_sku_is_an_error_that_writes_nothing_on_each_transport() {
 fn a_stock_that_is_not_a_number_is_an_error_that_changes_nothing_on_each_transport() {
     let redis = RedisServer::start();
     let target = redis.target();
-    for t in BOTH {
-        let s = sku(&format!("garbage_{t:?}"));
+    for (st, t) in every() {
+        let s = sku(&format!("garbage_{st}_{t:?}"));
         let _: () = redis::cmd("SET")
             .arg(format!("item:stock:{s}"))
             .arg("12abc")
             .query(&mut redis.raw())
             .unwrap();
-        let e = t.buy_one(&target, &s, &atomic(), "o1").unwrap_err();
+        let e = t.buy_one(&target, &s, &options(st), "o1").unwrap_err();
         assert!(
             matches!(&e, Error::BadStock { value, .. } if value.contains("12abc")),
-            "{t:?}: {e:?}"
+            "{st} {t:?}: {e:?}"
         );
-        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("12abc"), "{t:?}");
-        assert!(ledger(&redis, &s).is_empty(), "{t:?}");
+        assert_eq!(
+            raw_stock(&redis, &s).as_deref(),
+            Some("12abc"),
+            "{st} {t:?}"
+        );
+        assert!(ledger(&redis, &s).is_empty(), "{st} {t:?}");
     }
 }
 
@@ -307,7 +335,7 @@ fn an_async_atomic_purchase_needs_no_blocking_thread() {
         let busy = tokio::task::spawn_blocking(move || {
             let _ = wait.recv_timeout(Duration::from_secs(120));
         });
-        let buyer = AsyncBuyer::new(&target, &s, atomic());
+        let buyer = AsyncBuyer::new(&target, &s, options(Strategy::Atomic));
         let tasks: Vec<_> = (0..50)
             .map(|i| {
                 let buyer = buyer.clone();
@@ -343,7 +371,7 @@ fn async_purchases_dropped_mid_flight_leave_the_books_agreeing_with_the_answers(
     let target = redis.target();
     let s = sku("dropped");
     stock::seed(&mut redis.conn(), &s, 300).unwrap();
-    let buyer = AsyncBuyer::new(&target, &s, atomic());
+    let buyer = AsyncBuyer::new(&target, &s, options(Strategy::Atomic));
     let mut answers = Vec::new();
     let rt = runtime();
     rt.block_on(async {
@@ -540,7 +568,7 @@ fn an_async_atomic_purchase_on_a_runtime_without_io_is_an_error_not_a_panic() {
         .enable_time()
         .build()
         .unwrap();
-    let buyer = AsyncBuyer::new(&redis.target(), &s, atomic());
+    let buyer = AsyncBuyer::new(&redis.target(), &s, options(Strategy::Atomic));
     let e = rt.block_on(buyer.buy("o1", None)).unwrap_err();
     assert!(e.to_string().contains("enable_io"), "{e}");
     assert_eq!(raw_stock(&redis, &s).as_deref(), Some("5"));
