@@ -574,3 +574,40 @@ fn an_async_atomic_purchase_on_a_runtime_without_io_is_an_error_not_a_panic() {
     assert_eq!(raw_stock(&redis, &s).as_deref(), Some("5"));
     assert!(ledger(&redis, &s).is_empty());
 }
+
+/// An async buyer's connections name themselves as the target's blocking ones do
+/// (`Target::with_client_name`): the server's client list shows the name on each, so a tool
+/// that kills clients by name (the hunt's client-kill spares lockctl's own) sees them too.
+#[test]
+fn an_async_buyers_connections_carry_the_targets_client_name() {
+    let redis = RedisServer::start();
+    let s = sku("named");
+    stock::seed(&mut redis.conn(), &s, 10).unwrap();
+    let target = redis.target().with_client_name("lockctl-named-test");
+    let buyer = AsyncBuyer::new(&target, &s, options(Strategy::Atomic));
+    runtime().block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let buyer = buyer.clone();
+                tokio::spawn(async move { buyer.buy(&format!("o{i}"), None).await })
+            })
+            .collect();
+        for t in tasks {
+            assert!(bought(&t.await.unwrap()));
+        }
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut redis.raw())
+            .unwrap();
+        let named = list
+            .lines()
+            .filter(|l| l.contains(" name=lockctl-named-test "))
+            .count();
+        assert!(named >= 1, "{list}");
+        let unnamed_cmds = list
+            .lines()
+            .filter(|l| l.contains(" name= ") && l.contains("cmd=evalsha"))
+            .count();
+        assert_eq!(unnamed_cmds, 0, "{list}");
+    });
+}

@@ -108,7 +108,7 @@ impl Native {
                 .await
         });
         let opened = tokio::time::timeout(options.connect_timeout, opening).await;
-        let conn = match opened {
+        let mut conn = match opened {
             Ok(Ok(Ok(c))) => c,
             Ok(Ok(Err(e))) => return Err(self.target.connect_error(e, options.connect_timeout)),
             Ok(Err(_)) => {
@@ -124,6 +124,16 @@ impl Native {
                 });
             }
         };
+        // Named as the target's blocking connections are (a server that refuses the name is
+        // not an error): a tool that kills clients by name (the hunt's client-kill spares
+        // lockctl's own) must see these too.
+        if let Some(name) = self.target.client_name() {
+            let _ = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(name)
+                .query_async::<()>(&mut conn)
+                .await;
+        }
         let (alive, runtime_alive) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let _alive = alive;

@@ -257,6 +257,11 @@ impl Target {
         self
     }
 
+    /// The name its connections give themselves, when [`Target::with_client_name`] gave one.
+    pub fn client_name(&self) -> Option<&str> {
+        self.client_name.as_deref()
+    }
+
     /// The same target, whose connections record into `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Target {
         self.metrics = Some(metrics);
