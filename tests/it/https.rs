@@ -390,6 +390,18 @@ fn hunt_logs_users_in_over_https_and_buys_with_their_tokens() {
     // it, an address that answers before --serve starts is refused).
     let ready = format!("https://localhost:{}/ready", endpoint.port);
     let facts = [&facts[..], &["--ready", &ready]].concat();
+    // --ready at a certificate of a CA nobody named: refused at once (a certificate refused
+    // now is refused in 15 s too), exit 2, naming the URL and the fix; nothing sold.
+    let started = Instant::now();
+    let (exit, _, text) = small_hunt(&redis, &url, &[], &facts);
+    assert_eq!(exit, 2, "{text}");
+    assert!(
+        text.contains(&format!("--ready '{ready}': refused the certificate"))
+            && text.contains("--tls-ca"),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{text}");
+    assert_eq!(endpoint.logins.load(Ordering::SeqCst), 0, "{text}");
     let (exit, v, text) = small_hunt(&redis, &url, &["--tls-ca", ca.to_str().unwrap()], &facts);
     assert_eq!(exit, 0, "{text}");
     assert!(v["judged"].as_u64().unwrap_or(0) >= 1, "{text}");

@@ -73,6 +73,16 @@ pub enum ServeError {
         /// The last lines of its output.
         tail: String,
     },
+    /// Its readiness URL's certificate was refused: no answer will come by waiting.
+    #[error("'{ready}': {message}")]
+    ReadyRefused {
+        /// The readiness URL, secrets hidden.
+        ready: String,
+        /// What was refused, and why.
+        message: String,
+        /// What to do about it.
+        hint: lockctl_core::hint::Hint,
+    },
     /// Its readiness URL was never answered 2xx in time.
     #[error(
         "'{command}' was not ready within {within_s} s: '{ready}' was never answered 2xx (the last: {last}); its output ends:\n{tail}"

@@ -181,6 +181,14 @@ impl Served {
                         last = why;
                         false
                     }
+                    // A certificate refused now is refused in 15 s too: said at once.
+                    Got::Refused { message, hint } => {
+                        return Err(ServeError::ReadyRefused {
+                            ready: probe.shown_url().to_string(),
+                            message,
+                            hint,
+                        });
+                    }
                 },
             };
             if answered && matches!(self.child.try_wait(), Ok(None)) {

@@ -166,6 +166,10 @@ fn start_serve(
                 );
                 Ok(Err(Exit::Signal(code)))
             }
+            // A certificate the facts do not trust is the facts' to fix: a usage error.
+            None if matches!(e, lockctl_hunt::error::ServeError::ReadyRefused { .. }) => {
+                Err(UsageError(words::serve(&e)).into())
+            }
             None => Err(anyhow::Error::msg(words::serve(&e))),
         },
     }

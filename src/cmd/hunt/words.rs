@@ -36,6 +36,14 @@ pub fn serve(e: &ServeError) -> String {
         } => format!(
             "--serve '{command}' was not ready within {within_s} s: --ready '{ready}' was never answered 2xx (the last: {last}); its output ends:\n{tail}"
         ),
+        ServeError::ReadyRefused {
+            ready,
+            message,
+            hint,
+        } => format!(
+            "--ready '{ready}': {message} ({}); --serve was stopped",
+            lockctl::advice::words(hint)
+        ),
         ServeError::TempDir(_) | ServeError::Log(_) => e.to_string(),
     }
 }

@@ -254,7 +254,9 @@ async fn one(
     };
     let (status, body) = match got {
         Got::Answer { status, body } => (status, body),
-        Got::Nothing(why) => return Err(failed(format!("had no answer: {why}"))),
+        Got::Nothing(why) | Got::Refused { message: why, .. } => {
+            return Err(failed(format!("had no answer: {why}")));
+        }
     };
     if !(200..300).contains(&status) {
         return Err(failed(format!("answered HTTP {status}: {}", shown(&body))));

@@ -8,6 +8,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::Result;
 use lockctl_core::conn::TlsFiles;
+use lockctl_core::hint::Hint;
 
 use super::request::{RequestSpec, Vars};
 use super::socket::{Stream, secure};
@@ -27,6 +28,14 @@ pub enum Got {
     },
     /// No answer: why (refused, timed out, cut).
     Nothing(String),
+    /// No answer, and none will come by asking again: the endpoint's certificate was refused
+    /// (not signed by the CA trusted, or for another name); what to do about it is the hint.
+    Refused {
+        /// What was refused, and why.
+        message: String,
+        /// What to do about it.
+        hint: lockctl_core::hint::Hint,
+    },
 }
 
 /// A URL to GET, checked: the error says what is wrong with it (naming `--url`: the caller
@@ -112,6 +121,11 @@ pub(super) async fn once(
         None => Stream::Plain(stream),
         Some(tls) => match secure(tls, addr, stream, limit).await {
             Ok(s) => s,
+            Err(Ended::Failed {
+                message,
+                hint: Some(hint @ (Hint::EndpointCa | Hint::EndpointName)),
+                ..
+            }) => return Got::Refused { message, hint },
             Err(Ended::Failed { message, .. }) => return Got::Nothing(message),
             Err(_) => return Got::Nothing(format!("no TLS with {addr}")),
         },
