@@ -636,3 +636,72 @@ fn every_aio_call_dropped_at_each_of_its_await_points_leaves_the_lock_free_and_t
         drop((buyer, batch));
     }
 }
+
+/// The orders worker's future dropped while it runs (here by a timeout): its worker stops, so
+/// the runtime that ran it shuts down within seconds. Before, the worker ran on in the
+/// blocking pool with nobody awaiting it, and the runtime's shutdown waited on it for ever.
+/// An order queued before is still there for the next worker (the dropped one took it, or
+/// left it pending), and a worker run to the end writes it once.
+#[test]
+fn a_dropped_worker_future_stops_its_worker_and_the_runtime_shuts_down() {
+    use lockctl_core::aio::worker;
+    use lockctl_core::orders::worker::WorkerOptions;
+    let redis = RedisServer::start();
+    let db = crate::support::TestDb::create();
+    lockctl_core::orders::db::Db::connect(&db.url, Duration::from_secs(5))
+        .unwrap()
+        .init(&db.url)
+        .unwrap();
+    let target = redis.target();
+    let s: Sku = "dropped_worker".parse().unwrap();
+    stock::seed(&mut redis.conn(), &s, 5).unwrap();
+    let queued = BuyOptions {
+        strategy: Strategy::Atomic,
+        queue: true,
+        ..BuyOptions::default()
+    };
+    let mut conn = redis.conn();
+    stock::Buyer::new(&target, &s, queued)
+        .buy(&mut conn, "o1", None)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = db.url.clone();
+    let (t, skus) = (target.clone(), vec![s.clone()]);
+    let ran = rt.block_on(async move {
+        tokio::time::timeout(
+            Duration::from_millis(800),
+            worker(&t, &url, WorkerOptions::new(skus)),
+        )
+        .await
+    });
+    assert!(ran.is_err(), "the worker ended by itself: {ran:?}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(rt);
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the runtime's shutdown still waits on a worker nobody awaits"
+    );
+    // The order is written once, by the dropped worker or the next.
+    let options = WorkerOptions {
+        once: true,
+        claim_idle: Duration::ZERO,
+        ..WorkerOptions::new(vec![s.clone()])
+    };
+    lockctl_core::orders::worker::run(&target, &db.url, &options).unwrap();
+    let rows = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM lockctl_orders WHERE sku = $1",
+            &[&s.as_str()],
+        )
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(rows, 1);
+}

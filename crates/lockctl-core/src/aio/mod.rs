@@ -311,13 +311,35 @@ impl AsyncBatch {
 }
 
 /// The orders worker ([`crate::orders::worker::run`]) as an async call, on the blocking pool:
-/// it runs until its options say it stops (`once`, or the `stop` flag).
+/// it runs until its options say it stops (`once`, or the `stop` flag), or until this future
+/// is dropped (a `select!`, a timeout, the task aborted): dropping it sets the worker's stop
+/// flag (the one given, or one of its own), and the worker ends within one read's block
+/// (`WorkerOptions::block`), its claimed orders left pending for the next worker to claim. A
+/// worker whose future is gone must not run on unseen, holding the runtime's shutdown.
 #[cfg(feature = "postgres")]
 pub async fn worker(
     target: &Target,
     db_url: &str,
-    options: crate::orders::worker::WorkerOptions,
+    mut options: crate::orders::worker::WorkerOptions,
 ) -> Result<crate::orders::worker::WorkerStats> {
+    let stop = options.stop.get_or_insert_with(Arc::default).clone();
+    let mut on_drop = StopOnDrop(Some(stop));
     let (target, db_url) = (target.clone(), db_url.to_string());
-    blocking(move || crate::orders::worker::run(&target, &db_url, &options)).await
+    let ran = blocking(move || crate::orders::worker::run(&target, &db_url, &options)).await;
+    // Ended by itself: the flag stays as it was (a caller may run again with it).
+    on_drop.0 = None;
+    ran
+}
+
+/// Sets the flag it holds when dropped, unless it was taken back first.
+#[cfg(feature = "postgres")]
+struct StopOnDrop(Option<Arc<AtomicBool>>);
+
+#[cfg(feature = "postgres")]
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.0 {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
 }
