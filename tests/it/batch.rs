@@ -42,18 +42,21 @@ fn books(server: &RedisServer, s: &str) -> Books {
     let ledger: HashMap<String, String> = r.hgetall(format!("item:orders:{s}")).unwrap();
     let buyers: HashMap<String, String> = r.hgetall(format!("item:buyers:{s}")).unwrap();
     let sold: Option<String> = r.get(format!("item:sold:{s}")).unwrap();
-    // The events stream: order ids and users, in order (ids and times differ by nature).
-    let entries: redis::streams::StreamRangeReply =
-        r.xrange_all(format!("item:order_events:{s}")).unwrap();
-    let events = entries
+    let events = events(&mut r, &format!("item:order_events:{s}"));
+    (stock, ledger, buyers, sold, events)
+}
+
+/// The events stream: order ids and users, in order (ids and times differ by nature).
+fn events(r: &mut redis::Connection, key: &str) -> Vec<(String, String)> {
+    let entries: redis::streams::StreamRangeReply = r.xrange_all(key).unwrap();
+    entries
         .ids
         .iter()
         .map(|e| {
             let get = |f: &str| e.get::<String>(f).unwrap_or_default();
             (get("order_id"), get("user"))
         })
-        .collect();
-    (stock, ledger, buyers, sold, events)
+        .collect()
 }
 
 #[test]
@@ -460,18 +463,7 @@ fn key_state(r: &mut redis::Connection, key: &str) -> String {
             format!("hash {h:?}")
         }
         "list" => format!("list {:?}", r.lrange::<_, Vec<String>>(key, 0, -1).unwrap()),
-        "stream" => {
-            let entries: redis::streams::StreamRangeReply = r.xrange_all(key).unwrap();
-            let e: Vec<(String, String)> = entries
-                .ids
-                .iter()
-                .map(|e| {
-                    let get = |f: &str| e.get::<String>(f).unwrap_or_default();
-                    (get("order_id"), get("user"))
-                })
-                .collect();
-            format!("stream {e:?}")
-        }
+        "stream" => format!("stream {:?}", events(r, key)),
         other => other.to_string(),
     }
 }
