@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 import time
 
+from bench_tasks import cli, start_redis, usec_per_call
+
 HEADING = "## The deduct script on the server, part by part"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,27 +67,6 @@ KINDS = [
 ]
 
 
-def cli(port, *a):
-    return subprocess.run(["redis-cli", "-p", str(port), *a], capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
-def start_redis(tmp, free_port):
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", tmp, "--logfile", os.path.join(tmp, "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        r = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
-        if r.stdout.strip() == "PONG":
-            return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("redis-server did not start")
-
-
 def server_us(port, sha, numkeys, keys, argv, setup, n):
     """The server's µs per EVALSHA call of `sha` over `n` calls from redis-benchmark -c 10."""
     cli(port, "flushall")
@@ -95,12 +76,10 @@ def server_us(port, sha, numkeys, keys, argv, setup, n):
     subprocess.run(["redis-benchmark", "-p", str(port), "-c", "10", "-n", str(n), "-q",
                     "-r", "100000000", "EVALSHA", sha, str(numkeys), *keys, *argv],
                    check=True, capture_output=True)
-    stats = cli(port, "info", "commandstats")
-    m = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)", stats)
-    if not m or int(m.group(1)) != n:
-        raise SystemExit(f"commandstats did not count {n} calls: {stats}")
-    # A kind must answer what it stands for, or its figure means nothing.
-    return float(m.group(3))
+    calls, us = usec_per_call(port)
+    if calls != n:
+        raise SystemExit(f"commandstats counted {calls} calls, not {n}")
+    return us
 
 
 def answer(port, sha, keys, argv, setup):

@@ -25,15 +25,17 @@
 -- Bound in this order, as `Deduct` (src/stock/calls.rs, the one Rust code that knows it) passes them:
 local STOCK, LEDGER, LOCK, BUYERS, SOLD, EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local HOLDER, QTY, ORDER, USER, LIMIT, QUEUE, FENCE, SKU = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+-- The stock as read (`nil` until it is, `false` when the key is missing).
+local raw = nil
 -- A purchase that buys nothing: `reply`, unless its order id was bought before.
 local function unless_replayed(reply)
   local why, prior = hash_int(LEDGER, ORDER)
   if why then return {'bad_data', 0, why} end
   if not prior then return reply end
-  local now = redis.pcall('GET', STOCK)
-  if type(now) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
-  if not is_int(now) then return {'bad_stock', 0, quoted(now)} end
-  return {'replayed', tonumber(prior), now or ''}
+  if raw == nil then raw = redis.pcall('GET', STOCK) end
+  if type(raw) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
+  if not is_int(raw) then return {'bad_stock', 0, quoted(raw)} end
+  return {'replayed', tonumber(prior), raw or ''}
 end
 local holder = redis.call('GET', LOCK)
 if HOLDER == '' then
@@ -41,7 +43,7 @@ if HOLDER == '' then
 elseif holder ~= HOLDER then
   return unless_replayed({'lease_lost', 0, ''})
 end
-local raw = redis.pcall('GET', STOCK)
+raw = redis.pcall('GET', STOCK)
 if type(raw) == 'table' then return {'bad_stock', 0, 'a value of the wrong type'} end
 if not raw then return unless_replayed({'unseeded', 0, ''}) end
 if not is_int(raw) then return {'bad_stock', 0, quoted(raw)} end
