@@ -1,9 +1,9 @@
 -- Group commit (`batch`): decides a batch of purchases in arrival order, each exactly as the
 -- deduct script decides one without a lock (the same checks in the same order, the same
 -- answers: `a_purchase_finds_the_same_answer_in_batch_and_atomic_whatever_its_keys_hold`),
--- then writes what they bought at once. Facts that cannot change while the script runs (the
--- lock's holder, the stock's raw value, the sold counter, the events stream's type) are read
--- once, the orders' ledger fields with one HMGET, each user's total once; the stock,
+-- then writes what they bought at once. Facts that cannot change while the script
+-- runs (the lock's holder, the stock's raw value, the sold counter, the events stream's type)
+-- are read once, the orders' ledger fields with one HMGET, each user's total once; the stock,
 -- the users' totals and the orders seen so far are carried in Lua from one purchase to the
 -- next, so a later purchase of the batch sees what an earlier one bought, and an order id
 -- given twice is bought once and replayed once. Every call from a script costs the server's
@@ -47,36 +47,19 @@ local ledger_bad = nil
 if priors['err'] then ledger_bad = 'd0:' .. not_a_hash(LEDGER) end
 local seen, had, total, b_orders, b_users, had0 = {}, {}, 0, {}, {}, {}
 local events_refused, allowance = nil, 0
--- A purchase that buys nothing: `reply`, unless its order id was bought before (in an
--- earlier batch, or earlier in this one).
-local function unless_replayed(k, order, reply)
+local function decide(k, order, user)
   local prior = seen[order]
   if prior == nil then
     if ledger_bad then return ledger_bad end
     prior = priors[k]
     if not is_int(prior) then return 'd0:' .. not_int_field(LEDGER) end
   end
-  if not prior then return reply end
-  if refused and refused ~= 'u0:' then return refused end
-  local now = raw
-  if stock then now = string.format('%d', stock) end
-  return 'r' .. prior .. ':' .. now
-end
-local function decide(k, order, user)
-  if holder then return unless_replayed(k, order, 'y0:') end
-  if refused == 'u0:' then return unless_replayed(k, order, refused) end
-  if refused then return refused end
   if user ~= '' and had[user] == nil then
     local why, v = hash_int(BUYERS, user)
     if why then return 'd0:' .. why end
     had[user] = tonumber(v or '0')
     had0[user] = had[user]
   end
-  if user ~= '' and had[user] + qty > limit then
-    return unless_replayed(k, order, 'l' .. string.format('%d', had[user]) .. ':')
-  end
-  if stock < qty then return unless_replayed(k, order, 's' .. string.format('%d', stock) .. ':') end
-  -- It buys, unless its order id is in the ledger: what it writes is checked first.
   if why_all then return 'd0:' .. why_all end
   -- The sold counter as this purchase finds it, after those before it in the batch, held to
   -- the bound is_int holds a read counter to.
@@ -84,9 +67,16 @@ local function decide(k, order, user)
     local now = string.format('%d', sold0 + total)
     return 'd0:' .. SOLD .. ' holds ' .. quoted(now) .. ', not an integer'
   end
-  if ledger_bad then return ledger_bad end
-  local replayed = unless_replayed(k, order, nil)
-  if replayed then return replayed end
+  if prior then
+    if refused and refused ~= 'u0:' then return refused end
+    local now = raw
+    if stock then now = string.format('%d', stock) end
+    return 'r' .. prior .. ':' .. now
+  end
+  if holder then return 'y0:' end
+  if refused then return refused end
+  if user ~= '' and had[user] + qty > limit then return 'l' .. string.format('%d', had[user]) .. ':' end
+  if stock < qty then return 's' .. string.format('%d', stock) .. ':' end
   if events_refused then
     if allowance == 0 then return 'd0:' .. events_refused end
     allowance = allowance - 1

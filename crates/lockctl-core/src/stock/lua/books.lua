@@ -3,9 +3,8 @@
 -- script will write is checked first (right type, integers where it counts), and a script
 -- that finds hostile data returns before writing anything.
 -- `hash_int(key, field)` reads a hash field that must hold an integer: why not, or nil and
--- its value. `sold_or_stream_refused(sold, events stream or nil)` says why the sold counter or
--- the stream cannot take a purchase, or nil. `bad_books(ledger, sold, buyers, order id, user,
--- events stream or nil)` returns why not, or
+-- its value. `bad_books(ledger, sold, buyers, order id, user, events stream or nil)` returns
+-- why not, or
 -- nil and what the ledger holds for the order id (read once, for the check and for replays).
 -- A key the script will neither read nor write (the per-user totals of a purchase that names
 -- no user) is not checked: every call from a script costs about a microsecond of the
@@ -38,16 +37,6 @@ local function hash_int(key, field)
   if not is_int(v) then return not_int_field(key) end
   return nil, v
 end
-local function sold_or_stream_refused(sold, events)
-  if events then
-    local t = redis.call('TYPE', events)['ok']
-    if t ~= 'none' and t ~= 'stream' then return events .. ' is a ' .. t .. ', not a stream' end
-  end
-  local n = redis.pcall('GET', sold)
-  if type(n) == 'table' then return sold .. ' is not a string' end
-  if not is_int(n) then return sold .. ' holds ' .. quoted(n) .. ', not an integer' end
-  return nil
-end
 local function bad_books(ledger, sold, buyers, order, user, events)
   local why, prior = hash_int(ledger, order)
   if why then return why end
@@ -55,8 +44,13 @@ local function bad_books(ledger, sold, buyers, order, user, events)
     why = hash_int(buyers, user)
     if why then return why end
   end
-  why = sold_or_stream_refused(sold, events)
-  if why then return why end
+  if events then
+    local t = redis.call('TYPE', events)['ok']
+    if t ~= 'none' and t ~= 'stream' then return events .. ' is a ' .. t .. ', not a stream' end
+  end
+  local n = redis.pcall('GET', sold)
+  if type(n) == 'table' then return sold .. ' is not a string' end
+  if not is_int(n) then return sold .. ' holds ' .. quoted(n) .. ', not an integer' end
   return nil, prior
 end
 local function append_orders(events, sku, qty, fence, orders, users)
