@@ -1,13 +1,13 @@
-"""The atomic purchase from async code (`scripts/bench --only tasks`), issue 44.
+"""Speed from async code (`scripts/bench --only tasks`): issue 44's targets, side by side.
 
-Side by side on one private redis-server, in rounds (each round runs every row once, so a busy
-spell on this shared machine hits them alike):
-- the reference: redis-benchmark -c 50 sending EVALSHA of a minimal GET+DECRBY script, what one
-  script call per purchase can reach at that concurrency;
-- `hammer --strategy atomic -c 50` (threads: the multiplexed driver);
-- `hammer --mode tasks --strategy atomic -c 50` (a tokio task per buyer on the native async
-  core: a few multiplexed connections, every purchase pipelined on them).
-Each row shows the median over the rounds, and its ratio to the reference of its own round.
+On one private redis-server, in rounds (each round runs every row once, the order turning, so a
+busy spell on this shared machine hits them alike):
+- the references: redis-benchmark -c 50 sending EVALSHA of a minimal GET+DECRBY script (what
+  one script call per purchase can reach at that concurrency), one client's PING (what a lock
+  hand-off's round trips can reach), and the minimal script pipelined as the tasks driver sends;
+- `hammer --strategy atomic -c 50` on threads and on tokio tasks, `batch -c 50`, `lock -c 10`
+  on threads and on tasks, and `lock` on tasks at c=10,000 with the hammer's peak memory.
+Each row shows the median over the rounds, and its ratio to its reference in the same round.
 
 Then the server's share: `INFO commandstats` (after `CONFIG RESETSTAT`) around one run of each,
 for the server's µs per script call: lockctl's deduct script against the minimal one.
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-HEADING = "## The atomic purchase from async code (hammer --mode tasks)"
+HEADING = "## Speed from async code: issue 44's targets side by side"
 
 MINIMAL = ("local v = tonumber(redis.call('GET', KEYS[1])) "
            "if v and v >= tonumber(ARGV[1]) then return redis.call('DECRBY', KEYS[1], ARGV[1]) end "
@@ -60,18 +60,35 @@ def reference(port, sha, n, clients=50, pipeline=1):
     return " ".join(argv).replace(sha, "<sha of the minimal script>"), rps
 
 
-def hammer(lockctl, port, mode, n, sku):
+def hammer(lockctl, port, mode, n, sku, strategy="atomic", clients=50):
+    """One `hammer --json` run; (command shown, report, peak RSS in MB of the hammer)."""
     argv = [lockctl, "--redis", f"redis://127.0.0.1:{port}", "hammer", "--json",
-            "--sku", sku, "--strategy", "atomic", "--mode", mode,
-            "-n", str(n), "-c", "50", "--stock", str(n)]
-    out = subprocess.run(argv, capture_output=True, text=True)
-    if not out.stdout.strip():
-        sys.exit(f"{' '.join(argv)} printed nothing: {out.stderr}")
-    report = json.loads(out.stdout)
+            "--sku", sku, "--strategy", strategy, "--mode", mode,
+            "-n", str(n), "-c", str(clients), "--stock", str(n), "--wait-ms", "60000"]
+    with tempfile.TemporaryFile("w+") as errf:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf, text=True)
+        out = proc.stdout.read()
+        # Reaped here, for this child's own peak resident memory (ru_maxrss, in KiB).
+        _, _, usage = os.wait4(proc.pid, 0)
+        proc.returncode = 0
+        errf.seek(0)
+        err = errf.read()
+    peak_mb = usage.ru_maxrss / 1024
+    if not out.strip():
+        sys.exit(f"{' '.join(argv)} printed nothing: {err}")
+    report = json.loads(out)
     if report["verdict"] != "pass":
         sys.exit(f"{' '.join(argv)}: verdict {report['verdict']}")
     shown = "lockctl " + " ".join(argv[3:]).replace(f"--sku {sku} ", "")
-    return shown, report
+    return shown, report, peak_mb
+
+
+def ping(port, n):
+    """redis-benchmark PING from one client; (command, requests/s)."""
+    argv = ["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(n), "-q", "ping"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    last = out.replace("\r", "\n").strip().splitlines()[-1]
+    return " ".join(argv), float(re.search(r"([\d.]+) requests per second", last).group(1))
 
 
 def usec_per_call(port):
@@ -86,34 +103,63 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
+# The rows, each run once a round: (key, what it is, how it runs, what its ratio is to).
+ROWS = [
+    ("ref", "redis-benchmark -c 50, EVALSHA of a minimal GET+DECRBY script", None, None),
+    ("threads", "`hammer --strategy atomic -c 50` (threads, multiplexed driver)",
+     ("threads", "atomic", 50), "ref"),
+    ("tasks", "`hammer --mode tasks --strategy atomic -c 50` (native async)",
+     ("tasks", "atomic", 50), "ref"),
+    ("batch", "`hammer --strategy batch -c 50` (group commit)", ("threads", "batch", 50), "ref"),
+    ("ping1", "redis-benchmark -c 1 PING: one client's round trips", None, None),
+    ("lock", "`hammer --strategy lock -c 10` (threads)", ("threads", "lock", 10), "ping1"),
+    ("lock_tasks", "`hammer --mode tasks --strategy lock -c 10`", ("tasks", "lock", 10),
+     "ping1"),
+    ("lock_10k", "`hammer --mode tasks --strategy lock -c 10000`", ("tasks", "lock", 10000),
+     "lock_tasks"),
+    ("ref_p", "redis-benchmark -c 2 -P 25, the minimal script: 50 in flight on 2 connections, "
+     "the tasks driver's shape", None, "ref"),
+]
+
+
+def purchases(strategy, quick):
+    n = {"atomic": 150000, "batch": 300000, "lock": 20000}[strategy]
+    return n // 10 if quick else n
+
+
 def run(lockctl, quick, repeat, free_port):
     n_ref = 30000 if quick else 300000
-    n_hammer = 15000 if quick else 150000
-    rows = {"ref": [], "threads": [], "tasks": [], "ref_p": []}
+    n_ping = 5000 if quick else 50000
+    rows = {key: [] for key, _, _, _ in ROWS}
+    commands = {}
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_redis(tmp, free_port)
         try:
             version = re.search(r"redis_version:(\S+)", cli(port, "info", "server")).group(1)
             sha = cli(port, "script", "load", MINIMAL)
             cli(port, "set", "ref:stock", "1000000000000")
-            commands = {}
             for r in range(repeat):
                 # The order turns each round, so that no row always runs first.
-                kinds = ["ref", "threads", "tasks", "ref_p"]
-                order = kinds[r % 4:] + kinds[:r % 4]
-                for what in order:
-                    if what == "ref":
-                        commands["ref"], rps = reference(port, sha, n_ref)
-                        rows["ref"].append((rps, None))
-                    elif what == "ref_p":
-                        # The tasks driver's shape: 50 calls in flight on 2 connections.
-                        commands["ref_p"], rps = reference(port, sha, n_ref, 2, 25)
-                        rows["ref_p"].append((rps, None))
+                keys = [key for key, _, _, _ in ROWS]
+                turn = r * 3 % len(keys)
+                for key in keys[turn:] + keys[:turn]:
+                    run_ = dict((k, how) for k, _, how, _ in ROWS)[key]
+                    if key == "ref":
+                        commands[key], rps = reference(port, sha, n_ref)
+                        rows[key].append((rps, None, None))
+                    elif key == "ref_p":
+                        commands[key], rps = reference(port, sha, n_ref, 2, 25)
+                        rows[key].append((rps, None, None))
+                    elif key == "ping1":
+                        commands[key], rps = ping(port, n_ping)
+                        rows[key].append((rps, None, None))
                     else:
-                        commands[what], rep = hammer(lockctl, port, what, n_hammer,
-                                                     f"bench_{what}_{r}")
-                        rows[what].append((rep["throughput_rps"], rep))
-                    print(f"round {r}: {what:7} {rows[what][-1][0]:>10,.0f}/s", file=sys.stderr)
+                        mode, strategy, clients = run_
+                        commands[key], rep, peak = hammer(
+                            lockctl, port, mode, purchases(strategy, quick), f"bench_{key}_{r}",
+                            strategy, clients)
+                        rows[key].append((rep["throughput_rps"], rep, peak))
+                    print(f"round {r}: {key:10} {rows[key][-1][0]:>10,.0f}/s", file=sys.stderr)
             # The server's share: each kind of call alone, its µs per call.
             server = {}
             cli(port, "config", "resetstat")
@@ -121,14 +167,15 @@ def run(lockctl, quick, repeat, free_port):
             server["ref"] = usec_per_call(port)
             for what in ("threads", "tasks"):
                 cli(port, "config", "resetstat")
-                hammer(lockctl, port, what, n_hammer // 3, f"bench_{what}_stats")
+                hammer(lockctl, port, what, purchases("atomic", quick) // 3,
+                       f"bench_{what}_stats")
                 server[what] = usec_per_call(port)
         finally:
             proc.kill()
             proc.wait()
 
-    def ratio(what):
-        return median([x[0] / ref[0] for x, ref in zip(rows[what], rows["ref"])])
+    def ratio(key, to):
+        return median([x[0] / ref[0] for x, ref in zip(rows[key], rows[to])])
 
     lines = []
     w = lines.append
@@ -138,37 +185,47 @@ def run(lockctl, quick, repeat, free_port):
       f"{time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, redis-server {version} started by "
       f"the script, loopback, {repeat} rounds each running every row once (the order turning "
       "each round); each row is the median over the rounds, its ratio the median of its runs "
-      "over the reference of the same round.")
+      "over its reference's run of the same round. Every hammer run sold its whole stock "
+      "(`--stock` = `-n`) and was verified from Redis (verdict PASS, or the bench stops).")
     w("")
-    w("| what | purchases/s (median) | each round | ratio to the reference | p99 ms | "
-      "client CPU µs/purchase |")
-    w("|---|---:|---|---:|---:|---:|")
-    names = {"ref": "redis-benchmark -c 50, EVALSHA of a minimal GET+DECRBY script",
-             "threads": "`hammer --strategy atomic -c 50` (threads, multiplexed driver)",
-             "tasks": "`hammer --mode tasks --strategy atomic -c 50` (native async)",
-             "ref_p": "redis-benchmark -c 2 -P 25, the same script: 50 in flight on 2 "
-                      "connections, the tasks driver's shape"}
-    for what in ("ref", "threads", "tasks", "ref_p"):
-        got = rows[what]
+    w("| what | purchases/s (median) | each round | ratio | to | p99 ms | "
+      "client CPU µs/purchase | peak RSS MB |")
+    w("|---|---:|---|---:|---|---:|---:|---:|")
+    for key, name, _, to in ROWS:
+        got = rows[key]
         mid = sorted(got, key=lambda x: x[0])[len(got) // 2]
         each = ", ".join(f"{x[0]:,.0f}" for x in got)
-        rep = mid[1]
+        rep, peak = mid[1], mid[2]
         p99 = rep["latency_ms"]["p99"] if rep else "-"
         cpu = rep.get("client_cpu_us_per_request") if rep else None
-        r = "1.00" if what == "ref" else f"{ratio(what):.2f}"
-        w(f"| {names[what]} | {mid[0]:,.0f} | {each} | {r} | {p99} | "
-          f"{cpu if cpu is not None else '-'} |")
+        r = f"{ratio(key, to):.2f}" if to else "1.00"
+        w(f"| {name} | {mid[0]:,.0f} | {each} | {r} | {key if not to else to} | {p99} | "
+          f"{cpu if cpu is not None else '-'} | {f'{peak:.0f}' if peak else '-'} |")
     w("")
-    w("The reference is one call in flight on each of 50 connections; the tasks driver keeps "
-      "its 50 in flight on 2 connections, so the server reads many calls per read, as with "
-      "redis-benchmark's `-P`: its ratio to the first reference can pass 1, and the last row, "
-      "the same shape, is the ceiling it is up against.")
+    w("The `to` column names the row each ratio is to (`ref`: the minimal script at c=50; "
+      "`ping1`: one client's PING; `lock_tasks`: the same strategy at c=10). The tasks driver "
+      "keeps its 50 in flight on 2 connections, so the server reads many calls per read, as "
+      "with redis-benchmark's `-P`: its ratio to `ref` can pass 1, and `ref_p`, the same shape, "
+      "is the ceiling it is up against.")
     w("")
-    w(f"Tasks against threads, the same rounds: "
+    peak_10k = max(x[2] for x in rows["lock_10k"])
+    w("Issue 44's targets, from these rounds:")
+    w("")
+    w(f"- `hammer --strategy atomic -c 50`: {ratio('threads', 'ref'):.2f}x the minimal script "
+      f"(target: at least 0.8x); in tasks mode {ratio('tasks', 'ref'):.2f}x.")
+    w(f"- `hammer --strategy lock -c 10`: {ratio('lock', 'ping1'):.2f}x one client's PING "
+      f"(target: at least 0.6x); in tasks mode {ratio('lock_tasks', 'ping1'):.2f}x.")
+    w(f"- `batch -c 50`: {ratio('batch', 'ref'):.2f}x the minimal script (target: at least "
+      "2.5x).")
+    w(f"- `hammer --mode tasks --strategy lock -c 10000`: PASS in every round, "
+      f"{ratio('lock_10k', 'lock_tasks'):.2f}x its c=10 rate (target: at least 0.8x), peak "
+      f"RSS at most {peak_10k:.0f} MB over the rounds (target: under 200 MB).")
+    w(f"- Tasks against threads under atomic, the same rounds: "
       f"{median([t[0] / h[0] for t, h in zip(rows['tasks'], rows['threads'])]):.2f}x.")
     w("")
     w("The server's time per script call (`INFO commandstats`, `usec_per_call` of `evalsha`, "
-      "after `CONFIG RESETSTAT`, one run of each alone):")
+      "after `CONFIG RESETSTAT`, one run of each alone; by kind of purchase in \"The deduct "
+      "script on the server, part by part\"):")
     w("")
     w("| calls of | calls | server µs per call |")
     w("|---|---:|---:|")
@@ -181,8 +238,8 @@ def run(lockctl, quick, repeat, free_port):
     w("Commands (`--sku` left out: each run has its own SKU):")
     w("")
     w("```")
-    for what in ("ref", "threads", "tasks", "ref_p"):
-        w(commands[what])
+    for key, _, _, _ in ROWS:
+        w(commands[key])
     w("```")
     w("")
     return "\n".join(lines)
