@@ -637,6 +637,83 @@ fn every_aio_call_dropped_at_each_of_its_await_points_leaves_the_lock_free_and_t
     }
 }
 
+/// A private Redis and database, the schema made, and `orders` atomic purchases of `name`
+/// queued for the orders worker.
+fn queued_orders(name: &str, orders: usize) -> (RedisServer, crate::support::TestDb, Sku) {
+    let redis = RedisServer::start();
+    let db = crate::support::TestDb::create();
+    lockctl_core::orders::db::Db::connect(&db.url, Duration::from_secs(5))
+        .unwrap()
+        .init(&db.url)
+        .unwrap();
+    let s: Sku = name.parse().unwrap();
+    stock::seed(&mut redis.conn(), &s, orders as u64 + 5).unwrap();
+    let queued = BuyOptions {
+        strategy: Strategy::Atomic,
+        queue: true,
+        ..BuyOptions::default()
+    };
+    let (mut conn, target) = (redis.conn(), redis.target());
+    let buyer = stock::Buyer::new(&target, &s, queued);
+    for i in 0..orders {
+        buyer.buy(&mut conn, &format!("o{i}"), None).unwrap();
+    }
+    (redis, db, s)
+}
+
+/// The database's order rows of `s`.
+fn order_rows(db: &crate::support::TestDb, s: &Sku) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM lockctl_orders WHERE sku = $1",
+            &[&s.as_str()],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// A worker that ended by itself (`once`, its orders drained) while nobody polled its future,
+/// which is then dropped (a `select!` whose other branch won in the same tick): the caller's
+/// stop flag stays as it was. It was set, since the future learned of the end only when
+/// polled (found by an attack round).
+#[test]
+fn a_worker_that_ended_by_itself_leaves_the_callers_stop_flag_alone_when_dropped() {
+    use lockctl_core::aio::worker;
+    use lockctl_core::orders::worker::WorkerOptions;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (redis, db, s) = queued_orders("ended_by_itself", 3);
+    let target = redis.target();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = WorkerOptions {
+        once: true,
+        claim_idle: Duration::ZERO,
+        stop: Some(stop.clone()),
+        ..WorkerOptions::new(vec![s.clone()])
+    };
+    let url = db.url.clone();
+    let mut f = Box::pin(worker(&target, &url, options));
+    // Polled once: the blocking worker starts.
+    rt.block_on(async {
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx))).await;
+        assert!(first.is_pending());
+    });
+    // It drains its 3 orders and returns, unseen; then the future is dropped.
+    let drained = eventually(Duration::from_secs(30), || order_rows(&db, &s) == 3);
+    assert!(drained, "the worker did not drain by itself");
+    std::thread::sleep(Duration::from_secs(1));
+    drop(f);
+    assert!(
+        !stop.load(Ordering::SeqCst),
+        "the worker ended by itself, yet its stop flag was set by the drop"
+    );
+}
+
 /// The orders worker's future dropped while it runs (here by a timeout): its worker stops, so
 /// the runtime that ran it shuts down within seconds. Before, the worker ran on in the
 /// blocking pool with nobody awaiting it, and the runtime's shutdown waited on it for ever.
@@ -646,24 +723,8 @@ fn every_aio_call_dropped_at_each_of_its_await_points_leaves_the_lock_free_and_t
 fn a_dropped_worker_future_stops_its_worker_and_the_runtime_shuts_down() {
     use lockctl_core::aio::worker;
     use lockctl_core::orders::worker::WorkerOptions;
-    let redis = RedisServer::start();
-    let db = crate::support::TestDb::create();
-    lockctl_core::orders::db::Db::connect(&db.url, Duration::from_secs(5))
-        .unwrap()
-        .init(&db.url)
-        .unwrap();
+    let (redis, db, s) = queued_orders("dropped_worker", 1);
     let target = redis.target();
-    let s: Sku = "dropped_worker".parse().unwrap();
-    stock::seed(&mut redis.conn(), &s, 5).unwrap();
-    let queued = BuyOptions {
-        strategy: Strategy::Atomic,
-        queue: true,
-        ..BuyOptions::default()
-    };
-    let mut conn = redis.conn();
-    stock::Buyer::new(&target, &s, queued)
-        .buy(&mut conn, "o1", None)
-        .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -695,13 +756,5 @@ fn a_dropped_worker_future_stops_its_worker_and_the_runtime_shuts_down() {
         ..WorkerOptions::new(vec![s.clone()])
     };
     lockctl_core::orders::worker::run(&target, &db.url, &options).unwrap();
-    let rows = db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM lockctl_orders WHERE sku = $1",
-            &[&s.as_str()],
-        )
-        .unwrap()
-        .get::<_, i64>(0);
-    assert_eq!(rows, 1);
+    assert_eq!(order_rows(&db, &s), 1);
 }

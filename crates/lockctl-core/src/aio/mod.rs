@@ -322,24 +322,34 @@ pub async fn worker(
     db_url: &str,
     mut options: crate::orders::worker::WorkerOptions,
 ) -> Result<crate::orders::worker::WorkerStats> {
-    let stop = options.stop.get_or_insert_with(Arc::default).clone();
-    let mut on_drop = StopOnDrop(Some(stop));
+    let _on_drop = StopOnDrop {
+        stop: options.stop.get_or_insert_with(Arc::default).clone(),
+        ended: Arc::default(),
+    };
+    let ended = Arc::clone(&_on_drop.ended);
     let (target, db_url) = (target.clone(), db_url.to_string());
-    let ran = blocking(move || crate::orders::worker::run(&target, &db_url, &options)).await;
-    // Ended by itself: the flag stays as it was (a caller may run again with it).
-    on_drop.0 = None;
-    ran
+    blocking(move || {
+        let ran = crate::orders::worker::run(&target, &db_url, &options);
+        // Ended by itself: the flag stays as it was (a caller may run again with it), even
+        // when the future is dropped before it sees this answer.
+        ended.store(true, Ordering::SeqCst);
+        ran
+    })
+    .await
 }
 
-/// Sets the flag it holds when dropped, unless it was taken back first.
+/// Sets `stop` when dropped, unless the worker has `ended` by itself.
 #[cfg(feature = "postgres")]
-struct StopOnDrop(Option<Arc<AtomicBool>>);
+struct StopOnDrop {
+    stop: Arc<AtomicBool>,
+    ended: Arc<AtomicBool>,
+}
 
 #[cfg(feature = "postgres")]
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        if let Some(stop) = &self.0 {
-            stop.store(true, Ordering::SeqCst);
+        if !self.ended.load(Ordering::SeqCst) {
+            self.stop.store(true, Ordering::SeqCst);
         }
     }
 }
