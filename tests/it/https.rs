@@ -390,8 +390,9 @@ fn hunt_logs_users_in_over_https_and_buys_with_their_tokens() {
     // it, an address that answers before --serve starts is refused).
     let ready = format!("https://localhost:{}/ready", endpoint.port);
     let facts = [&facts[..], &["--ready", &ready]].concat();
-    // --ready at a certificate of a CA nobody named: refused at once (a certificate refused
-    // now is refused in 15 s too), exit 2, naming the URL and the fix; nothing sold.
+    // --ready at a certificate of a CA nobody named: refused once it has been for 3 s on end
+    // (it waited the whole 15 s, then exit 1), exit 2, naming the URL and the fix; nothing
+    // sold.
     let started = Instant::now();
     let (exit, _, text) = small_hunt(&redis, &url, &[], &facts);
     assert_eq!(exit, 2, "{text}");

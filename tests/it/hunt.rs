@@ -542,6 +542,51 @@ fn stock_in_postgresql_read_then_written_loses_updates_and_a_guarded_update_pass
     );
 }
 
+/// A Ctrl-C in the facts check, which writes a probe row with --stock-sql (here a stock query
+/// that takes 3 s): the check finishes and removes its row, and the hunt exits 130 before the
+/// system starts. Before, no signal was listened for yet: the process died at once and left
+/// the probe row in the user's table (found by an attack round).
+#[test]
+fn a_ctrl_c_in_the_facts_check_removes_its_probe_row_and_exits_130() {
+    require_php_extensions();
+    let redis = RedisServer::start();
+    let (db, env) = pg_stock();
+    let (_, url, serve) = served(&redis, "tests/fixtures/hunt/pg_guarded.php", 2);
+    let serve = format!("PG_DSN='{}' {serve}", env.pg_dsn.as_deref().unwrap());
+    let child = crate::support::spawn_lockctl_with(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--serve",
+            &serve,
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty FROM stock, pg_sleep(3) WHERE sku = $1",
+            "--stock-seed",
+            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+            "--stock-clean",
+            "DELETE FROM stock WHERE sku = $1",
+        ],
+        crate::support::Streams::Capture,
+    );
+    // The probe row is written before the slow read: the check is under way.
+    let writing = crate::support::eventually(Duration::from_secs(20), || {
+        pg_skus(&db).iter().any(|s| s.starts_with("hunt-probe-"))
+    });
+    assert!(writing, "the facts check never wrote its probe row");
+    crate::support::signal(child.id(), "INT");
+    let out =
+        crate::support::finish_within(child, Duration::from_secs(30), "the hunt after Ctrl-C");
+    let err = stderr(&out);
+    assert_eq!(code(&out), 130, "{err}");
+    assert_eq!(pg_skus(&db), Vec::<String>::new(), "{err}");
+}
+
 /// A correct system on PostgreSQL passes with the database faults on: its stock row held by
 /// another session, its sessions ended (its requests fail, nothing is sold twice).
 #[test]

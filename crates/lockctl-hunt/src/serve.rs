@@ -26,6 +26,10 @@ use rustix::process::{Pid, Signal, WaitOptions, kill_process, kill_process_group
 /// How long a started system may take to answer.
 const READY_WITHIN: Duration = Duration::from_secs(15);
 
+/// How long a `--ready` URL's certificate must be refused on end before the hunt says so and
+/// stops (a server still starting may show another certificate for a moment).
+const REFUSED_FOR: Duration = Duration::from_secs(3);
+
 /// The environment variable that tags every process a system started: its value is the
 /// system's [`Reach`] tag.
 pub const TAG_VAR: &str = "LOCKCTL_SERVE_TAG";
@@ -152,6 +156,8 @@ impl Served {
     fn wait_ready(&mut self, stop: Option<&AtomicBool>) -> Result<(), ServeError> {
         let deadline = Instant::now() + READY_WITHIN;
         let mut last = String::from("no answer");
+        // Since when every answer to `ready` has been a refused certificate.
+        let mut refused_since: Option<Instant> = None;
         loop {
             if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
                 return Err(ServeError::Interrupted {
@@ -169,28 +175,7 @@ impl Served {
             // Ready when it says so (or its address answers) and it is still running (not a
             // server of before that has not finished dying, answering for a command that
             // exits).
-            let answered = match &self.ready {
-                None => TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok(),
-                Some(probe) => match probe.get(Duration::from_secs(2)) {
-                    Got::Answer { status, .. } if (200..300).contains(&status) => true,
-                    Got::Answer { status, body } => {
-                        last = format!("HTTP {status}: '{}'", body.escape_debug());
-                        false
-                    }
-                    Got::Nothing(why) => {
-                        last = why;
-                        false
-                    }
-                    // A certificate refused now is refused in 15 s too: said at once.
-                    Got::Refused { message, hint } => {
-                        return Err(ServeError::ReadyRefused {
-                            ready: probe.shown_url().to_string(),
-                            message,
-                            hint,
-                        });
-                    }
-                },
-            };
+            let answered = self.answers(&mut refused_since, &mut last)?;
             if answered && matches!(self.child.try_wait(), Ok(None)) {
                 return Ok(());
             }
@@ -215,6 +200,52 @@ impl Served {
             }
             thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the system answers now: `ready` answered 2xx, or without it its address
+    /// accepting a connection. `last` keeps what the last look found, `refused_since` since
+    /// when `ready`'s certificate has been refused on end; refused for [`REFUSED_FOR`], it is
+    /// the error.
+    fn answers(
+        &self,
+        refused_since: &mut Option<Instant>,
+        last: &mut String,
+    ) -> Result<bool, ServeError> {
+        Ok(match &self.ready {
+            None => TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok(),
+            Some(probe) => {
+                let got = probe.get(Duration::from_secs(2));
+                if !matches!(got, Got::Refused { .. }) {
+                    *refused_since = None;
+                }
+                match got {
+                    Got::Answer { status, .. } if (200..300).contains(&status) => true,
+                    Got::Answer { status, body } => {
+                        *last = format!("HTTP {status}: '{}'", body.escape_debug());
+                        false
+                    }
+                    Got::Nothing(why) => {
+                        *last = why;
+                        false
+                    }
+                    // A certificate refused for a few seconds on end is the facts' (the CA
+                    // not named, another name), not a server still starting (a proxy may show
+                    // a default certificate while it warms up): said then, not in 15 s.
+                    Got::Refused { message, hint } => {
+                        let since = *refused_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= REFUSED_FOR {
+                            return Err(ServeError::ReadyRefused {
+                                ready: probe.shown_url().to_string(),
+                                message,
+                                hint,
+                            });
+                        }
+                        *last = message;
+                        false
+                    }
+                }
+            }
+        })
     }
 
     /// The last lines the system wrote.

@@ -2,6 +2,7 @@
 //! facts do not allow, an address the system never answers on), the system started, the hunt
 //! run with every fault undone on every way out, then the report.
 
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,7 +45,31 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     if !args.strategy.is_empty() {
         return run_own(ctx, &args, faults);
     }
+    // Signals before the facts check, which writes a probe row with --stock-sql: a Ctrl-C
+    // lets it finish and remove that row; a second one quits, saying what may be left.
+    let checked = Arc::new(AtomicBool::new(false));
+    if args.stock_sql.is_some() {
+        let (checked, sku) = (Arc::clone(&checked), args.sku.to_string());
+        signals::on_quit(move || {
+            (!checked.load(Ordering::SeqCst)).then(|| {
+                format!(
+                    "quit in the facts check: its probe row (a SKU '{sku}-probe-' and 6 letters) may be left in --stock-sql"
+                )
+            })
+        });
+    }
+    let signals = signals::listen(signals::First::Finish(
+        "the round, undoing its faults and stopping what --serve started",
+    ));
     let (http, orders, stock_rows) = system_facts(ctx, &args)?;
+    checked.store(true, Ordering::SeqCst);
+    if let Some(code) = signals.exit_code() {
+        signals::stopped_before_report(
+            code,
+            "stopped after the facts check, before the system started",
+        );
+        return Ok(Exit::Signal(code));
+    }
     // The proxy before the system, which connects through it.
     let proxy = match &args.proxy {
         Some(listen) => Some(Arc::new(start_proxy(ctx, listen)?)),
@@ -56,15 +81,13 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
         skus: Arc::default(),
         rows: stock_rows.is_some(),
         keep: args.keep,
+        stage: Arc::default(),
     };
     undo_on_quit(
         Arc::clone(&slot),
         Some(reach.clone()),
         Some(created.clone()),
     );
-    let signals = signals::listen(signals::First::Finish(
-        "the round, undoing its faults and stopping what --serve started",
-    ));
     let serve = match start_serve(ctx, &args, &http, reach, &signals)? {
         Ok(serve) => serve,
         Err(stopped) => return Ok(stopped),
@@ -90,7 +113,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     };
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut opts = hunt_options(&args, (http, orders), faults, seed, &nemesis, &signals);
-    opts.skus = created.skus;
+    opts.skus = Arc::clone(&created.skus);
     // Keys are only read (SCAN, PTTL), but only of a Redis that is the system's: named, or
     // holding the stock.
     opts.leases = ctx.redis_named || args.stock_sql.is_none();
@@ -99,7 +122,9 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     drop(_cleanup);
     // The system is stopped: what the hunt created can go, whatever the hunt came to.
     let skus: Vec<Sku> = opts.skus.lock().map(|s| s.clone()).unwrap_or_default();
+    created.stage.store(REMOVING, Ordering::SeqCst);
     let cleaned = (!args.keep).then(|| remove_created(&target, &args, stock_rows.as_ref(), &skus));
+    created.stage.store(REMOVED, Ordering::SeqCst);
     let mut report = result.map_err(words::hunt)?;
     report.cleaned = cleaned;
     let replay = replay_command(ctx, seed);
@@ -268,12 +293,20 @@ struct Created {
     rows: bool,
     /// `--keep`: nothing would have been removed anyway.
     keep: bool,
+    /// How far the removal has come: 0 (the hunt goes on), [`REMOVING`], [`REMOVED`].
+    stage: Arc<AtomicU8>,
 }
+
+/// [`Created::stage`]: what the hunt created is being removed.
+const REMOVING: u8 = 1;
+/// [`Created::stage`]: what the hunt created is removed (or named as left in the report).
+const REMOVED: u8 = 2;
 
 impl Created {
     /// What quitting now leaves, in words, when it leaves anything.
     fn left(&self) -> Option<String> {
-        if self.keep {
+        let stage = self.stage.load(Ordering::SeqCst);
+        if self.keep || stage == REMOVED {
             return None;
         }
         let names: Vec<String> =
@@ -288,14 +321,19 @@ impl Created {
             return None;
         }
         let stores = if self.rows {
-            "their keys in Redis and stock rows in --stock-sql, and the probe's row"
+            "their stock rows in --stock-sql, and any keys in Redis that name them"
         } else {
-            "their keys in Redis"
+            "the keys in Redis that name them"
         };
-        Some(format!(
-            "left what the hunt created for {} ({stores}): a hunt stopped by one Ctrl-C removes them as it ends",
-            hunt::clean::skus_in_words(&names)
-        ))
+        let skus = hunt::clean::skus_in_words(&names);
+        Some(match stage {
+            REMOVING => format!(
+                "quit while removing what the hunt created for {skus}: some of it may be left ({stores})"
+            ),
+            _ => format!(
+                "left what the hunt created for {skus} ({stores}): a hunt stopped by one Ctrl-C removes them as it ends"
+            ),
+        })
     }
 }
 

@@ -315,7 +315,8 @@ impl AsyncBatch {
 /// is dropped (a `select!`, a timeout, the task aborted): dropping it sets the worker's stop
 /// flag (the one given, or one of its own), and the worker ends within one read's block
 /// (`WorkerOptions::block`), its claimed orders left pending for the next worker to claim. A
-/// worker whose future is gone must not run on unseen, holding the runtime's shutdown.
+/// worker whose future is gone must not run on unseen, holding the runtime's shutdown. A flag
+/// shared by several workers stops them all when one's future is dropped: give each its own.
 #[cfg(feature = "postgres")]
 pub async fn worker(
     target: &Target,
