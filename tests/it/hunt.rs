@@ -112,12 +112,23 @@ fn assert_found(found: (i32, Value, String), needle: &str) {
     );
 }
 
-/// The twin passes (exit 0), having tried several rounds with faults.
-fn assert_passed(passed: (i32, Value, String)) {
-    let (exit, v, said) = passed;
-    assert_eq!(exit, 0, "{said}");
-    assert_eq!(v["verdict"], "pass", "{said}");
-    assert!(v["judged"].as_u64().unwrap() >= 3, "{said}");
+/// The twin passes (exit 0) in every run, having judged at least 3 rounds with faults in
+/// all. One run of an 8 s budget judges 2 rounds when its faults are long (two redis-pauses
+/// of 2.3 s with a 3 s heal, a clean-clone CI run on a loaded machine), so `run` is made
+/// again, up to 4 times, until 3 are judged: how many rounds fit a budget is the machine's
+/// speed; what is asserted is that none fails.
+fn assert_passed(mut run: impl FnMut() -> (i32, Value, String)) {
+    let mut judged = 0;
+    for _ in 0..4 {
+        let (exit, v, said) = run();
+        assert_eq!(exit, 0, "{said}");
+        assert_eq!(v["verdict"], "pass", "{said}");
+        judged += v["judged"].as_u64().unwrap();
+        if judged >= 3 {
+            return;
+        }
+    }
+    panic!("the twin judged {judged} rounds in 4 runs, all passed");
 }
 
 const FIND: [&str; 2] = ["--budget", "40s"];
@@ -134,7 +145,7 @@ fn finds_the_bug_and_passes_the_twin(
     let find = [&FIND[..], flags].concat();
     assert_found(hunt(redis, bug, env, &find), needle);
     let pass = [&PASS[..], flags].concat();
-    assert_passed(hunt(redis, twin, env, &pass));
+    assert_passed(|| hunt(redis, twin, env, &pass));
 }
 
 #[test]
@@ -145,12 +156,7 @@ fn a_missing_lock_is_found_and_the_tutorials_code_passes() {
         hunt(&redis, "examples/tutorial-php/nolock.php", &env, &FIND),
         "oversold",
     );
-    assert_passed(hunt(
-        &redis,
-        "examples/tutorial-php/run_demo.php",
-        &env,
-        &PASS,
-    ));
+    assert_passed(|| hunt(&redis, "examples/tutorial-php/run_demo.php", &env, &PASS));
     // hammer --url's --stock and -n fix every round's instead of drawing them.
     let fixed = [&FIND[..], &["--stock", "3", "-n", "12"]].concat();
     let (exit, v, said) = hunt(&redis, "examples/tutorial-php/nolock.php", &env, &fixed);
@@ -249,12 +255,7 @@ fn a_retry_that_deducts_again_is_caught_and_a_system_that_replays_passes() {
     );
     assert_found((exit, v, said), "");
     let pass = [&PASS[..], &retries].concat();
-    assert_passed(hunt(
-        &redis,
-        "tests/fixtures/hunt/retry_replays.php",
-        &env,
-        &pass,
-    ));
+    assert_passed(|| hunt(&redis, "tests/fixtures/hunt/retry_replays.php", &env, &pass));
 }
 
 /// A correct idempotent endpoint that loses 3 answers in 4 after the sale (503, "retry with
@@ -311,12 +312,7 @@ fn a_lease_shorter_than_a_slow_path_oversells_and_a_fenced_write_passes() {
         "oversold",
     );
     let pass = [&PASS[..], &flags, &["--nemesis", "stall,redis-pause"]].concat();
-    assert_passed(hunt(
-        &redis,
-        "tests/fixtures/hunt/lease_fenced.php",
-        &env,
-        &pass,
-    ));
+    assert_passed(|| hunt(&redis, "tests/fixtures/hunt/lease_fenced.php", &env, &pass));
 }
 
 /// A lock with a lease of 2.5 s around a read-then-write: only a holder stalled past its
@@ -378,7 +374,17 @@ fn a_lease_of_seconds_is_learned_and_a_holder_stalled_past_it_oversells() {
         "{}",
         twin.2
     );
-    assert_passed(twin);
+    let mut first = Some(twin);
+    assert_passed(|| {
+        first.take().unwrap_or_else(|| {
+            hunt(
+                &redis,
+                "tests/fixtures/hunt/lease_seconds_fenced.php",
+                &env,
+                &pass,
+            )
+        })
+    });
 }
 
 /// A correct lock with a lease of 5 s: a holder killed with its lock keeps every buyer out
@@ -733,10 +739,9 @@ fn orders_dropped_on_their_way_to_the_database_are_lost_orders() {
             "3000",
         ];
         let args = [&["--budget"][..], &args].concat();
-        let result = hunt(&redis, script, &env, &args);
         match found {
-            true => assert_found(result, "lost orders"),
-            false => assert_passed(result),
+            true => assert_found(hunt(&redis, script, &env, &args), "lost orders"),
+            false => assert_passed(|| hunt(&redis, script, &env, &args)),
         }
     }
 }
