@@ -138,12 +138,12 @@ def run(lockctl, quick, repeat, free_port):
             version = re.search(r"redis_version:(\S+)", cli(port, "info", "server")).group(1)
             sha = cli(port, "script", "load", MINIMAL)
             cli(port, "set", "ref:stock", "1000000000000")
+            how_of = {key: how for key, _, how, _ in ROWS}
             for r in range(repeat):
                 # The order turns each round, so that no row always runs first.
                 keys = [key for key, _, _, _ in ROWS]
                 turn = r * 3 % len(keys)
                 for key in keys[turn:] + keys[:turn]:
-                    run_ = dict((k, how) for k, _, how, _ in ROWS)[key]
                     if key == "ref":
                         commands[key], rps = reference(port, sha, n_ref)
                         rows[key].append((rps, None, None))
@@ -154,7 +154,7 @@ def run(lockctl, quick, repeat, free_port):
                         commands[key], rps = ping(port, n_ping)
                         rows[key].append((rps, None, None))
                     else:
-                        mode, strategy, clients = run_
+                        mode, strategy, clients = how_of[key]
                         commands[key], rep, peak = hammer(
                             lockctl, port, mode, purchases(strategy, quick), f"bench_{key}_{r}",
                             strategy, clients)

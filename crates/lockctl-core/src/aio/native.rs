@@ -127,12 +127,8 @@ impl Native {
         // Named as the target's blocking connections are (a server that refuses the name is
         // not an error): a tool that kills clients by name (the hunt's client-kill spares
         // lockctl's own) must see these too.
-        if let Some(name) = self.target.client_name() {
-            let _ = redis::cmd("CLIENT")
-                .arg("SETNAME")
-                .arg(name)
-                .query_async::<()>(&mut conn)
-                .await;
+        if let Some(setname) = self.target.client_name_command() {
+            let _ = setname.query_async::<()>(&mut conn).await;
         }
         let (alive, runtime_alive) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {

@@ -257,9 +257,13 @@ impl Target {
         self
     }
 
-    /// The name its connections give themselves, when [`Target::with_client_name`] gave one.
-    pub fn client_name(&self) -> Option<&str> {
-        self.client_name.as_deref()
+    /// The `CLIENT SETNAME` each new connection sends, when [`Target::with_client_name`] gave a
+    /// name: one command for the blocking and the async connections.
+    pub fn client_name_command(&self) -> Option<redis::Cmd> {
+        let name = self.client_name.as_deref()?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("SETNAME").arg(name);
+        Some(cmd)
     }
 
     /// The same target, whose connections record into `metrics`.
@@ -405,8 +409,8 @@ impl Target {
             // depend on the given node being up.
             seeds.learn(&slots);
         }
-        if let (Some(name), None) = (&self.client_name, &conn.cluster) {
-            let _ = conn.query::<()>(redis::cmd("CLIENT").arg("SETNAME").arg(&**name));
+        if let (Some(setname), None) = (self.client_name_command(), &conn.cluster) {
+            let _ = conn.query::<()>(&setname);
         }
         Ok(conn)
     }
