@@ -33,6 +33,7 @@ pub(super) struct StockRows {
 pub(super) fn system_facts(
     ctx: &Ctx,
     args: &HuntArgs,
+    probe: &str,
 ) -> anyhow::Result<(HttpOptions, Option<OrdersSql>, Option<StockRows>)> {
     let mut http = crate::cmd::hammer_http::http_options(ctx, &args.http_args(), args.qty)?;
     if !http.classifier.judges() {
@@ -52,28 +53,31 @@ pub(super) fn system_facts(
             .with_order_from(pattern)
             .map_err(|e| UsageError(crate::cmd::hammer_http::bad_pattern(&e)))?;
     }
-    // The probe is a SKU in the rounds' format that no round uses, nor any row or key that was
-    // there before: a random tag of its own, as the rounds' SKUs have (a fixed `<sku>-probe`
-    // seeded over a row of that name and deleted it at the end).
-    let probe = match args.sku_format.into() {
+    let mut rows = None;
+    if let Some(url) = &args.stock_sql {
+        let (store, stock) = stock_store(ctx, args, url, probe)?;
+        http.store = Some(store);
+        rows = Some(stock);
+    }
+    let orders = match (&args.orders_sql, &args.orders_query) {
+        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, probe, args)?),
+        _ => None,
+    };
+    Ok((http, orders, rows))
+}
+
+/// The facts check's probe: a SKU in the rounds' format that no round uses, nor any row or key
+/// that was there before: a random tag of its own, as the rounds' SKUs have (a fixed
+/// `<sku>-probe` seeded over a row of that name and deleted it at the end).
+pub(super) fn probe_sku(args: &HuntArgs) -> String {
+    match args.sku_format.into() {
         IdFormat::Text => format!(
             "{}-probe-{}",
             args.sku,
             hex::encode(rand::random::<[u8; 3]>())
         ),
         format => Ids::new(format, "").name(0),
-    };
-    let mut rows = None;
-    if let Some(url) = &args.stock_sql {
-        let (store, stock) = stock_store(ctx, args, url, &probe)?;
-        http.store = Some(store);
-        rows = Some(stock);
     }
-    let orders = match (&args.orders_sql, &args.orders_query) {
-        (Some(url), Some(query)) => Some(orders_sql(ctx, url, query, &probe, args)?),
-        _ => None,
-    };
-    Ok((http, orders, rows))
 }
 
 /// The faults `--nemesis` names, checked against the facts. A fault on the Redis server

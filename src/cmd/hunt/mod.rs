@@ -14,7 +14,7 @@ mod words;
 use super::{Ctx, Exit, UsageError, emit, emit_json};
 use crate::cli::HuntArgs;
 use crate::signals;
-use facts::{address_of, faults, remove_created, start_proxy, system_facts};
+use facts::{address_of, faults, probe_sku, remove_created, start_proxy, system_facts};
 use lockctl_core::lock::LockOptions;
 use lockctl_core::sku::Sku;
 use lockctl_core::stock::{BuyOptions, Strategy};
@@ -48,12 +48,13 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     // Signals before the facts check, which writes a probe row with --stock-sql: a Ctrl-C
     // lets it finish and remove that row; a second one quits, saying what may be left.
     let checked = Arc::new(AtomicBool::new(false));
+    let probe = probe_sku(&args);
     if args.stock_sql.is_some() {
-        let (checked, sku) = (Arc::clone(&checked), args.sku.to_string());
+        let (checked, probe) = (Arc::clone(&checked), probe.clone());
         signals::on_quit(move || {
             (!checked.load(Ordering::SeqCst)).then(|| {
                 format!(
-                    "quit in the facts check: its probe row (a SKU '{sku}-probe-' and 6 letters) may be left in --stock-sql"
+                    "quit in the facts check: its probe row '{probe}' may be left in --stock-sql"
                 )
             })
         });
@@ -61,7 +62,7 @@ pub fn run(ctx: &Ctx, args: HuntArgs) -> anyhow::Result<Exit> {
     let signals = signals::listen(signals::First::Finish(
         "the round, undoing its faults and stopping what --serve started",
     ));
-    let (http, orders, stock_rows) = system_facts(ctx, &args)?;
+    let (http, orders, stock_rows) = system_facts(ctx, &args, &probe)?;
     checked.store(true, Ordering::SeqCst);
     if let Some(code) = signals.exit_code() {
         signals::stopped_before_report(
