@@ -180,9 +180,11 @@ pub struct HammerArgs {
     #[arg(short = 'c', long = "concurrency", default_value_t = 10, value_parser = whole(1, 10_000), allow_negative_numbers = true, help_heading = "Load")]
     pub concurrency: u64,
 
-    /// threads: workers in this process; procs: one child `lockctl buy` per purchase.
-    #[arg(long, value_enum, default_value_t = ModeArg::Threads, help_heading = "Load")]
-    pub mode: ModeArg,
+    /// threads: workers in this process; tasks: tokio tasks; procs: one child `lockctl buy`
+    /// per purchase. Default: tasks for atomic on a single server without --work-ms, where it
+    /// is measured faster; threads otherwise.
+    #[arg(long, value_enum, help_heading = "Load")]
+    pub mode: Option<ModeArg>,
 
     /// Seed the stock to this first (and clear the ledger); without it the stock already in
     /// Redis is used.

@@ -10,7 +10,7 @@ use lockctl_core::conn::Reconnecting;
 use lockctl_core::keys::StockKeys;
 use lockctl_core::lock::{Lock, LockOptions};
 use lockctl_core::stock::{self, Strategy};
-use lockctl_hammer::{self as hammer, HammerOptions, LoadOptions, PipelineOptions};
+use lockctl_hammer::{self as hammer, Driving, HammerOptions, LoadOptions, PipelineOptions};
 
 use super::reporting::{finish, run_context, serve_metrics};
 use super::{Ctx, Exit, UsageError};
@@ -115,7 +115,10 @@ fn options(ctx: &Ctx, args: &HammerArgs, strategy: Strategy, stock: Option<u64>)
             history: args.history.is_some(),
             before_read_back: None,
         },
-        mode: args.mode.into(),
+        mode: args.mode.map_or_else(
+            || Driving::fastest_for(strategy, args.purchase.work(), &ctx.target),
+            Driving::from,
+        ),
         buy: args.purchase.buy_options(strategy, HAMMER_WAIT_MS),
         work: args.purchase.work(),
         children: std::env::current_exe()

@@ -346,6 +346,42 @@ fn hammer_with_threads_sells_exactly_the_stock() {
     hammer_passes_in("threads");
 }
 
+/// Without --mode a run gets the driver measured fastest for its purchases: tasks for atomic
+/// on a single server, threads for the lock strategies, and threads for atomic with simulated
+/// work; an explicit --mode is kept. Each run sells exactly its stock.
+#[test]
+fn hammer_without_mode_runs_atomic_as_tasks_and_the_rest_as_threads() {
+    let server = RedisServer::start();
+    for (extra, want) in [
+        (&["--strategy", "atomic"][..], "tasks"),
+        (
+            &["--strategy", "atomic", "--mode", "threads"][..],
+            "threads",
+        ),
+        (&["--strategy", "atomic", "--work-ms", "1"][..], "threads"),
+        (&["--strategy", "lock"][..], "threads"),
+        (&["--strategy", "batch"][..], "threads"),
+    ] {
+        let mut args = vec!["hammer", "-n", "40", "-c", "8", "--stock", "20", "--json"];
+        args.extend_from_slice(extra);
+        let out = lockctl(&server.url(), &args);
+        assert_eq!(
+            code(&out),
+            0,
+            "{extra:?}: {}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let v = json(&out);
+        assert_eq!(v["mode"], want, "{extra:?}: {v}");
+        assert_eq!(
+            (v["verdict"].as_str(), v["bought"].as_u64()),
+            (Some("pass"), Some(20)),
+            "{extra:?}: {v}"
+        );
+    }
+}
+
 #[test]
 fn hammer_with_processes_sells_exactly_the_stock() {
     hammer_passes_in("procs");
