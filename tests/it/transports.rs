@@ -315,49 +315,52 @@ fn a_stock_that_is_not_a_number_is_an_error_that_changes_nothing_on_each_transpo
     }
 }
 
-/// An async atomic purchase is a request on a multiplexed connection: no blocking thread
-/// makes it. Here the runtime's one blocking thread is kept busy until the purchases are
-/// done; a purchase that needed it (`spawn_blocking`, as the async API's atomic path did
-/// before the native transport) would wait for it for ever, and the deadline says so.
+/// An async purchase under `atomic`, `lock` and `fenced` is requests on async connections: no
+/// blocking thread makes it. Here the runtime's one blocking thread is kept busy until the
+/// purchases are done; a purchase that needed it (`spawn_blocking`, as the async API's paths
+/// did before the native transport) would wait for it for ever, and the deadline says so.
 #[test]
-fn an_async_atomic_purchase_needs_no_blocking_thread() {
+fn an_async_purchase_needs_no_blocking_thread() {
     let redis = RedisServer::start();
     let target = redis.target();
-    let s = sku("no_blocking");
-    stock::seed(&mut redis.conn(), &s, 40).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(1)
-        .build()
-        .unwrap();
-    let answers = rt.block_on(async {
-        let (done, wait) = mpsc::channel::<()>();
-        let busy = tokio::task::spawn_blocking(move || {
-            let _ = wait.recv_timeout(Duration::from_secs(120));
-        });
-        let buyer = AsyncBuyer::new(&target, &s, options(Strategy::Atomic));
-        let tasks: Vec<_> = (0..50)
-            .map(|i| {
-                let buyer = buyer.clone();
-                tokio::spawn(async move { buyer.buy(&format!("o{i}"), None).await })
-            })
-            .collect();
-        let all = async {
-            let mut answers = Vec::new();
-            for t in tasks {
-                answers.push(t.await.unwrap());
-            }
+    for strategy in [Strategy::Atomic, Strategy::Lock, Strategy::Fenced] {
+        let s = sku(&format!("no_blocking_{strategy}"));
+        stock::seed(&mut redis.conn(), &s, 40).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap();
+        let answers = rt.block_on(async {
+            let (done, wait) = mpsc::channel::<()>();
+            let busy = tokio::task::spawn_blocking(move || {
+                let _ = wait.recv_timeout(Duration::from_secs(120));
+            });
+            let buyer = AsyncBuyer::new(&target, &s, options(strategy));
+            let tasks: Vec<_> = (0..50)
+                .map(|i| {
+                    let buyer = buyer.clone();
+                    tokio::spawn(async move { buyer.buy(&format!("o{i}"), None).await })
+                })
+                .collect();
+            let all = async {
+                let mut answers = Vec::new();
+                for t in tasks {
+                    answers.push(t.await.unwrap());
+                }
+                answers
+            };
+            // A deadline for a deadlock, not a measure of speed.
+            let answers = tokio::time::timeout(Duration::from_secs(30), all).await;
+            let _ = done.send(());
+            busy.await.unwrap();
             answers
-        };
-        // A deadline for a deadlock, not a measure of speed.
-        let answers = tokio::time::timeout(Duration::from_secs(20), all).await;
-        let _ = done.send(());
-        busy.await.unwrap();
-        answers
-    });
-    let answers = answers.expect("the purchases waited for the busy blocking thread");
-    assert_eq!(count(&answers, bought), 40);
-    assert_books(&redis, &s, 40, &answers);
+        });
+        let answers =
+            answers.unwrap_or_else(|_| panic!("{strategy}: waited for the busy blocking thread"));
+        assert_eq!(count(&answers, bought), 40, "{strategy}");
+        assert_books(&redis, &s, 40, &answers);
+    }
 }
 
 /// Purchases dropped mid-flight, twice over: by timeouts while the server is paused (each
@@ -438,6 +441,96 @@ fn async_purchases_dropped_mid_flight_leave_the_books_agreeing_with_the_answers(
     );
     answers.extend(rest);
     assert_books(&redis, &s, 300, &answers);
+}
+
+/// A lock purchase dropped mid-flight: by a timeout it goes on in a task of its own and ends
+/// whole (the lock released by the code that took it); by its runtime shutting down with it
+/// waiting for or holding the lock, it gives the lock and its place back on a thread of its
+/// own. With a lease of 60 s, a lock left to its lease would keep every later buyer out for
+/// longer than their 5 s wait, and they would be answered busy: here the same buyer, on a new
+/// runtime, sells exactly what is left, and the books agree with every answer.
+#[test]
+fn async_lock_purchases_dropped_mid_flight_leave_no_lock_behind() {
+    let redis = RedisServer::start();
+    let target = redis.target();
+    for strategy in [Strategy::Lock, Strategy::Fenced] {
+        let s = sku(&format!("dropped_{strategy}"));
+        stock::seed(&mut redis.conn(), &s, 300).unwrap();
+        let mut opts = options(strategy);
+        opts.lock.ttl = Duration::from_secs(60);
+        let buyer = AsyncBuyer::new(&target, &s, opts);
+        let mut answers = Vec::new();
+        let rt = runtime();
+        rt.block_on(async {
+            // Connected first; then the server is paused so that nothing ends before the
+            // timeouts: the purchases that had a place in the room are each mid-flight when
+            // dropped, the others never sent (see `AsyncBuyer::buy_unless`).
+            answers.push(buyer.buy("warm", None).await);
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(300)
+                .arg("ALL")
+                .query(&mut redis.raw())
+                .unwrap();
+            let cut: Vec<_> = (0..100)
+                .map(|i| {
+                    let buyer = buyer.clone();
+                    tokio::spawn(async move {
+                        let order = format!("cut{i}");
+                        tokio::time::timeout(Duration::from_millis(5), buyer.buy(&order, None))
+                            .await
+                    })
+                })
+                .collect();
+            for t in cut {
+                if let Ok(answer) = t.await.unwrap() {
+                    answers.push(answer);
+                }
+            }
+            // The runtime runs on past the pause: the dropped purchases' tasks end now.
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        });
+        // The runtime's end cuts the next ones wherever they are: most wait in the queue or
+        // for a place, one may hold the lock.
+        for i in 0..100 {
+            let buyer = buyer.clone();
+            rt.spawn(async move { buyer.buy(&format!("ended{i}"), None).await });
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
+        drop(rt);
+        let rt = runtime();
+        let rest = rt.block_on(async {
+            let mut rest = Vec::new();
+            for i in 0..310 {
+                rest.push(buyer.buy(&format!("rest{i}"), None).await);
+            }
+            rest
+        });
+        let not_answered: Vec<_> = rest
+            .iter()
+            .filter(|a| !matches!(a, Ok(p) if matches!(p.outcome, Buy::Bought { .. } | Buy::SoldOut { .. })))
+            .collect();
+        assert!(
+            not_answered.is_empty(),
+            "{strategy}: {} not bought or sold out, the first: {:?}",
+            not_answered.len(),
+            not_answered.first()
+        );
+        assert_eq!(raw_stock(&redis, &s).as_deref(), Some("0"), "{strategy}");
+        let ledger = ledger(&redis, &s);
+        let ran = |prefix: &str| ledger.keys().filter(|k| k.starts_with(prefix)).count();
+        assert_eq!(
+            ran("cut"),
+            lockctl_core::aio::DEFAULT_ROOM,
+            "{strategy}: each purchase with a place ends, dropped or not; the others never start"
+        );
+        eprintln!(
+            "{strategy}: {} of 100 cut by the runtime's end had bought",
+            ran("ended")
+        );
+        answers.extend(rest);
+        assert_books(&redis, &s, 300, &answers);
+    }
 }
 
 /// `hammer --json` on `server` with `args`: its exit code and report.

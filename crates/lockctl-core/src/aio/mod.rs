@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OnceCell, Semaphore, oneshot, watch};
 
-use crate::conn::{Conn, Target};
+use crate::conn::{AsyncConn, Conn, Target};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::{Acquire, Fenced, Guard, Lease, Lock, Release, fenced_write};
@@ -84,6 +84,30 @@ impl Pool {
     }
 }
 
+/// Async connections kept between the lock purchases of the native transport, one per
+/// purchase while it runs.
+#[derive(Clone, Default)]
+struct AsyncIdle(Arc<Mutex<Vec<AsyncConn>>>);
+
+impl AsyncIdle {
+    /// A kept connection whose runtime still runs, or a new one to `target`.
+    async fn take(&self, target: &Target) -> Result<AsyncConn> {
+        loop {
+            let kept = self.0.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match kept {
+                Some(conn) if conn.usable() => return Ok(conn),
+                Some(_) => continue,
+                None => return AsyncConn::open(target).await,
+            }
+        }
+    }
+
+    /// Keeps `conn` for the next purchase.
+    fn keep(&self, conn: AsyncConn) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+    }
+}
+
 /// How many purchases of one [`AsyncBuyer`] wait for the lock in Redis at once, by default
 /// (the `lock` and `fenced` strategies): the rest wait for their turn as tasks, in order, in
 /// this process. Measured with the hammer's threads here (release build, a private Redis, 10,000
@@ -124,6 +148,9 @@ pub struct AsyncBuyer {
     pipeline: Arc<OnceCell<Batcher>>,
     /// Under `atomic` on a single server: the native async transport.
     native: Option<Arc<native::Native>>,
+    /// Under `lock` and `fenced` when the buyer [`Buyer::locks_natively`]: the native async
+    /// transport's connections.
+    async_idle: AsyncIdle,
 }
 
 impl AsyncBuyer {
@@ -145,6 +172,7 @@ impl AsyncBuyer {
             pool: Pool::new(target),
             pipeline: Arc::default(),
             native,
+            async_idle: AsyncIdle::default(),
         }
     }
 
@@ -213,6 +241,20 @@ impl AsyncBuyer {
             None => None,
         };
         let (me, order, user) = (self.clone(), order_id.to_string(), user.map(str::to_string));
+        if self.buyer.locks_natively() {
+            // A task of its own: dropping this future (a timeout, a `select!`) does not stop
+            // a purchase that may hold the lock, so the lock is always released (or the
+            // queue left) by the code that took it, never left to its lease.
+            let made = tokio::spawn(async move {
+                let _place = place;
+                me.locked_natively(&order, user.as_deref(), started).await
+            });
+            return Some(made.await.unwrap_or_else(|e| {
+                Err(Error::internal(format!(
+                    "a lock purchase's task failed: {e}"
+                )))
+            }));
+        }
         Some(
             blocking(move || {
                 let _place = place;
@@ -239,6 +281,37 @@ impl AsyncBuyer {
                 .with(|c| me.buyer.buy_since(c, &order, user.as_deref(), started))
         })
         .await
+    }
+
+    /// A `lock` or `fenced` purchase on the native async transport ([`Buyer::locked_async`]),
+    /// on a connection of its own while it waits and holds the lock (a waiter's BLPOP blocks
+    /// its connection), kept for the next purchase unless a call on it failed. Made the whole
+    /// way instead when its answer asks for that ([`Buyer::needs_whole_path`]: the SKU may
+    /// have been found bucketed).
+    async fn locked_natively(
+        &self,
+        order_id: &str,
+        user: Option<&str>,
+        started: Instant,
+    ) -> Result<Purchase> {
+        let answer = match self.async_idle.take(&self.pool.target).await {
+            Ok(mut conn) => {
+                let answer = self
+                    .buyer
+                    .locked_async(&mut conn, order_id, user, started)
+                    .await;
+                if answer.is_ok() {
+                    self.async_idle.keep(conn);
+                }
+                answer
+            }
+            Err(e) => Err(e),
+        };
+        if self.buyer.needs_whole_path(&answer) {
+            return self.whole(order_id, user, started).await;
+        }
+        self.buyer.metered(&answer);
+        answer
     }
 
     /// An `atomic` purchase through the pipelining committers ([`Batcher`] under `atomic`:

@@ -12,11 +12,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 
-use crate::conn::{Endpoint, Target};
-use crate::error::{Error, Result};
+use crate::conn::{AsyncConn, Target};
+use crate::error::Result;
 use crate::stock::{AtomicNext, Buyer, Purchase};
 
 /// How many multiplexed connections an [`super::AsyncBuyer`] opens by default: one can carry
@@ -28,47 +27,26 @@ pub const DEFAULT_CONNECTIONS: usize = 2;
 /// failure that may have broken one.
 pub(super) struct Native {
     target: Target,
-    client: redis::Client,
     /// Each connection, behind an async lock held while one is opened, so that the purchases
     /// that find a slot empty together wait for one connection rather than each opening its own.
-    slots: Vec<tokio::sync::Mutex<Option<Open>>>,
+    slots: Vec<tokio::sync::Mutex<Option<AsyncConn>>>,
     turn: AtomicUsize,
-}
-
-/// An open connection, and a sign of life of the runtime that drives it: the connection's
-/// reader and writer are a task of the runtime it was opened on, and go with it. A buyer kept
-/// across runtimes (one per test, a runtime restarted) must not send on a connection whose
-/// driver is gone: the driver library would fail the call as a broken pipe, as if it might
-/// have been applied, when it never left.
-struct Open {
-    conn: MultiplexedConnection,
-    /// Closed once the task holding its sender, spawned on the same runtime, is dropped: when
-    /// that runtime shuts down.
-    runtime_alive: tokio::sync::oneshot::Receiver<()>,
-}
-
-impl Open {
-    fn usable(&mut self) -> bool {
-        use tokio::sync::oneshot::error::TryRecvError;
-        !matches!(self.runtime_alive.try_recv(), Err(TryRecvError::Closed))
-    }
 }
 
 /// What a purchase made on the native transport came to.
 pub(super) enum Made {
     /// Answered, and counted in the metrics.
     Answered(Result<Purchase>),
-    /// Only the whole path can finish it (see [`Buyer::atomic_needs_whole_path`]).
+    /// Only the whole path can finish it (see [`Buyer::needs_whole_path`]).
     WholePath,
 }
 
 impl Native {
     /// The native transport to `target`, when it is a single server (not a cluster).
     pub(super) fn new(target: &Target, connections: usize) -> Option<Native> {
-        let client = target.single_client()?.clone();
+        target.single_client()?;
         Some(Native {
             target: target.clone(),
-            client,
             slots: (0..connections.max(1))
                 .map(|_| tokio::sync::Mutex::new(None))
                 .collect(),
@@ -76,69 +54,18 @@ impl Native {
         })
     }
 
-    fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            addr: self.target.addr(),
-            url: self.target.secret_url(),
-            call_timeout: self.target.options().call_timeout,
-            cluster: false,
-        }
-    }
-
     /// The connection of slot `i`, opened first if it has none (by one purchase; the others
     /// that want it meanwhile wait for that one).
     async fn conn(&self, i: usize) -> Result<MultiplexedConnection> {
         let mut slot = self.slots[i].lock().await;
-        if let Some(open) = slot.as_mut()
+        if let Some(open) = slot.as_ref()
             && open.usable()
         {
             return Ok(open.conn.clone());
         }
-        let options = self.target.options();
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.call_timeout));
-        // Opened in a task of its own: on a runtime built without I/O (`enable_time` alone)
-        // tokio panics at the socket's creation, and that panic ends this task, not the
-        // caller's; it is answered as the error it is.
-        let client = self.client.clone();
-        let opening = tokio::spawn(async move {
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        });
-        let opened = tokio::time::timeout(options.connect_timeout, opening).await;
-        let mut conn = match opened {
-            Ok(Ok(Ok(c))) => c,
-            Ok(Ok(Err(e))) => return Err(self.target.connect_error(e, options.connect_timeout)),
-            Ok(Err(_)) => {
-                return Err(Error::internal(
-                    "could not open an async connection to Redis: the tokio runtime has no I/O \
-                     driver (build it with enable_io() or enable_all())",
-                ));
-            }
-            Err(_) => {
-                return Err(Error::ConnectTimeout {
-                    addr: self.target.addr().to_string(),
-                    after: options.connect_timeout,
-                });
-            }
-        };
-        // Named as the target's blocking connections are (a server that refuses the name is
-        // not an error): a tool that kills clients by name (the hunt's client-kill spares
-        // lockctl's own) must see these too.
-        if let Some(setname) = self.target.client_name_command() {
-            let _ = setname.query_async::<()>(&mut conn).await;
-        }
-        let (alive, runtime_alive) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _alive = alive;
-            std::future::pending::<()>().await
-        });
-        *slot = Some(Open {
-            conn: conn.clone(),
-            runtime_alive,
-        });
+        let open = AsyncConn::open(&self.target).await?;
+        let conn = open.conn.clone();
+        *slot = Some(open);
         Ok(conn)
     }
 
@@ -156,7 +83,7 @@ impl Native {
             .await
             .map_err(|e| {
                 let broken = e.is_io_error() || e.is_unrecoverable_error();
-                (broken, self.endpoint().map_err(e))
+                (broken, self.target.endpoint().map_err(e))
             });
         match reply {
             Ok(v) => Ok(v),
@@ -185,7 +112,7 @@ impl Native {
             let reply = self.query(i, &cmd).await;
             match buyer.atomic_next(&mut attempt, reply) {
                 AtomicNext::Done(answer) => {
-                    if buyer.atomic_needs_whole_path(&answer) {
+                    if buyer.needs_whole_path(&answer) {
                         return Made::WholePath;
                     }
                     buyer.metered(&answer);

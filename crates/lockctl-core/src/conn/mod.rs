@@ -10,12 +10,16 @@
 //! limits and TLS files in `options`; error wording in `errors` (passwords hidden by
 //! [`crate::redact`]).
 
+#[cfg(feature = "tokio")]
+mod async_conn;
 mod errors;
 mod holdings;
 mod options;
 mod target;
 
 use crate::redact::scrub;
+#[cfg(feature = "tokio")]
+pub(crate) use async_conn::AsyncConn;
 use errors::{auth_reason, is_auth_error, is_interrupted, shorten};
 pub use holdings::{GiveBack, Held, Holdings};
 pub use options::{ConnectOptions, TlsFiles};
@@ -425,13 +429,17 @@ impl Conn {
 
     /// Maps a driver error to the library's error, naming this connection's address.
     pub fn map_err(&self, e: RedisError) -> Error {
-        let at = Endpoint {
+        self.endpoint().map_err(e)
+    }
+
+    /// What this connection's driver errors and replies are mapped against.
+    pub(crate) fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
             addr: &self.addr,
             url: &self.url,
             call_timeout: self.call_timeout,
             cluster: self.cluster.is_some(),
-        };
-        at.map_err(e)
+        }
     }
 }
 
@@ -460,6 +468,11 @@ pub(crate) struct Endpoint<'a> {
 }
 
 impl Endpoint<'_> {
+    /// An error for a reply from this endpoint that makes no sense here.
+    pub(crate) fn unexpected(&self, reason: String) -> Error {
+        unexpected(self.addr, reason)
+    }
+
     /// Maps a driver error to the library's error, naming this endpoint's address.
     pub(crate) fn map_err(&self, e: RedisError) -> Error {
         let addr = self.addr.to_string();

@@ -75,7 +75,7 @@ impl Guard {
     }
 
     /// The waiter at the head of the queue when this grant was made.
-    fn next(&self) -> Option<&str> {
+    pub(super) fn next(&self) -> Option<&str> {
         self.told.as_ref()?.next.as_deref()
     }
 
@@ -159,7 +159,7 @@ impl Guard {
             self.carry.as_deref(),
             self.next(),
         );
-        self.record(conn, released.as_ref().ok().copied(), dog_lost);
+        self.record(conn.metrics(), released.as_ref().ok().copied(), dog_lost);
         released
     }
 
@@ -179,17 +179,8 @@ impl Guard {
         args: &[String],
     ) -> Result<(redis::Value, Option<Release>)> {
         let dog_lost = self.stop_watchdog();
-        let piggyback = self.quorum.is_none();
-        let mut inv = script.prepare_invoke();
-        for k in keys.iter().copied().chain(self.keys.queue_keys()) {
-            inv.key(k);
-        }
-        inv.key(self.keys.hinted_wake(self.next()));
-        inv.key(self.carry.as_deref().unwrap_or(&self.keys.lock));
-        inv.arg(args)
-            .arg(if piggyback { self.token.as_str() } else { "" })
-            .arg(&self.keys.wake_prefix);
-        let outcome: Result<(redis::Value, i64, String)> = conn.script(&inv);
+        let outcome: Result<(redis::Value, i64, String)> =
+            conn.script(&self.inside(script, keys, args));
         self.release_quorum();
         let carry = self.carry.as_deref();
         let released = match &outcome {
@@ -200,15 +191,42 @@ impl Guard {
             // Not asked to release (Redlock), the release failed inside, or the call failed.
             _ => release_carrying(conn, &self.keys, &self.token, carry, self.next()).ok(),
         };
-        self.record(conn, released, dog_lost);
+        self.record(conn.metrics(), released, dog_lost);
         let (value, _, _) = outcome?;
         Ok((value, released))
     }
 
+    /// The call of [`Guard::release_inside`]: `script` with its own `keys` and `args`, then
+    /// this lock's queue keys, the next waiter's wake list, the carried key, the token when the
+    /// script is to release (not under Redlock) and the wake prefix.
+    pub(super) fn inside<'a>(
+        &'a self,
+        script: &'a redis::Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> redis::ScriptInvocation<'a> {
+        let piggyback = self.quorum.is_none();
+        let mut inv = script.prepare_invoke();
+        for k in keys.iter().copied().chain(self.keys.queue_keys()) {
+            inv.key(k);
+        }
+        inv.key(self.keys.hinted_wake(self.next()));
+        inv.key(self.carry.as_deref().unwrap_or(&self.keys.lock));
+        inv.arg(args)
+            .arg(if piggyback { self.token.as_str() } else { "" })
+            .arg(&self.keys.wake_prefix);
+        inv
+    }
+
     /// Feeds the metrics once the release is done: the hold time, and a lost lease if the
     /// watchdog lost it or the release found it gone.
-    fn record(&self, conn: &Conn, released: Option<Release>, dog_lost: bool) {
-        let Some(m) = conn.metrics() else {
+    pub(super) fn record(
+        &self,
+        metrics: Option<&Arc<crate::metrics::Metrics>>,
+        released: Option<Release>,
+        dog_lost: bool,
+    ) {
+        let Some(m) = metrics else {
             return;
         };
         m.observe_hold(self.held_for());

@@ -16,6 +16,8 @@
 
 mod guard;
 mod lease;
+#[cfg(feature = "tokio")]
+mod native;
 mod registry;
 mod scripts;
 mod wait;
@@ -34,6 +36,7 @@ pub use scripts::WAITER_LEASE;
 pub(crate) use scripts::releasing;
 use scripts::{FORCE, HEALTH, NOTIFY, RELEASE, WAITERS};
 pub use wait::Carried;
+use wait::Grant;
 use watchdog::{ExpiryPoker, Watchdog};
 
 use crate::conn::{Conn, Target};
@@ -379,9 +382,32 @@ impl Lock {
             Ok(None) => return Ok(Acquire::Busy),
             Err(e) => return Err(self.named(conn, e)),
         };
+        let mut guard = self.guard_of(token, grant, started, quorum_until, registration);
+        if self.options.watchdog {
+            match Watchdog::start(&self.target, guard.renewal()) {
+                Ok(w) => guard.watchdog = Some(w),
+                Err(e) => {
+                    let _ = guard.release(conn);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Acquire::Acquired(guard))
+    }
+
+    /// The guard of `grant`, made to `token` for a wait that began at `started` (its
+    /// watchdog, if any, is for the caller to start).
+    fn guard_of(
+        &self,
+        token: Token,
+        grant: Grant,
+        started: Instant,
+        quorum_until: Option<Instant>,
+        registration: Option<crate::conn::Held>,
+    ) -> Guard {
         let acquired_at = Instant::now();
         let ttl = self.options.ttl;
-        let mut guard = Guard {
+        Guard {
             keys: self.keys.clone(),
             token,
             fence: grant.fence,
@@ -399,54 +425,53 @@ impl Lock {
                 })
             }),
             _registration: registration.map(Box::new),
-        };
-        if self.options.watchdog {
-            match Watchdog::start(&self.target, guard.renewal()) {
-                Ok(w) => guard.watchdog = Some(w),
-                Err(e) => {
-                    let _ = guard.release(conn);
-                    return Err(e);
-                }
-            }
         }
-        Ok(Acquire::Acquired(guard))
     }
 
     /// A bare WRONGTYPE (from a script, or inside a MULTI), which names no key, as the lock
     /// key that is damaged.
     fn named(&self, conn: &mut Conn, e: Error) -> Error {
-        let wrong_type = matches!(&e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE")
-            || e.to_string().contains("WRONGTYPE");
-        if !wrong_type {
+        if !is_wrong_type(&e) {
             return e;
         }
+        for (key, want) in self.key_types() {
+            let found: Result<String> = conn.query(redis::cmd("TYPE").arg(key));
+            if let Some(damaged) = self.damaged(key, found, want) {
+                return damaged;
+            }
+        }
+        e
+    }
+
+    /// The lock's keys a WRONGTYPE may come from, and the type each should have. (The
+    /// fencing counter is left out: its script names it, and says how to mend it without
+    /// letting fences go backwards.)
+    fn key_types(&self) -> [(&str, &'static str); 6] {
         let k = &self.keys;
-        let expected = [
-            // (The fencing counter is left out: its script names it, and says how to mend it
-            // without letting fences go backwards.)
+        [
             (&k.lock, "string"),
             (&k.grant, "string"),
             (&k.queue, "zset"),
             (&k.deadlines, "zset"),
             (&k.head_wake, "list"),
             (&k.head_listener, "string"),
-        ];
-        for (key, want) in expected {
-            let found: Result<String> = conn.query(redis::cmd("TYPE").arg(key));
-            if let Ok(found) = found
-                && found != "none"
-                && found != want
-            {
-                let name = k.lock.strip_prefix("dist_lock:").unwrap_or(&k.lock);
-                return Error::DamagedLock {
-                    name: name.to_string(),
-                    key: key.clone(),
-                    found,
-                    expected: want,
-                };
-            }
-        }
-        e
+        ]
+    }
+
+    /// The damaged-lock error when `key`'s TYPE, `found`, is neither none nor `want`.
+    fn damaged(&self, key: &str, found: Result<String>, want: &'static str) -> Option<Error> {
+        let found = found.ok().filter(|f| f != "none" && f != want)?;
+        let name = self
+            .keys
+            .lock
+            .strip_prefix("dist_lock:")
+            .unwrap_or(&self.keys.lock);
+        Some(Error::DamagedLock {
+            name: name.to_string(),
+            key: key.to_string(),
+            found,
+            expected: want,
+        })
     }
 
     /// Who holds the lock now and for how much longer: `(token, remaining TTL)`.
@@ -536,6 +561,12 @@ impl Lock {
     pub fn waiters(&self, conn: &mut Conn) -> Result<u64> {
         conn.script(&self.keys.inspection(&WAITERS))
     }
+}
+
+/// Whether `e` is a bare WRONGTYPE (from a script, or inside a MULTI), which names no key.
+fn is_wrong_type(e: &Error) -> bool {
+    matches!(e, Error::Redis { code: Some(c), .. } if c == "WRONGTYPE")
+        || e.to_string().contains("WRONGTYPE")
 }
 
 pub(crate) fn release_token(conn: &mut Conn, keys: &LockKeys, token: &Token) -> Result<Release> {

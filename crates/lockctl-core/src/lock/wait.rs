@@ -51,28 +51,59 @@ pub(super) struct Grant {
 
 /// One answer of the ACQUIRE or LEAVE script, with the local instant the call was sent.
 #[derive(Clone, Debug)]
-struct Reply {
-    granted: bool,
+pub(super) struct Reply {
+    pub(super) granted: bool,
     /// The fencing token when granted, the holder's PTTL when not.
-    n: i64,
+    pub(super) n: i64,
     /// The server's clock (ms) when the script ran.
-    server_now: i64,
+    pub(super) server_now: i64,
     /// The server's clock (ms) when the grant was made; -1 when it is not known.
-    grant_at: i64,
+    pub(super) grant_at: i64,
     /// What the grant carried (the scripts' tag; empty when not granted or nothing asked).
-    carried: String,
+    pub(super) carried: String,
     /// When granted: the waiter now at the head of the queue ('' for none).
-    next: String,
+    pub(super) next: String,
     /// When not granted: the waiter this call granted the free lock to, to be woken ('' none).
-    notify: String,
+    pub(super) notify: String,
     /// When not granted: this waiter is at the head of the queue and listens on its head list.
-    at_head: bool,
-    sent: Instant,
+    pub(super) at_head: bool,
+    pub(super) sent: Instant,
+}
+
+/// The ACQUIRE and LEAVE scripts' answer, as sent: granted, n, the server's clock, the
+/// grant's, what it carried, the next waiter, whom to notify, at the head.
+pub(super) type RawReply = (i64, i64, i64, i64, String, String, String, i64);
+
+/// What a waiter's BLPOP woke to.
+pub(super) enum Woke {
+    /// A grant to this waiter: its message.
+    Granted(String),
+    /// A head-list message for another waiter (one that joined the head after this one's last
+    /// refresh): to be passed on to its own list, and this waiter goes on waiting.
+    PassOn(String),
+    /// Nothing (the block ran out, or a message that is nobody's).
+    Nothing,
 }
 
 impl Reply {
+    /// The script's answer `raw` to a call sent at `sent`.
+    pub(super) fn of(raw: RawReply, sent: Instant) -> Reply {
+        let (granted, n, server_now, grant_at, carried, next, notify, at_head) = raw;
+        Reply {
+            granted: granted == 1,
+            n,
+            server_now,
+            grant_at,
+            carried,
+            next,
+            notify,
+            at_head: at_head == 1,
+            sent,
+        }
+    }
+
     /// A stand-in for "no answer yet", sent at `at`.
-    fn before(at: Instant) -> Reply {
+    pub(super) fn before(at: Instant) -> Reply {
         Reply {
             granted: false,
             n: -1,
@@ -90,7 +121,7 @@ impl Reply {
     /// was sent, and `server_now - grant_at` ms before the server read its clock for this reply,
     /// which it did after this call was sent: the later of the two bounds is when the lease
     /// may have begun at the earliest.
-    fn grant(&self, not_yet: &Reply) -> Grant {
+    pub(super) fn grant(&self, not_yet: &Reply) -> Grant {
         let mut from = not_yet.sent;
         if self.grant_at >= 0 {
             let back = Duration::from_millis((self.server_now - self.grant_at).max(0) as u64);
@@ -109,7 +140,7 @@ impl Reply {
     /// The grant a wake message (`<fence>:<server ms of the grant>:<next>:<carried>`)
     /// reports, this being the last "not yet": the grant came `grant_at - server_now` ms after
     /// this reply's clock reading, which came after this call was sent.
-    fn woken(&self, payload: &str) -> Grant {
+    pub(super) fn woken(&self, payload: &str) -> Grant {
         let mut parts = payload.splitn(4, ':');
         let (fence, at) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         let next = parts.next().filter(|t| !t.is_empty()).map(str::to_string);
@@ -234,9 +265,7 @@ impl Lock {
             // poker to hand the lock over the moment it does: a BLPOP timeout would fire only
             // on the server's next clock tick (1/hz, 100 ms by default), late.
             let block = self.block_for(left, call_timeout);
-            if r_pttl_below(&not_yet, block) {
-                self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
-            }
+            self.poke_at_if_due(&not_yet, block);
             match self.block(conn, token, block, not_yet.at_head) {
                 Ok(Some(payload)) => return Ok(Some(not_yet.woken(&payload))),
                 Ok(None) => {}
@@ -251,7 +280,7 @@ impl Lock {
     /// What is left of the wait that began at `started`: nothing once the caller has given up
     /// (an async purchase or scope that was dropped), so a waiter leaves the queue at its next
     /// wake-up (within `WAITER_REFRESH`) instead of taking a lock nobody will use.
-    fn left(&self, started: Instant, give_up: &AtomicBool) -> Duration {
+    pub(super) fn left(&self, started: Instant, give_up: &AtomicBool) -> Duration {
         if give_up.load(Ordering::Relaxed) {
             return Duration::ZERO;
         }
@@ -261,7 +290,7 @@ impl Lock {
     /// How long one BLPOP may block: until our place needs refreshing, at most what is left
     /// of the wait, and at most half the per-call limit, so the socket's timeout (the per-call
     /// limit) covers the block with room to spare and never has to be changed for it.
-    fn block_for(&self, left: Duration, call_timeout: Duration) -> Duration {
+    pub(super) fn block_for(&self, left: Duration, call_timeout: Duration) -> Duration {
         left.min(WAITER_REFRESH)
             .min(call_timeout / 2)
             .max(Duration::from_millis(1))
@@ -278,55 +307,75 @@ impl Lock {
         block: Duration,
         at_head: bool,
     ) -> Result<Option<String>> {
+        let woken: Option<(String, String)> = conn.query(&self.blpop(token, block, at_head))?;
+        match self.woke(token, woken) {
+            Woke::Granted(payload) => Ok(Some(payload)),
+            Woke::PassOn(whose) => {
+                notify_grantee(conn, &self.keys, &whose, self.carry.as_deref());
+                Ok(None)
+            }
+            Woke::Nothing => Ok(None),
+        }
+    }
+
+    /// The BLPOP of [`Lock::block`]: on our wake list, and at the head of the queue on its
+    /// head list too, for up to `block`.
+    pub(super) fn blpop(&self, token: &Token, block: Duration, at_head: bool) -> redis::Cmd {
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(self.keys.wake_of(token.as_str()));
         if at_head {
             cmd.arg(&self.keys.head_wake);
         }
         cmd.arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let woken: Option<(String, String)> = conn.query(&cmd)?;
+        cmd
+    }
+
+    /// What the BLPOP's answer `woken` (the list and the message) means for the waiter
+    /// holding `token`.
+    pub(super) fn woke(&self, token: &Token, woken: Option<(String, String)>) -> Woke {
         let Some((key, payload)) = woken else {
-            return Ok(None);
+            return Woke::Nothing;
         };
         if key != self.keys.head_wake {
-            return Ok(Some(payload));
+            return Woke::Granted(payload);
         }
         match payload.split_once(':') {
-            Some((whose, message)) if whose == token.as_str() => Ok(Some(message.to_string())),
-            Some((whose, _)) => {
-                notify_grantee(conn, &self.keys, whose, self.carry.as_deref());
-                Ok(None)
-            }
-            None => Ok(None),
+            Some((whose, message)) if whose == token.as_str() => Woke::Granted(message.to_string()),
+            Some((whose, _)) => Woke::PassOn(whose.to_string()),
+            None => Woke::Nothing,
         }
     }
 
     /// Runs a queue-aware script (ACQUIRE or LEAVE) with this lock's keys and the standard
     /// arguments.
     fn call(&self, conn: &mut Conn, script: &Script, token: &Token, queue: bool) -> Result<Reply> {
-        let ttl_ms = self.options.ttl.as_millis() as u64;
         let sent = Instant::now();
-        type Raw = (i64, i64, i64, i64, String, String, String, i64);
-        let (granted, n, server_now, grant_at, carried, next, notify, at_head): Raw =
-            conn.script(&self.keys.invocation(
-                script,
-                token.as_str(),
-                ttl_ms,
-                queue,
-                &self.keys.wake_of(token.as_str()),
-                self.carry.as_deref(),
-            ))?;
-        Ok(Reply {
-            granted: granted == 1,
-            n,
-            server_now,
-            grant_at,
-            carried,
-            next,
-            notify,
-            at_head: at_head == 1,
-            sent,
-        })
+        let raw: RawReply = conn.script(&self.queue_call(script, token, queue))?;
+        Ok(Reply::of(raw, sent))
+    }
+
+    /// The call of a queue-aware script (ACQUIRE or LEAVE) by the waiter holding `token`.
+    pub(super) fn queue_call<'a>(
+        &'a self,
+        script: &'a Script,
+        token: &Token,
+        queue: bool,
+    ) -> redis::ScriptInvocation<'a> {
+        let ttl_ms = self.options.ttl.as_millis() as u64;
+        self.keys.invocation(
+            script,
+            token.as_str(),
+            ttl_ms,
+            queue,
+            &self.keys.wake_of(token.as_str()),
+            self.carry.as_deref(),
+        )
+    }
+
+    pub(super) fn poke_at_if_due(&self, not_yet: &Reply, block: Duration) {
+        if r_pttl_below(not_yet, block) {
+            self.poke_at(Instant::now() + Duration::from_millis(not_yet.n as u64 + 1));
+        }
     }
 
     fn poke_at(&self, due: Instant) {

@@ -26,6 +26,8 @@ mod atomic;
 pub use atomic::{AtomicAttempt, AtomicNext};
 mod bucketed;
 mod locked;
+#[cfg(feature = "tokio")]
+mod locked_native;
 mod lockless;
 mod meters;
 mod steps;

@@ -319,13 +319,17 @@ pub fn read_stock(conn: &mut Conn, sku: &Sku, keys: &StockKeys) -> Result<Option
 /// Reads a stock counter kept at `key` (another program's, for `hammer --url --stock-key`)
 /// by the same rules as [`read_stock`].
 pub fn read_stock_at(conn: &mut Conn, sku: &Sku, key: &str) -> Result<Option<i64>> {
-    let read = match conn.query(redis::cmd("GET").arg(key)) {
-        Ok(Some(raw)) => Carried::Value(raw),
-        Ok(None) => Carried::Missing,
-        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Carried::WrongType,
-        Err(e) => return Err(e),
-    };
-    stock_value(sku, key, read)
+    stock_value(sku, key, got_stock(conn.query(redis::cmd("GET").arg(key)))?)
+}
+
+/// What a `GET` of a stock key answered, as a read: a value of another type is a read too.
+pub(crate) fn got_stock(got: Result<Option<String>>) -> Result<Carried> {
+    match got {
+        Ok(Some(raw)) => Ok(Carried::Value(raw)),
+        Ok(None) => Ok(Carried::Missing),
+        Err(Error::Redis { code: Some(c), .. }) if c == "WRONGTYPE" => Ok(Carried::WrongType),
+        Err(e) => Err(e),
+    }
 }
 
 /// A stock read (by `GET`, or carried by a lock's grant) as a count, by the rules of

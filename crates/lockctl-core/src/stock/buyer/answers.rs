@@ -1,14 +1,14 @@
 //! What the purchase scripts answer, turned into outcomes and errors.
 
 use super::Buyer;
-use crate::conn::Conn;
+use crate::conn::Endpoint;
 use crate::error::{Error, Result};
 use crate::stock::calls::{Decided, UnknownAnswer, Written};
 use crate::stock::{Buy, Purchase};
 
 impl Buyer {
     /// What the write script answered.
-    pub(super) fn bought(&self, conn: &Conn, replies: &[redis::Value]) -> Result<Buy> {
+    pub(super) fn bought(&self, conn: &Endpoint<'_>, replies: &[redis::Value]) -> Result<Buy> {
         let reply = match replies.first() {
             Some(redis::Value::ServerError(e)) => return Err(conn.map_err(e.clone().into())),
             Some(reply) => reply,
@@ -25,7 +25,7 @@ impl Buyer {
     /// What the deduct script's `{status, n, text}` reply means.
     pub(super) fn deduct_outcome(
         &self,
-        conn: &Conn,
+        conn: &Endpoint<'_>,
         reply: (String, i64, String),
         limit: u64,
         p: &mut Purchase,
@@ -80,6 +80,6 @@ impl Buyer {
 }
 
 /// A script's answer this code does not know, as the connection's protocol error.
-pub(super) fn unknown(conn: &Conn, e: UnknownAnswer) -> Error {
+pub(super) fn unknown(conn: &Endpoint<'_>, e: UnknownAnswer) -> Error {
     conn.unexpected(e.to_string())
 }

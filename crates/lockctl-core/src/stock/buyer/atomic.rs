@@ -150,12 +150,15 @@ impl Buyer {
         Decided::parse(triple).map_err(|e| unexpected(addr, e.to_string()))
     }
 
-    /// Whether a purchase [`Buyer::atomic_next`] decided must be made again the whole way
-    /// ([`Buyer::buy_since`]) by a transport that only sends [`Buyer::atomic_command`]: that
-    /// way finds the SKU's buckets (its own stock key is missing), borrows for a bucket that
-    /// is short, and waits for the replicas asked for, none of which one command can do. The
-    /// purchase is idempotent by its order id, so making it again never deducts twice.
-    pub fn atomic_needs_whole_path(&self, answer: &Result<Purchase>) -> bool {
+    /// Whether a purchase a native transport decided (the atomic one of
+    /// [`Buyer::atomic_next`], or a lock strategy's on the async lock) must be made again the
+    /// whole way ([`Buyer::buy_since`]): that way finds the SKU's buckets (its own stock key is
+    /// missing), borrows for a bucket that is short, and waits for the replicas asked for,
+    /// none of which the native transport does. Only answers that wrote nothing are made
+    /// again (unseeded, sold out at a SKU found bucketed since), and a bought one when
+    /// replicas are asked for, which only `atomic` sends this way (it is idempotent by its
+    /// order id, so making it again never deducts twice).
+    pub fn needs_whole_path(&self, answer: &Result<Purchase>) -> bool {
         let bucketed = !self.in_bucket && self.bucketed().is_some();
         match answer {
             Err(Error::Unseeded { .. }) => !self.in_bucket,
@@ -189,7 +192,7 @@ impl Buyer {
     /// The purchase an [`Buyer::atomic_command`] reply (sent on `conn`, pipelined) stands for,
     /// counted in the metrics like [`Buyer::buy`]. `Ok(None)` when the purchase must be made
     /// again the ordinary way: the server had lost the script (a flush or a restart), the lock
-    /// was held and this buyer has a wait to spend, or [`Buyer::atomic_needs_whole_path`].
+    /// was held and this buyer has a wait to spend, or [`Buyer::needs_whole_path`].
     pub fn atomic_reply(
         &self,
         _conn: &Conn,
@@ -224,7 +227,7 @@ impl Buyer {
             AtomicNext::Done(answer) => answer,
             AtomicNext::Again(_) | AtomicNext::Load => return Ok(None),
         };
-        if self.atomic_needs_whole_path(&answer) {
+        if self.needs_whole_path(&answer) {
             return Ok(None);
         }
         self.meter(answer.as_ref().map(|p| &p.outcome).map_err(|_| ()));
@@ -415,13 +418,13 @@ mod tests {
         let b = buyer(atomic(0, None));
         let mut at = b.atomic_attempt("o-1", None, Instant::now());
         let unseeded = done(b.atomic_next(&mut at, reply("unseeded", 0, "")));
-        assert!(b.atomic_needs_whole_path(&unseeded));
+        assert!(b.needs_whole_path(&unseeded));
         let bought = done(b.atomic_next(&mut at, reply("bought", 1, "")));
-        assert!(!b.atomic_needs_whole_path(&bought));
+        assert!(!b.needs_whole_path(&bought));
         let replicated = buyer(BuyOptions {
             require_replicas: 1,
             ..atomic(0, None)
         });
-        assert!(replicated.atomic_needs_whole_path(&bought));
+        assert!(replicated.needs_whole_path(&bought));
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::Buyer;
 use super::steps::Step;
-use crate::conn::Conn;
+use crate::conn::{Conn, Endpoint};
 use crate::error::{Error, Result};
 use crate::lock::{Acquire, Guard, Release};
 use crate::stock::script::{FENCED_RELEASE, FORGET_FENCE, WRITE_RELEASE};
@@ -20,7 +20,7 @@ impl Buyer {
         p: &mut Purchase,
         started: Instant,
     ) -> Result<()> {
-        let Some(guard) = self.take_lock(conn, p, started)? else {
+        let Some(guard) = took(p, self.lock.acquire_since(conn, started)?, started) else {
             return Ok(());
         };
         let step = self.under_lock(conn, ul, &guard, p);
@@ -28,38 +28,11 @@ impl Buyer {
         let hold_started = Instant::now() - guard.held_for();
         let (outcome, released) = self.deduct_or_release(conn, guard, step, ul, p);
         p.lock_hold = Some(hold_started.elapsed());
-        if let (Err(Error::Unseeded { .. }), Some(fence)) = (&outcome, p.fence) {
+        if let Some(fence) = fence_to_forget(&outcome, p) {
             // Best effort: the error stands whatever this finds.
-            let _ = self.forget_fence(conn, fence);
+            let _ = conn.script::<i64>(&self.forget_fence(fence));
         }
-        p.outcome = outcome?;
-        if let (Buy::Bought { .. }, Some(Release::NotOwner | Release::Expired)) =
-            (p.outcome, released)
-        {
-            p.overran_lease = p.replayed.is_none();
-        }
-        Ok(())
-    }
-
-    /// The lock step: the guard, or `None` (and the purchase left busy) when the lock stayed
-    /// held by another for the whole wait.
-    fn take_lock(
-        &self,
-        conn: &mut Conn,
-        p: &mut Purchase,
-        started: Instant,
-    ) -> Result<Option<Guard>> {
-        match self.lock.acquire_since(conn, started)? {
-            Acquire::Acquired(guard) => {
-                p.lock_wait = Some(guard.waited());
-                p.fence = Some(guard.fence());
-                Ok(Some(guard))
-            }
-            Acquire::Busy => {
-                p.lock_wait = Some(started.elapsed());
-                Ok(None)
-            }
-        }
+        settled(p, outcome, released)
     }
 
     /// The read and decide steps under the lock, with the caller's work between them.
@@ -81,18 +54,10 @@ impl Buyer {
             },
             _ => self.read_and_decide(conn, ul, Some(guard))?,
         };
-        // An order that bought before is answered as it was, even once the stock has run out
-        // since: a client's retry must not be told "sold out" for what it bought.
-        let Step::Done(Buy::SoldOut { remaining }) = step else {
+        if !asks_for_replay(&step) {
             return Ok(step);
-        };
-        Ok(match self.replayed_units(conn, &p.order_id)? {
-            Some(units) => {
-                p.replayed = Some(units);
-                Step::Done(Buy::Bought { remaining })
-            }
-            None => Step::Done(Buy::SoldOut { remaining }),
-        })
+        }
+        Ok(replayed(step, self.replayed_units(conn, &p.order_id)?, p))
     }
 
     /// The deduct and release steps, the tutorial's `finally`: release whatever happened in
@@ -122,9 +87,9 @@ impl Buyer {
         }
     }
 
-    /// The holder's write and its release in one script: the tutorial's unchecked write for
-    /// `lock`, the fenced deduct script for `fenced`. The outer error is the call's (its effect
-    /// unknown); the inner one what the script reported having written nothing.
+    /// The holder's write and its release in one script (see [`Buyer::release_write`]). The
+    /// outer error is the call's (its effect unknown); the inner one what the script reported
+    /// having written nothing.
     fn write_and_release(
         &self,
         conn: &mut Conn,
@@ -132,33 +97,115 @@ impl Buyer {
         ul: Option<(&str, u64)>,
         p: &mut Purchase,
     ) -> Result<(Result<Buy>, Option<Release>)> {
-        if self.options.strategy == Strategy::Fenced {
-            let token = guard.token().to_string();
-            let call = self.deduct_call(&token, &p.order_id, ul.map(|(u, _)| u), p.fence);
-            let (keys, args) = (call.keys(), call.args());
-            let limit = ul.map_or(0, |(_, l)| l);
-            let (reply, released) = guard.release_inside(conn, &FENCED_RELEASE, &keys, &args)?;
-            let reply = redis::from_redis_value(reply)
-                .map_err(|e| conn.unexpected(format!("the fenced deduct script answered {e}")));
-            let outcome = reply.and_then(|r| self.deduct_outcome(conn, r, limit, p));
-            return Ok((outcome, released));
-        }
-        let call = self.write_call(&p.order_id, ul, p.fence);
-        let (keys, args) = (call.keys(), call.args());
-        let (reply, released) = guard.release_inside(conn, &WRITE_RELEASE, &keys, &args)?;
-        Ok((self.bought(conn, &[reply]), released))
+        let (script, keys, args) = self.release_write(guard.token(), ul, p);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let (reply, released) = guard.release_inside(conn, script, &keys, &args)?;
+        Ok((self.written(&conn.endpoint(), reply, ul, p), released))
     }
 
-    /// After a purchase of an unseeded SKU: its grant's fencing counter, forgotten when nothing
-    /// can need it (see `FORGET_FENCE`).
-    fn forget_fence(&self, conn: &mut Conn, fence: u64) -> Result<i64> {
-        let keys = self.lock.keys();
-        conn.script(
-            FORGET_FENCE
-                .key(&keys.fence)
-                .key(&self.keys.stock)
-                .key(&keys.lock)
-                .arg(fence),
-        )
+    /// The holder's write and its release in one script: the tutorial's unchecked write for
+    /// `lock`, the fenced deduct script for `fenced`. The script, its keys and its arguments
+    /// (the guard's own keys follow them, see [`Guard::release_inside`]).
+    pub(super) fn release_write(
+        &self,
+        token: &str,
+        ul: Option<(&str, u64)>,
+        p: &Purchase,
+    ) -> (&'static redis::Script, Vec<String>, Vec<String>) {
+        if self.options.strategy == Strategy::Fenced {
+            let call = self.deduct_call(token, &p.order_id, ul.map(|(u, _)| u), p.fence);
+            let keys = call.keys().map(str::to_string).to_vec();
+            return (&FENCED_RELEASE, keys, call.args().to_vec());
+        }
+        let call = self.write_call(&p.order_id, ul, p.fence);
+        let keys = call.keys().map(str::to_string).to_vec();
+        (&WRITE_RELEASE, keys, call.args().to_vec())
     }
+
+    /// What the write of [`Buyer::release_write`] answered. The error is what the script
+    /// reported having written nothing, or a reply this code does not know.
+    pub(super) fn written(
+        &self,
+        at: &Endpoint<'_>,
+        reply: redis::Value,
+        ul: Option<(&str, u64)>,
+        p: &mut Purchase,
+    ) -> Result<Buy> {
+        if self.options.strategy != Strategy::Fenced {
+            return self.bought(at, &[reply]);
+        }
+        let limit = ul.map_or(0, |(_, l)| l);
+        let reply = redis::from_redis_value(reply)
+            .map_err(|e| at.unexpected(format!("the fenced deduct script answered {e}")));
+        reply.and_then(|r| self.deduct_outcome(at, r, limit, p))
+    }
+
+    /// After a purchase of an unseeded SKU: the call that forgets its grant's fencing counter
+    /// when nothing can need it (see `FORGET_FENCE`).
+    pub(super) fn forget_fence(&self, fence: u64) -> redis::ScriptInvocation<'static> {
+        let keys = self.lock.keys();
+        let mut inv = FORGET_FENCE.prepare_invoke();
+        inv.key(&keys.fence)
+            .key(&self.keys.stock)
+            .key(&keys.lock)
+            .arg(fence);
+        inv
+    }
+}
+
+/// The lock step's answer for `p`: the guard, or `None` (and the purchase left busy) when the
+/// lock stayed held by another for the whole wait.
+pub(super) fn took(p: &mut Purchase, acquired: Acquire, started: Instant) -> Option<Guard> {
+    match acquired {
+        Acquire::Acquired(guard) => {
+            p.lock_wait = Some(guard.waited());
+            p.fence = Some(guard.fence());
+            Some(guard)
+        }
+        Acquire::Busy => {
+            p.lock_wait = Some(started.elapsed());
+            None
+        }
+    }
+}
+
+/// Whether a step asks whether the order bought before: an order that bought before is
+/// answered as it was, even once the stock has run out since (a client's retry must not be
+/// told "sold out" for what it bought).
+pub(super) fn asks_for_replay(step: &Step) -> bool {
+    matches!(step, Step::Done(Buy::SoldOut { .. }))
+}
+
+/// A sold-out step, once the ledger said what the order bought before (`units`, if it did).
+pub(super) fn replayed(step: Step, units: Option<u64>, p: &mut Purchase) -> Step {
+    match (step, units) {
+        (Step::Done(Buy::SoldOut { remaining }), Some(units)) => {
+            p.replayed = Some(units);
+            Step::Done(Buy::Bought { remaining })
+        }
+        (step, _) => step,
+    }
+}
+
+/// The fence whose counter to forget after `outcome`: an unseeded SKU's.
+pub(super) fn fence_to_forget(outcome: &Result<Buy>, p: &Purchase) -> Option<u64> {
+    match (outcome, p.fence) {
+        (Err(Error::Unseeded { .. }), Some(fence)) => Some(fence),
+        _ => None,
+    }
+}
+
+/// The purchase's outcome, and whether it overran its lease: bought while the release found
+/// the lock another's or nobody's.
+pub(super) fn settled(
+    p: &mut Purchase,
+    outcome: Result<Buy>,
+    released: Option<Release>,
+) -> Result<()> {
+    p.outcome = outcome?;
+    if let (Buy::Bought { .. }, Some(Release::NotOwner | Release::Expired)) = (p.outcome, released)
+    {
+        p.overran_lease = p.replayed.is_none();
+    }
+    Ok(())
 }

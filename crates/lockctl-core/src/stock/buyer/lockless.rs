@@ -105,8 +105,8 @@ impl Buyer {
             .map(|(reply, (order_id, user))| {
                 let mut p = self.new_purchase(order_id);
                 let limit = user.and(self.options.limit).unwrap_or(0);
-                let decided =
-                    Decided::parse_batch(&reply).map_err(|e| answers::unknown(conn, e))?;
+                let decided = Decided::parse_batch(&reply)
+                    .map_err(|e| answers::unknown(&conn.endpoint(), e))?;
                 p.outcome = self.outcome_of(decided, limit, &mut p)?;
                 Ok(p)
             })

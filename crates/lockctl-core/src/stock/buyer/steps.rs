@@ -37,6 +37,11 @@ impl std::fmt::Debug for Work {
     }
 }
 
+/// The units a ledger read ([`Buyer::ledger_read`]) found, when the order bought before.
+pub(super) fn units(had: Option<i64>) -> Option<u64> {
+    had.map(|u| u.max(0) as u64)
+}
+
 impl Buyer {
     /// The work step: the caller's work, if any, and how long it took.
     pub(super) fn work(&self) -> Duration {
@@ -52,11 +57,30 @@ impl Buyer {
     /// it (see [`crate::lock::Lock::carrying`]): the same value a `GET` would find, one round
     /// trip sooner.
     pub(super) fn read(&self, conn: &mut Conn, guard: Option<&Guard>) -> Result<i64> {
-        let stock = match guard.and_then(Guard::carried) {
-            Some(c) => stock_value(&self.sku, &self.keys.stock, c.clone())?,
-            None => read_stock(conn, &self.sku, &self.keys)?,
-        };
-        stock.ok_or_else(|| self.unseeded())
+        match guard.and_then(|g| self.carried_stock(g)) {
+            Some(stock) => stock,
+            None => read_stock(conn, &self.sku, &self.keys)?.ok_or_else(|| self.unseeded()),
+        }
+    }
+
+    /// The stock the grant of `guard` carried, when it carried one.
+    pub(super) fn carried_stock(&self, guard: &Guard) -> Option<Result<i64>> {
+        let carried = guard.carried()?.clone();
+        let stock = stock_value(&self.sku, &self.keys.stock, carried);
+        Some(stock.and_then(|s| s.ok_or_else(|| self.unseeded())))
+    }
+
+    /// The read of what `user` has bought, for the per-user limit.
+    pub(super) fn user_read(&self, user: &str) -> redis::Cmd {
+        redis::cmd("HGET").arg(&self.keys.buyers).arg(user).clone()
+    }
+
+    /// The read of what `order_id` bought before, from the ledger.
+    pub(super) fn ledger_read(&self, order_id: &str) -> redis::Cmd {
+        redis::cmd("HGET")
+            .arg(&self.keys.ledger)
+            .arg(order_id)
+            .clone()
     }
 
     /// The stock decision: `Some(SoldOut)` when `stock` is not enough for this purchase.
@@ -89,8 +113,7 @@ impl Buyer {
             return Ok(Step::Done(Buy::LeaseLost));
         }
         if let Some((user, limit)) = ul {
-            let had: Option<u64> =
-                conn.query(redis::cmd("HGET").arg(&self.keys.buyers).arg(user))?;
+            let had: Option<u64> = conn.query(&self.user_read(user))?;
             if let Some(refused) = self.limit_reached(had.unwrap_or(0), limit) {
                 return Ok(Step::Done(refused));
             }
@@ -100,9 +123,7 @@ impl Buyer {
 
     /// The units the ledger has for `order_id`, when it bought before.
     pub(super) fn replayed_units(&self, conn: &mut Conn, order_id: &str) -> Result<Option<u64>> {
-        let had: Option<i64> =
-            conn.query(redis::cmd("HGET").arg(&self.keys.ledger).arg(order_id))?;
-        Ok(had.map(|u| u.max(0) as u64))
+        Ok(units(conn.query(&self.ledger_read(order_id))?))
     }
 
     /// The write script's call (see `lua/write.lua`): the tutorial's DECR, with the order
@@ -134,7 +155,7 @@ impl Buyer {
     ) -> Result<Buy> {
         let eval = self.write_call(order_id, ul, None).eval();
         let (replies, _): (Vec<redis::Value>, _) = conn.transaction(&[eval], None)?;
-        self.bought(conn, &replies)
+        self.bought(&conn.endpoint(), &replies)
     }
 
     /// The deduct script's call (see `lua/deduct.lua`): `holder` is the lock's token, ''
