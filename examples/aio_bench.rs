@@ -8,7 +8,9 @@
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example aio_bench -- 20000 64 5
 //! ```
-//! (purchases a round, buyers at once, rounds; `atomic` and `fenced` run a tenth as many)
+//! (purchases a round, buyers at once, rounds; `atomic`, `fenced` and `lock` run a tenth as
+//! many). A fourth argument names the strategies to run, comma-separated (default
+//! `batch,atomic,fenced`): `aio_bench 200000 50 3 atomic`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -173,7 +175,14 @@ fn main() -> Result<(), Error> {
     let (n, c, rounds) = (arg(1, 20_000), arg(2, 64), arg(3, 5));
     let target = Target::open(&url, ConnectOptions::default())?;
     let mut conn = target.connect()?;
-    for strategy in [Strategy::Batch, Strategy::Atomic, Strategy::Fenced] {
+    let strategies: Vec<Strategy> = match std::env::args().nth(4) {
+        Some(list) => list
+            .split(',')
+            .map(|s| s.parse().map_err(|e| format!("{s}: {e}")))
+            .collect::<Result<_, _>>()?,
+        None => vec![Strategy::Batch, Strategy::Atomic, Strategy::Fenced],
+    };
+    for strategy in strategies {
         // One purchase at a time is slower: a tenth as many, so a round stays short.
         let n = if strategy == Strategy::Batch {
             n

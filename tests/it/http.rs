@@ -440,6 +440,9 @@ fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
             "5",
             "--strategy",
             "atomic",
+            // A connection a buyer; on tasks (atomic's default) they share a few.
+            "--mode",
+            "threads",
         ],
     ] {
         let out = limited(100, 100, &args);
@@ -457,9 +460,11 @@ fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
         Vec::<String>::new()
     );
     // Of several strategies, one too wide is refused before the first one writes anything.
-    // (atomic: a connection a buyer; lock buyers past 16 are tasks, and need 16.)
+    // (atomic on threads: a connection a buyer; lock buyers past 16 are tasks, and need 16.)
     let args = [
         "hammer",
+        "--mode",
+        "threads",
         "--strategy",
         "batch,atomic",
         "-c",
@@ -484,6 +489,8 @@ fn a_run_wider_than_the_open_file_limit_is_refused_or_the_limit_raised() {
     let fits = [
         "--json",
         "hammer",
+        "--mode",
+        "threads",
         "--strategy",
         "batch,atomic",
         "-c",

@@ -1,8 +1,9 @@
 //! Every strategy's purchase on each transport: the blocking one (`Buyer::buy` on a `Conn`) and
 //! the async one (`AsyncBuyer`). An atomic purchase is native async there (the redis crate's
 //! multiplexed tokio connection): both transports send `Buyer::atomic_command` and do what
-//! `Buyer::atomic_next` says. The lock strategies' purchases are `Buyer::buy` on tokio's
-//! blocking pool, and batch's go to a group committer. The same test bodies hold for each
+//! `Buyer::atomic_next` says. The lock strategies' purchases are native async too (the lock's
+//! calls and the write awaited, each decided by the blocking path's functions), and batch's go
+//! to a group committer. The same test bodies hold for each
 //! safe strategy on both; what is checked is Redis's own state, not only the answers.
 
 use std::collections::HashMap;

@@ -8,11 +8,16 @@
 //!   on its path, and cancellation-safe: a purchase dropped mid-flight is either not sent or
 //!   run whole by Redis, never half. What one command cannot do (a SKU found bucketed or
 //!   unseeded, replicas to wait for, the caller's work, a cluster) is made the blocking way.
-//! - The lock strategies' purchases and the lock calls stay blocking calls on tokio's
-//!   blocking pool ([`tokio::task::spawn_blocking`]), on a connection kept for the next call:
-//!   the async task itself never blocks, and what it buys is exactly what the blocking
-//!   [`Buyer`] buys. A few purchases wait in Redis at once and the others as tasks
-//!   ([`AsyncBuyer`]).
+//! - A `lock` or `fenced` purchase is natively async too (`Buyer::locked_async`): the lock's
+//!   acquire loop in its FIFO queue, the grant, the steps under the lock and the write with
+//!   the release, each a request awaited on an async connection, every decision the blocking
+//!   path's own function. At most a few purchases wait in Redis at once, each on a connection
+//!   of its own (a waiter's BLPOP blocks it), and the others as tasks ([`AsyncBuyer`]). A
+//!   purchase runs in a task of its own: dropping its future does not stop it, so the lock is
+//!   released by the code that took it; a runtime shut down mid-purchase gives the lock and
+//!   the queue place back on a thread. With a watchdog, a Redlock quorum, on a cluster, with
+//!   the caller's work, buckets or replicas to wait for, the purchase is [`Buyer::buy`] on
+//!   tokio's blocking pool instead, as is `naive`'s; so are the lock calls of [`AsyncLock`].
 //! - The group committer ([`AsyncBatch`]) needs no thread per purchase at all: a purchase is
 //!   submitted and its answer comes back on a channel, so ten thousand tasks can wait on one
 //!   batcher.
@@ -113,7 +118,8 @@ impl AsyncIdle {
 /// this process. Measured with the hammer's threads here (release build, a private Redis, 10,000
 /// purchases under `lock`): 4,178 purchases/s with one waiter, 4,432 with 16, 4,018 with 64;
 /// past a few waiters the lock's throughput is the holder's round trips, and each waiter in
-/// Redis costs a connection, a blocked thread and a refresh of its place three times a second
+/// Redis costs a connection (and a blocked thread on the blocking path) and a refresh of its
+/// place three times a second
 /// (5,000 waiters in Redis fell to 92 purchases/s).
 pub const DEFAULT_ROOM: usize = 16;
 
@@ -125,7 +131,11 @@ pub const DEFAULT_ROOM: usize = 16;
 /// caller's work ([`Buyer::with_work`]), the purchases in flight are pipelined by two
 /// committer threads instead (a [`Batcher`] under `atomic`).
 ///
-/// Under the other strategies a purchase is [`Buyer::buy`] on tokio's blocking pool.
+/// Under `lock` and `fenced` on a single server (no watchdog, no Redlock quorum, no caller's
+/// work), a purchase is natively async as well: its lock calls and its write are requests on
+/// an async connection, in a task of its own that ends whole whatever happens to the caller's
+/// future. Otherwise, and under `naive`, a purchase is [`Buyer::buy`] on tokio's blocking
+/// pool.
 ///
 /// Under `lock` and `fenced`, at most [`DEFAULT_ROOM`] purchases (see [`AsyncBuyer::with_room`])
 /// wait for the lock in Redis at once, each on a connection of its own; any number of others

@@ -4,9 +4,9 @@
 //! [`Lock::block_for`], [`Lock::blpop`], [`Lock::woke`], [`Lock::guard_of`],
 //! [`Guard::inside`], `release_code`); only the calls are awaited here instead of blocking.
 //!
-//! For a lock of one server (not a cluster) taken without a watchdog ([`Lock::is_native`]): Redlock's rounds
-//! and the watchdog's renewals stay on the blocking path. A waiter's BLPOP blocks its
-//! connection, so the connection is the caller's alone while it waits.
+//! For a lock of one server (not a cluster) taken without a watchdog ([`Lock::is_native`]):
+//! Redlock's rounds and the watchdog's renewals stay on the blocking path. A waiter's BLPOP
+//! blocks its connection, so the connection is the caller's alone while it waits.
 
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
