@@ -1072,3 +1072,68 @@ fn a_procs_hammer_over_tls_with_a_password_buys_end_to_end() {
     let stock: i64 = raw.get("item:stock:sku_886").unwrap();
     assert_eq!(stock, 0, "the run did not reach this server");
 }
+
+/// Ctrl-Z and `fg` past the per-call limit, on tokio tasks: a hammer of 50 buyers stopped for
+/// 2.5 s with `--timeout-ms 1000`, mid-run. Old: every reply that came in while it was stopped
+/// and the call's deadline were ready together when it continued, and tokio ran the timer
+/// first: 16 `lock` purchases (one of which had bought) and 50 `atomic` ones failed as timed
+/// out with their answers in the socket, where the blocking threads' reads found theirs. Now
+/// a deadline that fires late waits a moment for the reply that came, and none fails.
+#[test]
+fn a_hammer_on_tasks_stopped_past_its_call_limit_loses_no_reply() {
+    let server = RedisServer::start();
+    let mut raw = server.raw();
+    for (strategy, n) in [("lock", 20_000), ("atomic", 150_000)] {
+        let sku = format!("stopped_{strategy}");
+        let n_s = n.to_string();
+        let child = spawn_lockctl_with(
+            &server.url(),
+            &[
+                "--json",
+                "--timeout-ms",
+                "1000",
+                "hammer",
+                "--sku",
+                &sku,
+                "--strategy",
+                strategy,
+                "--mode",
+                "tasks",
+                "-c",
+                "50",
+                "-n",
+                &n_s,
+                "--stock",
+                &n_s,
+                "--wait-ms",
+                "60000",
+            ],
+            Streams::Capture,
+        );
+        let key = format!("item:stock:{sku}");
+        let running = eventually(HANG, || {
+            raw.get::<_, Option<i64>>(&key)
+                .ok()
+                .flatten()
+                .is_some_and(|s| s < n - 100)
+        });
+        assert!(running, "{strategy}: the run never began selling");
+        let stock_at_stop: i64 = raw.get(&key).unwrap();
+        signal(child.id(), "STOP");
+        thread::sleep(Duration::from_millis(2500));
+        signal(child.id(), "CONT");
+        let out = finish_within(child, HANG, "the hammer");
+        let report = json(&out);
+        assert!(
+            stock_at_stop > 0,
+            "{strategy}: the run ended before it was stopped; give it more purchases"
+        );
+        assert_eq!(
+            report["errors"], 0,
+            "{strategy}: {} {}",
+            report["errors_by_kind"], report["first_error"]
+        );
+        assert_eq!(report["verdict"], "pass", "{strategy}: {}", stderr(&out));
+        assert_eq!(report["bought"], n, "{strategy}");
+    }
+}

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
 
-use crate::conn::{AsyncConn, Target};
+use crate::conn::{AsyncConn, Target, within};
 use crate::error::Result;
 use crate::stock::{AtomicNext, Buyer, Purchase};
 
@@ -78,13 +78,16 @@ impl Native {
     /// One request on slot `i`, its failure in the library's terms.
     async fn query(&self, i: usize, cmd: &redis::Cmd) -> Result<redis::Value> {
         let mut conn = self.conn(i).await?;
-        let reply = cmd
-            .query_async::<redis::Value>(&mut conn)
-            .await
-            .map_err(|e| {
+        let limit = self.target.options().call_timeout;
+        let reply = match within(limit, cmd.query_async::<redis::Value>(&mut conn)).await {
+            Some(reply) => reply.map_err(|e| {
                 let broken = e.is_io_error() || e.is_unrecoverable_error();
                 (broken, self.target.endpoint().map_err(e))
-            });
+            }),
+            // A connection that did not answer in time may be stalled: the next use opens
+            // another.
+            None => Err((true, self.target.timed_out())),
+        };
         match reply {
             Ok(v) => Ok(v),
             Err((broken, e)) => {

@@ -19,7 +19,7 @@ mod target;
 
 use crate::redact::scrub;
 #[cfg(feature = "tokio")]
-pub(crate) use async_conn::AsyncConn;
+pub(crate) use async_conn::{AsyncConn, within};
 use errors::{auth_reason, is_auth_error, is_interrupted, shorten};
 pub use holdings::{GiveBack, Held, Holdings};
 pub use options::{ConnectOptions, TlsFiles};
