@@ -316,6 +316,37 @@ fn a_stock_that_is_not_a_number_is_an_error_that_changes_nothing_on_each_transpo
     }
 }
 
+/// An unseeded SKU under `lock` and `fenced`: the lock is taken once on each transport (the
+/// SKU's buckets looked for after it, as the blocking route does), and the answer is unseeded.
+/// Before, the async purchase was made again the whole way: the lock taken twice, its wait
+/// counted twice, and with the first wait spent a second try could be answered busy.
+#[test]
+fn an_unseeded_sku_takes_the_lock_once_on_each_transport() {
+    let redis = RedisServer::start();
+    for strategy in [Strategy::Lock, Strategy::Fenced] {
+        for t in BOTH {
+            let metrics = std::sync::Arc::new(lockctl_core::metrics::Metrics::new());
+            let target = redis.target().with_metrics(metrics.clone());
+            let s = sku(&format!("never_seeded_{strategy}_{t:?}"));
+            let answer = t.buy_one(&target, &s, &options(strategy), "o1");
+            assert!(
+                matches!(answer, Err(Error::Unseeded { .. })),
+                "{strategy} {t:?}: {answer:?}"
+            );
+            let text = metrics.encode();
+            let acquired: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("lockctl_lock_acquire_total{") && l.contains("acquired"))
+                .collect();
+            assert_eq!(
+                acquired,
+                vec!["lockctl_lock_acquire_total{result=\"acquired\"} 1"],
+                "{strategy} {t:?}"
+            );
+        }
+    }
+}
+
 /// An async purchase under `atomic`, `lock` and `fenced` is requests on async connections: no
 /// blocking thread makes it. Here the runtime's one blocking thread is kept busy until the
 /// purchases are done; a purchase that needed it (`spawn_blocking`, as the async API's paths

@@ -295,16 +295,16 @@ impl AsyncBuyer {
 
     /// A `lock` or `fenced` purchase on the native async transport ([`Buyer::locked_async`]),
     /// on a connection of its own while it waits and holds the lock (a waiter's BLPOP blocks
-    /// its connection), kept for the next purchase unless a call on it failed. Made the whole
-    /// way instead when its answer asks for that ([`Buyer::needs_whole_path`]: the SKU may
-    /// have been found bucketed).
+    /// its connection), kept for the next purchase unless a call on it failed. An unseeded
+    /// SKU's buckets are looked for the blocking way, and a bucketed one bought from them the
+    /// whole way ([`Buyer::buy_since`]), as the blocking route does.
     async fn locked_natively(
         &self,
         order_id: &str,
         user: Option<&str>,
         started: Instant,
     ) -> Result<Purchase> {
-        let answer = match self.async_idle.take(&self.pool.target).await {
+        let mut answer = match self.async_idle.take(&self.pool.target).await {
             Ok(mut conn) => {
                 let answer = self
                     .buyer
@@ -317,7 +317,14 @@ impl AsyncBuyer {
             }
             Err(e) => Err(e),
         };
-        if self.buyer.needs_whole_path(&answer) {
+        if matches!(answer, Err(Error::Unseeded { .. })) {
+            let me = self.clone();
+            match blocking(move || me.pool.with(|c| me.buyer.finds_buckets(c))).await {
+                Ok(true) => return self.whole(order_id, user, started).await,
+                Ok(false) => {}
+                Err(e) => answer = Err(e),
+            }
+        } else if self.buyer.needs_whole_path(&answer) {
             return self.whole(order_id, user, started).await;
         }
         self.buyer.metered(&answer);

@@ -88,7 +88,9 @@ const LATE: Duration = Duration::from_millis(50);
 /// threads' reads found their replies). A deadline that fires late (the process was not
 /// running) gives the call one more `limit` from then, as the blocking read does when it is
 /// interrupted by the stop and read again; one that fires on time is a server that did not
-/// answer, and is final.
+/// answer, and is final. A runtime too busy to run the timer on time (a starved machine)
+/// looks the same as a stop: there a server that does not answer costs up to two limits and
+/// the lateness, not one.
 pub(crate) async fn within<T>(limit: Duration, call: impl Future<Output = T>) -> Option<T> {
     let started = Instant::now();
     let mut call = std::pin::pin!(call);

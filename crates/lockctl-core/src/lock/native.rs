@@ -30,7 +30,7 @@ impl Lock {
     }
 
     /// [`Lock::acquire_since`] on `conn`, for a lock that [`Lock::is_native`].
-    /// `token` is the caller's, so that a [`GiveBack`] made for it first covers the whole
+    /// `token` is the caller's, so that a [`GiveBackOnDrop`] made for it first covers the whole
     /// purchase.
     pub(crate) async fn acquire_async(
         &self,
@@ -157,8 +157,8 @@ impl Lock {
 }
 
 impl Lock {
-    /// A give-back of what `token` will hold or queue for, armed until [`GiveBack::done`].
-    pub(crate) fn give_back_on_drop(&self, token: &Token) -> GiveBack {
+    /// A give-back of what `token` will hold or queue for, armed until [`GiveBackOnDrop::done`].
+    pub(crate) fn give_back_on_drop(&self, token: &Token) -> GiveBackOnDrop {
         GiveBackOf {
             target: self.target.clone(),
             keys: self.keys.clone(),
@@ -172,9 +172,9 @@ impl Lock {
 /// The lock (or the place in its queue) of a purchase task that may be dropped before it ends:
 /// a task is dropped at an `await` when its runtime shuts down, and a guard dropped there would
 /// leave the lock to its lease, every other buyer waiting it out. Dropped before
-/// [`GiveBack::done`], it gives the lock back on a thread of its own (the runtime is going),
+/// [`GiveBackOnDrop::done`], it gives the lock back on a thread of its own (the runtime is going),
 /// as the holdings do when the process quits ([`registry::give_back`]).
-pub(crate) struct GiveBack(Option<GiveBackOf>);
+pub(crate) struct GiveBackOnDrop(Option<GiveBackOf>);
 
 struct GiveBackOf {
     target: crate::conn::Target,
@@ -184,27 +184,35 @@ struct GiveBackOf {
 }
 
 impl GiveBackOf {
-    fn armed(self) -> GiveBack {
-        GiveBack(Some(self))
+    fn armed(self) -> GiveBackOnDrop {
+        GiveBackOnDrop(Some(self))
     }
 }
 
-impl GiveBack {
+impl GiveBackOnDrop {
     /// The purchase ended (released, or never took anything): nothing to give back.
     pub(crate) fn done(mut self) {
         self.0 = None;
     }
 }
 
-impl Drop for GiveBack {
+impl Drop for GiveBackOnDrop {
     fn drop(&mut self) {
         let Some(of) = self.0.take() else {
             return;
         };
         let limit = of.target.options().call_timeout;
-        std::thread::spawn(move || {
-            registry::give_back(&of.target, &of.keys, &of.token, of.ttl, None, limit);
-        });
+        // Twice, a moment apart, as the holdings give back when the process quits: a call of
+        // the dropped task already on its way (a refresh of its place) may queue the token
+        // again, or be granted the lock, after the first time. A process that exits first
+        // takes this thread with it, and the lock waits out its lease.
+        let _ = std::thread::Builder::new()
+            .name("lockctl-give-back".into())
+            .spawn(move || {
+                registry::give_back(&of.target, &of.keys, &of.token, of.ttl, None, limit);
+                std::thread::sleep(crate::conn::SETTLE);
+                registry::give_back(&of.target, &of.keys, &of.token, of.ttl, None, limit);
+            });
     }
 }
 

@@ -32,8 +32,12 @@ pub(super) struct ExpiryPoker {
 }
 
 impl ExpiryPoker {
+    /// Starts the thread; it connects when it first has a poke to make (and again after a
+    /// failed one), so that starting it never waits on the network: a waiter on the async
+    /// transport starts it from a tokio task.
     pub(super) fn start(target: &Target, keys: Arc<LockKeys>) -> Result<ExpiryPoker> {
-        let mut conn = target.connect()?;
+        let target = target.clone();
+        let mut conn = None;
         let (due, rx) = mpsc::channel::<Instant>();
         thread::Builder::new()
             .name("lockctl-expiry".into())
@@ -53,7 +57,14 @@ impl ExpiryPoker {
                             let now = Instant::now();
                             // One poke serves every waiter due within the same millisecond.
                             pending.retain(|&at| at > now + Duration::from_millis(1));
-                            let _ = release_token(&mut conn, &keys, &nobody);
+                            if conn.is_none() {
+                                conn = target.connect().ok();
+                            }
+                            if let Some(c) = conn.as_mut()
+                                && release_token(c, &keys, &nobody).is_err()
+                            {
+                                conn = None;
+                            }
                         }
                         Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::Buyer;
 use super::locked::{asks_for_replay, fence_to_forget, replayed, settled, took};
 use super::steps::Step;
-use crate::conn::AsyncConn;
+use crate::conn::{AsyncConn, Conn};
 use crate::error::Result;
 use crate::lock::{Guard, Release, Token};
 use crate::stock::{Buy, Purchase, Strategy, got_stock, stock_value};
@@ -34,11 +34,19 @@ impl Buyer {
             && self.options.require_replicas == 0
     }
 
+    /// After a purchase here found the SKU unseeded: whether it is bucketed (its buckets are
+    /// read and kept, so that the whole path buys from them), as the blocking route asks once
+    /// its purchase under the lock was unseeded. A purchase made again the whole way without
+    /// this would take the lock a second time for nothing, its wait mostly spent.
+    pub(crate) fn finds_buckets(&self, conn: &mut Conn) -> Result<bool> {
+        Ok(!self.in_bucket && self.find_buckets(conn)?.is_some())
+    }
+
     /// One purchase under the lock on `conn`: [`Buyer::locked`], step for step. Not counted
     /// in the metrics (the caller meters the answer it keeps, see [`Buyer::metered`]).
     ///
     /// Dropped before it ends (its runtime shut down), it gives back the lock or its place in
-    /// the queue (`GiveBack` in `lock::native`) instead of leaving it to its lease.
+    /// the queue (`GiveBackOnDrop` in `lock::native`) instead of leaving it to its lease.
     pub(crate) async fn locked_async(
         &self,
         conn: &mut AsyncConn,
