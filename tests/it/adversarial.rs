@@ -757,9 +757,8 @@ fn the_hammers_memory_stays_flat_as_the_request_count_grows() {
 #[test]
 fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
     let server = RedisServer::start_with(&["--maxclients", "30"]);
-    let out = lockctl(
-        &server.url(),
-        &[
+    let wide = |mode: &[&'static str]| {
+        let mut args = vec![
             "hammer",
             "--sku",
             "m11",
@@ -771,10 +770,11 @@ fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
             "10",
             "--strategy",
             "atomic",
-            "--mode",
-            "threads",
-        ],
-    );
+        ];
+        args.extend_from_slice(mode);
+        lockctl(&server.url(), &args)
+    };
+    let out = wide(&["--mode", "threads"]);
     // Too many buyers for the server is a bad argument: exit 2, like any other.
     assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
     let err = stderr(&out);
@@ -786,22 +786,7 @@ fn a_hammer_wider_than_maxclients_is_refused_before_it_writes_anything() {
 
     // The same run on tasks (atomic's default on a single server) needs a few connections,
     // not one a buyer: it fits, and sells exactly the stock.
-    let out = lockctl(
-        &server.url(),
-        &[
-            "hammer",
-            "--sku",
-            "m11",
-            "-c",
-            "50",
-            "-n",
-            "100",
-            "--stock",
-            "10",
-            "--strategy",
-            "atomic",
-        ],
-    );
+    let out = wide(&[]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert_eq!(
         raw.get::<_, Option<String>>("item:stock:m11")

@@ -395,6 +395,38 @@ fn an_async_purchase_needs_no_blocking_thread() {
     }
 }
 
+/// Pauses the server for `pause_ms`, then makes 100 purchases `cut0`..`cut99` each under a
+/// timeout of `after`: the answers of those answered in time (none should be, paused); the
+/// others are dropped mid-flight.
+async fn cut_while_paused(
+    redis: &RedisServer,
+    buyer: &AsyncBuyer,
+    pause_ms: u64,
+    after: Duration,
+) -> Vec<Result<Purchase>> {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause_ms)
+        .arg("ALL")
+        .query(&mut redis.raw())
+        .unwrap();
+    let cut: Vec<_> = (0..100)
+        .map(|i| {
+            let buyer = buyer.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(after, buyer.buy(&format!("cut{i}"), None)).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in cut {
+        if let Ok(answer) = t.await.unwrap() {
+            answers.push(answer);
+        }
+    }
+    answers
+}
+
 /// Purchases dropped mid-flight, twice over: by timeouts while the server is paused (each
 /// command written, its reply not yet come), and by the runtime shut down with purchases in
 /// flight. Each dropped purchase ran whole or not at all; stock and ledger agree with each
@@ -412,27 +444,7 @@ fn async_purchases_dropped_mid_flight_leave_the_books_agreeing_with_the_answers(
     rt.block_on(async {
         // Connected first, so the pause holds the purchases' commands, not a handshake.
         answers.push(buyer.buy("warm", None).await);
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(400)
-            .arg("ALL")
-            .query(&mut redis.raw())
-            .unwrap();
-        let cut: Vec<_> = (0..100)
-            .map(|i| {
-                let buyer = buyer.clone();
-                tokio::spawn(async move {
-                    let order = format!("cut{i}");
-                    tokio::time::timeout(Duration::from_millis(50), buyer.buy(&order, None)).await
-                })
-            })
-            .collect();
-        for t in cut {
-            // Answered in time (none should be, paused) or dropped.
-            if let Ok(answer) = t.await.unwrap() {
-                answers.push(answer);
-            }
-        }
+        answers.extend(cut_while_paused(&redis, &buyer, 400, Duration::from_millis(50)).await);
         // The connections stay open past the pause: what was written runs now, unanswered.
         tokio::time::sleep(Duration::from_millis(600)).await;
     });
@@ -498,27 +510,7 @@ fn async_lock_purchases_dropped_mid_flight_leave_no_lock_behind() {
             // timeouts: the purchases that had a place in the room are each mid-flight when
             // dropped, the others never sent (see `AsyncBuyer::buy_unless`).
             answers.push(buyer.buy("warm", None).await);
-            let _: () = redis::cmd("CLIENT")
-                .arg("PAUSE")
-                .arg(300)
-                .arg("ALL")
-                .query(&mut redis.raw())
-                .unwrap();
-            let cut: Vec<_> = (0..100)
-                .map(|i| {
-                    let buyer = buyer.clone();
-                    tokio::spawn(async move {
-                        let order = format!("cut{i}");
-                        tokio::time::timeout(Duration::from_millis(5), buyer.buy(&order, None))
-                            .await
-                    })
-                })
-                .collect();
-            for t in cut {
-                if let Ok(answer) = t.await.unwrap() {
-                    answers.push(answer);
-                }
-            }
+            answers.extend(cut_while_paused(&redis, &buyer, 300, Duration::from_millis(5)).await);
             // The runtime runs on past the pause: the dropped purchases' tasks end now.
             tokio::time::sleep(Duration::from_millis(1000)).await;
         });

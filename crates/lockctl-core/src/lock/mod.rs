@@ -583,23 +583,43 @@ fn release_carrying(
     carry: Option<&str>,
     next: Option<&str>,
 ) -> Result<Release> {
-    let wake = keys.hinted_wake(next);
-    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, &wake, carry);
-    let (code, notify): (i64, String) = conn.script(&inv)?;
+    let (code, notify): (i64, String) = conn.script(&release_call(keys, token, carry, next))?;
     notify_grantee(conn, keys, &notify, carry);
     Ok(release_code(code))
+}
+
+/// The release script's call of [`release_carrying`], for either transport.
+fn release_call(
+    keys: &LockKeys,
+    token: &Token,
+    carry: Option<&str>,
+    next: Option<&str>,
+) -> redis::ScriptInvocation<'static> {
+    let wake = keys.hinted_wake(next);
+    keys.invocation(&RELEASE, token.as_str(), 0, false, &wake, carry)
+}
+
+/// The notify script's call of [`notify_grantee`] for a grant to `token`, for either
+/// transport: `None` when `token` is empty (nobody to wake).
+fn notify_call(
+    keys: &LockKeys,
+    token: &str,
+    carry: Option<&str>,
+) -> Option<redis::ScriptInvocation<'static>> {
+    if token.is_empty() {
+        return None;
+    }
+    let wake = keys.wake_of(token);
+    Some(keys.invocation(&NOTIFY, token, 0, false, &wake, carry))
 }
 
 /// Pushes the wake message of a grant made to `token` by a script that could not declare its
 /// wake list (nothing when `token` is empty). Best effort: a waiter whose message never comes
 /// finds the lock its own at its next refresh, a third of a second later at most.
 pub(crate) fn notify_grantee(conn: &mut Conn, keys: &LockKeys, token: &str, carry: Option<&str>) {
-    if token.is_empty() {
-        return;
+    if let Some(inv) = notify_call(keys, token, carry) {
+        let _: Result<i64> = conn.script(&inv);
     }
-    let wake = keys.wake_of(token);
-    let inv = keys.invocation(&NOTIFY, token, 0, false, &wake, carry);
-    let _: Result<i64> = conn.script(&inv);
 }
 
 #[cfg(test)]

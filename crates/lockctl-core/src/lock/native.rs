@@ -14,9 +14,11 @@ use std::time::Instant;
 use redis::Script;
 
 use super::guard::release_code;
-use super::scripts::{ACQUIRE, LEAVE, NOTIFY, RELEASE};
+use super::scripts::{ACQUIRE, LEAVE};
 use super::wait::{Grant, RawReply, Reply, Woke};
-use super::{Acquire, Guard, Lock, Release, Token, is_wrong_type, registry};
+use super::{
+    Acquire, Guard, Lock, Release, Token, is_wrong_type, notify_call, registry, release_call,
+};
 use crate::conn::AsyncConn;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -115,11 +117,8 @@ impl Lock {
             let block = self.block_for(left, call_timeout);
             self.poke_at_if_due(&not_yet, block);
             let blpop = self.blpop(token, block, not_yet.at_head);
-            let woken = match conn.query::<Option<(String, String)>>(&blpop).await {
-                Ok(woken) => woken,
-                Err(e) if e.is_interrupted() => None,
-                Err(e) => return Err(e),
-            };
+            // (No EINTR to retry, as the blocking read must: tokio retries its own reads.)
+            let woken = conn.query::<Option<(String, String)>>(&blpop).await?;
             match self.woke(token, woken) {
                 Woke::Granted(payload) => return Ok(Some(not_yet.woken(&payload))),
                 Woke::PassOn(whose) => notify_grantee_async(conn, &self.keys, &whose, carry).await,
@@ -265,8 +264,7 @@ async fn release_carrying_async(
     carry: Option<&str>,
     next: Option<&str>,
 ) -> Result<Release> {
-    let wake = keys.hinted_wake(next);
-    let inv = keys.invocation(&RELEASE, token.as_str(), 0, false, &wake, carry);
+    let inv = release_call(keys, token, carry, next);
     let (code, notify): (i64, String) = conn.script(&inv).await?;
     notify_grantee_async(conn, keys, &notify, carry).await;
     Ok(release_code(code))
@@ -279,10 +277,7 @@ async fn notify_grantee_async(
     token: &str,
     carry: Option<&str>,
 ) {
-    if token.is_empty() {
-        return;
+    if let Some(inv) = notify_call(keys, token, carry) {
+        let _: Result<i64> = conn.script(&inv).await;
     }
-    let wake = keys.wake_of(token);
-    let inv = keys.invocation(&NOTIFY, token, 0, false, &wake, carry);
-    let _: Result<i64> = conn.script(&inv).await;
 }
