@@ -132,8 +132,10 @@ fn with_three_of_five_nodes_paused_nothing_is_bought_and_the_run_ends() {
     // A buyer that got to ask the lock nodes learns there is no quorum (an error, not
     // "busy": nobody holds the lock, the nodes that could vote were too few); one still queued
     // behind it on the data node when its wait ran out was busy. Nothing is bought either way,
-    // and a run of only errors would be "unknown" (exit 1), never a pass on nothing.
-    assert!(code == 0 || code == 1, "{v}");
+    // and a run that sold nothing while stock was there is "unknown" (exit 1), never a pass
+    // on nothing.
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["verdict"], "unknown", "{v}");
     assert_eq!(v["bought"], 0);
     let no_quorum = v["errors_by_kind"]["no_quorum"].as_u64().unwrap_or(0);
     assert!(no_quorum > 0, "{v}");

@@ -131,6 +131,7 @@ mod tests {
     use super::*;
     use crate::options::Mode;
     use crate::report::{Ended, Sample};
+    use lockctl_core::error::ErrorKind;
     use lockctl_core::stock::{Buy, Strategy};
 
     fn facts(requests: u64, initial_stock: i64) -> RunFacts {
@@ -247,6 +248,76 @@ mod tests {
             r.notes
         );
         assert!(r.notes.iter().any(|n| n == "a driver's note"));
+    }
+
+    /// Issue 50, item 5: a `--bought-if` that matches nothing (`json:/code="0"` for a shop
+    /// answering `{"code":0}`) leaves every answer unclassified, each "may have bought": the
+    /// stock fell by 4 and the books added up within that, so the run passed with nothing
+    /// classified. Nothing was judged: unknown, naming an answer no pattern matched.
+    #[test]
+    fn a_run_whose_stock_fell_with_no_answer_classified_bought_is_unjudged_and_names_one() {
+        let f = facts(6, 4);
+        let mut t = Tally::new(6, 1);
+        for index in 0..6 {
+            t.add(&Sample {
+                index,
+                ended: Ended::Failed {
+                    kind: ErrorKind::Unclassified,
+                    indeterminate: true,
+                    message: r#"HTTP 200 matched no pattern: {"code":0}"#.into(),
+                    hint: None,
+                },
+                latency: Duration::from_micros(100),
+                lock_wait: None,
+                lock_hold: None,
+                sent: Duration::from_millis(index),
+                at: Duration::from_millis(index),
+            });
+        }
+        let r = conclude(evidence(&f, &t, Books::Stock(Ok(0))));
+        assert_eq!(r.verdict, Verdict::Unknown, "{:?}", r.violations);
+        let why = r.unknown_because.unwrap_or_default();
+        assert!(
+            why.starts_with("nothing was judged: the stock fell by 4 but no answer was classified \"bought\" (6 answers matched no pattern, the first: HTTP 200 matched no pattern: {\"code\":0})"),
+            "{why}"
+        );
+        assert!(why.contains("--bought-if"), "{why}");
+    }
+
+    /// Issue 50, item 5, on lockctl's own buyers: every lease lost under `fenced`, nothing
+    /// sold while 3 units were there. Safe, but it shows nothing: not a plain PASS beside a
+    /// strategy that really sold.
+    #[test]
+    fn a_run_that_sold_nothing_while_stock_was_there_is_not_a_pass() {
+        let f = facts(5, 3);
+        let mut t = Tally::new(5, 1);
+        for index in 0..5 {
+            t.add(&Sample {
+                index,
+                ended: Ended::Done {
+                    outcome: Buy::LeaseLost,
+                    replayed: false,
+                    overran_lease: false,
+                },
+                latency: Duration::from_micros(100),
+                lock_wait: None,
+                lock_hold: None,
+                sent: Duration::from_millis(index),
+                at: Duration::from_millis(index),
+            });
+        }
+        let r = conclude(evidence(&f, &t, Books::Ledger(Ok((3, ledger(&t, 0))))));
+        assert_eq!(r.verdict, Verdict::Unknown, "{:?}", r.violations);
+        assert_eq!(
+            r.unknown_because.as_deref(),
+            Some(
+                "nothing was sold: 5 requests met a stock of 3 and none bought (5 lease lost); a run that sells nothing shows nothing about overselling"
+            )
+        );
+        // With no stock to sell, selling nothing is the right answer: a PASS.
+        let (f, t) = (facts(5, 0), tally(5, 0, 0));
+        let r = conclude(evidence(&f, &t, Books::Ledger(Ok((0, ledger(&t, 0))))));
+        assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
     }
 
     #[test]

@@ -269,6 +269,9 @@ pub(super) fn conclude(r: &mut Report, t: &Tally, violations: Vec<String>) {
     let nothing_measured = violations.is_empty() && t.errors > 0 && t.accounted() == t.errors;
     r.verdict = if !violations.is_empty() {
         Verdict::Fail
+    } else if let Some(why) = sold_nothing(r, t) {
+        r.unknown_because = Some(why);
+        Verdict::Unknown
     } else if nothing_measured {
         r.unknown_because = Some(format!(
             "nothing was measured: {} failed ({})",
@@ -283,6 +286,62 @@ pub(super) fn conclude(r: &mut Report, t: &Tally, violations: Vec<String>) {
         Verdict::Pass
     };
     r.violations = violations;
+}
+
+/// A run in which nobody bought while the stock had units for them: invariants that hold
+/// because nothing was sold prove nothing, so such a run never reads as a PASS beside one
+/// that really sold. When the stock fell all the same and answers matched no pattern, the
+/// answers were not understood (a `--bought-if` that matches nothing, say): they are named.
+fn sold_nothing(r: &Report, t: &Tally) -> Option<String> {
+    let facts = &r.run;
+    let nobody_bought = t.bought == 0 && t.replayed == 0;
+    if !nobody_bought || facts.requests == 0 || facts.initial_stock < facts.qty as i64 {
+        return None;
+    }
+    let (unmatched, example) = (t.unmatched.0, t.unmatched.1.as_ref().map(|(_, m)| m));
+    let fell = r.consumed.filter(|c| *c > 0);
+    Some(match (fell, unmatched, example) {
+        (Some(fell), 1.., Some(example)) => format!(
+            "nothing was judged: the stock fell by {fell} but no answer was classified \"bought\" ({} matched no pattern, the first: {example}); check --bought-if against what the service answers",
+            count(unmatched, "answer", "answers"),
+        ),
+        (Some(fell), ..) => format!(
+            "nothing was judged: the stock fell by {fell} but no answer was classified \"bought\" ({})",
+            outcomes_in_words(t)
+        ),
+        (None, ..) => format!(
+            "nothing was sold: {} met a stock of {} and none bought ({}); a run that sells nothing shows nothing about overselling",
+            count(facts.requests, "request", "requests"),
+            facts.initial_stock,
+            outcomes_in_words(t)
+        ),
+    })
+}
+
+/// `12 busy, 3 lease lost, 2 failed (timed_out 2)`: what the requests were told instead.
+fn outcomes_in_words(t: &Tally) -> String {
+    let mut parts = Vec::new();
+    for (n, what) in [
+        (t.sold_out, "sold out"),
+        (t.busy, "busy"),
+        (t.lease_lost, "lease lost"),
+        (t.limit_reached, "over the limit"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    if t.errors > 0 {
+        parts.push(format!(
+            "{} failed ({})",
+            t.errors,
+            errors_in_words(&t.errors_by_kind)
+        ));
+    }
+    if parts.is_empty() {
+        return "no answer".into();
+    }
+    parts.join(", ")
 }
 
 /// Everything measured, before any judgement (a PASS with no violations, no ledger and

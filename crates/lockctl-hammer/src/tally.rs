@@ -83,6 +83,10 @@ pub struct Tally {
     pub(super) errors_by_kind: BTreeMap<ErrorKind, u64>,
     /// The message of the earliest failure, and when it ended.
     pub(super) first_error: Option<(Duration, String, Option<Hint>)>,
+    /// The earliest answer no pattern classified (a 2xx that matched none, or another
+    /// status no class holds), and how many there were: what a `--bought-if` that matches
+    /// nothing leaves behind.
+    pub(super) unmatched: (u64, Option<(Duration, String)>),
     /// Requests told they bought now (replays excluded).
     pub(super) told_bought: Bits,
     /// Requests whose failure may have deducted anyway.
@@ -247,6 +251,7 @@ impl Tally {
             lease_overrun: 0,
             errors_by_kind: BTreeMap::new(),
             first_error: None,
+            unmatched: (0, None),
             told_bought: Bits::new(requests),
             maybe_applied: Bits::new(requests),
             precedence: Precedence::default(),
@@ -400,6 +405,12 @@ impl Tally {
         }
         if self.first_error.as_ref().is_none_or(|(at, ..)| s.at < *at) {
             self.first_error = Some((s.at, message.to_string(), hint.clone()));
+        }
+        if matches!(kind, ErrorKind::Unclassified | ErrorKind::Http(_)) {
+            self.unmatched.0 += 1;
+            if self.unmatched.1.as_ref().is_none_or(|(at, _)| s.at < *at) {
+                self.unmatched.1 = Some((s.at, message.to_string()));
+            }
         }
     }
 

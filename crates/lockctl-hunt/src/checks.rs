@@ -66,6 +66,31 @@ pub fn user_limit(
     )]
 }
 
+/// Units in order rows never exceed the units taken from the stock (`taken`, when the stock
+/// could be read back), nor the stock `seeded`, whatever the answers said. Every unit is in
+/// exactly one place, the stock or an order, so a unit in a row that the stock never gave up
+/// was sold twice. No answer explains such a row away: not a timeout, not an answer no
+/// pattern matched (a 503 "lock lost" from a holder that wrote its row all the same).
+pub fn rows_within_stock(rows: &[OrderRow], seeded: i64, taken: Option<i64>) -> Vec<String> {
+    let units: i64 = rows.iter().map(|r| r.qty).sum();
+    let bound = taken.map_or(seeded, |t| t.min(seeded));
+    if units <= bound {
+        return Vec::new();
+    }
+    let named: Vec<String> = rows.iter().map(|r| r.order.clone()).collect();
+    let fell = match taken {
+        Some(t) if t < seeded => format!("the stock fell by only {t} (from {seeded})"),
+        _ => format!("the stock was seeded with only {seeded}"),
+    };
+    vec![format!(
+        "oversold by {}: order rows hold {} but {fell}, whatever the answers said: {} sold twice; the rows: {}",
+        units - bound,
+        count(units as u64, "unit", "units"),
+        count((units - bound) as u64, "unit was", "units were"),
+        list(&named)
+    )]
+}
+
 /// Where the orders check finds the order id of each "bought" answer.
 #[derive(Clone, Copy)]
 pub enum OrderIds<'a> {
@@ -122,8 +147,10 @@ struct ById {
     missing: Vec<String>,
     /// Orders with more than one row.
     doubled: Vec<String>,
-    /// Rows of the wrong units.
+    /// Orders whose rows hold other units than the answers naming them were told.
     wrong: Vec<String>,
+    /// Order ids named by more than one "bought" answer: one receipt for several buyers.
+    shared: Vec<String>,
     /// Rows of no order a request was told of.
     orphans: Vec<String>,
     /// "Bought" answers that carried no order id.
@@ -144,7 +171,9 @@ fn by_id(
     by_id_words(samples, &tally_by_id(samples, rows, qty, id_of))
 }
 
-/// Each answer's order held against its rows.
+/// Each answer's order held against its rows: every "bought" answer naming an id owes that
+/// id its units, so two answers naming one id owe it twice (a receipt shared by two buyers
+/// is a finding of its own, whatever the rows hold).
 fn tally_by_id(
     samples: &[Sample],
     rows: &[OrderRow],
@@ -157,6 +186,9 @@ fn tally_by_id(
     }
     let mut t = ById::default();
     let mut known = std::collections::HashSet::new();
+    // The requests told "bought" under each order id, in the order they came.
+    let mut told: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut doubled: BTreeMap<String, usize> = BTreeMap::new();
     for s in samples {
         let Some(order) = id_of(s) else {
             if told_bought(s) {
@@ -175,15 +207,41 @@ fn tally_by_id(
             t.failed_sold.push(order.clone());
             known.insert(order.clone());
         }
-        match (told_bought(s), found) {
-            (true, []) => t.missing.push(order),
-            (true, [one]) if one.qty != qty as i64 => t
-                .wrong
-                .push(format!("{order} has {} units, not {qty}", one.qty)),
-            (_, [_, _, ..]) => t.doubled.push(format!("{order} ({} rows)", found.len())),
-            _ => {}
+        if found.len() > 1 {
+            doubled.insert(order.clone(), found.len());
+        }
+        if told_bought(s) {
+            told.entry(order).or_default().push(s.index);
         }
     }
+    for (order, requests) in told {
+        let found = by_order
+            .get(order.as_str())
+            .map_or(&[][..], |v| v.as_slice());
+        if requests.len() > 1 {
+            let named: Vec<String> = requests.iter().map(|i| format!("request {i}")).collect();
+            t.shared.push(format!("{order} ({})", list(&named)));
+        }
+        let owed = requests.len() as i64 * qty as i64;
+        let held: i64 = found.iter().map(|r| r.qty).sum();
+        match found {
+            [] => t.missing.push(order),
+            [_, _, ..] => {}
+            [_] if held != owed => t.wrong.push(format!(
+                "{order} has {held} {}, not {owed}{}",
+                if held == 1 { "unit" } else { "units" },
+                match requests.len() {
+                    1 => String::new(),
+                    n => format!(" ({n} answers named it)"),
+                }
+            )),
+            [_] => {}
+        }
+    }
+    t.doubled = doubled
+        .into_iter()
+        .map(|(order, n)| format!("{order} ({n} rows)"))
+        .collect();
     for r in rows {
         if !known.contains(&r.order) {
             t.orphans.push(r.order.clone());
@@ -208,6 +266,13 @@ fn by_id_words(samples: &[Sample], t: &ById) -> Vec<String> {
             "{} answered \"bought\" without an order id where the pattern looks for one: {}",
             count(t.no_id.len() as u64, "request was", "requests were"),
             list(&t.no_id)
+        ));
+    }
+    if !t.shared.is_empty() {
+        v.push(format!(
+            "one order id answered to several buyers: {} named by more than one \"bought\" answer (a receipt shared by buyers): {}",
+            count(t.shared.len() as u64, "order id was", "order ids were"),
+            list(&t.shared)
         ));
     }
     if !t.doubled.is_empty() {
@@ -504,6 +569,66 @@ mod tests {
         let extra = [row("SO-3", 1), row("SO-9", 1), row("SO-10", 1)];
         let v = order_rows(&failed, None, OrderIds::Answered, &extra, 1).join("\n");
         assert!(v.starts_with("told it failed, but sold: 1 order row without a \"bought\" answer, and 1 request was answered that the purchase failed: SO-10"), "{v}");
+    }
+
+    fn unclassified(index: u64) -> Sample {
+        let mut s = answered(index, Outcome::Bought);
+        s.ended = Ended::Failed {
+            kind: lockctl_core::error::ErrorKind::Http(503),
+            indeterminate: true,
+            message: "HTTP 503: lock lost".into(),
+            hint: None,
+        };
+        s
+    }
+
+    #[test]
+    fn rows_beyond_the_units_the_stock_gave_up_are_an_oversell_whatever_was_answered() {
+        // Two holders of an expired lease both wrote: the stock fell by one, two rows, and
+        // the second holder answered 503 "lock lost", which no pattern classifies.
+        let samples = [answered(0, Outcome::Bought), unclassified(1)];
+        let rows = [row("r-0", 1), row("r-1", 1)];
+        // The answers alone explain the second row by the 503 ("may have bought")...
+        assert!(order_rows(&samples, None, OrderIds::Requested("r"), &rows, 1).is_empty());
+        // ...but units are counted, not answers: the stock gave up one, the rows hold two.
+        let v = rows_within_stock(&rows, 5, Some(1)).join("\n");
+        assert!(
+            v.starts_with("oversold by 1: order rows hold 2 units but the stock fell by only 1 (from 5)"),
+            "{v}"
+        );
+        assert!(v.contains("the rows: r-0, r-1"), "{v}");
+        assert!(rows_within_stock(&rows, 5, Some(2)).is_empty());
+        // With the stock unreadable, the seeded stock is still a bound.
+        assert!(rows_within_stock(&rows, 2, None).is_empty());
+        let v = rows_within_stock(&rows, 1, None).join("\n");
+        assert!(v.contains("the stock was seeded with only 1"), "{v}");
+        // A stock read back above the seed (put back) bounds by the seed.
+        assert!(!rows_within_stock(&rows, 1, Some(-3)).is_empty());
+    }
+
+    #[test]
+    fn one_order_id_answered_to_several_buyers_is_a_finding_and_owes_each_its_units() {
+        let samples = [
+            with_order(0, "SO-SAME"),
+            with_order(1, "SO-SAME"),
+            with_order(2, "SO-SAME"),
+            with_order(3, "SO-4"),
+        ];
+        let rows = [row("SO-SAME", 1), row("SO-4", 1)];
+        let v = order_rows(&samples, None, OrderIds::Answered, &rows, 1).join("\n");
+        assert!(
+            v.contains("one order id answered to several buyers: 1 order id was named by more than one \"bought\" answer (a receipt shared by buyers): SO-SAME (request 0, request 1, request 2)"),
+            "{v}"
+        );
+        assert!(v.contains("SO-SAME has 1 unit, not 3 (3 answers named it)"), "{v}");
+        // Each buyer's receipt its own: nothing found.
+        let own = [
+            with_order(0, "SO-1"),
+            with_order(1, "SO-2"),
+            with_order(2, "SO-3"),
+        ];
+        let rows = [row("SO-1", 1), row("SO-2", 1), row("SO-3", 1)];
+        assert!(order_rows(&own, None, OrderIds::Answered, &rows, 1).is_empty());
     }
 
     #[test]

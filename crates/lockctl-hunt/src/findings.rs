@@ -106,7 +106,21 @@ fn order_findings(
                     format: opts.sku_format,
                 },
             )
-            .map(|rows| checks::order_rows(&history.samples, load.retries, ids, &rows, qty))
+            .map(|rows| {
+                // Units first: rows beyond what the stock gave up are an oversell whatever
+                // the answers were, then each answer against its rows.
+                let seeded = report.run.initial_stock;
+                let taken = report.final_stock.map(|f| seeded - f);
+                let mut found = checks::rows_within_stock(&rows, seeded, taken);
+                found.extend(checks::order_rows(
+                    &history.samples,
+                    load.retries,
+                    ids,
+                    &rows,
+                    qty,
+                ));
+                found
+            })
     };
     // Rows that came late are watched a while longer once they agree (ORDERS_SETTLE, or
     // as long as they took to come): a consumer that delivers at least once writes its

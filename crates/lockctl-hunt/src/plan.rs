@@ -138,7 +138,15 @@ pub struct Planner {
     long_holds: Vec<Duration>,
     /// Every fault's hold drawn from this range instead (`--fault-ms`).
     fault_ms: Option<(Duration, Duration)>,
+    /// A hold past a lease just learned, and how many more rounds must hold a fault that long
+    /// ([`Planner::owe_long_hold`]).
+    owed: Option<(Duration, u32)>,
 }
+
+/// How many rounds in a row hold a fault past a lease once it is learned: a pause of half the
+/// web tier catches the holder about half the time, so two rounds make it likely early, and
+/// the draws go on trying after.
+const OWED_ROUNDS: u32 = 2;
 
 /// What the seed of [`Planner::extra`] differs from the schedule's by.
 const EXTRA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -179,6 +187,7 @@ impl Planner {
             fixed: Fixed::default(),
             long_holds: Vec::new(),
             fault_ms: None,
+            owed: None,
         }
     }
 
@@ -186,6 +195,14 @@ impl Planner {
     /// system's longest lease and common client timeouts; empty: none (the default).
     pub fn with_long_holds(&mut self, holds: Vec<Duration>) {
         self.long_holds = holds;
+    }
+
+    /// The next rounds that can hold a fault ([`OWED_ROUNDS`] of them) hold one for `hold`,
+    /// whatever their draws: a lease longer than any seen before is tried early in the
+    /// budget, not only when a draw falls on it. A `hold` that does not fit in what
+    /// [`Planner::with_long_holds`] last allowed is not owed.
+    pub fn owe_long_hold(&mut self, hold: Duration) {
+        self.owed = Some((hold, OWED_ROUNDS));
     }
 
     /// Every fault held between `min` and `max` (`--fault-ms`), instead of the drawn and
@@ -254,6 +271,7 @@ impl Planner {
             false => shape,
         };
         let faults = self.draw_faults((long, pick, within));
+        let faults = self.pay_owed(faults, pick);
         // A long hold is held through a sale that outlasts it by a second or more.
         let shape = match faults.iter().map(|f| f.hold).max() {
             Some(hold) if hold > SHORT_HOLD_MAX && self.fixed.requests.is_none() => Shape::Sale {
@@ -308,6 +326,41 @@ impl Planner {
                 vec![PlannedFault { kind, after, hold }]
             }
         }
+    }
+
+    /// The faults drawn, or, when a hold past a learned lease is owed and fits, one held
+    /// fault that long: the drawn kind if it is held, else a held kind picked by `pick`
+    /// (pauses of the system's own processes first: they stop a holder, not everyone).
+    fn pay_owed(&mut self, drawn: Vec<PlannedFault>, pick: usize) -> Vec<PlannedFault> {
+        let Some((hold, left)) = self.owed else {
+            return drawn;
+        };
+        if self.fault_ms.is_some() || !self.long_holds.contains(&hold) {
+            self.owed = None;
+            return drawn;
+        }
+        let held: Vec<FaultKind> = [
+            FaultKind::PauseWorker,
+            FaultKind::PauseHolder,
+            FaultKind::Stall,
+            FaultKind::DbLock,
+            FaultKind::RedisPause,
+        ]
+        .into_iter()
+        .filter(|k| self.faults.contains(k))
+        .collect();
+        if held.is_empty() {
+            self.owed = None;
+            return drawn;
+        }
+        self.owed = (left > 1).then_some((hold, left - 1));
+        let first = drawn.first();
+        let kind = match first {
+            Some(f) if f.kind.is_held() => f.kind,
+            _ => held[pick % held.len()],
+        };
+        let after = first.map_or(Duration::ZERO, |f| f.after);
+        vec![PlannedFault { kind, after, hold }]
     }
 }
 
@@ -371,6 +424,36 @@ mod tests {
             }
         }
         assert!(faulted >= 20, "{faulted}");
+    }
+
+    /// A hold owed past a learned lease goes to the next two rounds, whatever they drew,
+    /// to a pause of the system's processes before a pause of Redis; it is dropped when it
+    /// does not fit the budget's holds, and never given to kill-only fault lists.
+    #[test]
+    fn a_hold_owed_past_a_learned_lease_is_held_by_the_next_two_rounds() {
+        let past = Duration::from_millis(22_000);
+        let kinds = [FaultKind::RedisPause, FaultKind::PauseWorker, FaultKind::KillWorker];
+        for seed in 0..20 {
+            let mut p = Planner::new(seed, 16, None, &kinds);
+            p.with_long_holds(vec![past]);
+            p.owe_long_hold(past);
+            for _ in 0..2 {
+                let r = p.next_round();
+                assert_eq!(r.faults.len(), 1, "seed {seed}: {r:?}");
+                assert_eq!(r.faults[0].hold, past, "seed {seed}: {r:?}");
+                assert!(r.faults[0].kind.is_held(), "seed {seed}: {r:?}");
+            }
+            let rounds: Vec<_> = (0..5).map(|_| p.next_round()).collect();
+            assert!(rounds.iter().flat_map(|r| &r.faults).any(|f| f.hold != past));
+        }
+        let mut p = Planner::new(3, 16, None, &[FaultKind::PauseWorker]);
+        p.with_long_holds(vec![Duration::from_millis(2300)]);
+        p.owe_long_hold(past);
+        assert!(p.next_round().faults.iter().all(|f| f.hold != past));
+        let mut p = Planner::new(3, 16, None, &[FaultKind::KillWorker]);
+        p.with_long_holds(vec![past]);
+        p.owe_long_hold(past);
+        assert!(p.next_round().faults.iter().all(|f| f.hold != past));
     }
 
     /// Learned long holds are used by held faults only, some of the time.
