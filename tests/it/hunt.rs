@@ -1896,6 +1896,49 @@ fn keys(redis: &RedisServer) -> Vec<String> {
     k
 }
 
+/// A hunt refused at its facts check after --stock-seed wrote the probe's row takes the row
+/// away (issue 50): a --stock-query naming a missing column left one row a run in the user's
+/// table. With a query no delete is known for, the error names the row left and how to go.
+#[test]
+fn a_hunt_refused_at_its_facts_check_leaves_no_probe_row_behind() {
+    let redis = RedisServer::start();
+    let (db, env) = pg_stock();
+    let seed =
+        "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty";
+    let run = |query: &str| {
+        let flags = [
+            "--budget",
+            "2s",
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            query,
+            "--stock-seed",
+            seed,
+        ];
+        hunt(&redis, "tests/fixtures/hunt/pg_guarded.php", &env, &flags)
+    };
+    let query = "SELECT qtty FROM stock WHERE sku = $1";
+    let (exit, _, said) = run(query);
+    assert_eq!(exit, 2, "{said}");
+    assert!(said.contains(&format!("--stock-query '{query}'")), "{said}");
+    assert!(pg_skus(&db).is_empty(), "{:?} {said}", pg_skus(&db));
+    // No delete can be derived from this one (it reads 8, not the 7 seeded): the row is
+    // left, and named.
+    let (exit, _, said) = run("SELECT qty + 1 FROM stock WHERE sku = $1");
+    assert_eq!(exit, 2, "{said}");
+    assert!(said.contains("do not name the same stock"), "{said}");
+    let left = pg_skus(&db);
+    assert_eq!(left.len(), 1, "{said}");
+    assert!(
+        said.contains(&format!(
+            "the probe row that --stock-seed wrote for '{}' could not be removed",
+            left[0]
+        )),
+        "{said}"
+    );
+}
+
 /// A hunt removes what it created in the system's stores when it ends (issue 40, item 8): the
 /// probe's and every round's stock row in PostgreSQL and MariaDB (the delete derived from a
 /// simple --stock-query, or given as --stock-clean), and every Redis key that names a round's

@@ -203,19 +203,24 @@ pub(super) fn stock_store(
             "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}"
         ))
     })?;
-    db.check_columns(&query, 1, 0)
-        .map_err(|e| UsageError(format!("--stock-query '{query}': {e}")))?;
-    match db.integer(&query, param) {
-        Ok(7) => {}
-        Ok(n) => {
-            return Err(UsageError(format!(
+    // The probe's row is there from here on: a check that fails takes it away before it
+    // answers, as a hunt that ends removes what it created, whatever it came to.
+    let checked = db
+        .check_columns(&query, 1, 0)
+        .map_err(|e| format!("--stock-query '{query}': {e}"))
+        .and_then(|()| match db.integer(&query, param) {
+            Ok(7) => Ok(()),
+            Ok(n) => Err(format!(
                 "--stock-query '{query}' read {n} for the probe SKU '{probe}' that --stock-seed had just set to 7: the two do not name the same stock"
-            ))
-            .into());
-        }
-        Err(e) => {
-            return Err(UsageError(format!("--stock-query '{query}': {e}")).into());
-        }
+            )),
+            Err(e) => Err(format!("--stock-query '{query}': {e}")),
+        });
+    if let Err(why) = checked {
+        let left = match args.keep {
+            true => format!(" (the probe row of '{probe}' is kept: --keep)"),
+            false => remove_probe(&db, args, param, probe, &query),
+        };
+        return Err(UsageError(format!("{why}{left}")).into());
     }
     let db = Arc::new(db);
     let mut rows = StockRows {
@@ -231,6 +236,21 @@ pub(super) fn stock_store(
         format: args.sku_format.into(),
     }));
     Ok((store, rows))
+}
+
+/// Takes the probe SKU's row away after a failed check, by `--stock-clean` or the delete
+/// derived from `--stock-query`: nothing, or what is left and how to remove it.
+fn remove_probe(db: &SqlDb, args: &HuntArgs, param: SkuParam, probe: &str, query: &str) -> String {
+    let clean = args
+        .stock_clean
+        .clone()
+        .or_else(|| clean::delete_for(query));
+    match clean.map(|c| db.delete(&c, param)) {
+        Some(Ok(n)) if n > 0 => String::new(),
+        _ => format!(
+            "; the probe row that --stock-seed wrote for '{probe}' could not be removed: delete it by hand (or give --stock-clean)"
+        ),
+    }
 }
 
 /// The delete the hunt ends with, tried on the probe SKU's row (unless --keep): given
