@@ -64,7 +64,7 @@ pub fn words(hint: &Hint) -> String {
         Hint::DeleteKey { key } => format!(
             "lockctl writes only a stream there: look at what it holds, then remove it with: redis-cli DEL {key}"
         ),
-        Hint::StockKey => "pass --stock N to set it before the run, or name the key your endpoint deducts with --stock-key (and its Redis with --redis)".into(),
+        Hint::StockKey => "pass --stock N to set it before the run, or name the key your endpoint deducts with --stock-key (and its Redis with --redis); hammer --url reads stock in Redis only: for stock kept in a database, use lockctl hunt --stock-sql URL --stock-query SQL".into(),
         Hint::ForceUnlock { name } => format!("repair it with: {}", unlock_command(name)),
         Hint::LockNodes => "lockctl check --lock-node ... shows which are down".into(),
         Hint::ClusterNode => "add --cluster, and write each SKU with a hash tag, {sku_886}, so its keys share a slot".into(),
@@ -182,6 +182,19 @@ mod tests {
             "a lock is damaged (repair it with: lockctl unlock --force -- -odd)"
         );
         assert_eq!(CliAdvice.with_hint("plain", None), "plain");
+        // A shop whose stock is in a database has no stock key: hammer --url cannot judge
+        // it, and the error says where to go (issue 50).
+        let e = Error::NoStockKey {
+            key: "item:stock:sku_886".into(),
+            addr: "127.0.0.1:6379".into(),
+        };
+        assert!(
+            explain(&e).ends_with(
+                "for stock kept in a database, use lockctl hunt --stock-sql URL --stock-query SQL)"
+            ),
+            "{}",
+            explain(&e)
+        );
     }
 
     /// Files of the library crates that may name flags or commands, and why: a redactor's

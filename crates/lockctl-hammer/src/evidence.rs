@@ -281,7 +281,7 @@ mod tests {
             why.starts_with("nothing was judged: the stock fell by 4 but no answer was classified \"bought\" (6 answers matched no pattern, the first: HTTP 200 matched no pattern: {\"code\":0})"),
             "{why}"
         );
-        assert!(why.contains("--bought-if"), "{why}");
+        assert!(why.contains("check the \"bought\" pattern"), "{why}");
     }
 
     /// Issue 50, item 5, on lockctl's own buyers: every lease lost under `fenced`, nothing

@@ -302,7 +302,7 @@ fn sold_nothing(r: &Report, t: &Tally) -> Option<String> {
     let fell = r.consumed.filter(|c| *c > 0);
     Some(match (fell, unmatched, example) {
         (Some(fell), 1.., Some(example)) => format!(
-            "nothing was judged: the stock fell by {fell} but no answer was classified \"bought\" ({} matched no pattern, the first: {example}); check --bought-if against what the service answers",
+            "nothing was judged: the stock fell by {fell} but no answer was classified \"bought\" ({} matched no pattern, the first: {example}): check the \"bought\" pattern against what the service answers",
             count(unmatched, "answer", "answers"),
         ),
         (Some(fell), ..) => format!(

@@ -593,7 +593,9 @@ mod tests {
         // ...but units are counted, not answers: the stock gave up one, the rows hold two.
         let v = rows_within_stock(&rows, 5, Some(1)).join("\n");
         assert!(
-            v.starts_with("oversold by 1: order rows hold 2 units but the stock fell by only 1 (from 5)"),
+            v.starts_with(
+                "oversold by 1: order rows hold 2 units but the stock fell by only 1 (from 5)"
+            ),
             "{v}"
         );
         assert!(v.contains("the rows: r-0, r-1"), "{v}");
@@ -620,7 +622,10 @@ mod tests {
             v.contains("one order id answered to several buyers: 1 order id was named by more than one \"bought\" answer (a receipt shared by buyers): SO-SAME (request 0, request 1, request 2)"),
             "{v}"
         );
-        assert!(v.contains("SO-SAME has 1 unit, not 3 (3 answers named it)"), "{v}");
+        assert!(
+            v.contains("SO-SAME has 1 unit, not 3 (3 answers named it)"),
+            "{v}"
+        );
         // Each buyer's receipt its own: nothing found.
         let own = [
             with_order(0, "SO-1"),

@@ -443,9 +443,14 @@ impl HuntReport {
                 self.unjudged += 1;
                 if self.unknown.len() < UNJUDGED_SHOWN {
                     let why = report.unknown_because.clone().unwrap_or_default();
-                    let first = report.first_error.clone().unwrap_or_default();
+                    // The first error, unless the reason quotes it already.
+                    let first = report
+                        .first_error
+                        .clone()
+                        .filter(|f| !why.contains(f.as_str()))
+                        .map_or(String::new(), |f| format!(" ({f})"));
                     self.unknown
-                        .push(format!("round {}: {why} ({first})", plan.number));
+                        .push(format!("round {}: {why}{first}", plan.number));
                 }
                 if self.last.is_none() {
                     self.last = Some(Box::new((report, history)));

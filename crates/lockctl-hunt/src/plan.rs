@@ -432,7 +432,11 @@ mod tests {
     #[test]
     fn a_hold_owed_past_a_learned_lease_is_held_by_the_next_two_rounds() {
         let past = Duration::from_millis(22_000);
-        let kinds = [FaultKind::RedisPause, FaultKind::PauseWorker, FaultKind::KillWorker];
+        let kinds = [
+            FaultKind::RedisPause,
+            FaultKind::PauseWorker,
+            FaultKind::KillWorker,
+        ];
         for seed in 0..20 {
             let mut p = Planner::new(seed, 16, None, &kinds);
             p.with_long_holds(vec![past]);
@@ -444,7 +448,12 @@ mod tests {
                 assert!(r.faults[0].kind.is_held(), "seed {seed}: {r:?}");
             }
             let rounds: Vec<_> = (0..5).map(|_| p.next_round()).collect();
-            assert!(rounds.iter().flat_map(|r| &r.faults).any(|f| f.hold != past));
+            assert!(
+                rounds
+                    .iter()
+                    .flat_map(|r| &r.faults)
+                    .any(|f| f.hold != past)
+            );
         }
         let mut p = Planner::new(3, 16, None, &[FaultKind::PauseWorker]);
         p.with_long_holds(vec![Duration::from_millis(2300)]);

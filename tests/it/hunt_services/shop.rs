@@ -387,3 +387,33 @@ fn one_order_number_handed_to_several_buyers_is_found_on_the_flask_shop() {
         found(&bug, "one order id answered to several buyers");
     }
 }
+
+/// A success pattern that matches nothing (issue 50, item 5): the shop answers `{"code":0}`,
+/// and `json:/code="0"` asks for a string. Every sale went unclassified ("may have bought"),
+/// the stock fell within that bound, and the hunt passed hundreds of requests with none
+/// classified. Now nothing was judged: exit 1, naming an answer no pattern matched.
+#[test]
+fn a_bought_pattern_that_matches_no_answer_is_nothing_judged_not_a_pass() {
+    let redis = RedisServer::start();
+    let db = shop_db();
+    let (exit, v, said) = hunt_shop(
+        &redis,
+        &db,
+        "guarded",
+        &[
+            &["--budget", "6s", "--nemesis", "none"][..],
+            &["--bought-if", r#"json:/code="0""#],
+        ]
+        .concat(),
+    );
+    assert_eq!(exit, 1, "{said}");
+    assert_ne!(v["verdict"], "pass", "{said}");
+    assert!(
+        said.contains(r#"no answer was classified \"bought\""#),
+        "{said}"
+    );
+    assert!(
+        said.contains(r#"matched no pattern: '{\"code\":0"#),
+        "{said}"
+    );
+}
