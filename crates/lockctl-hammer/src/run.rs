@@ -82,6 +82,7 @@ pub fn run_recorded(target: &Target, opts: &HammerOptions) -> Result<Recorded> {
     Ok(Recorded {
         report: conclude(evidence),
         history,
+        started: ran.started,
     })
 }
 

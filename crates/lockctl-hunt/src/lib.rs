@@ -204,6 +204,41 @@ pub struct Failure {
     pub faults: Vec<Fault>,
 }
 
+/// When a fault of the failing round struck, against the requests its violations rest on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Came {
+    /// Before the last of those requests was answered: it may have played a part.
+    Before,
+    /// After every one of them was answered (a fault of the heal, or of a round whose
+    /// purchases were all done): it did not touch those requests, whatever it did after.
+    After,
+}
+
+impl Failure {
+    /// When `fault` struck against the requests the violations rest on
+    /// ([`lockctl_hammer::history::blamed`]), or every request of the round when they name
+    /// none; `None` without a history.
+    pub fn came(&self, fault: &Fault) -> Option<Came> {
+        let h = self.history.as_ref()?;
+        let named: std::collections::HashSet<u64> =
+            lockctl_hammer::history::blamed(h, &self.report)
+                .iter()
+                .map(|b| b.index)
+                .collect();
+        let last = h
+            .samples
+            .iter()
+            .filter(|s| named.is_empty() || named.contains(&s.index))
+            .map(|s| s.at)
+            .max()?;
+        Some(match fault.start > last {
+            true => Came::After,
+            false => Came::Before,
+        })
+    }
+}
+
 /// How many of the rounds that could not be judged are listed with their reason (all are
 /// counted, [`HuntReport::unjudged`]).
 pub const UNJUDGED_SHOWN: usize = 5;

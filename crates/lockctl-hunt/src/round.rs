@@ -92,10 +92,22 @@ pub(crate) fn round(
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
     let lease = watcher.and_then(|w| w.join().ok().flatten());
-    let Recorded { report, history } = result?;
+    let Recorded {
+        report,
+        history,
+        started,
+    } = result?;
     let (mut faults, healed, failed) = healing.take();
     let more = opts.nemesis.heal(start.elapsed());
     faults.extend(more.faults);
+    // The faults were timed from the round's start, the answers from the run's, which
+    // starts later (the stock set, the users logged in): onto the answers' clock, so that a
+    // fault and a request can be told apart in time (and drawn where they were).
+    let setup = started.saturating_duration_since(start);
+    for f in &mut faults {
+        f.start = f.start.saturating_sub(setup);
+        f.stop = f.stop.map(|s| s.saturating_sub(setup));
+    }
     if let Some(failed) = failed.or(more.failed) {
         return Err(RoundEnd::CannotGoOn(failed));
     }

@@ -12,8 +12,8 @@ use crate::Advice;
 use crate::hammer::{hammer_json, hammer_text};
 use lockctl_core::units::count;
 use lockctl_hammer::{Report, Verdict};
-use lockctl_hunt::HuntReport;
 use lockctl_hunt::own::Matrix;
+use lockctl_hunt::{Came, HuntReport};
 
 /// The command that replays a hunt, and the environment variables it takes its secrets from.
 #[derive(Debug, Default)]
@@ -206,10 +206,16 @@ fn failure_text(
     for fault in &f.faults {
         let _ = writeln!(
             s,
-            "  fault     {} at {:.0} ms: {}",
+            "  fault     {} at {:.0} ms: {}{}",
             fault.fault,
             fault.start.as_secs_f64() * 1000.0,
-            crate::terminal(&fault.detail)
+            crate::terminal(&fault.detail),
+            match f.came(fault) {
+                Some(Came::Before) =>
+                    " (before the requests the violation rests on were all answered)",
+                Some(Came::After) => " (after every request the violation rests on was answered)",
+                _ => "",
+            }
         );
     }
     replay.text(s);
@@ -284,6 +290,9 @@ pub struct FaultJson<'a> {
     pub detail: &'a str,
     pub start_ms: f64,
     pub stop_ms: Option<f64>,
+    /// `before` or `after` the requests the violations rest on were all answered; `null`
+    /// when the round kept no history.
+    pub came: Option<&'static str>,
 }
 
 /// The [`HuntJson`] of `h`, the failing round's first error worded by `advice`.
@@ -302,6 +311,10 @@ pub fn hunt_json<'a>(h: &'a HuntReport, replay: &'a Replay, advice: &dyn Advice)
                 detail: &x.detail,
                 start_ms: x.start.as_secs_f64() * 1000.0,
                 stop_ms: x.stop.map(|d| d.as_secs_f64() * 1000.0),
+                came: f.came(x).map(|c| match c {
+                    Came::Before => "before",
+                    _ => "after",
+                }),
             })
             .collect(),
         violations: &f.report.violations,
@@ -553,5 +566,56 @@ mod tests {
         h.unjudged = 5;
         let text = hunt_text(&h, &Replay::default(), false, false, &crate::Unworded);
         assert!(!text.contains("more"), "{text}");
+    }
+
+    /// Issue 50: a fault struck after every purchase was done was listed beside the
+    /// violation as if it caused it. Each fault now says whether it came before the requests
+    /// the violation rests on were all answered, or after.
+    #[test]
+    fn each_fault_of_a_failure_says_whether_it_came_before_or_after_the_requests_it_rests_on() {
+        use lockctl_hammer::history::Fault;
+        use lockctl_hunt::plan::{Round, Shape};
+        use std::time::Duration;
+        // Three told "bought" from a stock of 2, answered at 1, 2 and 3 ms: the third is past
+        // the stock.
+        let history = crate::fixtures::round(2, 3);
+        let report = history.judge();
+        assert_eq!(report.verdict, Verdict::Fail, "{:?}", report.violations);
+        let fault = |name: &str, ms: u64| Fault {
+            fault: name.into(),
+            start: Duration::from_millis(ms),
+            stop: None,
+            detail: "one process".into(),
+            took: true,
+        };
+        let mut h = HuntReport::new(1);
+        h.verdict = Verdict::Fail;
+        h.failure = Some(Box::new(lockctl_hunt::Failure {
+            round: Round {
+                number: 1,
+                stock: 2,
+                requests: 3,
+                shape: Shape::Burst { concurrency: 2 },
+                faults: Vec::new(),
+                retry_every: None,
+            },
+            sku: "s".into(),
+            report,
+            history: Some(Box::new(history)),
+            faults: vec![fault("pause-worker", 2), fault("kill-worker", 358)],
+        }));
+        let text = hunt_text(&h, &Replay::default(), false, true, &crate::Unworded);
+        assert!(
+            text.contains("pause-worker at 2 ms: one process (before the requests the violation rests on were all answered)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kill-worker at 358 ms: one process (after every request the violation rests on was answered)"),
+            "{text}"
+        );
+        let replay = Replay::default();
+        let json = serde_json::to_value(hunt_json(&h, &replay, &crate::Unworded)).unwrap();
+        assert_eq!(json["failure"]["faults"][0]["came"], "before");
+        assert_eq!(json["failure"]["faults"][1]["came"], "after");
     }
 }

@@ -110,6 +110,9 @@ pub struct Recorded {
     pub report: Report,
     /// The run's history; `None` when the load kept none.
     pub history: Option<Box<History>>,
+    /// When the run's clock started (the answers' and the stock reads' times count from
+    /// here): a caller timing its own events (faults) on another clock moves them onto this.
+    pub started: std::time::Instant,
 }
 
 /// Everything a run observed that its verdict rests on, with every request's record.

@@ -189,7 +189,11 @@ pub fn run_recorded(target: &Target, load: &LoadOptions, http: &HttpOptions) -> 
         h.stock_reads = reads;
         Box::new(h)
     });
-    Ok(Recorded { report, history })
+    Ok(Recorded {
+        report,
+        history,
+        started,
+    })
 }
 
 /// Each user's `{token}`, when the requests carry one: the users of the run log in.
