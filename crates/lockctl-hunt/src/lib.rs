@@ -282,6 +282,9 @@ pub struct HuntReport {
     pub lease: Option<leases::Lease>,
     /// The longest a fault was held.
     pub longest_fault: Duration,
+    /// The rounds whose order rows were read and held against the answers and the stock;
+    /// `None` when the facts name no order rows.
+    pub orders_checked: Option<u64>,
 }
 
 /// Client timeouts common in the wild (phpredis and redis-py defaults, HTTP clients): a
@@ -374,6 +377,11 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport, HuntError>
             hunt.lease = Some(l);
         }
         let (requests, verdict) = (report.run.requests, report.verdict);
+        if opts.orders.is_some() {
+            // A round judged had its rows read (rows that could not be read leave it
+            // unjudged).
+            *hunt.orders_checked.get_or_insert(0) += u64::from(verdict != Verdict::Unknown);
+        }
         let seen = (plan.clone(), faults.clone());
         let failed = hunt.add(plan, report, history, faults, sku);
         tell(opts, &seen.0, requests, &seen.1, verdict, &hunt, started);
@@ -434,6 +442,7 @@ impl HuntReport {
             cleaned: None,
             lease: None,
             longest_fault: Duration::ZERO,
+            orders_checked: None,
         }
     }
 

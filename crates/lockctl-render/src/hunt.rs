@@ -101,7 +101,13 @@ pub fn hunt_text(
         }
         None => {
             let why = match h.verdict {
-                Verdict::Pass => "nothing broke within the budget".to_string(),
+                Verdict::Pass => match h.orders_checked {
+                    Some(n) => format!(
+                        "nothing broke within the budget (order rows checked in {})",
+                        count(n, "round", "rounds")
+                    ),
+                    None => "nothing broke within the budget".to_string(),
+                },
                 _ if h.interrupted && h.rounds == 0 => "interrupted before a round ended".into(),
                 _ => "no round's books could be judged".into(),
             };
@@ -147,6 +153,19 @@ fn tried_text(s: &mut String, h: &HuntReport) {
             h.longest_fault.as_secs_f64()
         );
     }
+    let _ = writeln!(
+        s,
+        "  orders    {}",
+        match h.orders_checked {
+            None =>
+                "not checked (no --orders-sql): the order rows were not held against the answers"
+                    .to_string(),
+            Some(n) => format!(
+                "checked in {}: order rows held against the answers and the stock",
+                count(n, "round", "rounds")
+            ),
+        }
+    );
     cleaned_text(s, h);
     for u in &h.unknown {
         let _ = writeln!(s, "  unjudged  {}", crate::terminal(u));
@@ -246,6 +265,9 @@ pub struct HuntJson<'a> {
     pub faults_tried: &'a BTreeMap<String, u64>,
     pub longest_lease: Option<LeaseJson<'a>>,
     pub longest_fault_ms: f64,
+    /// Rounds whose order rows were held against the answers and the stock; `null` when no
+    /// order rows were named.
+    pub orders_checked_rounds: Option<u64>,
     pub interrupted: bool,
     /// Why rounds went unjudged (the first few).
     pub unjudged: &'a [String],
@@ -337,6 +359,7 @@ pub fn hunt_json<'a>(h: &'a HuntReport, replay: &'a Replay, advice: &dyn Advice)
             ttl_ms: l.ttl_ms,
         }),
         longest_fault_ms: h.longest_fault.as_secs_f64() * 1000.0,
+        orders_checked_rounds: h.orders_checked,
         interrupted: h.interrupted,
         unjudged: &h.unknown,
         unjudged_rounds: h.unjudged,
@@ -560,6 +583,11 @@ mod tests {
         h.unknown = (1..=5).map(|n| format!("round {n}: down")).collect();
         let text = hunt_text(&h, &Replay::default(), false, false, &crate::Unworded);
         assert!(text.contains("unjudged  and 7 more"), "{text}");
+        // Whether the orders check ran is said, PASS or not (issue 50).
+        assert!(
+            text.contains("orders    not checked (no --orders-sql)"),
+            "{text}"
+        );
         let replay = Replay::default();
         let json = serde_json::to_value(hunt_json(&h, &replay, &crate::Unworded)).unwrap();
         assert_eq!(json["unjudged_rounds"], 12);
@@ -614,7 +642,16 @@ mod tests {
             "{text}"
         );
         let replay = Replay::default();
+        h.orders_checked = Some(3);
         let json = serde_json::to_value(hunt_json(&h, &replay, &crate::Unworded)).unwrap();
+        assert_eq!(json["orders_checked_rounds"], 3);
+        let text = hunt_text(&h, &Replay::default(), false, false, &crate::Unworded);
+        assert!(
+            text.contains(
+                "orders    checked in 3 rounds: order rows held against the answers and the stock"
+            ),
+            "{text}"
+        );
         assert_eq!(json["failure"]["faults"][0]["came"], "before");
         assert_eq!(json["failure"]["faults"][1]["came"], "after");
     }

@@ -154,8 +154,8 @@ fn bar(h: &History, s: &Sample, lane: u64, why: Option<&str>, frame: &Frame) -> 
 /// and why a violation rests on it.
 fn tooltip(h: &History, s: &Sample, said: &str, why: Option<&str>) -> String {
     let who = match h.user_of(s.index) {
-        Some(u) => format!("user {u}, order {}", h.order_of(s.index)),
-        None => format!("order {}", h.order_of(s.index)),
+        Some(u) => format!("user {u}, order {}", h.order_shown(s)),
+        None => format!("order {}", h.order_shown(s)),
     };
     let left = match remaining(s) {
         Some(n) => format!(" ({n} left, it said)"),
@@ -364,7 +364,7 @@ fn named_table(h: &History, named: &[Blamed]) -> Markup {
                 tr {
                     td { (b.index) }
                     td { (h.user_of(b.index).unwrap_or_else(|| "-".into())) }
-                    td { (h.order_of(b.index)) }
+                    td { (h.order_shown(s)) }
                     td {
                         (colour(s).1)
                         @if let Some(n) = remaining(s) { " (" (n) " left)" }

@@ -43,6 +43,14 @@ pub fn blamed(h: &History, report: &Report) -> Vec<Blamed> {
                 name(s.index, "its order is named by a violation");
             }
         }
+        // Orders the service numbered itself (`--order-from`), named whole.
+        for s in &h.samples {
+            if let Ended::Answered { order: Some(o), .. } = &s.ended
+                && names_whole(v, o)
+            {
+                name(s.index, "its order is named by a violation");
+            }
+        }
         if let Some(rest) = v.strip_prefix("the per-user limit of ") {
             let limit = numbers_after(v, "limit of ").next().unwrap_or(0);
             for user in
@@ -78,6 +86,15 @@ pub fn blamed(h: &History, report: &Report) -> Vec<Blamed> {
         .into_iter()
         .map(|(index, why)| Blamed { index, why })
         .collect()
+}
+
+/// Whether `text` names `id` as a whole word: `SO-1` is not named by `SO-10`.
+fn names_whole(text: &str, id: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+    !id.is_empty()
+        && text.match_indices(id).any(|(at, _)| {
+            !word(text[..at].chars().next_back()) && !word(text[at + id.len()..].chars().next())
+        })
 }
 
 /// The requests told "bought" (of those `mine` picks) once the units told bought, in the
@@ -242,6 +259,28 @@ mod tests {
             "the per-user limit of 1 was broken: u0 was sold 2 (1 user over the limit)".into(),
         ];
         assert_eq!(indices(&h), [(2, "bought beyond the user's limit")]);
+    }
+
+    /// Issue 50: a lost-order FAIL on a service that numbers its own orders outlined no
+    /// request (only `<run id>-N` ids were looked for): the answers whose numbers a violation
+    /// names are named, whole (`SO-1` is not `SO-10`).
+    #[test]
+    fn the_answers_whose_own_order_numbers_a_violation_names_are_named() {
+        let yes = Some(true);
+        let mut h = run(5, &[(yes, 1), (yes, 2), (yes, 3)], 2, None);
+        for (s, o) in h.samples.iter_mut().zip(["SO-1", "SO-10", "SO-2"]) {
+            s.ended = Ended::Answered {
+                outcome: Some(Outcome::Bought),
+                remaining: None,
+                order: Some(o.into()),
+            };
+        }
+        h.findings =
+            vec!["lost orders: 1 request was answered \"bought\" but has no row: SO-10".into()];
+        assert_eq!(indices(&h), [(1, "its order is named by a violation")]);
+        assert_eq!(h.order_shown(&h.samples[1]), "SO-10");
+        assert!(!names_whole("has no row: SO-10", "SO-1"));
+        assert!(names_whole("rows: SO-1, SO-2", "SO-1"));
     }
 
     #[test]

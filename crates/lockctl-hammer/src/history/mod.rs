@@ -265,6 +265,17 @@ impl History {
         format!("{}-{}", self.facts.run_id, self.original_of(index))
     }
 
+    /// The order id to show for request `s`: the one its answer carried when the service
+    /// numbers its own orders (`--order-from`), else the one it was sent with.
+    pub fn order_shown(&self, s: &Sample) -> String {
+        match &s.ended {
+            crate::report::Ended::Answered {
+                order: Some(order), ..
+            } => order.clone(),
+            _ => self.order_of(s.index),
+        }
+    }
+
     /// The request whose order id request `index` carries (itself, or the one it retried).
     pub fn original_of(&self, index: u64) -> u64 {
         crate::options::original_of(self.facts.retry_every, index)
