@@ -1939,6 +1939,55 @@ fn a_hunt_refused_at_its_facts_check_leaves_no_probe_row_behind() {
     );
 }
 
+/// The usual slips get a hint (issue 50): a request that never carries `{sku}` (the service
+/// is never told the round's SKU), and a text SKU bound to an integer column.
+#[test]
+fn a_request_without_sku_and_a_text_sku_for_an_integer_column_are_hinted() {
+    let redis = RedisServer::start();
+    let db = TestDb::create();
+    db.client()
+        .batch_execute("CREATE TABLE stock (sku bigint PRIMARY KEY, qty int NOT NULL)")
+        .unwrap();
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "hunt",
+            "--url",
+            "http://127.0.0.1:1/buy",
+            "--preset",
+            "tutorial",
+            "--budget",
+            "1s",
+            "--stock-sql",
+            &db.url,
+            "--stock-query",
+            "SELECT qty FROM stock WHERE sku = $1",
+            "--stock-seed",
+            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+        ],
+    );
+    let said = stderr(&out);
+    assert_eq!(code(&out), 2, "{said}");
+    assert!(
+        said.contains("lockctl: warning: neither --url, --header nor --body carries {sku}"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(the SKU is bound as text: for an integer or uuid column give --sku-format int or --sku-format uuid)"),
+        "{said}"
+    );
+    assert!(pg_skus_of(&db).is_empty(), "{said}");
+}
+
+fn pg_skus_of(db: &TestDb) -> Vec<i64> {
+    db.client()
+        .query("SELECT sku FROM stock", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// A hunt removes what it created in the system's stores when it ends (issue 40, item 8): the
 /// probe's and every round's stock row in PostgreSQL and MariaDB (the delete derived from a
 /// simple --stock-query, or given as --stock-clean), and every Redis key that names a round's

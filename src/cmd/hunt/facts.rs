@@ -42,6 +42,11 @@ pub(super) fn system_facts(
         )
         .into());
     }
+    if !http.request.uses_sku() {
+        eprintln!(
+            "lockctl: warning: neither --url, --header nor --body carries {{sku}}: each round has a SKU of its own, and a service that is never told it deducts some other stock than the one the hunt seeds and reads; put {{sku}} where the service reads its SKU"
+        );
+    }
     http.stock_key = args.stock_key.clone();
     if http.users.listed_len().is_none() {
         http.users = Ids::new(args.user_format.into(), "u");
@@ -200,7 +205,8 @@ pub(super) fn stock_store(
     };
     db.execute(&seed, param, 7).map_err(|e| {
         UsageError(format!(
-            "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}"
+            "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}{}",
+            sku_type_hint(&e.to_string(), args)
         ))
     })?;
     // The probe's row is there from here on: a check that fails takes it away before it
@@ -213,7 +219,10 @@ pub(super) fn stock_store(
             Ok(n) => Err(format!(
                 "--stock-query '{query}' read {n} for the probe SKU '{probe}' that --stock-seed had just set to 7: the two do not name the same stock"
             )),
-            Err(e) => Err(format!("--stock-query '{query}': {e}")),
+            Err(e) => Err(format!(
+                "--stock-query '{query}': {e}{}",
+                sku_type_hint(&e.to_string(), args)
+            )),
         });
     if let Err(why) = checked {
         let left = match args.keep {
@@ -236,6 +245,30 @@ pub(super) fn stock_store(
         format: args.sku_format.into(),
     }));
     Ok((store, rows))
+}
+
+/// The usual slip behind a database's refusal of the SKU parameter: a text SKU (the default
+/// `--sku-format`) bound to an integer or uuid column. Empty when the words are not those.
+fn sku_type_hint(error: &str, args: &HuntArgs) -> &'static str {
+    let e = error.to_ascii_lowercase();
+    let mismatch = [
+        "invalid input syntax for type",
+        "operator does not exist",
+        "incorrect integer value",
+        "truncated incorrect",
+        "cannot be cast",
+        "error serializing parameter",
+        "it is not a number",
+        "it is not a uuid",
+    ]
+    .iter()
+    .any(|w| e.contains(w));
+    match (mismatch, IdFormat::from(args.sku_format)) {
+        (true, IdFormat::Text) => {
+            " (the SKU is bound as text: for an integer or uuid column give --sku-format int or --sku-format uuid)"
+        }
+        _ => "",
+    }
 }
 
 /// Takes the probe SKU's row away after a failed check, by `--stock-clean` or the delete
@@ -318,7 +351,10 @@ pub(super) fn orders_sql(
     };
     db.check_columns(query, 2, 1)
         .and_then(|()| db.orders(query, param).map(|_| ()))
-        .map_err(|e| UsageError(format!("--orders-query '{query}': {e}")))?;
+        .map_err(|e| {
+            let hint = sku_type_hint(&e.to_string(), args);
+            UsageError(format!("--orders-query '{query}': {e}{hint}"))
+        })?;
     Ok(OrdersSql {
         db: Arc::new(db),
         query: query.to_string(),

@@ -309,6 +309,12 @@ impl RequestSpec {
             || self.body.as_ref().is_some_and(Template::uses_ids)
     }
 
+    /// Whether any request carries its `{sku}`: without it, the service never learns which
+    /// SKU a round is of.
+    pub fn uses_sku(&self) -> bool {
+        self.uses(&Piece::Sku)
+    }
+
     /// Whether any request carries its `{order}` (an order id lockctl made).
     pub fn uses_order(&self) -> bool {
         self.uses(&Piece::Order)
