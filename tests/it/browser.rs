@@ -301,7 +301,9 @@ fn a_failing_hunts_timeline_shows_the_stock_read_the_sales_beyond_it_and_the_rep
     // A browser draws the outlines: well over the legend's swatch (some 40 px) of magenta.
     let magenta = pixels_in(&page, 1400, 1400, MAGENTA);
     assert!(magenta > 150, "magenta pixels: {magenta}");
-    let keep = std::env::temp_dir().join("lockctl-fail-timeline.png");
+    // Kept for a person to look at, in cargo's own temporary folder of the tests (target/tmp),
+    // not the machine's /tmp.
+    let keep = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lockctl-fail-timeline.png");
     let _ = std::fs::copy(page.with_extension("png"), &keep);
 
     // A PASS: the same endpoint one request at a time (php -S without workers), its history
