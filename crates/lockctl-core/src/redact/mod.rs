@@ -158,7 +158,11 @@ fn json_secret_values(s: &str) -> Vec<(usize, usize)> {
             }
             // Past a string value's closing quote: taken for an opening one, it would pair
             // every quote after it wrongly, and the next key would go unread.
-            i = if bytes.get(b) == Some(&b'"') { b + 1 } else { b };
+            i = if bytes.get(b) == Some(&b'"') {
+                b + 1
+            } else {
+                b
+            };
         }
     }
     spans
