@@ -84,6 +84,66 @@ pub fn redact_answer(text: &str) -> String {
     out
 }
 
+/// A Redis key's name as it may be shown: its pattern, with each part that may be a secret (a
+/// session's or a token's random id, a UUID, a JWT) and all that follows it in that part
+/// written `*`: `sess:9f86d081884c7d659a2feaa0c55ad015` is shown as `sess:*`, and
+/// `user_42_session_<token>` as `user_42_session_*`. `keep` (the round's SKU) is kept
+/// verbatim wherever it appears: it is lockctl's own, and the most useful part to a reader.
+/// A key a system keeps for a logged-in user is named by that user's live token often
+/// enough that no key a report names is shown whole.
+pub fn key_pattern(key: &str, keep: &str) -> String {
+    if !keep.is_empty() && key.contains(keep) {
+        return key
+            .split(keep)
+            .map(|part| key_pattern(part, ""))
+            .collect::<Vec<_>>()
+            .join(keep);
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    while let Some(start) = rest.find(is_token_char) {
+        let len = rest[start..]
+            .find(|c: char| !is_token_char(c))
+            .unwrap_or(rest.len() - start);
+        let run = &rest[start..start + len];
+        out.push_str(&rest[..start]);
+        // A JWT whole; otherwise from the first piece (between `_`, `-`, `.`) that looks
+        // random to the end of the run.
+        let mut at = 0;
+        let cut = match is_jwt(run) {
+            true => Some(0),
+            false => run.split(['_', '-', '.']).find_map(|piece| {
+                let here = at;
+                at += piece.len() + 1;
+                key_piece_is_secret(piece).then_some(here)
+            }),
+        };
+        match cut {
+            Some(cut) => {
+                out.push_str(&run[..cut]);
+                out.push('*');
+            }
+            None => out.push_str(run),
+        }
+        rest = &rest[start + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A piece of a key's name that may be a secret id: random-looking (as in an answer), 8 or
+/// more hex digits with letters and digits both (a hex token, a UUID's first piece), 12 or
+/// more letters and digits mixed, or 16 or more digits.
+fn key_piece_is_secret(piece: &str) -> bool {
+    let b = piece.as_bytes();
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    looks_random(piece)
+        || (b.len() >= 8 && b.iter().all(u8::is_ascii_hexdigit) && digits > 0 && letters > 0)
+        || (b.len() >= 12 && digits > 0 && letters > 0)
+        || (b.len() >= 16 && digits == b.len())
+}
+
 /// The characters of a token: base64's and base64url's, which also make hex and UUIDs, and
 /// the dots that join a JWT's parts.
 fn is_token_char(c: char) -> bool {
@@ -464,7 +524,7 @@ fn is_pattern_value(flag: &str, value: &str) -> bool {
 pub fn names_a_secret(name: &str) -> bool {
     /// Words that mean a secret wherever they stand in a name, and names run together that
     /// mean one (`apikey`, `accesstoken`, `phpsessid`).
-    const WORDS: [&str; 35] = [
+    const WORDS: [&str; 36] = [
         "password",
         "passwd",
         "pass",
@@ -480,6 +540,7 @@ pub fn names_a_secret(name: &str) -> bool {
         "credential",
         "credentials",
         "session",
+        "sess",
         "cookie",
         "signature",
         "sig",

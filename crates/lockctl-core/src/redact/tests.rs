@@ -502,3 +502,39 @@ fn an_answer_loses_its_tokens_and_keeps_its_words() {
         assert_eq!(redact_answer(kept), kept);
     }
 }
+
+/// Issue 50, item 8: a key a report names (the longest lease seen) is shown as its pattern;
+/// a session key named by a live token showed the token.
+#[test]
+fn a_keys_random_parts_are_shown_as_a_star_and_the_sku_stays() {
+    let sku = "sku_886-hunt-0a0b0c-1";
+    for (key, shown) in [
+        ("sess:9f86d081884c7d659a2feaa0c55ad015", "sess:*"),
+        ("session:550e8400-e29b-41d4-a716-446655440000", "session:*"),
+        (
+            "user_42_session_Zm9vYmFyYmF6cXV4MTIzNDU2",
+            "user_42_session_*",
+        ),
+        (
+            "auth:eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1MSJ9.c2ln:v2",
+            "auth:*:v2",
+        ),
+        ("tok:ab12cd34ef56", "tok:*"),
+        ("lock:sku_886-hunt-0a0b0c-1", "lock:sku_886-hunt-0a0b0c-1"),
+        (
+            "lock:sku_886-hunt-0a0b0c-1:9f86d081884c7d65",
+            "lock:sku_886-hunt-0a0b0c-1:*",
+        ),
+        ("dist_lock:checkout", "dist_lock:checkout"),
+        ("orders:user_42:2024-01-01", "orders:user_42:2024-01-01"),
+        ("rate:1700000000", "rate:1700000000"),
+    ] {
+        assert_eq!(key_pattern(key, sku), shown, "{key}");
+    }
+    // A UUID SKU (`--sku-format uuid`) stays whole.
+    let uuid = "550e8400-e29b-41d4-a716-446655440000";
+    assert_eq!(
+        key_pattern(&format!("lock:{uuid}"), uuid),
+        format!("lock:{uuid}")
+    );
+}
