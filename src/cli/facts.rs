@@ -45,8 +45,7 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let Some((hunt, file)) = facts_file(&words) else {
         return Ok(args);
     };
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("--facts '{file}' cannot be read: {e}"))?;
+    let text = read_capped(&file)?;
     let table: toml_edit::DocumentMut = text
         .parse()
         .map_err(|e| format!("--facts '{file}' is not TOML: {e}"))?;
@@ -74,6 +73,30 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let mut out = args;
     out.splice(hunt + 1..hunt + 1, added);
     Ok(out)
+}
+
+/// The most a facts file may hold. A system's facts are a page of TOML; a file this big is
+/// the wrong file, or no file at all (`/dev/zero`, a pipe that never ends), and reading it
+/// whole would take the machine's memory first.
+pub const FACTS_MAX_BYTES: u64 = 1024 * 1024;
+
+/// The text of the facts file `file`, read no further than [`FACTS_MAX_BYTES`] and one byte
+/// (to tell a file of exactly the limit from a longer one): an endless file is refused after
+/// that much, not read until memory runs out.
+fn read_capped(file: &str) -> Result<String, String> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| format!("--facts '{file}' cannot be read: {e}");
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(FACTS_MAX_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(cannot)?;
+    if bytes.len() as u64 > FACTS_MAX_BYTES {
+        return Err(format!(
+            "--facts '{file}' is larger than {} MiB, the most a facts file may hold (is it the facts file? `lockctl hunt init` writes one)",
+            FACTS_MAX_BYTES / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("--facts '{file}' is not UTF-8 text: {e}"))
 }
 
 /// Where `hunt` is among the command line's `words`, and the file its `--facts` names; `None`

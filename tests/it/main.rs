@@ -42,6 +42,7 @@ mod redlock;
 mod round_trips;
 mod run;
 mod scripts;
+mod secrets;
 mod seed_race;
 mod stock;
 mod transports;

@@ -7,5 +7,6 @@
 
 mod contract;
 mod driven;
+mod facts;
 mod report;
 mod wording;

@@ -1,19 +1,25 @@
 //! Secrets kept out of everything lockctl shows: one rule for every value a user types that
 //! may carry one.
 //!
-//! A secret reaches lockctl in four shapes, and the rule knows each wherever it appears:
+//! A secret reaches lockctl in five shapes, and the rule knows each wherever it appears:
 //! - a URL's user info, of any scheme (`redis://user:pw@host`, `postgres://...`,
 //!   `http://...`); a lone word before the `@` may be a password typed where the user goes;
-//! - a password-like parameter (`password`, `pass`, `pwd`, `secret`, `token`, `key`, `api_key`,
-//!   `access_token`, `auth`, `sslpassword`, and any name ending in `_password`, `_secret`,
-//!   `_token`, `_key`...; case-insensitive), in a URL's query or in a libpq key=value string,
-//!   quoted or not;
+//! - a password-like parameter in a URL's query or in a libpq key=value string, quoted or
+//!   not: one whose name has a secret's word among its words, whatever its case and
+//!   separators (`password`, `userPassword`, `new-password`, `loginPwd`, `X-Access-Token`,
+//!   `pin`, `api_key`, `sessionId`, `auth`, `cookie`, `secret`...; see [`names_a_secret`]),
+//!   or whose last word is `key`. Words, not letters: `spinner`, `pinned`, `author` and
+//!   `tokens` are no secrets;
 //! - an HTTP header that carries a credential (`Authorization`, `Proxy-Authorization`,
 //!   `Cookie`, `X-Api-Key`, any name with `auth`, `token`, `secret`, `key`, `session`...);
 //! - on a command line, the value of a flag named like a secret (`--password`, `--api-key`);
+//!   not a pattern that says where a secret is (`hunt --token json:/data/accessToken`);
 //! - in a JSON text (a login's body, `{"user":"u1","password":"x"}`), the value of a key named
 //!   like a secret, string or number; a value that is only a placeholder (`"{token}"`) is no
 //!   secret and stays.
+//!
+//! A server's answer quoted in a message goes through [`redact_answer`]: its secret-named JSON
+//! values, and any string random enough to be a token, hidden.
 //!
 //! Where it cannot tell whether something is a credential (a lone word before `@`, a URL too
 //! malformed to say where its user info ends) it hides it: a message that shows too little
@@ -44,6 +50,121 @@ pub fn redact(text: &str) -> String {
         false => text.to_string(),
     };
     hide_json_values(&hide_parameters(&base, in_url))
+}
+
+/// A server's answer as it may be quoted (a failed login's, in an error): the values of its
+/// secret-named JSON keys (`"accessToken":"..."`, `"sessionId":"..."`) and every string that
+/// looks random enough to be a credential (a JWT's parts, 20 or more characters of hex or
+/// base64 with letters and digits) replaced by `***`. An answer that fails to carry a token
+/// where `--token` looks often carries it elsewhere; quoted whole, it would print a live
+/// token of the user it logged in.
+pub fn redact_answer(text: &str) -> String {
+    let text = hide_json_values(text);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(is_token_char) {
+        let len = rest[start..]
+            .find(|c: char| !is_token_char(c))
+            .unwrap_or(rest.len() - start);
+        let run = &rest[start..start + len];
+        out.push_str(&rest[..start]);
+        if is_jwt(run) {
+            out.push_str(HIDDEN);
+        } else {
+            // Each dotted part on its own: `api.example.com`, `v1.2.3` stay.
+            let parts: Vec<&str> = run
+                .split('.')
+                .map(|p| if looks_random(p) { HIDDEN } else { p })
+                .collect();
+            out.push_str(&parts.join("."));
+        }
+        rest = &rest[start + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A Redis key's name as it may be shown: its pattern, with each part that may be a secret (a
+/// session's or a token's random id, a UUID, a JWT) and all that follows it in that part
+/// written `*`: `sess:9f86d081884c7d659a2feaa0c55ad015` is shown as `sess:*`, and
+/// `user_42_session_<token>` as `user_42_session_*`. `keep` (the round's SKU) is kept
+/// verbatim wherever it appears: it is lockctl's own, and the most useful part to a reader.
+/// A key a system keeps for a logged-in user is named by that user's live token often
+/// enough that no key a report names is shown whole.
+pub fn key_pattern(key: &str, keep: &str) -> String {
+    if !keep.is_empty() && key.contains(keep) {
+        return key
+            .split(keep)
+            .map(|part| key_pattern(part, ""))
+            .collect::<Vec<_>>()
+            .join(keep);
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    while let Some(start) = rest.find(is_token_char) {
+        let len = rest[start..]
+            .find(|c: char| !is_token_char(c))
+            .unwrap_or(rest.len() - start);
+        let run = &rest[start..start + len];
+        out.push_str(&rest[..start]);
+        // A JWT whole; otherwise from the first piece (between `_`, `-`, `.`) that looks
+        // random to the end of the run.
+        let mut at = 0;
+        let cut = match is_jwt(run) {
+            true => Some(0),
+            false => run.split(['_', '-', '.']).find_map(|piece| {
+                let here = at;
+                at += piece.len() + 1;
+                key_piece_is_secret(piece).then_some(here)
+            }),
+        };
+        match cut {
+            Some(cut) => {
+                out.push_str(&run[..cut]);
+                out.push('*');
+            }
+            None => out.push_str(run),
+        }
+        rest = &rest[start + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A piece of a key's name that may be a secret id: random-looking (as in an answer), 8 or
+/// more hex digits with letters and digits both (a hex token, a UUID's first piece), 12 or
+/// more letters and digits mixed, or 16 or more digits.
+fn key_piece_is_secret(piece: &str) -> bool {
+    let b = piece.as_bytes();
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    looks_random(piece)
+        || (b.len() >= 8 && b.iter().all(u8::is_ascii_hexdigit) && digits > 0 && letters > 0)
+        || (b.len() >= 12 && digits > 0 && letters > 0)
+        || (b.len() >= 16 && digits == b.len())
+}
+
+/// The characters of a token: base64's and base64url's, which also make hex and UUIDs, and
+/// the dots that join a JWT's parts.
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '_' | '-' | '.')
+}
+
+/// A JSON Web Token: three base64url parts, the first a JSON object's (`eyJ`, `{"`); its
+/// payload may be short enough to pass for a word, and is hidden with the rest.
+fn is_jwt(run: &str) -> bool {
+    run.starts_with("eyJ") && run.split('.').count() == 3
+}
+
+/// A run of token characters too long and mixed to be a word or a number: 20 or more, letters
+/// and digits both. A path (`/api/v1/orders/12345`) has both too, and is no secret: a run
+/// with a `/` must also mix upper and lower case, as base64 does.
+fn looks_random(run: &str) -> bool {
+    let has = |f: fn(&u8) -> bool| run.as_bytes().iter().any(f);
+    run.len() >= 20
+        && has(u8::is_ascii_digit)
+        && has(u8::is_ascii_alphabetic)
+        && (!run.contains('/') || (has(u8::is_ascii_uppercase) && has(u8::is_ascii_lowercase)))
 }
 
 /// `s` with the value of every password-like key of a JSON text replaced by `***`.
@@ -91,12 +212,17 @@ fn json_secret_values(s: &str) -> Vec<(usize, usize)> {
             )),
             _ => None,
         };
-        if let Some((a, b)) = span
-            && a < b
-            && !only_placeholders(&s[a..b])
-        {
-            spans.push((a, b));
-            i = b;
+        if let Some((a, b)) = span {
+            if a < b && !only_placeholders(&s[a..b]) {
+                spans.push((a, b));
+            }
+            // Past a string value's closing quote: taken for an opening one, it would pair
+            // every quote after it wrongly, and the next key would go unread.
+            i = if bytes.get(b) == Some(&b'"') {
+                b + 1
+            } else {
+                b
+            };
         }
     }
     spans
@@ -194,6 +320,7 @@ pub fn secret_spans(flag: Option<&str>, arg: &str) -> Vec<(usize, usize)> {
     let name = flag.map(|f| f.trim_start_matches('-'));
     match name {
         Some(n) if n.eq_ignore_ascii_case("header") => header_spans(arg),
+        Some(n) if is_pattern_value(n, arg) => Vec::new(),
         Some(n) if is_secret_flag(n) && !arg.is_empty() => vec![(0, arg.len())],
         _ => text_spans(arg),
     }
@@ -318,6 +445,8 @@ fn redact_flag_value(flag: &str, value: &str) -> String {
     let name = flag.trim_start_matches('-');
     if name.eq_ignore_ascii_case("header") {
         redact_header(value)
+    } else if is_pattern_value(name, value) {
+        value.to_string()
     } else if is_secret_flag(name) {
         HIDDEN.to_string()
     } else {
@@ -338,9 +467,10 @@ fn header(text: &str, spaced: bool) -> Option<(&str, &str)> {
 }
 
 /// A header whose value is a credential, or may be: hiding the value of a harmless one (an
-/// idempotency key) costs nothing.
+/// idempotency key) costs nothing. Any name with one of these in it, or with a secret's word
+/// among its words (`X-Pin`, `X-User-Pwd`).
 fn is_secret_header(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
+    let lower = name.to_ascii_lowercase();
     [
         "auth",
         "cookie",
@@ -353,53 +483,118 @@ fn is_secret_header(name: &str) -> bool {
         "signature",
     ]
     .iter()
-    .any(|word| name.contains(word))
+    .any(|word| lower.contains(word))
+        || names_a_secret(name)
 }
 
-/// A parameter whose value is a secret, by its name: `password`, `token`, `client_secret`,
-/// `api_key`, `key`... Case and `-`/`_`/`.` do not matter; `passfile` and `mypassword` are not
-/// secrets.
+/// A parameter or JSON key whose value is a secret, by its name: one of its words is a
+/// secret's ([`names_a_secret`]: `password`, `userPassword`, `new-password`, `loginPwd`,
+/// `accessToken`, `pin`...), or its last word is `key` (`key`, `api_key`, `apiKey`).
+/// `passfile`, `mypassword`, `tokens`, `spinner`, `pinned` are no secrets: a word is matched
+/// whole.
 fn is_secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase().replace(['-', '.'], "_");
-    is_secret_name(&key) || key == "key" || key.ends_with("_key")
+    // libpq's `require_auth` names the methods a server may ask for, no secret; hidden, a
+    // replay would take it from the environment for nothing.
+    if key.eq_ignore_ascii_case("require_auth") {
+        return false;
+    }
+    names_a_secret(key) || name_words(key).last().is_some_and(|w| w == "key")
 }
 
 /// A flag whose value is a secret (`--password`, `--api-token`, `--api-key`). Not every
 /// `--...-key`: lockctl's are Redis keys (`--stock-key`) and files (`--tls-key`).
 fn is_secret_flag(flag: &str) -> bool {
-    let name = flag
-        .trim_start_matches('-')
-        .to_ascii_lowercase()
-        .replace('-', "_");
-    is_secret_name(&name) || name.ends_with("api_key")
+    let words = name_words(flag);
+    names_a_secret(flag) || words.ends_with(&["api".to_string(), "key".to_string()])
 }
 
-/// Names that say "secret" whatever carries them (`key` as it is, with '_' for '-' and '.').
-fn is_secret_name(key: &str) -> bool {
-    const NAMES: [&str; 12] = [
+/// A flag's value that is a pattern saying where a secret is, not a secret: `hunt --token`
+/// takes `json:/POINTER` or a regex with a group (`"tok":"([^"]+)"`) that finds the token in a
+/// login's answer. A replay needs it as it is, and it gives nothing away. Any other value of
+/// `--token` (`unlock --token`'s holder token) stays a secret.
+fn is_pattern_value(flag: &str, value: &str) -> bool {
+    flag.trim_start_matches('-').eq_ignore_ascii_case("token")
+        && (value.starts_with("json:") || (value.contains('(') && value.contains(')')))
+}
+
+/// Whether one of the words of `name` says "secret", whatever the name's case and separators
+/// (`userPassword`, `UserPassword`, `user-password`, `user_password`, `user.password`,
+/// `X-Access-Token`, `PIN`). Words, not letters: `spinner`, `opinion`, `pinned`, `author`,
+/// `tokens`, `passfile` name no secret.
+pub fn names_a_secret(name: &str) -> bool {
+    /// Words that mean a secret wherever they stand in a name, and names run together that
+    /// mean one (`apikey`, `accesstoken`, `phpsessid`).
+    const WORDS: [&str; 36] = [
         "password",
         "passwd",
         "pass",
         "pwd",
+        "passphrase",
         "secret",
         "token",
+        "pin",
         "apikey",
-        "access_token",
         "auth",
-        "sslpassword",
+        "oauth",
+        "authorization",
+        "credential",
+        "credentials",
+        "session",
+        "sess",
+        "cookie",
         "signature",
         "sig",
+        "otp",
+        "jwt",
+        "bearer",
+        "cvv",
+        "cvc",
+        "sslpassword",
+        "accesstoken",
+        "refreshtoken",
+        "idtoken",
+        "authtoken",
+        "apitoken",
+        "sessionid",
+        "sessid",
+        "phpsessid",
+        "jsessionid",
+        "privatekey",
+        "clientsecret",
     ];
-    const ENDINGS: [&str; 7] = [
-        "_password",
-        "_passwd",
-        "_pwd",
-        "_secret",
-        "_token",
-        "_apikey",
-        "_signature",
-    ];
-    NAMES.contains(&key) || ENDINGS.iter().any(|e| key.ends_with(e))
+    name_words(name).iter().any(|w| WORDS.contains(&w.as_str()))
+}
+
+/// The words of a name, in lower case: split at anything but a letter or a digit, where a
+/// lower-case letter meets an upper-case one (`userPassword`), where an acronym meets a word
+/// (`APIKey`: `api`, `key`), and where letters meet digits (`pin2`, `oauth2Token`).
+fn name_words(name: &str) -> Vec<String> {
+    let chars: Vec<char> = name.chars().collect();
+    let mut words = Vec::new();
+    let mut word = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        if let Some(&prev) = i.checked_sub(1).and_then(|j| chars.get(j)) {
+            let next = chars.get(i + 1).copied();
+            let camel = prev.is_lowercase() && c.is_uppercase();
+            let acronym_ends =
+                prev.is_uppercase() && c.is_uppercase() && next.is_some_and(|n| n.is_lowercase());
+            let digits = prev.is_alphanumeric() && (prev.is_ascii_digit() != c.is_ascii_digit());
+            if (camel || acronym_ends || digits) && !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+        }
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 #[cfg(test)]

@@ -320,7 +320,7 @@ fn a_json_bodys_password_like_values_are_hidden_and_placeholders_stay() {
     let shown = redact(login);
     assert_eq!(
         shown,
-        r#"POST http://h/login {"user":"{user}","password":"***", "pin": 1234, "token":"{token}"}"#
+        r#"POST http://h/login {"user":"{user}","password":"***", "pin": ***, "token":"{token}"}"#
     );
     // A quote escaped inside the password does not end it.
     assert_eq!(
@@ -331,6 +331,210 @@ fn a_json_bodys_password_like_values_are_hidden_and_placeholders_stay() {
     // The replay line fills each range from the environment: the text between the quotes.
     let spans = secret_spans(Some("--login"), login);
     let hidden: Vec<&str> = spans.iter().map(|&(a, b)| &login[a..b]).collect();
-    assert_eq!(hidden, ["hunter2"]);
+    assert_eq!(hidden, ["hunter2", "1234"]);
     assert!(!scrub("it said hunter2", login).contains("hunter2"));
+}
+
+/// Issue 50, item 7: a secret's name in any case and with any separators. The login bodies of
+/// real shops (`userPassword`, `loginPwd`, `newPassword`, `accessToken`, `pin`) were printed
+/// whole in the replay line, the history, the HTML page and the JUnit file: the rule knew
+/// snake_case names only.
+#[test]
+fn secret_names_are_matched_by_their_words_in_any_case_and_with_any_separator() {
+    for name in [
+        "password",
+        "userPassword",
+        "UserPassword",
+        "user_password",
+        "user-password",
+        "user.password",
+        "USER_PASSWORD",
+        "new-password",
+        "newPassword",
+        "loginPwd",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "clientSecret",
+        "token",
+        "accessToken",
+        "access_token",
+        "AccessToken",
+        "X-Access-Token",
+        "refreshToken",
+        "pin",
+        "PIN",
+        "pinCode",
+        "userPin",
+        "pin2",
+        "apikey",
+        "apiKey",
+        "APIKey",
+        "api_key",
+        "x-api-key",
+        "auth",
+        "authToken",
+        "oauth2Token",
+        "credential",
+        "credentials",
+        "session",
+        "sessionId",
+        "PHPSESSID",
+        "cookie",
+        "sessionCookie",
+    ] {
+        assert!(is_secret_key(name), "{name}");
+        let body = format!(r#"{{"user":"u1","{name}":"S3cr3tValue"}}"#);
+        assert_eq!(
+            redact(&body),
+            format!(r#"{{"user":"u1","{name}":"***"}}"#),
+            "{name}"
+        );
+        let form = format!("user=u1&{name}=S3cr3tValue");
+        assert_eq!(redact(&form), format!("user=u1&{name}=***"), "{name}");
+    }
+}
+
+#[test]
+fn words_that_only_contain_a_secrets_letters_are_no_secrets() {
+    for name in [
+        "spinner",
+        "pinned",
+        "opinion",
+        "shipping",
+        "author",
+        "tokens",
+        "passfile",
+        "mypassword",
+        "compass",
+        "bypass",
+        "userName",
+        "sku",
+        "qty",
+        "keyboard",
+        "sessions_count",
+    ] {
+        assert!(!is_secret_key(name), "{name}");
+        let body = format!(r#"{{"{name}":"v1"}}"#);
+        assert_eq!(redact(&body), body, "{name}");
+    }
+}
+
+/// The login bodies the issue names, as `--login` takes them: each password hidden in what
+/// the reports show, and a range of its own for the replay to take from the environment.
+#[test]
+fn camel_case_login_bodies_lose_their_passwords() {
+    for (body, secret) in [
+        (
+            r#"POST http://h/login {"userName":"{user}","userPassword":"Hunter2Pw"}"#,
+            "Hunter2Pw",
+        ),
+        (
+            r#"POST http://h/login {"loginName":"{user}","loginPwd":"Hunter2Pw"}"#,
+            "Hunter2Pw",
+        ),
+        (
+            r#"POST http://h/reset {"user":"{user}","newPassword":"Hunter2Pw"}"#,
+            "Hunter2Pw",
+        ),
+        (
+            r#"POST http://h/login {"user":"{user}","accessToken":"Hunter2Pw"}"#,
+            "Hunter2Pw",
+        ),
+        (
+            r#"POST http://h/login {"user":"{user}","pin":"4711"}"#,
+            "4711",
+        ),
+    ] {
+        let shown = redact(body);
+        assert!(!shown.contains(secret), "{shown}");
+        let line = redact_command_line(["lockctl", "hunt", "--login", body]).join(" ");
+        assert!(!line.contains(secret), "{line}");
+        assert_eq!(spans_of(Some("--login"), body), [secret], "{body}");
+    }
+    // As a header: every word-matched name is a credential header.
+    assert_eq!(redact_header("X-User-Pwd: p"), "X-User-Pwd: ***");
+    assert_eq!(redact_header("X-Pin: 1234"), "X-Pin: ***");
+    assert_eq!(redact_header("X-Spinner: 1"), "X-Spinner: 1");
+}
+
+/// Issue 50, item 10: `--token` says where the token is in a login's answer; a pattern is no
+/// secret, and the replay line shows it as typed.
+#[test]
+fn a_token_pattern_is_no_secret_but_a_token_is() {
+    assert!(spans_of(Some("--token"), "json:/data/accessToken").is_empty());
+    assert!(spans_of(None, "--token=json:/jwt").is_empty());
+    assert!(spans_of(Some("--token"), r#""tok":"([^"]+)""#).is_empty());
+    let line = redact_command_line(["lockctl", "hunt", "--token", "json:/data/accessToken"]);
+    assert_eq!(line[3], "json:/data/accessToken");
+    // `unlock --token` is a holder's token, and stays hidden.
+    assert_eq!(spans_of(Some("--token"), "5f0ce21a"), ["5f0ce21a"]);
+    let line = redact_command_line(["lockctl", "unlock", "s", "--token", "5f0ce21a"]);
+    assert_eq!(line[4], "***");
+}
+
+/// Issue 50, item 9: a login's answer quoted in an error loses its tokens: the values of
+/// secret-named keys, a JWT, and long hex or base64 strings; words, numbers and short ids stay.
+#[test]
+fn an_answer_loses_its_tokens_and_keeps_its_words() {
+    let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1MSIsImV4cCI6MTcwMDAwMDAwMH0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let answer = format!(
+        r#"{{"code":0,"msg":"ok","data":{{"value":"{jwt}","sid":"0123456789abcdef0123","refresh":"aGVsbG8gd29ybGQgdGhpcyBpcyBhIHRva2VuMTIz","session":"s1","userId":42}}}}"#
+    );
+    let shown = redact_answer(&answer);
+    for secret in [
+        "eyJhbGciOiJIUzI1NiJ9",
+        "dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+        "0123456789abcdef0123",
+        "aGVsbG8gd29ybGQgdGhpcyBpcyBhIHRva2VuMTIz",
+        "\"s1\"",
+    ] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert!(shown.contains(r#""code":0,"msg":"ok""#), "{shown}");
+    assert!(shown.contains(r#""userId":42"#), "{shown}");
+    for kept in [
+        r#"{"code":40101,"msg":"wrong password"}"#,
+        "/api/v1/orders/123456789012",
+        "order 2024-01-01 sold out",
+    ] {
+        assert_eq!(redact_answer(kept), kept);
+    }
+}
+
+/// Issue 50, item 8: a key a report names (the longest lease seen) is shown as its pattern;
+/// a session key named by a live token showed the token.
+#[test]
+fn a_keys_random_parts_are_shown_as_a_star_and_the_sku_stays() {
+    let sku = "sku_886-hunt-0a0b0c-1";
+    for (key, shown) in [
+        ("sess:9f86d081884c7d659a2feaa0c55ad015", "sess:*"),
+        ("session:550e8400-e29b-41d4-a716-446655440000", "session:*"),
+        (
+            "user_42_session_Zm9vYmFyYmF6cXV4MTIzNDU2",
+            "user_42_session_*",
+        ),
+        (
+            "auth:eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1MSJ9.c2ln:v2",
+            "auth:*:v2",
+        ),
+        ("tok:ab12cd34ef56", "tok:*"),
+        ("lock:sku_886-hunt-0a0b0c-1", "lock:sku_886-hunt-0a0b0c-1"),
+        (
+            "lock:sku_886-hunt-0a0b0c-1:9f86d081884c7d65",
+            "lock:sku_886-hunt-0a0b0c-1:*",
+        ),
+        ("dist_lock:checkout", "dist_lock:checkout"),
+        ("orders:user_42:2024-01-01", "orders:user_42:2024-01-01"),
+        ("rate:1700000000", "rate:1700000000"),
+    ] {
+        assert_eq!(key_pattern(key, sku), shown, "{key}");
+    }
+    // A UUID SKU (`--sku-format uuid`) stays whole.
+    let uuid = "550e8400-e29b-41d4-a716-446655440000";
+    assert_eq!(
+        key_pattern(&format!("lock:{uuid}"), uuid),
+        format!("lock:{uuid}")
+    );
 }

@@ -274,12 +274,15 @@ async fn one(
     }
 }
 
-/// The start of an answer, escaped (nothing in it can drive a terminal or break a line), in
-/// quotes.
+/// The start of an answer, its tokens hidden and escaped (nothing in it can drive a terminal
+/// or break a line), in quotes. Hidden first, then cut: a login that answers with its token
+/// where `--token` does not look still answers with a live token, and a cut through one
+/// would show its start.
 fn shown(body: &str) -> String {
     if body.is_empty() {
         return "(empty body)".into();
     }
+    let body = lockctl_core::redact::redact_answer(body);
     let start: String = body.chars().take(SHOWN).collect();
     let more = if start.len() < body.len() { "..." } else { "" };
     format!("'{}{more}'", start.escape_debug())
@@ -295,6 +298,18 @@ mod tests {
         assert_eq!(shown("a\u{1b}[2Jb\n"), r"'a\u{1b}[2Jb\n'");
         let long = "x".repeat(300);
         assert_eq!(shown(&long), format!("'{}...'", "x".repeat(200)));
+    }
+
+    /// Issue 50, item 9: the answer of a login whose token is not where `--token` looks
+    /// carries the token elsewhere; the error quoting it shows none.
+    #[test]
+    fn a_failed_logins_answer_is_shown_without_its_tokens() {
+        let body = r#"{"code":0,"data":{"accessToken":"t0k","jwt":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1MSJ9.c2lnbmF0dXJlMTIzNDU2Nzg5MA"}}"#;
+        let quoted = shown(body);
+        for secret in ["t0k", "eyJhbGciOiJIUzI1NiJ9", "c2lnbmF0dXJlMTIzNDU2Nzg5MA"] {
+            assert!(!quoted.contains(secret), "{secret} in {quoted}");
+        }
+        assert!(quoted.contains(r#"\"code\":0"#), "{quoted}");
     }
 
     #[test]
