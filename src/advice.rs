@@ -54,6 +54,7 @@ pub fn words(hint: &Hint) -> String {
         Hint::MaxClients => "lower -c, or raise maxclients".into(),
         Hint::TlsFiles => "check --tls-ca, --tls-cert, --tls-key and the rediss:// URL".into(),
         Hint::EndpointCa => "if a private CA signed it, give that CA's PEM file with --tls-ca FILE".into(),
+        Hint::EndpointCert => "renew the certificate (or fix the clock of the machine that checks it); a self-signed certificate is trusted when its own PEM file is given with --tls-ca FILE".into(),
         Hint::EndpointName => "use the host name the certificate was issued for in the URL, or give the endpoint a certificate for this one".into(),
         Hint::EndpointTls => "check the https URL, and --tls-ca, --tls-cert, --tls-key".into(),
         Hint::EndpointUrl => "see --url".into(),

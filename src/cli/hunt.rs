@@ -190,8 +190,10 @@ pub struct HuntArgs {
     #[arg(long, help_heading = "The system")]
     pub idempotent: bool,
 
-    /// The system promises no user more than this many units.
-    #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, requires = "users", help_heading = "The system")]
+    /// The system promises no user more than this many units; the users are --users or
+    /// those of --users-file (one of them is needed). Each round's stock is then at most what
+    /// they may buy (users x limit / --qty).
+    #[arg(long, value_parser = whole(1, 1_000_000), allow_negative_numbers = true, help_heading = "The system")]
     pub limit: Option<u64>,
 
     /// Start the system under test with this shell command (stopped at the end, with everything

@@ -459,3 +459,147 @@ fn a_tls_ca_file_that_holds_no_certificate_is_refused_naming_it() {
         said(&out)
     );
 }
+
+/// Certificates of the CA of [`certificates`] in `dir`, for localhost, valid only from
+/// `start` to `end` (`YYYYMMDDHHMMSSZ`), as `<name>.crt` and `<name>.key`: `openssl ca`, the
+/// one of openssl 3.0's commands that sets both dates.
+fn dated_certificate(dir: &Path, name: &str, start: &str, end: &str) {
+    let run = |args: &[&str]| {
+        run_ok(Command::new("openssl").args(args).current_dir(dir));
+    };
+    std::fs::write(
+        dir.join("dated.cnf"),
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n\
+         default_md = sha256\npolicy = any\ncopy_extensions = copy\nunique_subject = no\n\
+         [any]\ncommonName = supplied\n",
+    )
+    .unwrap();
+    if !dir.join("index.txt").exists() {
+        std::fs::write(dir.join("index.txt"), "").unwrap();
+        std::fs::write(dir.join("serial"), "1000\n").unwrap();
+    }
+    let (key, csr, crt) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+    ]);
+    run(&[
+        "ca",
+        "-batch",
+        "-config",
+        "dated.cnf",
+        "-cert",
+        "ca.crt",
+        "-keyfile",
+        "ca.key",
+        "-in",
+        &csr,
+        "-out",
+        &crt,
+        "-startdate",
+        start,
+        "-enddate",
+        end,
+        "-extfile",
+        "server.ext",
+    ]);
+}
+
+/// Item 14: a `--ready` certificate that expired, or is not valid yet, is refused as an
+/// unknown CA's is: within seconds, exit 2, naming the URL, why and `--tls-ca` (it took the
+/// whole 15 s and exit 1).
+#[test]
+fn a_ready_url_whose_certificate_expired_or_is_not_yet_valid_is_refused_at_once_naming_why() {
+    let redis = RedisServer::start();
+    let certs = certificates();
+    let ca = certs.path().join("ca.crt");
+    dated_certificate(
+        certs.path(),
+        "expired",
+        "20200101000000Z",
+        "20200201000000Z",
+    );
+    dated_certificate(certs.path(), "future", "20990101000000Z", "20990201000000Z");
+    for (name, why) in [("expired", "expired"), ("future", "not valid yet")] {
+        let endpoint = HttpsEndpoint::start(&redis, certs.path(), name);
+        let url = endpoint.url("localhost");
+        let ready = format!("https://localhost:{}/ready", endpoint.port);
+        let started = Instant::now();
+        let (exit, _, text) = small_hunt(
+            &redis,
+            &url,
+            &["--tls-ca", ca.to_str().unwrap()],
+            &["--ready", &ready],
+        );
+        assert_eq!(exit, 2, "{name}: {text}");
+        assert!(
+            text.contains(&format!("--ready '{ready}': refused the certificate"))
+                && text.contains(why)
+                && text.contains("--tls-ca"),
+            "{name}: {text}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: {text}"
+        );
+    }
+}
+
+/// Item 14: the usual one-liner's self-signed certificate (marked as a CA, a common name and
+/// no other name), given as `--tls-ca`, is trusted for its name, as `curl --cacert` trusts it
+/// (webpki alone refused it, "CaUsedAsEndEntity"); for another name, or when another
+/// certificate is given, it is still refused.
+#[test]
+fn a_self_signed_certificate_given_as_tls_ca_is_trusted_for_its_name_as_curl_does() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["self", "stranger"] {
+        run_ok(
+            Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout"])
+                .arg(format!("{name}.key"))
+                .arg("-out")
+                .arg(format!("{name}.crt"))
+                .args(["-days", "1", "-subj", "/CN=localhost"])
+                .current_dir(dir.path()),
+        );
+    }
+    let endpoint = HttpsEndpoint::start(&redis, dir.path(), "self");
+    let own = dir.path().join("self.crt");
+    let (exit, v, text, _) = hammer(
+        &redis,
+        &endpoint.url("localhost"),
+        &["--tls-ca", own.to_str().unwrap()],
+    );
+    assert_eq!((exit, v["verdict"].as_str()), (0, Some("pass")), "{text}");
+    assert_eq!(v["errors"], 0, "{text}");
+    // Another name than its own: refused.
+    let (exit, v, text, _) = hammer(
+        &redis,
+        &endpoint.url("127.0.0.1"),
+        &["--tls-ca", own.to_str().unwrap()],
+    );
+    assert_ne!(exit, 0, "{text}");
+    assert_eq!(v["errors_by_kind"]["tls"], 60, "{text}");
+    // Another certificate named: refused, whatever its name.
+    let stranger = dir.path().join("stranger.crt");
+    let (exit, v, text, _) = hammer(
+        &redis,
+        &endpoint.url("localhost"),
+        &["--tls-ca", stranger.to_str().unwrap()],
+    );
+    assert_ne!(exit, 0, "{text}");
+    assert_eq!(v["errors_by_kind"]["tls"], 60, "{text}");
+}

@@ -72,7 +72,11 @@ fn fencing_survives_the_homework_by_deducting_nothing_late() {
         }
         // A holder scheduled fast enough to finish 150 ms of work inside 100 ms cannot be,
         // but a sale would be judged as any other.
-        _ => assert_eq!((code, &v["verdict"]), (0, &serde_json::json!("pass")), "{v}"),
+        _ => assert_eq!(
+            (code, &v["verdict"]),
+            (0, &serde_json::json!("pass")),
+            "{v}"
+        ),
     }
 }
 

@@ -30,6 +30,7 @@ mod hunt_db_faults;
 mod hunt_process_faults;
 mod hunt_services;
 mod hunt_start;
+mod hunt_trust;
 mod lease;
 mod lock;
 mod messages;

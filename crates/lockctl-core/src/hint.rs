@@ -37,6 +37,9 @@ pub enum Hint {
     /// An https endpoint's certificate is for another name: use the name it was issued for,
     /// or give the endpoint a certificate for this one.
     EndpointName,
+    /// An https endpoint's certificate is refused for itself (expired, not yet valid, badly
+    /// made): renew it (or fix a clock), or name the certificate to trust.
+    EndpointCert,
     /// A TLS handshake with an https endpoint failed otherwise: check the certificate files
     /// and that the endpoint speaks https.
     EndpointTls,

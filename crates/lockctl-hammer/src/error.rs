@@ -53,6 +53,10 @@ pub enum Error {
         user: String,
         /// What the login answered, escaped (never the password sent).
         reason: String,
+        /// Whether the service answered at all (an HTTP answer that was not a login), as
+        /// against no answer (refused, timed out, cut): a service that answers nothing is
+        /// not there, whatever the facts say.
+        answered: bool,
     },
 
     /// A run was to start from a stock below zero: whatever it did, the books would show an

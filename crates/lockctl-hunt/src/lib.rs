@@ -321,10 +321,14 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport, HuntError>
     if opts.idempotent {
         planner = planner.with_retries();
     }
-    planner = planner.with_fixed(opts.fixed).with_fault_ms(opts.fault_ms);
+    planner = planner
+        .with_fixed(opts.fixed)
+        .with_fault_ms(opts.fault_ms)
+        .with_most_units(most_units(opts));
     let tag = RoundSkus {
         tag: hex::encode(rand::random::<[u8; 3]>()),
         ids: Ids::new(opts.sku_format, ""),
+        answered: AtomicBool::new(false),
     };
     let mut hunt = HuntReport::new(opts.seed);
     let stopped = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
@@ -354,11 +358,10 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport, HuntError>
             Err(RoundEnd::CannotGoOn(failed)) => return Err(HuntError::Restart(failed)),
             // A fault may break the run's own calls (the stock set before it, say): the round is
             // not judged. Without a fault the error is the facts', and it stands.
-            // A login that fails is the facts' (a bad password, the wrong --token), fault or
-            // not.
-            Err(RoundEnd::Failed(e))
-                if !plan.faults.is_empty() && !matches!(e, Error::Login { .. }) =>
-            {
+            // A login that fails before any fault took effect is the facts' (a bad password,
+            // the wrong token pattern); after one, in this round or an earlier, it is the
+            // system's (its pooled connection was the one killed), and the hunt goes on.
+            Err(RoundEnd::Failed(e)) if after_fault(opts, &plan, &e) => {
                 hunt.rounds += 1;
                 hunt.unjudged += 1;
                 if hunt.unknown.len() < UNJUDGED_SHOWN {
@@ -394,6 +397,22 @@ pub fn run(target: &Target, opts: &HuntOptions) -> Result<HuntReport, HuntError>
     }
     hunt.elapsed = started.elapsed();
     Ok(hunt)
+}
+
+/// Whether a round's error is a fault's doing: any error of a round with a fault, a login's
+/// only once a fault of the hunt took effect.
+fn after_fault(opts: &HuntOptions, plan: &Round, e: &Error) -> bool {
+    match e {
+        Error::Login { .. } => opts.nemesis.last_fault().is_some(),
+        _ => !plan.faults.is_empty(),
+    }
+}
+
+/// The most units the system's users may buy in a round, when it has both users and a
+/// per-user limit: users x limit / qty.
+fn most_units(opts: &HuntOptions) -> Option<u64> {
+    let (users, limit) = opts.users.zip(opts.limit)?;
+    Some(users.saturating_mul(limit) / opts.http.qty.max(1))
 }
 
 /// Tells the watcher, if any, of a round that ended.

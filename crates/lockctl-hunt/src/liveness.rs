@@ -89,18 +89,28 @@ pub(super) fn stalled(
     let deadline = healed + opts.heal;
     let mut tries = 0;
     let mut last = String::from("no answer");
+    // The users the per-user rule turned away: once every user the hunt was given has been,
+    // the units left are units no user may buy, not a stall.
+    let mut refused = std::collections::BTreeSet::new();
+    // Whether any probe had an answer: a system none of whose probes did is not stalled but
+    // gone (its process exited, its port closed), and the finding says that.
+    let mut answered = false;
     // At least one probe, whatever the round's own work took of the time.
     while tries == 0 || Instant::now() < deadline {
         if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
             return None;
         }
         tries += 1;
-        // Each probe a user nobody used: a per-user limit turns no probe away.
+        let user = probe_user(opts, tries, &refused);
         let probe = LoadOptions {
-            users_from: 1_000_000 + tries,
+            users_from: user,
             ..probe.clone()
         };
         let answer = http::run(target, &probe, &probe_http);
+        answered |= match &answer {
+            Ok(r) => !nothing_answered(r),
+            Err(e) => matches!(e, lockctl_hammer::Error::Login { answered: true, .. }),
+        };
         // A probe whose answer was lost (a timeout, a 503) may have sold all the same: the
         // stock fell, so the system sells again (and a later "sold out" may be true).
         if !matches!(&answer, Ok(r) if r.bought > 0) && read().is_some_and(|now| now < left) {
@@ -108,9 +118,16 @@ pub(super) fn stalled(
         }
         match answer {
             Ok(r) if r.bought > 0 => return None,
-            // Users from a file are the round's own users again: one the rule refuses (it
-            // bought already) says nothing of whether the system sells.
-            Ok(r) if r.limit_reached > 0 && http.users.listed_len().is_some() => return None,
+            // A user the rule refuses (it bought its share already) says nothing of whether
+            // the system sells: the next user is asked, and when every user given has been
+            // refused, what is left is no user's to buy.
+            Ok(r) if r.limit_reached > 0 => {
+                refused.insert(user);
+                if opts.users.is_some_and(|k| refused.len() as u64 >= k) {
+                    return None;
+                }
+                last = "refused by the per-user rule".into();
+            }
             Ok(r) if r.sold_out > 0 => {
                 return Some(format!(
                     "under-sold after the faults were undone: answered sold out with {left} units left"
@@ -120,6 +137,18 @@ pub(super) fn stalled(
             Err(e) => last = e.to_string(),
         }
         thread::sleep(Duration::from_millis(100));
+    }
+    if !answered {
+        let after = opts
+            .nemesis
+            .last_fault()
+            .map_or("with no fault struck before it".into(), |f| {
+                format!("after {f}")
+            });
+        return Some(format!(
+            "stopped answering {after}: {left} units were left, and for {} ms after the faults were undone none of {tries} requests was answered (the last: {last})",
+            opts.heal.as_millis()
+        ));
     }
     let mut found = format!(
         "stalled: {left} units were left, and for {} ms after the faults were undone none of {tries} requests bought (the last: {last})",
@@ -139,6 +168,54 @@ pub(super) fn stalled(
         ));
     }
     Some(found)
+}
+
+/// Whether a round's report is one of a system that answered nothing: every request failed,
+/// and none with an answer (each refused, timed out or cut).
+pub(super) fn nothing_answered(r: &Report) -> bool {
+    use lockctl_core::error::ErrorKind as K;
+    let told = r.bought + r.sold_out + r.busy + r.limit_reached + r.answered + r.lease_lost;
+    r.errors > 0
+        && told == 0
+        && r.errors_by_kind
+            .keys()
+            .all(|k| matches!(k, K::Refused | K::TimedOut | K::Broken | K::Abandoned))
+}
+
+/// After a round the system answered nothing in: single requests (a login first, when users
+/// log in) for at most `heal`, until one is answered, whatever it says. `None` when one was;
+/// else what the last one came to. A system that is not there any more is not one whose
+/// rounds could not be judged: it stopped serving.
+pub(super) fn silent(
+    target: &Target,
+    opts: &HuntOptions,
+    load: &LoadOptions,
+    http: &HttpOptions,
+) -> Option<(u64, String)> {
+    let probe = probe_of(load);
+    let mut probe_http = http.clone();
+    probe_http.rate = None;
+    probe_http.sale = None;
+    let deadline = Instant::now() + opts.heal;
+    let (mut tries, mut last) = (0, String::from("no answer"));
+    while tries == 0 || Instant::now() < deadline {
+        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return None;
+        }
+        tries += 1;
+        let probe = LoadOptions {
+            users_from: probe_user(opts, tries, &Default::default()),
+            ..probe.clone()
+        };
+        match http::run(target, &probe, &probe_http) {
+            Ok(r) if !nothing_answered(&r) => return None,
+            Ok(r) => last = probe_answer(&r),
+            Err(lockctl_hammer::Error::Login { answered: true, .. }) => return None,
+            Err(e) => last = e.to_string(),
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    Some((tries, last))
 }
 
 /// The round's load as one probe: one request, nothing seeded, no users of the round's, no
@@ -220,7 +297,7 @@ fn sells_again(
         }
         tries += 1;
         let probe = LoadOptions {
-            users_from: 1_000_000 + tries,
+            users_from: probe_user(opts, tries, &Default::default()),
             ..probe.clone()
         };
         let answer = http::run(target, &probe, http_opts);
@@ -230,6 +307,23 @@ fn sells_again(
         thread::sleep(Duration::from_millis(100));
     }
     None
+}
+
+/// The user of probe `tries`: with users given (`--users`, a users file), each of them in
+/// turn, skipping those the per-user rule refused (a system that knows only its own users
+/// refuses anyone else's login); without, a user no round used, whom no per-user rule turns
+/// away.
+fn probe_user(opts: &HuntOptions, tries: u64, refused: &std::collections::BTreeSet<u64>) -> u64 {
+    match opts.users {
+        Some(k) => {
+            let k = k.max(1);
+            (0..k)
+                .map(|i| (tries + i) % k)
+                .find(|u| !refused.contains(u))
+                .unwrap_or(tries % k)
+        }
+        None => 1_000_000 + tries,
+    }
 }
 
 fn probe_answer(r: &Report) -> String {

@@ -141,6 +141,10 @@ pub struct Planner {
     /// A hold past a lease just learned, and how many more rounds must hold a fault that long
     /// ([`Planner::owe_long_hold`]).
     owed: Option<(Duration, u32)>,
+    /// The most units the system's users may buy in a round (users x limit / qty), when it
+    /// has both: a round's stock is never more, or its last units would be left unsold by a
+    /// correct system and counted as a stall.
+    most_units: Option<u64>,
 }
 
 /// How many rounds in a row hold a fault past a lease once it is learned: a pause of half the
@@ -188,7 +192,15 @@ impl Planner {
             long_holds: Vec::new(),
             fault_ms: None,
             owed: None,
+            most_units: None,
         }
+    }
+
+    /// Every round's stock at most `most` units: what the system's users may buy under its
+    /// per-user limit (`None`: no bound, the default).
+    pub fn with_most_units(mut self, most: Option<u64>) -> Planner {
+        self.most_units = most;
+        self
     }
 
     /// Holds some held faults (pauses, stalls) have instead of 0.3 to 1.5 s: past the
@@ -243,8 +255,10 @@ impl Planner {
             .collect();
         let concurrency = concurrencies[r.random_range(0..concurrencies.len())];
         let shape = match (r.random_range(0..10u32), self.users) {
-            (0..=2, Some(_)) => Shape::DoubleClick {
-                users: (concurrency / 2).max(1),
+            // Only users the hunt was given click: a system that knows only its own users
+            // would refuse the others' logins.
+            (0..=2, Some(k)) => Shape::DoubleClick {
+                users: (concurrency / 2).max(1).min(k.max(1)),
             },
             (3..=4, _) => Shape::Rate {
                 rate: [100.0, 300.0, 1000.0][r.random_range(0..3)],
@@ -296,7 +310,12 @@ impl Planner {
         };
         Round {
             number: self.number,
-            stock: self.fixed.stock.unwrap_or(stock),
+            stock: self
+                .fixed
+                .stock
+                .unwrap_or(stock)
+                .min(self.most_units.unwrap_or(u64::MAX))
+                .max(1),
             requests: self.fixed.requests.unwrap_or(requests),
             shape,
             faults,
@@ -463,6 +482,20 @@ mod tests {
         p.with_long_holds(vec![past]);
         p.owe_long_hold(past);
         assert!(p.next_round().faults.iter().all(|f| f.hold != past));
+    }
+
+    /// With a per-user limit, no round has more stock than the users may buy, and a double
+    /// click's users are among the users given.
+    #[test]
+    fn a_rounds_stock_and_clickers_stay_within_the_users_given() {
+        let mut p = Planner::new(1, 32, Some(8), &[]).with_most_units(Some(8));
+        for _ in 0..60 {
+            let r = p.next_round();
+            assert!(r.stock <= 8, "{r:?}");
+            if let Shape::DoubleClick { users } = r.shape {
+                assert!(users <= 8, "{r:?}");
+            }
+        }
     }
 
     /// Learned long holds are used by held faults only, some of the time.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::ServeError;
 use crate::findings::findings;
-use crate::liveness::quiet_reader;
+use crate::liveness::{nothing_answered, quiet_reader, silent as silent_for};
 use crate::plan::{self, Planner, Round, Shape};
 use crate::{HuntOptions, checks, leases};
 use lockctl_core::conn::Target;
@@ -50,6 +50,9 @@ pub(crate) struct Ran {
 pub(crate) struct RoundSkus {
     pub(crate) tag: String,
     pub(crate) ids: Ids,
+    /// Whether the system answered a request in an earlier round: one that answers nothing
+    /// after that has stopped, not been given the wrong address.
+    pub(crate) answered: AtomicBool,
 }
 
 /// The SKU of round `n` of the hunt `run`.
@@ -92,14 +95,34 @@ pub(crate) fn round(
     done.store(true, Ordering::SeqCst);
     let _ = striker.join();
     let lease = watcher.and_then(|w| w.join().ok().flatten());
+    let (mut faults, healed, failed) = healing.take();
+    let more = opts.nemesis.heal(start.elapsed());
+    faults.extend(more.faults);
+    if let Some(failed) = failed.or(more.failed) {
+        return Err(RoundEnd::CannotGoOn(failed));
+    }
     let Recorded {
         report,
         history,
         started,
-    } = result?;
-    let (mut faults, healed, failed) = healing.take();
-    let more = opts.nemesis.heal(start.elapsed());
-    faults.extend(more.faults);
+    } = match result {
+        Ok(recorded) => recorded,
+        // A run that could not go on (its logins had no answer, say) because the system is
+        // gone is the system's failure, judged with its seed, not the facts' error.
+        Err(e) => {
+            let Some(finding) = gone(target, opts, run, (&load, &http), true, EXIT_SEEN_WITHIN)
+            else {
+                return Err(e.into());
+            };
+            return Ok(Ran {
+                report: unrun(&load, &http, &e, finding),
+                history: None,
+                faults,
+                sku: sku.to_string(),
+                lease,
+            });
+        }
+    };
     // The faults were timed from the round's start, the answers from the run's, which
     // starts later (the stock set, the users logged in): onto the answers' clock, so that a
     // fault and a request can be told apart in time (and drawn where they were).
@@ -108,8 +131,15 @@ pub(crate) fn round(
         f.start = f.start.saturating_sub(setup);
         f.stop = f.stop.map(|s| s.saturating_sub(setup));
     }
-    if let Some(failed) = failed.or(more.failed) {
-        return Err(RoundEnd::CannotGoOn(failed));
+    // A process that died leaves requests that failed: only then is its end waited for.
+    let within = match report.errors {
+        0 => Duration::ZERO,
+        _ => EXIT_SEEN_WITHIN,
+    };
+    let silent = nothing_answered(&report);
+    let gone = gone(target, opts, run, (&load, &http), silent, within);
+    if !silent {
+        run.answered.store(true, Ordering::SeqCst);
     }
     let Some(mut history) = history else {
         return Ok(Ran {
@@ -124,16 +154,21 @@ pub(crate) fn round(
     if let Some(k) = plan.retry_every {
         found.extend(checks::retries(&mut history.samples, k));
     }
-    // The longest lease of the hunt so far, if this round saw none longer.
-    let longest = [lease.as_ref(), known]
-        .into_iter()
-        .flatten()
-        .max_by_key(|l| l.ttl_ms);
-    let seen = (healed, longest);
-    let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
-    found.extend(more);
+    let this_round = this_rounds_lease(lease.as_ref(), known, opts, run, plan.number);
+    let seen = (healed, this_round.as_ref());
+    match gone {
+        // A system that is gone cannot be probed for liveness, and its rows may be half
+        // written: the round is its end.
+        Some(gone) => found.insert(0, gone),
+        None => {
+            let (more, unjudged) = findings(target, opts, &load, &http, &history, &report, seen);
+            found.extend(more);
+            history.unjudged = unjudged;
+            // It may have ended while its liveness was probed: said first, as the cause.
+            found.splice(0..0, exit_finding(opts, Duration::ZERO));
+        }
+    }
     history.findings = found;
-    history.unjudged = unjudged;
     history.faults = faults.clone();
     Ok(Ran {
         report: history.judge(),
@@ -141,6 +176,124 @@ pub(crate) fn round(
         faults,
         sku: sku.to_string(),
         lease,
+    })
+}
+
+/// How long a system's first process is waited for to be seen exited, after a round whose
+/// requests failed: its listening socket closes a moment before its parent can reap it.
+const EXIT_SEEN_WITHIN: Duration = Duration::from_millis(500);
+
+/// Whether the system is gone, and the finding that says so: the process `--serve` started
+/// exited by itself (which one, how, and the last fault before it), or (`silent`: the round
+/// answered nothing) once it answered in an earlier round or a fault struck, it answers
+/// nothing for the heal. A service that stops answering for good is never a PASS: before
+/// this, its rounds were each "unjudged", and a hunt with one judged round before them passed.
+fn gone(
+    target: &Target,
+    opts: &HuntOptions,
+    run: &RoundSkus,
+    (load, http): (&LoadOptions, &HttpOptions),
+    silent: bool,
+    within: Duration,
+) -> Option<String> {
+    if let Some(found) = exit_finding(opts, within) {
+        return Some(found);
+    }
+    let answered_before = run.answered.load(Ordering::SeqCst);
+    if !silent || !(answered_before || opts.nemesis.last_fault().is_some()) {
+        return None;
+    }
+    let (tries, last) = silent_for(target, opts, load, http)?;
+    // It may have ended while it was probed.
+    exit_finding(opts, Duration::ZERO).or_else(|| {
+        Some(format!(
+            "stopped answering {}: no request of the round was answered, nor any of {tries} more within {} ms after the faults were undone (the last: {last})",
+            after_fault(opts),
+            opts.heal.as_millis()
+        ))
+    })
+}
+
+/// The last fault that took effect, as what a failure followed.
+fn after_fault(opts: &HuntOptions) -> String {
+    match opts.nemesis.last_fault() {
+        Some(f) => format!("after {f}"),
+        None => "with no fault struck before it".to_string(),
+    }
+}
+
+/// The finding of the system's first process ended by itself (seen within `within`): which
+/// process, how it ended, and the last fault before.
+fn exit_finding(opts: &HuntOptions, within: Duration) -> Option<String> {
+    opts.nemesis.system_exit(within).map(|x| {
+        format!(
+            "the system's process {} ('{}') {}, {}",
+            x.pid,
+            lockctl_core::redact::redact(&x.command).escape_debug(),
+            x.how(),
+            after_fault(opts)
+        )
+    })
+}
+
+/// The report of a round that could not run (`e`) because the system is gone (`finding`): a
+/// FAIL, with the round's facts and no requests.
+fn unrun(load: &LoadOptions, http: &HttpOptions, e: &Error, finding: String) -> Report {
+    let facts = lockctl_hammer::report::RunFacts {
+        requests: 0,
+        ..lockctl_hammer::report::RunFacts::of_load(load, http.qty)
+    };
+    let why = lockctl_core::Error::internal(e.to_string());
+    let mut report = lockctl_hammer::judge::judge_unreadable(&facts, &[], &why);
+    report.notes = vec![format!("the round could not run: {e}")];
+    report.first_error = Some(e.to_string());
+    report.violations.push(finding);
+    report.verdict = lockctl_hammer::report::Verdict::Fail;
+    report.unknown_because = None;
+    report
+}
+
+/// The lease the liveness probe waits out and names: the round's own lock key (the one that
+/// names its SKU) when it saw one; else the longest lease of the hunt so far, its key named
+/// with this round's SKU in place of the earlier round's (a stall message that named another
+/// round's key sent the reader to a key that had nothing to do with it).
+fn this_rounds_lease(
+    seen: Option<&leases::Lease>,
+    known: Option<&leases::Lease>,
+    opts: &HuntOptions,
+    run: &RoundSkus,
+    number: u64,
+) -> Option<leases::Lease> {
+    let sku = sku_of(opts, run, number).ok()?;
+    let earlier = (1..number).filter_map(|n| sku_of(opts, run, n).ok().map(|s| s.to_string()));
+    named_for_round(seen, known, sku.as_str(), earlier)
+}
+
+/// [`this_rounds_lease`], of the round whose SKU is `sku`, the earlier rounds' SKUs `earlier`.
+fn named_for_round(
+    seen: Option<&leases::Lease>,
+    known: Option<&leases::Lease>,
+    sku: &str,
+    earlier: impl Iterator<Item = String>,
+) -> Option<leases::Lease> {
+    if let Some(l) = seen.filter(|l| l.key.contains(sku)) {
+        return Some(l.clone());
+    }
+    let longest = [seen, known]
+        .into_iter()
+        .flatten()
+        .max_by_key(|l| l.ttl_ms)?;
+    // The earlier round whose SKU the key names: the longest match, so that round 12's SKU is
+    // not read as round 1's with a "2" after it.
+    let old = earlier
+        .filter(|s| longest.key.contains(s.as_str()))
+        .max_by_key(String::len);
+    Some(leases::Lease {
+        key: match old {
+            Some(old) => longest.key.replace(&old, sku),
+            None => longest.key.clone(),
+        },
+        ttl_ms: longest.ttl_ms,
     })
 }
 
@@ -283,4 +436,34 @@ fn strike(
             nemesis.lift(f.kind, start.elapsed());
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(key: &str, ttl_ms: u64) -> leases::Lease {
+        leases::Lease {
+            key: key.into(),
+            ttl_ms,
+        }
+    }
+
+    /// A stall names the round's own lock key: the one it saw, or the hunt's longest lease
+    /// with the earlier round's SKU in its key replaced by this round's.
+    #[test]
+    fn the_lease_a_stall_names_is_keyed_by_this_rounds_sku() {
+        let earlier = || (1..13).map(|n| format!("hunt-ab-{n}"));
+        let known = lease("shop:lock:hunt-ab-12", 5000);
+        let got = named_for_round(None, Some(&known), "hunt-ab-13", earlier()).unwrap();
+        assert_eq!(got, lease("shop:lock:hunt-ab-13", 5000));
+        let own = lease("shop:lock:hunt-ab-13", 2000);
+        let got = named_for_round(Some(&own), Some(&known), "hunt-ab-13", earlier());
+        assert_eq!(got, Some(own));
+        // A key that names no round's SKU (one lock for the whole shop) is the same key.
+        let global = lease("shop:lock", 3000);
+        let got = named_for_round(None, Some(&global), "hunt-ab-13", earlier());
+        assert_eq!(got, Some(global));
+        assert_eq!(named_for_round(None, None, "hunt-ab-13", earlier()), None);
+    }
 }

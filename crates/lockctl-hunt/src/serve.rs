@@ -260,6 +260,32 @@ impl Served {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// Whether the process `--serve` started (the shell, or what it `exec`ed) has exited by
+    /// itself, looked at for up to `within`: its pid, command and how it ended. `None` while
+    /// it runs, and once it is stopped (its end is then the hunt's doing). A forking server's
+    /// children come and go with their requests, so only this first process says the system
+    /// is gone: it must run as long as the system serves (one that ends before it is ready is
+    /// refused at the start).
+    pub fn exited(&mut self, within: Duration) -> Option<SystemExit> {
+        if self.stopped {
+            return None;
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    return Some(SystemExit {
+                        pid: self.child.id(),
+                        command: self.command.clone(),
+                        status,
+                    });
+                }
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        }
+    }
+
     /// The process group id (the shell's pid), while the system is not stopped.
     fn group(&self) -> Option<Pid> {
         if self.stopped {
@@ -444,6 +470,42 @@ impl Served {
             if p.ppid == me() && p.zombie && p.pid != shell && !before.contains(&p.pid) {
                 let _ = waitpid(Pid::from_raw(p.pid), WaitOptions::NOHANG);
             }
+        }
+    }
+}
+
+/// The system's first process, ended by itself ([`Served::exited`]).
+#[derive(Clone, Debug)]
+pub struct SystemExit {
+    /// Its pid.
+    pub pid: u32,
+    /// The command it was started with (as given: the caller hides its secrets).
+    pub command: String,
+    /// How it ended: its exit code, or the signal that ended it.
+    pub status: std::process::ExitStatus,
+}
+
+impl SystemExit {
+    /// How it ended, in words: `exited with code 1`, `was ended by signal 9 (SIGKILL)`.
+    pub fn how(&self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        match (self.status.code(), self.status.signal()) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(n)) => {
+                let name = match n {
+                    1 => " (SIGHUP)",
+                    2 => " (SIGINT)",
+                    3 => " (SIGQUIT)",
+                    6 => " (SIGABRT)",
+                    9 => " (SIGKILL)",
+                    11 => " (SIGSEGV)",
+                    13 => " (SIGPIPE)",
+                    15 => " (SIGTERM)",
+                    _ => "",
+                };
+                format!("was ended by signal {n}{name}")
+            }
+            (None, None) => format!("ended ({})", self.status),
         }
     }
 }

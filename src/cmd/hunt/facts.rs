@@ -19,6 +19,36 @@ use lockctl_hunt::sql::SkuParam;
 use lockctl_hunt::sql::SqlDb;
 use lockctl_hunt::{OrdersSql, SqlStock};
 
+/// A per-user limit needs the users it applies to (`--users`, or those of `--users-file`),
+/// and they must be able to buy a round's stock: a unit no user may buy would be counted as
+/// the system's stall.
+fn users_may_buy(args: &HuntArgs, users: Option<u64>) -> anyhow::Result<()> {
+    let Some(limit) = args.limit else {
+        return Ok(());
+    };
+    let Some(k) = users else {
+        return Err(UsageError(format!(
+            "--limit {limit} needs the users it applies to: give --users K or --users-file FILE"
+        ))
+        .into());
+    };
+    let most = k.saturating_mul(limit) / args.qty;
+    if most == 0 {
+        return Err(UsageError(format!(
+            "--limit {limit} is less than --qty {}: no user may buy one request's units (give a --limit of at least --qty)",
+            args.qty
+        ))
+        .into());
+    }
+    match args.stock {
+        Some(stock) if stock > most => Err(UsageError(format!(
+            "--stock {stock} is more than the {k} users may buy at --limit {limit} (at most {most} units a round, users x limit / --qty): lower --stock or give more --users"
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 /// Where the stock rows the hunt creates are, and how to delete one.
 pub(super) struct StockRows {
     pub(super) db: Arc<SqlDb>,
@@ -51,7 +81,8 @@ pub(super) fn system_facts(
     if http.users.listed_len().is_none() {
         http.users = Ids::new(args.user_format.into(), "u");
     }
-    crate::cmd::hammer_http::users_in_file(&http, args.users)?;
+    let users = crate::cmd::hammer_http::users_in_file(&http, args.users)?;
+    users_may_buy(args, users)?;
     if let Some(pattern) = &args.order_from {
         http.classifier = http
             .classifier

@@ -238,38 +238,45 @@ async fn one(
         token: "",
     };
     let what = format!("{} {}", request.method(), request.shown_url());
-    let failed = |reason: String| Error::Login {
+    let failed = |reason: String, answered: bool| Error::Login {
         user: user.to_string(),
         reason: format!("{what} {reason}"),
+        answered,
     };
     let got = match tokio::time::timeout(limit, once(request, tls, &vars, LOGIN_BODY, limit)).await
     {
         Ok(got) => got,
         Err(_) => {
-            return Err(failed(format!(
-                "had no answer within {} ms",
-                limit.as_millis()
-            )));
+            return Err(failed(
+                format!("had no answer within {} ms", limit.as_millis()),
+                false,
+            ));
         }
     };
     let (status, body) = match got {
         Got::Answer { status, body } => (status, body),
         Got::Nothing(why) | Got::Refused { message: why, .. } => {
-            return Err(failed(format!("had no answer: {why}")));
+            return Err(failed(format!("had no answer: {why}"), false));
         }
     };
     if !(200..300).contains(&status) {
-        return Err(failed(format!("answered HTTP {status}: {}", shown(&body))));
+        return Err(failed(
+            format!("answered HTTP {status}: {}", shown(&body)),
+            true,
+        ));
     }
     match token_at.iter().find_map(|(_, t)| t.take(body.as_bytes())) {
         Some(token) => Ok((user.to_string(), token)),
         None => {
             let at: Vec<&str> = token_at.iter().map(|(p, _)| p.as_str()).collect();
-            Err(failed(format!(
-                "answered HTTP {status} with no token at {}: {}",
-                at.join(" or "),
-                shown(&body)
-            )))
+            Err(failed(
+                format!(
+                    "answered HTTP {status} with no token at {}: {}",
+                    at.join(" or "),
+                    shown(&body)
+                ),
+                true,
+            ))
         }
     }
 }

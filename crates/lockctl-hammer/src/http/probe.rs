@@ -29,7 +29,8 @@ pub enum Got {
     /// No answer: why (refused, timed out, cut).
     Nothing(String),
     /// No answer, and none will come by asking again: the endpoint's certificate was refused
-    /// (not signed by the CA trusted, or for another name); what to do about it is the hint.
+    /// (not signed by the CA trusted, for another name, expired or not yet valid: every
+    /// refusal of the certificate alike); what to do about it is the hint.
     Refused {
         /// What was refused, and why.
         message: String,
@@ -123,7 +124,7 @@ pub(super) async fn once(
             Ok(s) => s,
             Err(Ended::Failed {
                 message,
-                hint: Some(hint @ (Hint::EndpointCa | Hint::EndpointName)),
+                hint: Some(hint @ (Hint::EndpointCa | Hint::EndpointName | Hint::EndpointCert)),
                 ..
             }) => return Got::Refused { message, hint },
             Err(Ended::Failed { message, .. }) => return Got::Nothing(message),

@@ -59,6 +59,9 @@ pub struct Nemesis {
     sql: Option<Arc<SqlFaults>>,
     /// The round's SKU, whose stock row `db-lock` holds.
     sku: Arc<Mutex<Option<String>>>,
+    /// The rounds begun so far, and the last fault of the hunt that took effect (its name,
+    /// what it did, its round): what a system that died or broke afterwards followed.
+    rounds: Arc<Mutex<(u64, Option<String>)>>,
 }
 
 /// What the database faults act on.
@@ -114,6 +117,7 @@ impl Nemesis {
             closed: Arc::default(),
             sql: None,
             sku: Arc::default(),
+            rounds: Arc::default(),
         }
     }
 
@@ -165,6 +169,9 @@ impl Nemesis {
             // for a fault under way).
             FaultKind::DbKill => self.db_kill(hold.min(Duration::from_secs(1))),
         };
+        if took && let Ok(mut r) = self.rounds.lock() {
+            r.1 = Some(format!("{} in round {} ({detail})", kind.name(), r.0));
+        }
         if let Ok(mut u) = self.undo.lock() {
             u.done.push(Fault {
                 fault: kind.name().into(),
@@ -174,6 +181,20 @@ impl Nemesis {
                 took,
             });
         }
+    }
+
+    /// The last fault of the hunt that took effect, in words (`db-kill in round 3 (ended 1
+    /// session on ...)`); `None` while none has: a failure before it is not the faults' doing.
+    pub fn last_fault(&self) -> Option<String> {
+        self.rounds.lock().ok().and_then(|r| r.1.clone())
+    }
+
+    /// The system's first process, when it has exited by itself (looked at for up to
+    /// `within`); `None` without `--serve`, while it runs, or once the hunt stopped it.
+    pub fn system_exit(&self, within: Duration) -> Option<crate::serve::SystemExit> {
+        let serve = self.serve.as_ref()?;
+        let mut s = serve.lock().unwrap_or_else(|p| p.into_inner());
+        s.exited(within)
     }
 
     /// Undoes what `kind` did, early (at `at` from the round's start), as its hold ends.
@@ -231,6 +252,9 @@ impl Nemesis {
     /// A new round: faults may be done again (until its heal).
     pub fn begin_round(&self) {
         *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        if let Ok(mut r) = self.rounds.lock() {
+            r.0 += 1;
+        }
     }
 
     /// Whether the server lets lockctl do `kinds`' Redis faults (managed services often refuse
