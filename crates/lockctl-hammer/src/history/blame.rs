@@ -283,6 +283,27 @@ mod tests {
         assert!(names_whole("rows: SO-1, SO-2", "SO-1"));
     }
 
+    /// ATTACK1 (test only; fails on 61104be): a service that numbers its orders 1, 2, 3 (an
+    /// auto-increment id, the commonest kind) has its numbers matched against the whole
+    /// violation text, counts included: "1 request was answered" names the request whose
+    /// order is number 1, which nothing is wrong with. The wrong request is outlined in the
+    /// HTML page and the history, and `Failure::came` dates the faults against it.
+    #[test]
+    fn attack1_counts_in_a_violation_are_not_numeric_order_ids() {
+        let yes = Some(true);
+        let mut h = run(5, &[(yes, 9), (yes, 2), (yes, 3)], 2, None);
+        for (s, o) in h.samples.iter_mut().zip(["1", "2", "3"]) {
+            s.ended = Ended::Answered {
+                outcome: Some(Outcome::Bought),
+                remaining: None,
+                order: Some(o.into()),
+            };
+        }
+        h.findings =
+            vec!["lost orders: 1 request was answered \"bought\" but has no row: 3".into()];
+        assert_eq!(indices(&h), [(2, "its order is named by a violation")]);
+    }
+
     #[test]
     fn a_pass_names_nothing() {
         let yes = Some(true);
