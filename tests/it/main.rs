@@ -6,6 +6,7 @@
 mod support;
 
 mod adversarial;
+mod attack1;
 mod aio;
 mod aio_cancel;
 mod batch;
