@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    Killed, RedisServer, TestDb, TestMyDb, code, free_port, json, lockctl, run_ok, spawn_lockctl,
-    stderr, stdout,
+    Killed, RedisServer, TestDb, TestMyDb, code, eventually, free_port, json, lockctl, run_ok,
+    spawn_lockctl, stderr, stdout,
 };
 
 /// What the hunt's `php -S` serves: the repository, so that both the tutorial's PHP
@@ -487,28 +487,37 @@ fn the_proxy_stalls_and_resets_one_connection_while_the_others_go_on() {
     let redis = RedisServer::start();
     let upstream = vec![std::net::SocketAddr::from(([127, 0, 0, 1], redis.port))];
     let proxy = Proxy::start("127.0.0.1:0", upstream).unwrap();
-    let through = || {
+    // A stalled connection is told apart by a short wait for its answer; every other wait is
+    // long, so that a loaded machine's slow answer is not taken for a stall.
+    let through = |wait_ms: u64| {
         let c = redis::Client::open(format!("redis://{}", proxy.addr())).unwrap();
         let conn = c.get_connection().unwrap();
-        conn.set_read_timeout(Some(Duration::from_millis(300)))
+        conn.set_read_timeout(Some(Duration::from_millis(wait_ms)))
             .unwrap();
         conn
     };
     let ping = |c: &mut redis::Connection| redis::cmd("PING").query::<String>(c);
-    let mut one = through();
+    let mut one = through(10_000);
     assert_eq!(ping(&mut one).unwrap(), "PONG");
+    one.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let stalled = proxy.strike(0, false).expect("a connection to stall");
     assert!(stalled.starts_with("stalled"), "{stalled}");
     assert!(ping(&mut one).is_err(), "a stalled connection answered");
     // Another connection, opened meanwhile, goes on.
-    let mut two = through();
+    let mut two = through(10_000);
     assert_eq!(ping(&mut two).unwrap(), "PONG");
     proxy.unstall_all();
-    let mut three = through();
+    let mut three = through(10_000);
     assert_eq!(ping(&mut three).unwrap(), "PONG");
-    // A reset breaks the connection it hits (the connection picked is the first still open).
+    // A reset breaks the connection it hits (the connection picked is the first still open):
+    // once the proxy has seen the other two close, it is the third.
     drop((one, two));
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        eventually(Duration::from_secs(30), || proxy.open() == 1),
+        "the proxy still holds {} connections",
+        proxy.open()
+    );
     let reset = proxy.strike(0, true).expect("a connection to reset");
     assert!(reset.starts_with("reset"), "{reset}");
     assert!(ping(&mut three).is_err(), "a reset connection answered");

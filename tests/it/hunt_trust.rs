@@ -215,17 +215,15 @@ fn a_limit_takes_its_users_from_the_users_file() {
             file.to_str().unwrap(),
             "--limit",
             "1",
-            "--stock",
-            "5",
+            "--qty",
+            "2",
         ],
     );
-    // Past the flags: the users are the file's two, who may buy 2 units of a round, not 5.
+    // Past the flags, the users are the file's: what is refused then is the limit's size
+    // (were the file's users not taken, the refusal would be that --limit has no users).
     let err = stderr(&out);
     assert_eq!(code(&out), 2, "{err}");
-    assert!(
-        err.contains("--stock 5 is more than the 2 users may buy at --limit 1"),
-        "{err}"
-    );
+    assert!(err.contains("--limit 1 is less than --qty 2"), "{err}");
     // With neither --users nor a file, the error names both.
     let out = lockctl(
         &redis.url(),
@@ -280,4 +278,40 @@ fn a_login_broken_by_a_db_kill_is_the_systems_and_the_hunt_goes_on() {
     assert_eq!(v["seed"], 3, "{said}");
     // The login did fail after the fault: a round of it was left unjudged.
     assert!(said.contains("the login of user"), "{said}");
+}
+
+/// A system that never answered did not stop answering: with faults struck meanwhile, its
+/// rounds stay unjudged (exit 1), and no finding blames a fault for a service that was never
+/// up (a wrong --url, one never started). Found while mending item 3's check.
+#[test]
+fn a_system_that_never_answered_is_unjudged_not_stopped_by_a_fault() {
+    let redis = RedisServer::start();
+    let port = crate::support::free_port();
+    let url = format!("http://127.0.0.1:{port}/buy?sku={{sku}}");
+    let out = lockctl(
+        &redis.url(),
+        &[
+            "--json",
+            "hunt",
+            "--url",
+            &url,
+            "--preset",
+            "tutorial",
+            "--budget",
+            "4s",
+            "--heal-ms",
+            "500",
+            "--seed",
+            "1",
+        ],
+    );
+    let said = format!("{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 1, "{said}");
+    assert!(!said.contains("stopped answering"), "{said}");
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["verdict"], "unknown", "{said}");
+    assert!(
+        v["faults_tried"].as_object().is_some_and(|f| !f.is_empty()),
+        "no fault tried: {said}"
+    );
 }

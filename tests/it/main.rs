@@ -6,7 +6,6 @@
 mod support;
 
 mod adversarial;
-mod attack1;
 mod aio;
 mod aio_cancel;
 mod batch;
@@ -27,6 +26,7 @@ mod http;
 mod http_wire;
 mod https;
 mod hunt;
+mod hunt_attack;
 mod hunt_db_faults;
 mod hunt_process_faults;
 mod hunt_services;

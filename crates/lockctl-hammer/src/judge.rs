@@ -269,7 +269,7 @@ pub(super) fn conclude(r: &mut Report, t: &Tally, violations: Vec<String>) {
     let nothing_measured = violations.is_empty() && t.errors > 0 && t.accounted() == t.errors;
     r.verdict = if !violations.is_empty() {
         Verdict::Fail
-    } else if let Some(why) = sold_nothing(r, t) {
+    } else if !nothing_measured && let Some(why) = sold_nothing(r, t) {
         r.unknown_because = Some(why);
         Verdict::Unknown
     } else if nothing_measured {

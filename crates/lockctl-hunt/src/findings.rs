@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::SqlError;
-use crate::liveness::stalled;
+use crate::liveness::{nothing_answered, stalled, stock_reader};
 use crate::sql::SkuParam;
 use crate::{HuntOptions, OrdersSql, checks, leases};
 use lockctl_core::conn::Target;
@@ -49,14 +49,20 @@ pub(crate) fn findings(
         ));
     }
     if let Some(orders) = &opts.orders {
-        match order_findings(opts, orders, load, http, history, report) {
+        match order_findings(target, opts, orders, (load, http), history, report) {
             Ok(f) => v.extend(f),
             // lockctl's own read failed: nothing is known of the rows, so no PASS is claimed.
             Err(e) => unjudged = Some(format!("the order rows could not be read ({e})")),
         }
     }
-    // An interrupted round proves nothing about liveness: its probes would not be sent.
-    if report.verdict != Verdict::Unknown
+    // An interrupted round proves nothing about liveness: its probes would not be sent. A
+    // round judged unknown because nothing was sold (every request busy, say) is probed all
+    // the same, whenever its stock was read: a system that never sells again is stalled, not
+    // unjudged round after round (a shop whose lock leaked passed so).
+    // A round the system answered nothing in was held against its earlier rounds already
+    // (`round::gone`): a system that never answered is not probed into "stopped answering".
+    if (report.verdict != Verdict::Unknown || report.final_stock.is_some())
+        && !nothing_answered(report)
         && !report.interrupted
         && !stopping()
         && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
@@ -69,10 +75,10 @@ pub(crate) fn findings(
 /// The order rows against the answers, at rest: read again while they disagree (and a while
 /// after they come to agree, if they came late), for at most the heal.
 fn order_findings(
+    target: &Target,
     opts: &HuntOptions,
     orders: &OrdersSql,
-    load: &LoadOptions,
-    http: &HttpOptions,
+    (load, http): (&LoadOptions, &HttpOptions),
     history: &History,
     report: &Report,
 ) -> Result<Vec<String>, SqlError> {
@@ -96,6 +102,7 @@ fn order_findings(
                 .then_some(&user_of as &dyn Fn(u64) -> String),
         )
     };
+    let read_stock = stock_reader(target, opts, &load.sku);
     let check = || {
         orders
             .db
@@ -109,8 +116,11 @@ fn order_findings(
             .map(|rows| {
                 // Units first: rows beyond what the stock gave up are an oversell whatever
                 // the answers were, then each answer against its rows.
+                // The stock is read again with the rows: a unit the system finished after
+                // the client gave up (a timeout) is taken from the stock and written to a row
+                // after the books were first read, and both are at rest only now.
                 let seeded = report.run.initial_stock;
-                let taken = report.final_stock.map(|f| seeded - f);
+                let taken = read_stock().or(report.final_stock).map(|f| seeded - f);
                 let mut found = checks::rows_within_stock(&rows, seeded, taken);
                 found.extend(checks::order_rows(
                     &history.samples,

@@ -310,12 +310,12 @@ impl Planner {
         };
         Round {
             number: self.number,
+            // A drawn stock stays within what the users may buy; a --stock given is kept (a
+            // hunt after the per-user refusals asks for more than they may buy).
             stock: self
                 .fixed
                 .stock
-                .unwrap_or(stock)
-                .min(self.most_units.unwrap_or(u64::MAX))
-                .max(1),
+                .unwrap_or_else(|| stock.min(self.most_units.unwrap_or(u64::MAX)).max(1)),
             requests: self.fixed.requests.unwrap_or(requests),
             shape,
             faults,

@@ -72,6 +72,11 @@ impl Proxy {
             .collect()
     }
 
+    /// How many connections are open through the proxy now.
+    pub fn open(&self) -> usize {
+        self.live().len()
+    }
+
     /// Stalls connection `pick` (of the live ones, modulo their number), or resets it when
     /// `reset`; what was done, in words, or `None` when no connection was open.
     pub fn strike(&self, pick: usize, reset: bool) -> Option<String> {

@@ -185,8 +185,9 @@ const EXIT_SEEN_WITHIN: Duration = Duration::from_millis(500);
 
 /// Whether the system is gone, and the finding that says so: the process `--serve` started
 /// exited by itself (which one, how, and the last fault before it), or (`silent`: the round
-/// answered nothing) once it answered in an earlier round or a fault struck, it answers
-/// nothing for the heal. A service that stops answering for good is never a PASS: before
+/// answered nothing) once it answered in an earlier round, it answers nothing for the heal. A
+/// system that never answered at all did not stop: its rounds stay unjudged (a wrong --url,
+/// a service never started), whatever faults the hunt struck meanwhile. A service that stops answering for good is never a PASS: before
 /// this, its rounds were each "unjudged", and a hunt with one judged round before them passed.
 fn gone(
     target: &Target,
@@ -200,7 +201,7 @@ fn gone(
         return Some(found);
     }
     let answered_before = run.answered.load(Ordering::SeqCst);
-    if !silent || !(answered_before || opts.nemesis.last_fault().is_some()) {
+    if !silent || !answered_before {
         return None;
     }
     let (tries, last) = silent_for(target, opts, load, http)?;

@@ -20,33 +20,28 @@ use lockctl_hunt::sql::SqlDb;
 use lockctl_hunt::{OrdersSql, SqlStock};
 
 /// A per-user limit needs the users it applies to (`--users`, or those of `--users-file`),
-/// and they must be able to buy a round's stock: a unit no user may buy would be counted as
-/// the system's stall.
+/// and a request's units must be within it. A `--stock` above what the users may buy is
+/// allowed (refusals past the limit are what some hunts are after): the units no given user
+/// may buy are never counted as a stall (the liveness probe stops when every user is
+/// refused), and drawn stocks stay within it.
 fn users_may_buy(args: &HuntArgs, users: Option<u64>) -> anyhow::Result<()> {
     let Some(limit) = args.limit else {
         return Ok(());
     };
-    let Some(k) = users else {
+    if users.is_none() {
         return Err(UsageError(format!(
             "--limit {limit} needs the users it applies to: give --users K or --users-file FILE"
         ))
         .into());
-    };
-    let most = k.saturating_mul(limit) / args.qty;
-    if most == 0 {
+    }
+    if limit < args.qty {
         return Err(UsageError(format!(
             "--limit {limit} is less than --qty {}: no user may buy one request's units (give a --limit of at least --qty)",
             args.qty
         ))
         .into());
     }
-    match args.stock {
-        Some(stock) if stock > most => Err(UsageError(format!(
-            "--stock {stock} is more than the {k} users may buy at --limit {limit} (at most {most} units a round, users x limit / --qty): lower --stock or give more --users"
-        ))
-        .into()),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// Where the stock rows the hunt creates are, and how to delete one.

@@ -49,7 +49,23 @@ pub fn redact(text: &str) -> String {
         true => hide_user_info(text),
         false => text.to_string(),
     };
-    hide_json_values(&hide_parameters(&base, in_url))
+    hide_spaced(&hide_json_values(&hide_parameters(&base, in_url)))
+}
+
+/// `text` with the secrets [`spaced_secrets`] finds replaced by `***`.
+fn hide_spaced(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for (a, b) in spaced_secrets(text) {
+        if a < from {
+            continue;
+        }
+        out.push_str(&text[from..a]);
+        out.push_str(HIDDEN);
+        from = b;
+    }
+    out.push_str(&text[from..]);
+    out
 }
 
 /// A server's answer as it may be quoted (a failed login's, in an error): the values of its
@@ -398,12 +414,45 @@ fn text_spans(text: &str) -> Vec<(usize, usize)> {
             break;
         }
     }
-    for (a, b) in json_secret_values(text) {
+    for (a, b) in json_secret_values(text)
+        .into_iter()
+        .chain(spaced_secrets(text))
+    {
         if !spans.iter().any(|&(x, y)| a < y && x < b) {
             spans.push((a, b));
         }
     }
     spans.sort_unstable();
+    spans
+}
+
+/// The secrets a command or a header value carries after a word rather than an `=`: the value
+/// of a secret flag inside a command (`--serve 'redis-server --requirepass pw'`, `mysqld
+/// --password pw`), and the credential after `Basic` or `Bearer` in any header's value.
+fn spaced_secrets(text: &str) -> Vec<(usize, usize)> {
+    let words: Vec<(usize, &str)> = text
+        .split_whitespace()
+        .map(|w| (w.as_ptr() as usize - text.as_ptr() as usize, w))
+        .collect();
+    let mut spans = Vec::new();
+    for pair in words.windows(2) {
+        let ((_, word), (at, next)) = (pair[0], pair[1]);
+        let flag = word
+            .strip_prefix("--")
+            .or_else(|| word.strip_prefix('-'))
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        let secret_flag = flag.is_some_and(names_a_secret) && !next.starts_with('-');
+        let scheme = matches!(
+            word.trim_start_matches(['"', '\'']),
+            "Basic" | "Bearer" | "basic" | "bearer"
+        );
+        if secret_flag || scheme {
+            let value = next.trim_end_matches(['"', '\'', ',', ';']);
+            if !value.is_empty() && !only_placeholders(value) {
+                spans.push((at, at + value.len()));
+            }
+        }
+    }
     spans
 }
 
@@ -490,8 +539,8 @@ fn is_secret_header(name: &str) -> bool {
 /// A parameter or JSON key whose value is a secret, by its name: one of its words is a
 /// secret's ([`names_a_secret`]: `password`, `userPassword`, `new-password`, `loginPwd`,
 /// `accessToken`, `pin`...), or its last word is `key` (`key`, `api_key`, `apiKey`).
-/// `passfile`, `mypassword`, `tokens`, `spinner`, `pinned` are no secrets: a word is matched
-/// whole.
+/// `passfile`, `tokens`, `spinner`, `pinned` are no secrets: a word is matched whole, or by a
+/// secret's ending (`mypassword`, `pgpassword`).
 fn is_secret_key(key: &str) -> bool {
     // libpq's `require_auth` names the methods a server may ask for, no secret; hidden, a
     // replay would take it from the environment for nothing.
@@ -519,8 +568,9 @@ fn is_pattern_value(flag: &str, value: &str) -> bool {
 
 /// Whether one of the words of `name` says "secret", whatever the name's case and separators
 /// (`userPassword`, `UserPassword`, `user-password`, `user_password`, `user.password`,
-/// `X-Access-Token`, `PIN`). Words, not letters: `spinner`, `opinion`, `pinned`, `author`,
-/// `tokens`, `passfile` name no secret.
+/// `X-Access-Token`, `PIN`, `PGPASSWORD`, `requirepass`, a payment API's `sign`). Words, not
+/// letters: `spinner`, `opinion`, `pinned`, `author`, `tokens`, `passfile`, `bypass` name no
+/// secret.
 pub fn names_a_secret(name: &str) -> bool {
     /// Words that mean a secret wherever they stand in a name, and names run together that
     /// mean one (`apikey`, `accesstoken`, `phpsessid`).
@@ -562,7 +612,25 @@ pub fn names_a_secret(name: &str) -> bool {
         "privatekey",
         "clientsecret",
     ];
-    name_words(name).iter().any(|w| WORDS.contains(&w.as_str()))
+    /// Endings that make a word run together a secret's name (`pgpassword`, `dbpasswd`,
+    /// `clientsecret`, `csrftoken`, `adminpwd`, and a server's `requirepass`, `rootpass`):
+    /// environment variables and server flags are written so.
+    const ENDINGS: [&str; 6] = ["password", "passwd", "passphrase", "secret", "token", "pwd"];
+    /// Words that end in "pass" and mean no password.
+    const NOT_PASS: [&str; 6] = [
+        "bypass",
+        "compass",
+        "surpass",
+        "overpass",
+        "underpass",
+        "trespass",
+    ];
+    name_words(name).iter().any(|w| {
+        WORDS.contains(&w.as_str())
+            || w == "sign"
+            || ENDINGS.iter().any(|e| w.ends_with(e))
+            || (w.len() > 4 && w.ends_with("pass") && !NOT_PASS.contains(&w.as_str()))
+    })
 }
 
 /// The words of a name, in lower case: split at anything but a letter or a digit, where a

@@ -88,12 +88,23 @@ pub fn blamed(h: &History, report: &Report) -> Vec<Blamed> {
         .collect()
 }
 
-/// Whether `text` names `id` as a whole word: `SO-1` is not named by `SO-10`.
+/// Whether `text` names `id` as a whole word: `SO-1` is not named by `SO-10`. An id of
+/// digits alone (an auto-increment's 1, 2, 3) is named only where a violation lists ids (after
+/// `: `, `, ` or `(`, before `,`, `)`, ` (`, ` has` or the end), never by a count: "1 request
+/// was answered" names no order 1.
 fn names_whole(text: &str, id: &str) -> bool {
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+    let numeric = id.bytes().all(|b| b.is_ascii_digit());
     !id.is_empty()
         && text.match_indices(id).any(|(at, _)| {
-            !word(text[..at].chars().next_back()) && !word(text[at + id.len()..].chars().next())
+            let (before, after) = (&text[..at], &text[at + id.len()..]);
+            let whole = !word(before.chars().next_back()) && !word(after.chars().next());
+            let listed = [": ", ", ", "("].iter().any(|p| before.ends_with(p))
+                && (after.is_empty()
+                    || [",", ")", " (", " has"]
+                        .iter()
+                        .any(|p| after.starts_with(p)));
+            whole && (!numeric || listed)
         })
 }
 
@@ -283,13 +294,13 @@ mod tests {
         assert!(names_whole("rows: SO-1, SO-2", "SO-1"));
     }
 
-    /// ATTACK1 (test only; fails on 61104be): a service that numbers its orders 1, 2, 3 (an
+    /// Found by an attack round (issue 50): a service that numbers its orders 1, 2, 3 (an
     /// auto-increment id, the commonest kind) has its numbers matched against the whole
     /// violation text, counts included: "1 request was answered" names the request whose
     /// order is number 1, which nothing is wrong with. The wrong request is outlined in the
     /// HTML page and the history, and `Failure::came` dates the faults against it.
     #[test]
-    fn attack1_counts_in_a_violation_are_not_numeric_order_ids() {
+    fn counts_in_a_violation_are_not_numeric_order_ids() {
         let yes = Some(true);
         let mut h = run(5, &[(yes, 9), (yes, 2), (yes, 3)], 2, None);
         for (s, o) in h.samples.iter_mut().zip(["1", "2", "3"]) {

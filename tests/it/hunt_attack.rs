@@ -1,6 +1,6 @@
-//! ATTACK1 (hostile review of issue 50, fifth round): tests that demonstrate bugs found by
-//! attacking the new claims. Each test FAILS on main's HEAD (61104be) and should pass once the
-//! bug is fixed. Tests only: no fix is made here. Fixtures in tests/fixtures/hunt/attack/.
+//! What an attack round on issue 50's fixes found (a helper session's hostile review): each
+//! test failed on the code it attacked (61104be) and passes with the fix. Fixtures in
+//! tests/fixtures/hunt/attack/.
 
 use serde_json::Value;
 
@@ -26,7 +26,7 @@ fn hunt(redis: &RedisServer, script: &str, vars: &str, extra: &[&str]) -> (i32, 
     (code(&out), v, said)
 }
 
-/// ATTACK1 finding 1 (false PASS, regression of 8e2b731's `sold_nothing`): a shop whose one
+/// Attack finding 1 (false PASS, regression of 8e2b731's `sold_nothing`): a shop whose one
 /// lock (for the whole shop, no TTL) is leaked by its sold-out path never sells again. Round 1
 /// sells out; every later round answers busy to every request. Before 8e2b731 round 2's
 /// liveness probe found the stall (`stalled: 10 units were left ...`, exit 3). Now a round in
@@ -34,7 +34,7 @@ fn hunt(redis: &RedisServer, script: &str, vars: &str, extra: &[&str]) -> (i32, 
 /// probe for an UNKNOWN report, every later round is "unjudged", and the hunt PASSES (exit 0)
 /// on a shop that is dead for good.
 #[test]
-fn attack1_a_shop_that_never_sells_again_is_not_a_pass() {
+fn a_shop_that_never_sells_again_is_not_a_pass() {
     let redis = RedisServer::start();
     let (exit, v, said) = hunt(
         &redis,
@@ -59,7 +59,7 @@ fn attack1_a_shop_that_never_sells_again_is_not_a_pass() {
     );
 }
 
-/// ATTACK1 finding 2 (false FAIL "oversold ... sold twice" on a correct shop): the stock taken
+/// Attack finding 2 (false FAIL "oversold ... sold twice" on a correct shop): the stock taken
 /// and the order queued in one Lua script, a consumer writing the queue into PostgreSQL every
 /// 1.5 s (orders_queued.php's design, which the hunt passes), and every odd request slow
 /// (2.5 s before its script). The client's --request-timeout-ms (400) gives up on the slow
@@ -71,7 +71,7 @@ fn attack1_a_shop_that_never_sells_again_is_not_a_pass() {
 /// were sold twice` (exit 3). At rest the stock fell by 6 and there are 6 rows: nothing was
 /// oversold, and the answers' check (timeouts "may have bought") agrees.
 #[test]
-fn attack1_rows_of_requests_the_client_gave_up_on_are_not_an_oversell() {
+fn rows_of_requests_the_client_gave_up_on_are_not_an_oversell() {
     let redis = RedisServer::start();
     let db = TestDb::create();
     db.client().batch_execute(ORDERS_TABLE).unwrap();
@@ -119,7 +119,7 @@ fn attack1_rows_of_requests_the_client_gave_up_on_are_not_an_oversell() {
     assert_eq!(exit, 0, "{said}");
 }
 
-/// ATTACK1 finding 3 (secret on screen): the secret-name rule matches whole words, so the
+/// Attack finding 3 (secret on screen): the secret-name rule matches whole words, so the
 /// standard names that run a secret's word into another (libpq's own `PGPASSWORD`, `DBPASSWORD`,
 /// `ADMINPASS`) and a password given as a flag inside one argument (`redis-server --requirepass
 /// hunter2`, common in a --serve that starts its own Redis) are shown as typed: in the text
@@ -128,7 +128,7 @@ fn attack1_rows_of_requests_the_client_gave_up_on_are_not_an_oversell() {
 /// `--serve 'PGPASSWORD=hunter2 ...` in all five), and the replay takes none of them from the
 /// environment.
 #[test]
-fn attack1_standard_password_variables_and_flags_in_a_serve_command_are_hidden() {
+fn standard_password_variables_and_flags_in_a_serve_command_are_hidden() {
     use lockctl_core::redact::{redact, secret_spans};
     for serve in [
         "PGPASSWORD=hunter2 PHP_CLI_SERVER_WORKERS=8 exec php -S 127.0.0.1:8080 -t .",
