@@ -65,6 +65,7 @@ pub fn words(hint: &Hint) -> String {
         Hint::DeleteKey { key } => format!(
             "lockctl writes only a stream there: look at what it holds, then remove it with: redis-cli DEL {key}"
         ),
+        Hint::JsonContentType => "the login's body is JSON but goes with no Content-Type, so the service may read it as empty: add --header 'Content-Type: application/json' (the --header values without {token} go with the login too)".into(),
         Hint::StockKey => "pass --stock N to set it before the run, or name the key your endpoint deducts with --stock-key (and its Redis with --redis); hammer --url reads stock in Redis only: for stock kept in a database, use lockctl hunt --stock-sql URL --stock-query SQL".into(),
         Hint::ForceUnlock { name } => format!("repair it with: {}", unlock_command(name)),
         Hint::LockNodes => "lockctl check --lock-node ... shows which are down".into(),
@@ -183,6 +184,18 @@ mod tests {
             "a lock is damaged (repair it with: lockctl unlock --force -- -odd)"
         );
         assert_eq!(CliAdvice.with_hint("plain", None), "plain");
+        // A login that failed with a JSON body sent untyped says what to add (issue 50).
+        let login = HammerError::Login {
+            user: "u1".into(),
+            reason: "POST http://h/login answered HTTP 400: 'bad request'".into(),
+            answered: true,
+            untyped_json: true,
+        };
+        assert!(
+            hammer(&login).contains("add --header 'Content-Type: application/json'"),
+            "{}",
+            hammer(&login)
+        );
         // A shop whose stock is in a database has no stock key: hammer --url cannot judge
         // it, and the error says where to go (issue 50).
         let e = Error::NoStockKey {

@@ -105,6 +105,8 @@ pub enum Hint {
         /// The SKU whose dead letters to requeue.
         sku: String,
     },
+    /// An HTTP request's body is JSON and goes with no `Content-Type` header: name it.
+    JsonContentType,
 }
 
 /// One thing `check` or `status` found: what it is, in words, and its fix as data.

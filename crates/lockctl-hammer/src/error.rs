@@ -57,6 +57,9 @@ pub enum Error {
         /// against no answer (refused, timed out, cut): a service that answers nothing is
         /// not there, whatever the facts say.
         answered: bool,
+        /// The login's body is JSON and was sent with no `Content-Type` (the likely cause of
+        /// an answer that took it for empty).
+        untyped_json: bool,
     },
 
     /// A run was to start from a stock below zero: whatever it did, the books would show an
@@ -131,6 +134,11 @@ impl Error {
             Error::Core(e) => e.hint(),
             Error::NegativeStock { sku, .. } => Some(Hint::Reseed { sku: sku.clone() }),
             Error::Unresolved { .. } => Some(Hint::EndpointUrl),
+            Error::Login {
+                untyped_json: true,
+                answered: true,
+                ..
+            } => Some(Hint::JsonContentType),
             _ => None,
         }
     }

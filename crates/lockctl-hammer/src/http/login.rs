@@ -242,6 +242,7 @@ async fn one(
         user: user.to_string(),
         reason: format!("{what} {reason}"),
         answered,
+        untyped_json: request.sends_untyped_json(),
     };
     let got = match tokio::time::timeout(limit, once(request, tls, &vars, LOGIN_BODY, limit)).await
     {

@@ -309,6 +309,22 @@ impl RequestSpec {
             || self.body.as_ref().is_some_and(Template::uses_ids)
     }
 
+    /// Whether the body is JSON (it opens with `{` or `[`) sent with no `Content-Type`: many
+    /// frameworks read such a body as a form, or not at all, and answer as if it were empty.
+    pub fn sends_untyped_json(&self) -> bool {
+        let json = self.body.as_ref().is_some_and(|b| {
+            matches!(b.0.first(), Some(Piece::Text(t)) if t.trim_start().starts_with(['{', '[']))
+        });
+        let head = String::from_utf8_lossy(&self.fixed_head).to_ascii_lowercase();
+        let typed = head.contains("\r\ncontent-type:")
+            || head.starts_with("content-type:")
+            || self
+                .headers
+                .iter()
+                .any(|(n, _)| n.as_str().eq_ignore_ascii_case("content-type"));
+        json && !typed
+    }
+
     /// Whether any request carries its `{sku}`: without it, the service never learns which
     /// SKU a round is of.
     pub fn uses_sku(&self) -> bool {

@@ -188,3 +188,20 @@ fn a_token_fills_the_url_encoded_and_headers_and_body_as_is() {
     assert!(text.contains("authorization: Bearer tok/7\r\n"), "{text}");
     assert!(text.ends_with(r#"{"t":"tok/7"}"#), "{text}");
 }
+
+/// Issue 50: a JSON login body sent with no `Content-Type` is told apart, so that a failed
+/// login can say so; typed, a form body or no body at all, it is not.
+#[test]
+fn a_json_body_without_a_content_type_is_told_apart() {
+    let spec = |headers: &[&str], body: Option<&str>| {
+        let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+        RequestSpec::new("POST", "http://h/login", &headers, body).unwrap()
+    };
+    let json = Some(r#" {"userName":"{user}","pwd":"x"}"#);
+    assert!(spec(&[], json).sends_untyped_json());
+    assert!(spec(&["X-Trace: 1"], Some("[1]")).sends_untyped_json());
+    assert!(!spec(&["Content-Type: application/json"], json).sends_untyped_json());
+    assert!(!spec(&["content-type: text/plain"], json).sends_untyped_json());
+    assert!(!spec(&[], Some("user={user}&pwd=x")).sends_untyped_json());
+    assert!(!spec(&[], None).sends_untyped_json());
+}
