@@ -27,7 +27,7 @@ pub struct HuntArgs {
     pub url: Option<String>,
 
     /// The answers of a known endpoint: tutorial (run_demo.php's words).
-    #[arg(long, value_enum, help_heading = "The system")]
+    #[arg(long, value_enum, help_heading = "The answers")]
     pub preset: Option<PresetArg>,
 
     /// HTTP method.
@@ -78,33 +78,33 @@ pub struct HuntArgs {
     /// status:CODE[,CODE...], or json:/POINTER=VALUE (RFC 6901 pointer into a JSON body; VALUE
     /// compared as JSON, else as text: json:/code=0, json:/msg="sold out"); repeat it and every
     /// form must hold.
-    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    #[arg(long, value_name = "FORM", help_heading = "The answers")]
     pub bought_if: Vec<String>,
 
     /// An answer that says the stock ran out (tried second); forms as --bought-if.
-    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    #[arg(long, value_name = "FORM", help_heading = "The answers")]
     pub sold_out_if: Vec<String>,
 
     /// An answer that turned the buyer away, try again (tried third); forms as --bought-if.
-    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    #[arg(long, value_name = "FORM", help_heading = "The answers")]
     pub busy_if: Vec<String>,
 
     /// An answer that says a rule refused the purchase (one per user, say): nothing sold,
     /// nothing owed, not under-selling (tried fourth); forms as --bought-if.
-    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    #[arg(long, value_name = "FORM", help_heading = "The answers")]
     pub refused_if: Vec<String>,
 
     /// An answer that says the purchase failed: it must not have deducted; stock or an order
     /// row behind it is a finding, "told it failed, but sold" (tried fifth); forms as
     /// --bought-if.
-    #[arg(long, value_name = "FORM", help_heading = "The system")]
+    #[arg(long, value_name = "FORM", help_heading = "The answers")]
     pub failed_if: Vec<String>,
 
     /// The order id the service made, taken from each bought answer: json:/POINTER or a regex
     /// with one group. The orders check matches rows by it instead of {order}; with neither,
     /// it counts rows (per user, when the query returns a user and the request names one)
     /// against the bought answers.
-    #[arg(long, value_name = "PATTERN", help_heading = "The system")]
+    #[arg(long, value_name = "PATTERN", help_heading = "The answers")]
     pub order_from: Option<String>,
 
     /// What {sku} is: text (<sku>-<tag>-<round>), int (a number no earlier round or hunt
@@ -122,12 +122,12 @@ pub struct HuntArgs {
         long,
         value_name = "KEY",
         conflicts_with = "stock_sql",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub stock_key: Option<String>,
 
     /// The stock is in this database instead: postgres://... or mysql://... (MySQL, MariaDB).
-    #[arg(long, value_name = "URL", requires_all = ["stock_query", "stock_seed"], help_heading = "The system")]
+    #[arg(long, value_name = "URL", requires_all = ["stock_query", "stock_seed"], help_heading = "The stores")]
     pub stock_sql: Option<String>,
 
     /// Reads the stock: one integer, the SKU its one parameter ($1 for PostgreSQL, ? for MySQL).
@@ -135,7 +135,7 @@ pub struct HuntArgs {
         long,
         value_name = "SQL",
         requires = "stock_sql",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub stock_query: Option<String>,
 
@@ -144,7 +144,7 @@ pub struct HuntArgs {
         long,
         value_name = "SQL",
         requires = "stock_sql",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub stock_seed: Option<String>,
 
@@ -155,7 +155,7 @@ pub struct HuntArgs {
         long,
         value_name = "SQL",
         requires = "stock_sql",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub stock_clean: Option<String>,
 
@@ -164,7 +164,7 @@ pub struct HuntArgs {
         long,
         value_name = "URL",
         requires = "orders_query",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub orders_sql: Option<String>,
 
@@ -173,7 +173,7 @@ pub struct HuntArgs {
         long,
         value_name = "SQL",
         requires = "orders_sql",
-        help_heading = "The system"
+        help_heading = "The stores"
     )]
     pub orders_query: Option<String>,
 
@@ -220,27 +220,31 @@ pub struct HuntArgs {
 
     /// Run a fault-injecting TCP proxy on this address in front of --redis, for the stall
     /// fault; configure the system to reach its Redis here (e.g. 127.0.0.1:7001).
-    #[arg(long, value_name = "LISTEN", help_heading = "The system")]
+    #[arg(
+        long,
+        value_name = "LISTEN",
+        help_heading = "The search and its faults"
+    )]
     pub proxy: Option<String>,
 
     /// Every round's stock, instead of one drawn from 2 to 12.
-    #[arg(long, value_parser = whole(1, lockctl_core::stock::MAX_STOCK), allow_negative_numbers = true, help_heading = "The search")]
+    #[arg(long, value_parser = whole(1, lockctl_core::stock::MAX_STOCK), allow_negative_numbers = true, help_heading = "The search and its faults")]
     pub stock: Option<u64>,
 
     /// Every round's requests, instead of two to five times its stock.
-    #[arg(short = 'n', long = "requests", value_parser = whole(1, 100_000_000), allow_negative_numbers = true, help_heading = "The search")]
+    #[arg(short = 'n', long = "requests", value_parser = whole(1, 100_000_000), allow_negative_numbers = true, help_heading = "The search and its faults")]
     pub requests: Option<u64>,
 
     /// Every round an open model at this many requests a second, instead of drawn shapes.
-    #[arg(long, value_name = "R", value_parser = super::args::rate, help_heading = "The search")]
+    #[arg(long, value_name = "R", value_parser = super::args::rate, help_heading = "The search and its faults")]
     pub rate: Option<f64>,
 
     /// How long to search: 60s, 2m, 90s.
-    #[arg(long, default_value = "60s", value_parser = budget, help_heading = "The search")]
+    #[arg(long, default_value = "60s", value_parser = budget, help_heading = "The search and its faults")]
     pub budget: Duration,
 
     /// Replay the same schedule of rounds, shapes and faults [default: a random seed, printed].
-    #[arg(long, help_heading = "The search")]
+    #[arg(long, help_heading = "The search and its faults")]
     pub seed: Option<u64>,
 
     /// Faults, comma-separated: client-kill, redis-pause (need a Redis named by --redis or
@@ -253,31 +257,35 @@ pub struct HuntArgs {
         long,
         default_value = "auto",
         value_name = "LIST|auto|none",
-        help_heading = "The search"
+        help_heading = "The search and its faults"
     )]
     pub nemesis: String,
 
     /// How long pauses and stalls are held, in ms: MIN..MAX (e.g. 2000..6000) [default: 300 ms
     /// to 1.5 s, and some past the longest lease seen on --redis and common client timeouts
     /// (2 s, 5 s), within the budget and --heal-ms].
-    #[arg(long, value_name = "MIN..MAX", value_parser = fault_ms, help_heading = "The search")]
+    #[arg(long, value_name = "MIN..MAX", value_parser = fault_ms, help_heading = "The search and its faults")]
     pub fault_ms: Option<(u64, u64)>,
 
     /// After the faults are undone, with stock left, a sale must come within this many ms.
-    #[arg(long, default_value_t = 10_000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The search")]
+    #[arg(long, default_value_t = 10_000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "The search and its faults")]
     pub heal_ms: u64,
 
     /// Keep what the hunt created in the system's stores (its SKUs' stock rows and Redis keys)
     /// instead of removing it at the end.
-    #[arg(long, help_heading = "The search")]
+    #[arg(long, help_heading = "The stores")]
     pub keep: bool,
 
     /// The most requests a round has in flight.
-    #[arg(short = 'c', long = "concurrency", default_value_t = 16, value_parser = whole(2, 1000), allow_negative_numbers = true, help_heading = "The search")]
+    #[arg(short = 'c', long = "concurrency", default_value_t = 16, value_parser = whole(2, 1000), allow_negative_numbers = true, help_heading = "The search and its faults")]
     pub concurrency: u64,
 
     /// The rounds' SKUs start with this.
-    #[arg(long, default_value = "hunt", help_heading = "The search")]
+    #[arg(
+        long,
+        default_value = "hunt",
+        help_heading = "The search and its faults"
+    )]
     pub sku: lockctl_core::sku::Sku,
 
     /// Hunt lockctl's own strategies instead of an endpoint (comma-separated: lock, fenced,
@@ -303,16 +311,16 @@ pub struct HuntArgs {
 
     /// Write the failing round's timeline (or the last round's) as a self-contained HTML page
     /// to FILE: each lane's requests, the faults, the stock, the requests a violation names.
-    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub export_html: Option<PathBuf>,
 
     /// Write the failing round's history (or the last round's) as JSON Lines to FILE.
-    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub history: Option<PathBuf>,
 
     /// Write the verdict as JUnit XML to FILE, for CI systems: one test case for the hunt, a
     /// FAIL its failure (the violations), UNKNOWN its error.
-    #[arg(long, value_name = "FILE", help_heading = "Reports")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub junit: Option<PathBuf>,
 
     /// Read the facts from this TOML file: keys are the long flag names without their dashes

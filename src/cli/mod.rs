@@ -42,7 +42,8 @@ use lockctl_core::stock::buckets::MAX_BUCKETS;
 )]
 pub struct Cli {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss:// (TLS), redis+unix:///path
-    /// [default: redis://127.0.0.1:6379]. `hammer` also takes `auto`: a private redis-server
+    /// [default: redis://127.0.0.1:6379]; --help lists the other connection flags (timeouts,
+    /// TLS, --cluster, --lock-node), which every command takes. `hammer` also takes `auto`: a private redis-server
     /// for that run only (what it does anyway when nothing answers at the default).
     #[arg(
         long,
@@ -55,16 +56,22 @@ pub struct Cli {
     pub redis: Option<String>,
 
     /// Limit on each Redis call, in ms; a slower call is an error, never a hang.
-    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "Connection")]
+    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, hide_short_help = true, help_heading = "Connection")]
     pub timeout_ms: u64,
 
     /// Limit on opening a connection (including AUTH), in ms.
-    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, help_heading = "Connection")]
+    #[arg(long, global = true, default_value_t = 2000, value_parser = whole(1, 3_600_000), allow_negative_numbers = true, hide_short_help = true, help_heading = "Connection")]
     pub connect_timeout_ms: u64,
 
     /// PEM file of the CA that signed the server's certificate, trusted instead of the system's
     /// roots: for rediss:// and for every https:// URL requested (--url, --ready).
-    #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        hide_short_help = true,
+        help_heading = "Connection"
+    )]
     pub tls_ca: Option<PathBuf>,
 
     /// PEM file of a client certificate, for servers that require one (with --tls-key);
@@ -74,6 +81,7 @@ pub struct Cli {
         global = true,
         value_name = "FILE",
         requires = "tls_key",
+        hide_short_help = true,
         help_heading = "Connection"
     )]
     pub tls_cert: Option<PathBuf>,
@@ -84,13 +92,19 @@ pub struct Cli {
         global = true,
         value_name = "FILE",
         requires = "tls_cert",
+        hide_short_help = true,
         help_heading = "Connection"
     )]
     pub tls_key: Option<PathBuf>,
 
     /// The --redis URL is a seed node of a Redis Cluster (write SKUs with a hash tag, {sku_886},
     /// so that all of a SKU's keys share one slot).
-    #[arg(long, global = true, help_heading = "Connection")]
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        help_heading = "Connection"
+    )]
     pub cluster: bool,
 
     /// Take the lock by Redlock quorum on these independent masters (repeat; an odd number,
@@ -103,6 +117,7 @@ pub struct Cli {
         env = "LOCKCTL_LOCK_NODES",
         hide_env_values = true,
         value_delimiter = ',',
+        hide_short_help = true,
         help_heading = "Connection"
     )]
     pub lock_nodes: Vec<String>,

@@ -167,6 +167,27 @@ fn every_command_s_help_ends_with_examples_and_the_top_lists_exit_codes() {
     for heading in ["Load:", "Purchase:", "Reports:", "Connection:"] {
         assert!(hammer.contains(heading), "{heading} missing: {hammer}");
     }
+    // The hunt's flags read as five short lists (issue 51), and a command's short help does
+    // not repeat the whole connection block: --redis, and --help for the rest.
+    let hunt = stdout(&lockctl("redis://127.0.0.1:1", &["hunt", "-h"]));
+    for heading in [
+        "The system:",
+        "The answers:",
+        "The stores:",
+        "The search and its faults:",
+        "Output:",
+    ] {
+        assert!(hunt.contains(heading), "{heading} missing: {hunt}");
+    }
+    assert!(
+        hunt.contains("--redis") && !hunt.contains("--tls-ca"),
+        "{hunt}"
+    );
+    let full = stdout(&lockctl("redis://127.0.0.1:1", &["hunt", "--help"]));
+    assert!(
+        full.contains("--tls-ca") && full.contains("--lock-node"),
+        "{full}"
+    );
     // clap reads `{n}` in help as a line break: the placeholder must still show.
     for flag in ["-h", "--help"] {
         let text = stdout(&lockctl("redis://127.0.0.1:1", &["hammer", flag]));

@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::SqlError;
-use crate::liveness::{nothing_answered, stalled, stock_reader};
+use crate::liveness::{stalled, stock_reader};
 use crate::sql::SkuParam;
 use crate::{HuntOptions, OrdersSql, checks, leases};
 use lockctl_core::conn::Target;
@@ -56,13 +56,14 @@ pub(crate) fn findings(
         }
     }
     // An interrupted round proves nothing about liveness: its probes would not be sent. A
-    // round judged unknown because nothing was sold (every request busy, say) is probed all
-    // the same, whenever its stock was read: a system that never sells again is stalled, not
-    // unjudged round after round (a shop whose lock leaked passed so).
-    // A round the system answered nothing in was held against its earlier rounds already
-    // (`round::gone`): a system that never answered is not probed into "stopped answering".
-    if (report.verdict != Verdict::Unknown || report.final_stock.is_some())
-        && !nothing_answered(report)
+    // round judged unknown because nothing was sold while answers came (every request busy,
+    // say) is probed all the same, whenever its stock was read: a system that never sells
+    // again is stalled, not unjudged round after round (a shop whose lock leaked passed so).
+    // A round in which every request failed is not: a system still starting (its proxy's
+    // 502s) or never there is no stalled one, and a silent one was held against its earlier
+    // rounds already (`round::gone`).
+    let sold_nothing = report.final_stock.is_some() && report.errors < report.run.requests;
+    if (report.verdict != Verdict::Unknown || sold_nothing)
         && !report.interrupted
         && !stopping()
         && let Some(stalled) = stalled(target, opts, load, http, healed, lease)
