@@ -286,11 +286,24 @@ fn a_sale_answered_to_a_retry_after_its_first_answer_was_lost_is_no_under_sale()
         "25s",
     ];
     let faults = ["--idempotent", "--heal-ms", "3000", "--budget", "15s"];
+    // Ten rounds judged in all, over up to four runs: how many fit in one budget is the
+    // machine's speed (and the faults' lengths: holds past 5 s timeouts make long rounds);
+    // what is asserted is that none fails.
     for flags in [&fixed[..], &faults[..]] {
-        let (exit, v, said) = hunt(&redis, script, &Env::default(), flags);
-        assert_eq!(exit, 0, "{flags:?}: {said}");
-        assert_eq!(v["verdict"], "pass", "{said}");
-        assert!(v["judged"].as_u64().unwrap() >= 10, "{said}");
+        let mut judged = 0;
+        for _ in 0..4 {
+            let (exit, v, said) = hunt(&redis, script, &Env::default(), flags);
+            assert_eq!(exit, 0, "{flags:?}: {said}");
+            assert_eq!(v["verdict"], "pass", "{said}");
+            judged += v["judged"].as_u64().unwrap();
+            if judged >= 10 {
+                break;
+            }
+        }
+        assert!(
+            judged >= 10,
+            "{flags:?}: {judged} rounds judged in 4 runs, all passed"
+        );
     }
 }
 
@@ -613,25 +626,29 @@ fn a_ctrl_c_in_the_facts_check_removes_its_probe_row_and_exits_130() {
 fn a_guarded_postgresql_stock_passes_with_its_row_held_and_its_sessions_ended() {
     let redis = RedisServer::start();
     let (db, env) = pg_stock();
-    let (exit, v, said) = hunt(
-        &redis,
-        "tests/fixtures/hunt/pg_guarded.php",
-        &env,
-        &[
-            "--stock-sql",
-            &db.url,
-            "--stock-query",
-            "SELECT qty FROM stock WHERE sku = $1",
-            "--stock-seed",
-            "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
-            "--nemesis",
-            "db-lock,db-kill",
-            "--budget",
-            "10s",
-        ],
-    );
-    assert_eq!((exit, &v["verdict"]), (0, &Value::from("pass")), "{said}");
+    // One fault at a time, on a seed whose first rounds strike it: with both drawn at random
+    // from a random seed, one of them was never drawn in 7 rounds about one run in 27.
     for f in ["db-lock", "db-kill"] {
+        let (exit, v, said) = hunt(
+            &redis,
+            "tests/fixtures/hunt/pg_guarded.php",
+            &env,
+            &[
+                "--stock-sql",
+                &db.url,
+                "--stock-query",
+                "SELECT qty FROM stock WHERE sku = $1",
+                "--stock-seed",
+                "INSERT INTO stock VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty",
+                "--nemesis",
+                f,
+                "--budget",
+                "8s",
+                "--seed",
+                "1",
+            ],
+        );
+        assert_eq!((exit, &v["verdict"]), (0, &Value::from("pass")), "{said}");
         assert!(
             v["faults"][f].as_u64().unwrap_or(0) >= 1,
             "{f} never took: {said}"

@@ -47,6 +47,10 @@ fn the_metrics_file_has_the_contract_names_and_labels() {
             "90",
             "--work-ms",
             "40",
+            // Every buyer waits its turn, however loaded the machine: 60 turns of 40 ms
+            // outlast the default 5 s wait when the machine is slow.
+            "--wait-ms",
+            "60000",
             "--metrics-file",
             file.to_str().unwrap(),
         ],
