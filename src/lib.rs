@@ -6,10 +6,8 @@
 //! Layout:
 //! - [`advice`]: the command line's words for what would fix a failure (the library's hints).
 //! - [`endpoint`]: the `/metrics` HTTP endpoint (hyper), bounded against idle and slow clients.
-//! - [`redis_server`]: starting a `redis-server` of one's own (the private server, the tests').
 //! - [`scrape`]: per-SKU state read from Redis for each Prometheus scrape (`lockctl exporter`).
 
 pub mod advice;
 pub mod endpoint;
-pub mod redis_server;
 pub mod scrape;

@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use lockctl::redis_server::{self, Answer};
+use lockctl_hammer::redis_server::{self, Answer};
 
 /// How long the server may take to answer its first PING.
 const READY_WITHIN: Duration = Duration::from_secs(10);

@@ -24,6 +24,8 @@
 //!   checks it applies to lockctl's buyers and to an endpoint (which keeps no ledger).
 //! - [`pipeline`]: the orders path into PostgreSQL (`--queue --db`).
 //! - `capacity`: open files and connections a run needs; [`usage`]: the hammer's own cost.
+//! - [`redis_server`]: a `redis-server` of one's own (the private server of `--redis auto`,
+//!   and the one lockctl's tests start), proven to be the child that was started.
 //! - [`error`]: what stops a run, typed; the program that runs the hammer words it.
 
 #![deny(missing_docs)]
@@ -44,6 +46,7 @@ mod options;
 pub mod pipeline;
 mod procs;
 mod readback;
+pub mod redis_server;
 pub mod report;
 mod run;
 pub mod tally;

@@ -4,7 +4,7 @@
 //!
 //! Every server runs on a free port of 127.0.0.1 with its own temporary directory (`--save ""
 //! --appendonly no`, its log inside it), started by the binary's own launcher
-//! (`lockctl::redis_server`, as the private server of `hammer --redis auto` is), is waited for
+//! (`lockctl_hammer::redis_server`, as the private server of `hammer --redis auto` is), is waited for
 //! with a deadline until the child itself answers PING, and is killed on `Drop`: tests never
 //! touch the machine's own Redis on 6379 or each other's keys.
 //!

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use lockctl::redis_server;
 use lockctl_core::conn::{Conn, ConnectOptions, Target};
+use lockctl_hammer::redis_server;
 use redis::Commands;
 
 use crate::programs::redis_server_program;
@@ -141,7 +141,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// The binary's own launcher (`lockctl::redis_server`), as the private server starts it: the
+/// The binary's own launcher (`lockctl_hammer::redis_server`), as the private server starts it: the
 /// defaults first, `extra` overriding them.
 fn spawn_server(program: &Path, port: u16, dir: &Path, extra: &[String]) -> Child {
     spawn_tool(&mut redis_server::command(

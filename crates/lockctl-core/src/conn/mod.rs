@@ -21,6 +21,7 @@ use crate::redact::scrub;
 #[cfg(feature = "tokio")]
 pub(crate) use async_conn::{AsyncConn, within};
 use errors::{auth_reason, is_auth_error, is_interrupted, shorten};
+#[cfg(feature = "tokio")]
 pub(crate) use holdings::SETTLE;
 pub use holdings::{GiveBack, Held, Holdings};
 pub use options::{ConnectOptions, TlsFiles};

@@ -124,12 +124,14 @@ impl Guard {
     }
 
     /// The lock's keys, shared: what a fenced write made without the guard needs.
+    #[cfg(feature = "tokio")]
     pub(crate) fn shared_keys(&self) -> Arc<LockKeys> {
         self.keys.clone()
     }
 
     /// The lease as this holder knows it, shared with the watchdog: what a signal of its loss
     /// reads without holding the guard.
+    #[cfg(feature = "tokio")]
     pub(crate) fn lease(&self) -> Arc<Lease> {
         self.lease.clone()
     }
