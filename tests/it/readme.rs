@@ -105,19 +105,20 @@ fn all_sections() -> Vec<Section> {
     out
 }
 
-/// Every marked section of `text` (the document `file`), in order.
+/// Every marked section of `text` (the document `file`), in order. A marker is a line of its
+/// own: one quoted inside a line (as the book quotes it when it explains these tests) is text.
 fn sections(file: &str, text: &str) -> Vec<Section> {
-    let readme = text;
+    const OPEN: &str = "\n<!-- readme-test: ";
+    const CLOSE: &str = "\n<!-- /readme-test -->";
+    let text = format!("\n{text}");
     let mut out = Vec::new();
-    let mut rest = readme;
-    while let Some(at) = rest.find("<!-- readme-test: ") {
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(OPEN) {
         let head_end = at + rest[at..].find("-->").expect("the marker's end");
-        let words: Vec<&str> = rest[at + "<!-- readme-test: ".len()..head_end]
-            .split_whitespace()
-            .collect();
+        let words: Vec<&str> = rest[at + OPEN.len()..head_end].split_whitespace().collect();
         let body_end = head_end
             + rest[head_end..]
-                .find("<!-- /readme-test -->")
+                .find(CLOSE)
                 .unwrap_or_else(|| panic!("section {} of {file} has no end marker", words[0]));
         out.push(Section {
             name: words[0].to_string(),
@@ -626,9 +627,25 @@ fn the_readmes_hunt_of_the_tutorial_without_its_lock_runs_as_written() {
     run_section("hunt-first");
 }
 
+/// The `$ lockctl` lines of the book that no section runs: a section gets one private Redis, and
+/// these need a Redis Cluster of three masters. Each names the test of `tests/it/cluster.rs`
+/// that runs what it shows on such a cluster.
+const RUN_ELSEWHERE: &[(&str, &str, &str)] = &[
+    (
+        "docs/redlock-and-cluster.md",
+        "$ lockctl --cluster --redis redis://127.0.0.1:7101 hammer --sku '{sku_886}'",
+        "the_hammer_passes_on_a_cluster_with_every_strategy",
+    ),
+    (
+        "docs/redlock-and-cluster.md",
+        "$ lockctl --cluster --redis redis://127.0.0.1:7101 buy sku_886",
+        "a_sku_whose_keys_span_slots_is_refused_with_the_fix",
+    ),
+];
+
 /// Every marked section of the README and the book has a test of its own here, every section
 /// a test here names is in one of them, and every `$ lockctl` line of the README and the book
-/// is inside a marked section.
+/// is inside a marked section or run elsewhere (`RUN_ELSEWHERE`, each by a test that exists).
 #[test]
 fn every_lockctl_example_of_the_readme_and_the_book_is_run() {
     let all = all_sections();
@@ -650,6 +667,8 @@ fn every_lockctl_example_of_the_readme_and_the_book_is_run() {
             "tests/it/readme.rs runs section {name}, which is in neither the README nor docs/"
         );
     }
+    let cluster_tests = include_str!("cluster.rs");
+    let mut elsewhere_used = vec![false; RUN_ELSEWHERE.len()];
     let mut untested = Vec::new();
     for (file, text) in documents() {
         let mut inside = false;
@@ -659,9 +678,25 @@ fn every_lockctl_example_of_the_readme_and_the_book_is_run() {
             } else if line.starts_with("<!-- /readme-test -->") {
                 inside = false;
             } else if line.starts_with("$ lockctl") && !inside {
-                untested.push(format!("{file}:{}: {line}", i + 1));
+                let elsewhere = RUN_ELSEWHERE
+                    .iter()
+                    .position(|(f, start, _)| *f == file && line.starts_with(start));
+                match elsewhere {
+                    Some(k) => elsewhere_used[k] = true,
+                    None => untested.push(format!("{file}:{}: {line}", i + 1)),
+                }
             }
         }
+    }
+    for ((file, start, test), used) in RUN_ELSEWHERE.iter().zip(&elsewhere_used) {
+        assert!(
+            *used,
+            "{file} no longer shows `{start}`: drop it from RUN_ELSEWHERE"
+        );
+        assert!(
+            cluster_tests.contains(&format!("fn {test}()")),
+            "`{start}` of {file} is said to be run by {test}, which tests/it/cluster.rs does not have"
+        );
     }
     assert!(
         untested.is_empty(),
