@@ -238,7 +238,7 @@ pub enum Command {
         count: u64,
         /// Split the stock over K buckets whose keys sit on different masters of a Redis
         /// Cluster, for one hot SKU: a purchase buys in its user's bucket and borrows from the
-        /// others before it answers sold out (see the README, "Bucketed stock").
+        /// others before it answers sold out (see docs/cluster.md, "Bucketed stock").
         #[arg(long, value_name = "K", value_parser = whole(1, MAX_BUCKETS as u64), allow_negative_numbers = true)]
         buckets: Option<u64>,
     },

@@ -27,7 +27,7 @@ use crate::cli::RunArgs;
 use crate::signals;
 
 /// `run --json` when the lock was taken: how the job went under it. Fields in alphabetical
-/// order, the order `--json` has always printed them in (the README shows it).
+/// order, the order `--json` has always printed them in (docs/run.md shows it).
 #[derive(Serialize)]
 struct Ran<'a> {
     /// Always true here; [`NotAcquired`] says false.

@@ -130,7 +130,7 @@ fn fifty_concurrent_scrapes_all_answer_and_paths_and_methods_are_checked() {
     }
     assert_eq!(get(port, "/-/healthy", "").0, 200);
     assert_eq!(get(port, "/nowhere", "").0, 404);
-    // Another method on a served path is 405, as the README says.
+    // Another method on a served path is 405, as docs/operating.md says.
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(

@@ -521,7 +521,7 @@ fn a_failed_buy_of_an_unknown_sku_leaves_no_key_behind() {
     assert_eq!(fence, Some(1));
 }
 
-/// DATABASE_URL exported for `worker` and `status` (as the README's pipeline section does)
+/// DATABASE_URL exported for `worker` and `status` (as docs/orders.md does)
 /// leaves a plain hammer alone: before, clap's `requires` turned it into "the following
 /// required arguments were not provided: --queue", with a usage line that made -n and --stock
 /// look required. An explicit --db without --queue says what to add.

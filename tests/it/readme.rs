@@ -1,5 +1,6 @@
-//! The README's examples run as written. Every section marked
-//! `<!-- readme-test: NAME -->` ... `<!-- /readme-test -->` is one bash session: its `$ ...`
+//! The README's examples run as written, and so do the book's (`docs/*.md`). Every section
+//! marked `<!-- readme-test: NAME -->` ... `<!-- /readme-test -->` in `README.md` or in a page
+//! of `docs/` is one bash session: its `$ ...`
 //! lines (with their `\` continuations) run in order, in a scratch directory that sees the
 //! repository's `examples/`, `tests/` and `scripts/`, with the built `lockctl` first on PATH
 //! and `REDIS_URL` naming a private Redis; what each prints (stdout and stderr, as a terminal
@@ -28,6 +29,11 @@
 //!
 //! When a section stops matching, the output it did print is written, in the README's form,
 //! to `target/tmp/readme-<section>.txt` (the path is in the failure), to copy from.
+//!
+//! A test names its section, not the file it is in: a section moved between the README and a
+//! page of the book is still found. Names are unique across the files (a second section of
+//! one name fails every test here), and a test whose section is in no file fails naming the
+//! files it read.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -47,9 +53,11 @@ struct Example {
     expected: Vec<String>,
 }
 
-/// A marked section: its name, whether its counts are masked, and its examples in order.
+/// A marked section: its name, the file it is in, whether its counts are masked, and its
+/// examples in order.
 struct Section {
     name: String,
+    file: String,
     counts: bool,
     examples: Vec<Example>,
 }
@@ -58,21 +66,63 @@ fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
 }
 
-/// Every marked section of `readme`, in order.
-fn sections(readme: &str) -> Vec<Section> {
+/// The documents whose examples run: `README.md`, then every `docs/*.md` sorted by name, each
+/// as its path from the repository's root and its text.
+fn documents() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|entry| entry.expect("docs/ entry").file_name())
+        .filter_map(|name| name.to_str().map(str::to_string))
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    pages.sort();
+    let mut out = vec![("README.md".to_string(), readme())];
+    for page in pages {
+        let text =
+            std::fs::read_to_string(root.join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        out.push((page, text));
+    }
+    out
+}
+
+/// Every marked section of the README and the book, file by file in `documents`' order; a
+/// name given to two sections fails here, naming both places.
+fn all_sections() -> Vec<Section> {
+    let mut out: Vec<Section> = Vec::new();
+    for (file, text) in documents() {
+        for section in sections(&file, &text) {
+            if let Some(first) = out.iter().find(|s| s.name == section.name) {
+                panic!(
+                    "two sections are named {}: in {} and in {}; names must be unique across the README and docs/",
+                    section.name, first.file, section.file
+                );
+            }
+            out.push(section);
+        }
+    }
+    out
+}
+
+/// Every marked section of `text` (the document `file`), in order. A marker is a line of its
+/// own: one quoted inside a line (as the book quotes it when it explains these tests) is text.
+fn sections(file: &str, text: &str) -> Vec<Section> {
+    const OPEN: &str = "\n<!-- readme-test: ";
+    const CLOSE: &str = "\n<!-- /readme-test -->";
+    let text = format!("\n{text}");
     let mut out = Vec::new();
-    let mut rest = readme;
-    while let Some(at) = rest.find("<!-- readme-test: ") {
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(OPEN) {
         let head_end = at + rest[at..].find("-->").expect("the marker's end");
-        let words: Vec<&str> = rest[at + "<!-- readme-test: ".len()..head_end]
-            .split_whitespace()
-            .collect();
+        let words: Vec<&str> = rest[at + OPEN.len()..head_end].split_whitespace().collect();
         let body_end = head_end
             + rest[head_end..]
-                .find("<!-- /readme-test -->")
-                .unwrap_or_else(|| panic!("section {} has no end marker", words[0]));
+                .find(CLOSE)
+                .unwrap_or_else(|| panic!("section {} of {file} has no end marker", words[0]));
         out.push(Section {
             name: words[0].to_string(),
+            file: file.to_string(),
             counts: words[1..].contains(&"counts"),
             examples: examples(words[0], &rest[head_end..body_end]),
         });
@@ -291,14 +341,15 @@ const MARK: &str = "@@readme-test@@";
 /// Runs section `name` as one bash session; fails on the first example whose output differs
 /// from the README, showing both.
 fn run_section(name: &str) {
-    let all = sections(&readme());
-    let section = all
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no section <!-- readme-test: {name} --> in the README"));
+    let all = all_sections();
+    let section = all.iter().find(|s| s.name == name).unwrap_or_else(|| {
+        let files: Vec<String> = documents().into_iter().map(|(file, _)| file).collect();
+        panic!("no section <!-- readme-test: {name} --> in any of {files:?}")
+    });
+    let file = &section.file;
     assert!(
         !section.examples.is_empty(),
-        "section {name} has no examples"
+        "section {name} of {file} has no examples"
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = tempfile::tempdir().unwrap();
@@ -409,7 +460,7 @@ fn run_section(name: &str) {
         );
         if failure.is_none() && !fits(&want, &got) {
             failure = Some(format!(
-                "`{}` printed otherwise.\nREADME (masked):\n{}\nprinted (masked):\n{}",
+                "`{}` printed otherwise.\n{file} (masked):\n{}\nprinted (masked):\n{}",
                 ex.command,
                 want.join("\n"),
                 got.join("\n")
@@ -423,12 +474,12 @@ fn run_section(name: &str) {
     }
     assert!(
         finished,
-        "README section {name} did not finish within 600 s; what it printed is in {}",
+        "section {name} of {file} did not finish within 600 s; what it printed is in {}",
         saved.display()
     );
     if let Some(f) = failure {
         panic!(
-            "README section {name}: {f}\n(everything it printed, in the README's form: {})",
+            "section {name} of {file}: {f}\n(everything it printed, in the page's form: {})",
             saved.display()
         );
     }
@@ -571,33 +622,111 @@ fn the_hunt_of_the_reference_shop_runs_as_written() {
     run_section("shop-hunt");
 }
 
-/// Every marked section has a test of its own here, and every `$ lockctl` line of the README
-/// is inside a marked section (or in the list of those that cannot run in a test, with why).
 #[test]
-fn every_lockctl_example_of_the_readme_is_run() {
-    let text = readme();
-    let names: Vec<String> = sections(&text).into_iter().map(|s| s.name).collect();
+fn the_readmes_hunt_of_the_tutorial_without_its_lock_runs_as_written() {
+    run_section("hunt-first");
+}
+
+/// The `$ lockctl` lines of the book that no section runs: a section gets one private Redis, and
+/// these need a Redis Cluster of three masters. Each names the test of `tests/it/cluster.rs`
+/// that runs what it shows on such a cluster.
+const RUN_ELSEWHERE: &[(&str, &str, &str)] = &[
+    (
+        "docs/redlock-and-cluster.md",
+        "$ lockctl --cluster --redis redis://127.0.0.1:7101 hammer --sku '{sku_886}'",
+        "the_hammer_passes_on_a_cluster_with_every_strategy",
+    ),
+    (
+        "docs/redlock-and-cluster.md",
+        "$ lockctl --cluster --redis redis://127.0.0.1:7101 buy sku_886",
+        "a_sku_whose_keys_span_slots_is_refused_with_the_fix",
+    ),
+];
+
+/// Every marked section of the README and the book has a test of its own here, every section
+/// a test here names is in one of them, and every `$ lockctl` line of the README and the book
+/// is inside a marked section or run elsewhere (`RUN_ELSEWHERE`, each by a test that exists).
+#[test]
+fn every_lockctl_example_of_the_readme_and_the_book_is_run() {
+    let all = all_sections();
     let this = include_str!("readme.rs");
-    for name in &names {
+    for section in &all {
         assert!(
-            this.contains(&format!("run_section(\"{name}\")")),
-            "section {name} has no test in tests/it/readme.rs"
+            this.contains(&format!("run_section(\"{}\")", section.name)),
+            "section {} of {} has no test in tests/it/readme.rs",
+            section.name,
+            section.file
         );
     }
-    let mut inside = false;
+    // Built here so that this line does not count as a call.
+    let call = format!("{}(\"", "run_section");
+    for named in this.split(&call).skip(1) {
+        let name = &named[..named.find('"').unwrap()];
+        assert!(
+            name == "{}" || all.iter().any(|s| s.name == name),
+            "tests/it/readme.rs runs section {name}, which is in neither the README nor docs/"
+        );
+    }
+    let cluster_tests = include_str!("cluster.rs");
+    let mut elsewhere_used = vec![false; RUN_ELSEWHERE.len()];
     let mut untested = Vec::new();
-    for line in text.lines() {
-        if line.starts_with("<!-- readme-test: ") {
-            inside = true;
-        } else if line.starts_with("<!-- /readme-test -->") {
-            inside = false;
-        } else if line.starts_with("$ lockctl") && !inside {
-            untested.push(line.to_string());
+    for (file, text) in documents() {
+        let mut inside = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.starts_with("<!-- readme-test: ") {
+                inside = true;
+            } else if line.starts_with("<!-- /readme-test -->") {
+                inside = false;
+            } else if line.starts_with("$ lockctl") && !inside {
+                let elsewhere = RUN_ELSEWHERE
+                    .iter()
+                    .position(|(f, start, _)| *f == file && line.starts_with(start));
+                match elsewhere {
+                    Some(k) => elsewhere_used[k] = true,
+                    None => untested.push(format!("{file}:{}: {line}", i + 1)),
+                }
+            }
         }
+    }
+    for ((file, start, test), used) in RUN_ELSEWHERE.iter().zip(&elsewhere_used) {
+        assert!(
+            *used,
+            "{file} no longer shows `{start}`: drop it from RUN_ELSEWHERE"
+        );
+        assert!(
+            cluster_tests.contains(&format!("fn {test}()")),
+            "`{start}` of {file} is said to be run by {test}, which tests/it/cluster.rs does not have"
+        );
     }
     assert!(
         untested.is_empty(),
-        "README examples outside any <!-- readme-test --> section: {untested:#?}"
+        "examples outside any <!-- readme-test --> section: {untested:#?}"
+    );
+}
+
+/// The README's library example is `examples/fenced_purchase.rs` as it is (its `//!` header
+/// aside), which `tests/it/examples.rs` runs: the program shown is the program tested.
+#[test]
+fn the_readmes_library_example_is_the_fenced_purchase_example() {
+    let text = readme();
+    let shown = text
+        .split_once("`examples/fenced_purchase.rs`:\n\n```rust\n")
+        .and_then(|(_, rest)| rest.split_once("```\n"))
+        .map(|(code, _)| code)
+        .expect("the README shows examples/fenced_purchase.rs in a rust block");
+    let file = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/fenced_purchase.rs"
+    ))
+    .unwrap();
+    let program: String = file
+        .lines()
+        .skip_while(|l| l.starts_with("//!") || l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        shown, program,
+        "the README's copy of examples/fenced_purchase.rs differs"
     );
 }
 
@@ -661,46 +790,48 @@ fn masking_hides_only_what_differs_between_runs() {
     );
 }
 
-/// Every file or directory of this repository the README names in backticks exists (the
-/// tutorial's PHP under `examples/tutorial-php/`, scripts, docs, tests, sources): before, the
-/// README sent readers to a `tutorial/` directory that was not there.
+/// Every file or directory of this repository the README or the book names in backticks
+/// exists (the tutorial's PHP under `examples/tutorial-php/`, scripts, docs, tests, sources),
+/// named from the repository's root: before, the README sent readers to a `tutorial/`
+/// directory that was not there.
 #[test]
-fn every_path_the_readme_names_exists() {
+fn every_path_the_readme_and_the_book_name_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = readme();
     let mut missing = Vec::new();
     let mut checked = 0;
-    for (i, part) in readme.split('`').enumerate() {
-        // Inside backticks: the odd parts.
-        if i % 2 == 0 || part.contains(' ') || part.contains('{') || part.contains('*') {
-            continue;
-        }
-        let path = part.split(':').next().unwrap_or(part);
-        let repo_path = [
-            "examples/",
-            "tests/",
-            "scripts/",
-            "docs/",
-            "crates/",
-            "src/",
-            ".ci/",
-        ]
-        .iter()
-        .any(|p| path.starts_with(p));
-        if !repo_path {
-            continue;
-        }
-        checked += 1;
-        if !root.join(path).exists() {
-            missing.push(path.to_string());
+    for (file, text) in documents() {
+        for (i, part) in text.split('`').enumerate() {
+            // Inside backticks: the odd parts.
+            if i % 2 == 0 || part.contains(' ') || part.contains('{') || part.contains('*') {
+                continue;
+            }
+            let path = part.split(':').next().unwrap_or(part);
+            let repo_path = [
+                "examples/",
+                "tests/",
+                "scripts/",
+                "docs/",
+                "crates/",
+                "src/",
+                ".ci/",
+            ]
+            .iter()
+            .any(|p| path.starts_with(p));
+            if !repo_path {
+                continue;
+            }
+            checked += 1;
+            if !root.join(path).exists() {
+                missing.push(format!("{file}: {path}"));
+            }
         }
     }
     assert!(
         checked > 20,
-        "only {checked} paths found: is the README's form still this one?"
+        "only {checked} paths found: is the README's and the book's form still this one?"
     );
     assert!(
         missing.is_empty(),
-        "the README names paths that do not exist: {missing:?}"
+        "the README or the book names paths that do not exist: {missing:?}"
     );
 }

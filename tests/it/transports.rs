@@ -201,7 +201,7 @@ fn each_transport_sells_exactly_the_stock_and_then_answers_sold_out() {
 fn an_order_id_bought_again_is_a_replay_that_deducts_nothing_on_each_transport() {
     let redis = RedisServer::start();
     let target = redis.target();
-    // `lock` keeps the tutorial's unconditional write (README, "Idempotency and per-user
+    // `lock` keeps the tutorial's unconditional write (docs/strategies.md, "Idempotency and per-user
     // limits"): a repeated order id deducts again there, by design.
     for (st, t) in every().filter(|(st, _)| *st != Strategy::Lock) {
         let s = sku(&format!("again_{st}_{t:?}"));

@@ -243,7 +243,7 @@ fn durability_warnings(conn: &mut Conn) -> Vec<Finding> {
 /// Redis 8.4 is installable on the machines lockctl is tested on, so `DELEX` is only reported.
 pub const NATIVE: [&str; 2] = ["DELIFEQ", "DELEX"];
 
-/// The products lockctl's tests run on (see the README's compatibility table).
+/// The products lockctl's tests run on (see the compatibility table of docs/cluster.md).
 pub const TESTED: [&str; 2] = ["Redis", "Valkey"];
 
 /// What is known to break locks on `server` (a product name as [`product`] gives it) at

@@ -62,7 +62,7 @@ impl AcquireResult {
     }
 }
 
-/// The contract's metrics (the README's "Metrics" names them); counters gain `_total` on the
+/// The contract's metrics (docs/operating.md, "Metrics", names them); counters gain `_total` on the
 /// wire.
 pub struct Metrics {
     registry: Registry,

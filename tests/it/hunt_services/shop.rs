@@ -120,7 +120,7 @@ fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
         "--failed-if",
         "json:/code=50003",
     ];
-    // scripts/hunt-trials measures how soon it is found (the README's rows); the test only
+    // scripts/hunt-trials measures how soon it is found (the rows of docs/hunt.md); the test only
     // asks that it is, with room for a loaded CI machine (5 runs here: 17 to 58 s in all).
     let bug = hunt_shop(
         &redis,
@@ -137,8 +137,8 @@ fn a_lock_holder_stalled_past_its_lease_is_found_and_the_fenced_twin_passes() {
     ));
 }
 
-/// The README's worked example: its facts file, as checked in, with this test's ports and
-/// database in place of the README's; the stock race FAILs and its twin PASSes.
+/// The book's worked example (docs/hunt.md): its facts file, as checked in, with this test's ports and
+/// database in place of the book's; the stock race FAILs and its twin PASSes.
 #[test]
 fn the_readmes_facts_file_finds_the_stock_race_and_passes_its_twin() {
     let redis = RedisServer::start();
