@@ -196,7 +196,7 @@ impl RunFacts {
     }
 
     /// The facts of a load of `qty` units a request, before it has run, with no lock of
-    /// lockctl's involved: an endpoint's run, which [`RunFacts::of`] fills in for lockctl's
+    /// lockctl's involved: an endpoint's run, which `RunFacts::of` fills in for lockctl's
     /// own buyers.
     pub fn of_load(load: &LoadOptions, qty: u64) -> RunFacts {
         RunFacts {

@@ -209,7 +209,7 @@ impl Planner {
         self.long_holds = holds;
     }
 
-    /// The next rounds that can hold a fault ([`OWED_ROUNDS`] of them) hold one for `hold`,
+    /// The next rounds that can hold a fault (two of them) hold one for `hold`,
     /// whatever their draws: a lease longer than any seen before is tried early in the
     /// budget, not only when a draw falls on it. A `hold` that does not fit in what
     /// [`Planner::with_long_holds`] last allowed is not owed.
