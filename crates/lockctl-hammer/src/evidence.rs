@@ -156,6 +156,19 @@ mod tests {
         }
     }
 
+    /// Request `index`, ended so, answered a millisecond after the one before.
+    fn sample(index: u64, ended: Ended) -> Sample {
+        Sample {
+            index,
+            ended,
+            latency: Duration::from_micros(100),
+            lock_wait: None,
+            lock_hold: None,
+            sent: Duration::from_millis(index),
+            at: Duration::from_millis(index),
+        }
+    }
+
     /// `bought` buyers told "bought" (indices 0..), then sold-out answers up to `requests`.
     fn tally(requests: u64, bought: u64, left: i64) -> Tally {
         let mut t = Tally::new(requests, 1);
@@ -164,19 +177,14 @@ mod tests {
                 true => Buy::Bought { remaining: left },
                 false => Buy::SoldOut { remaining: left },
             };
-            t.add(&Sample {
+            t.add(&sample(
                 index,
-                ended: Ended::Done {
+                Ended::Done {
                     outcome,
                     replayed: false,
                     overran_lease: false,
                 },
-                latency: Duration::from_micros(100),
-                lock_wait: None,
-                lock_hold: None,
-                sent: Duration::from_millis(index),
-                at: Duration::from_millis(index),
-            });
+            ));
         }
         t
     }
@@ -259,20 +267,15 @@ mod tests {
         let f = facts(6, 4);
         let mut t = Tally::new(6, 1);
         for index in 0..6 {
-            t.add(&Sample {
+            t.add(&sample(
                 index,
-                ended: Ended::Failed {
+                Ended::Failed {
                     kind: ErrorKind::Unclassified,
                     indeterminate: true,
                     message: r#"HTTP 200 matched no pattern: {"code":0}"#.into(),
                     hint: None,
                 },
-                latency: Duration::from_micros(100),
-                lock_wait: None,
-                lock_hold: None,
-                sent: Duration::from_millis(index),
-                at: Duration::from_millis(index),
-            });
+            ));
         }
         let r = conclude(evidence(&f, &t, Books::Stock(Ok(0))));
         assert_eq!(r.verdict, Verdict::Unknown, "{:?}", r.violations);
@@ -292,19 +295,14 @@ mod tests {
         let f = facts(5, 3);
         let mut t = Tally::new(5, 1);
         for index in 0..5 {
-            t.add(&Sample {
+            t.add(&sample(
                 index,
-                ended: Ended::Done {
+                Ended::Done {
                     outcome: Buy::LeaseLost,
                     replayed: false,
                     overran_lease: false,
                 },
-                latency: Duration::from_micros(100),
-                lock_wait: None,
-                lock_hold: None,
-                sent: Duration::from_millis(index),
-                at: Duration::from_millis(index),
-            });
+            ));
         }
         let r = conclude(evidence(&f, &t, Books::Ledger(Ok((3, ledger(&t, 0))))));
         assert_eq!(r.verdict, Verdict::Unknown, "{:?}", r.violations);

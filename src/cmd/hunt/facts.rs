@@ -13,6 +13,7 @@ use lockctl_hammer::http::HttpOptions;
 use lockctl_hammer::http::Store;
 use lockctl_hammer::http::ids::{IdFormat, Ids};
 use lockctl_hunt::clean::{self, Cleaned};
+use lockctl_hunt::error::SqlError;
 use lockctl_hunt::nemesis::FaultKind;
 use lockctl_hunt::proxy::Proxy;
 use lockctl_hunt::sql::SkuParam;
@@ -232,7 +233,7 @@ pub(super) fn stock_store(
     db.execute(&seed, param, 7).map_err(|e| {
         UsageError(format!(
             "--stock-seed '{seed}' failed on a probe SKU '{probe}' with 7: {e}{}",
-            sku_type_hint(&e.to_string(), args)
+            sku_type_hint(&e, args)
         ))
     })?;
     // The probe's row is there from here on: a check that fails takes it away before it
@@ -247,7 +248,7 @@ pub(super) fn stock_store(
             )),
             Err(e) => Err(format!(
                 "--stock-query '{query}': {e}{}",
-                sku_type_hint(&e.to_string(), args)
+                sku_type_hint(&e, args)
             )),
         });
     if let Err(why) = checked {
@@ -273,23 +274,27 @@ pub(super) fn stock_store(
     Ok((store, rows))
 }
 
-/// The usual slip behind a database's refusal of the SKU parameter: a text SKU (the default
-/// `--sku-format`) bound to an integer or uuid column. Empty when the words are not those.
-fn sku_type_hint(error: &str, args: &HuntArgs) -> &'static str {
-    let e = error.to_ascii_lowercase();
-    let mismatch = [
-        "invalid input syntax for type",
-        "operator does not exist",
-        "incorrect integer value",
-        "truncated incorrect",
-        "cannot be cast",
-        "error serializing parameter",
-        "it is not a number",
-        "it is not a uuid",
-    ]
-    .iter()
-    .any(|w| e.contains(w));
-    match (mismatch, IdFormat::from(args.sku_format)) {
+/// The usual slip behind a refusal of the SKU parameter: a text SKU (the default
+/// `--sku-format`) bound to an integer or uuid column. lockctl's own binding says so by its
+/// kind; a database that took the text and then refused it says so in its words. Empty
+/// otherwise.
+fn sku_type_hint(error: &SqlError, args: &HuntArgs) -> &'static str {
+    let refused = match error {
+        SqlError::SkuNotNumber { .. } | SqlError::SkuNotUuid { .. } => true,
+        SqlError::Database(words) => {
+            let e = words.to_ascii_lowercase();
+            [
+                "invalid input syntax for type",
+                "operator does not exist",
+                "incorrect integer value",
+                "truncated incorrect",
+            ]
+            .iter()
+            .any(|w| e.contains(w))
+        }
+        _ => false,
+    };
+    match (refused, IdFormat::from(args.sku_format)) {
         (true, IdFormat::Text) => {
             " (the SKU is bound as text: for an integer or uuid column give --sku-format int or --sku-format uuid)"
         }
@@ -378,7 +383,7 @@ pub(super) fn orders_sql(
     db.check_columns(query, 2, 1)
         .and_then(|()| db.orders(query, param).map(|_| ()))
         .map_err(|e| {
-            let hint = sku_type_hint(&e.to_string(), args);
+            let hint = sku_type_hint(&e, args);
             UsageError(format!("--orders-query '{query}': {e}{hint}"))
         })?;
     Ok(OrdersSql {
